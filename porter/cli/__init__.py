@@ -1,0 +1,86 @@
+"""The porter CLI. Each command lives in its own module and is loaded lazily from ``COMMANDS``.
+
+This module is the only place where a :class:`porter.errors.PorterError` becomes an exit code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from porter import __version__
+from porter.errors import CommandFailed, PorterError
+from porter.log import Logger
+
+# name -> "module:attribute"; a new command is one line here plus its module.
+COMMANDS: dict[str, str] = {
+    "toolchain": "porter.cli.toolchain:toolchain",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        cmd: click.Command = getattr(importlib.import_module(module), attr)
+        return cmd
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="porter")
+@click.option("-q", "--quiet", is_flag=True, help="Print only errors and results.")
+@click.option("-v", "--verbose", is_flag=True, help="Print more detail (timings, working dirs).")
+@click.pass_context
+def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
+    """porter: take a Megatron-DeepSpeed training stack to AMD ROCm GPUs.
+
+    \b
+    The flow: toolchain profile + source -> hipify -> patch -> plan -> compile -> wheel + manifest,
+    then on compute nodes: install -> verify.
+    Results (and --json documents) go to stdout; progress and errors go to stderr.
+    \b
+    Exit codes: 0 ok, 1 failed (a check or a build), 2 bad input, 3 partial (some items failed,
+    the rest were kept), 4 nothing to do, 130 interrupted.
+    """
+    ctx.obj = Logger(quiet=quiet, verbose=verbose)
+
+
+def main(argv: list[str] | None = None) -> None:
+    log = Logger()
+    try:
+        cli.main(args=argv, prog_name="porter", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        log.error("aborted")
+        sys.exit(130)
+    except PorterError as exc:
+        if isinstance(exc, CommandFailed):
+            log.error(f"{exc.message}\n  command: {' '.join(exc.argv)}")
+        else:
+            log.error(exc.message)
+        if exc.hint:
+            log.tip(exc.hint)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        log.error("interrupted")
+        sys.exit(130)
+    sys.exit(0)
+
+
+def emit_json(obj: Any) -> None:
+    """Write one JSON document to stdout (and nothing else goes there)."""
+    import json
+
+    click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))

@@ -1,0 +1,146 @@
+"""Read which GPU code objects a shared object carries, straight from its ELF sections.
+
+No ROCm or CUDA tool is needed (compute nodes may have none):
+- AMD: the ``.hip_fatbin`` section holds clang offload bundles (``__CLANG_OFFLOAD_BUNDLE__``, or
+  compressed ``CCOB`` bundles from newer ROCm); each entry's id names the target,
+  e.g. ``hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-``.
+- NVIDIA: the ``.nv_fatbin`` section holds fat binaries (magic ``0xBA55ED50``); each entry records
+  its kind (PTX or SASS/cubin) and ``sm_XX``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from porter.errors import ConfigError
+
+BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
+COMPRESSED_MAGIC = b"CCOB"
+NV_FATBIN_MAGIC = 0xBA55ED50
+_AMD_ID = re.compile(r"amdgcn-amd-amdhsa-[^-]*-(gfx[0-9a-f]+(?::[a-z]+[+-])*)")
+
+
+@dataclass(frozen=True)
+class CodeObject:
+    vendor: str     # amd | nvidia
+    target: str     # gfx90a:xnack- | sm_90
+    kind: str       # hsaco | sass | ptx
+    size: int
+
+    @property
+    def arch(self) -> str:
+        return self.target.split(":")[0]
+
+
+def elf_sections(data: bytes, path: str = "<bytes>") -> dict[str, tuple[int, int]]:
+    """Section name -> (offset, size) for a 64-bit little-endian ELF file."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ConfigError(f"{path} is not a 64-bit little-endian ELF file")
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    strtab_off, strtab_size = headers[shstrndx][4], headers[shstrndx][5]
+    strtab = data[strtab_off:strtab_off + strtab_size]
+    out: dict[str, tuple[int, int]] = {}
+    for name_off, sh_type, _flags, _addr, off, size in headers:
+        name = strtab[name_off:strtab.index(b"\0", name_off)].decode(errors="replace")
+        out[name] = (off, 0 if sh_type == 8 else size)  # SHT_NOBITS occupies no file bytes
+    return out
+
+
+def _amd_bundles(blob: bytes) -> list[CodeObject]:
+    found: list[CodeObject] = []
+    pos = 0
+    while pos < len(blob):
+        plain = blob.find(BUNDLE_MAGIC, pos)
+        packed = blob.find(COMPRESSED_MAGIC, pos)
+        starts = [p for p in (plain, packed) if p >= 0]
+        if not starts:
+            break
+        start = min(starts)
+        if start == packed:
+            inner, consumed = _decompress(blob, start)
+            found += _amd_bundles(inner)
+            pos = start + consumed
+            continue
+        count, = struct.unpack_from("<Q", blob, start + len(BUNDLE_MAGIC))
+        cursor = start + len(BUNDLE_MAGIC) + 8
+        end = cursor
+        for _ in range(count):
+            off, size, id_len = struct.unpack_from("<QQQ", blob, cursor)
+            ident = blob[cursor + 24:cursor + 24 + id_len].decode(errors="replace")
+            cursor += 24 + id_len
+            end = max(end, start + off + size)
+            m = _AMD_ID.search(ident)
+            if m:
+                found.append(CodeObject("amd", m.group(1), "hsaco", size))
+        pos = max(end, cursor)
+    return found
+
+
+def _decompress(blob: bytes, start: int) -> tuple[bytes, int]:
+    version, method = struct.unpack_from("<HH", blob, start + 4)
+    if version == 1:
+        _uncompressed, = struct.unpack_from("<I", blob, start + 8)
+        header, total = 24, None
+    else:
+        total, _uncompressed = struct.unpack_from("<II", blob, start + 8)
+        header = 24
+    payload = blob[start + header:start + total] if total else blob[start + header:]
+    if method == 0:  # zlib
+        d = zlib.decompressobj()
+        inner = d.decompress(payload)
+        return inner, total or header + len(payload) - len(d.unused_data)
+    try:
+        import zstandard  # type: ignore[import-not-found]
+    except ImportError:
+        raise ConfigError("compressed (zstd) offload bundle found; reading it needs the 'zstandard' module",
+                          hint="pip install zstandard, or build without --offload-compress") from None
+    dctx = zstandard.ZstdDecompressor()
+    inner = dctx.decompressobj().decompress(payload)
+    return inner, total or len(blob) - start
+
+
+def _nv_fatbins(blob: bytes) -> list[CodeObject]:
+    found: list[CodeObject] = []
+    pos = 0
+    while pos + 16 <= len(blob):
+        magic, _ver, hsize, fat_size = struct.unpack_from("<IHHQ", blob, pos)
+        if magic != NV_FATBIN_MAGIC:
+            pos += 8  # fat binaries are 8-byte aligned inside the section
+            continue
+        cursor, end = pos + hsize, pos + hsize + fat_size
+        while cursor + 32 <= end:
+            kind, _u, ehsize, size = struct.unpack_from("<HHIQ", blob, cursor)
+            arch, = struct.unpack_from("<I", blob, cursor + 28)
+            if ehsize == 0:
+                break
+            found.append(CodeObject("nvidia", f"sm_{arch}", {1: "ptx", 2: "sass"}.get(kind, str(kind)), size))
+            cursor += ehsize + size
+        pos = end
+    return found
+
+
+def read_code_objects(path: str | os.PathLike[str]) -> list[CodeObject]:
+    """All GPU code objects embedded in an ELF shared object (empty for CPU-only code)."""
+    p = Path(path)
+    data = p.read_bytes()
+    sections = elf_sections(data, str(p))
+    found: list[CodeObject] = []
+    if ".hip_fatbin" in sections:
+        off, size = sections[".hip_fatbin"]
+        found += _amd_bundles(data[off:off + size])
+    if ".nv_fatbin" in sections:
+        off, size = sections[".nv_fatbin"]
+        found += _nv_fatbins(data[off:off + size])
+    return found
+
+
+def archs_in(path: str | os.PathLike[str]) -> list[str]:
+    """Sorted distinct device archs (``gfx90a``, ``sm_90``) with real code (PTX counted separately)."""
+    return sorted({c.arch for c in read_code_objects(path) if c.kind != "ptx"})

@@ -1,0 +1,92 @@
+"""The step logger. Everything human goes to stderr; stdout is kept for results (text or ``--json``).
+
+On a terminal it uses rich (colour, a spinner for long steps); elsewhere plain lines, with log
+folding when running under GitHub Actions (``::group::``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import IO
+
+from rich.console import Console
+from rich.markup import escape
+
+
+class Logger:
+    def __init__(self, *, quiet: bool = False, verbose: bool = False, stream: IO[str] | None = None,
+                 color: bool | None = None) -> None:
+        self.quiet = quiet
+        self.verbose = verbose
+        stream = stream if stream is not None else sys.stderr
+        self._tty = stream.isatty() if color is None else color
+        self._folding = os.environ.get("GITHUB_ACTIONS") == "true" and not self._tty
+        self._console = Console(file=stream, force_terminal=self._tty, no_color=not self._tty,
+                                highlight=False, soft_wrap=True)
+
+    def _out(self, text: str, style: str | None = None) -> None:
+        if self._tty and style:
+            self._console.print(f"[{style}]{escape(text)}[/]")
+        else:
+            self._console.print(escape(text))
+
+    def info(self, msg: str) -> None:
+        if not self.quiet:
+            self._out(msg)
+
+    def detail(self, msg: str) -> None:
+        if self.verbose and not self.quiet:
+            self._out(msg, "dim")
+
+    def warn(self, msg: str) -> None:
+        self._out(f"WARNING: {msg}", "yellow")
+
+    def error(self, msg: str) -> None:
+        self._out(f"ERROR: {msg}", "bold red")
+
+    def tip(self, msg: str) -> None:
+        self._out(f"TIP: {msg}", "cyan")
+
+    def command(self, argv: list[str], env_changes: Mapping[str, str | None] | None = None,
+                cwd: str | None = None) -> None:
+        """Echo a command the way a user could paste it, with only the env vars that changed."""
+        if self.quiet:
+            return
+        prefix = " ".join(f"{k}={shlex.quote(v)}" if v is not None else f"-u {k}"
+                          for k, v in sorted((env_changes or {}).items()))
+        line = shlex.join(argv)
+        where = f"(cd {shlex.quote(cwd)}) " if cwd and self.verbose else ""
+        self._out(f"$ {where}{prefix + ' ' if prefix else ''}{line}", "dim")
+
+    def replay(self, output: str) -> None:
+        """Show a failed command's output (always, even with --quiet)."""
+        for line in output.rstrip().splitlines()[-200:]:
+            self._console.print(escape(line), style="red" if self._tty else None)
+
+    @contextmanager
+    def step(self, title: str) -> Iterator[None]:
+        start = time.monotonic()
+        if self._folding:
+            print(f"::group::{title}", file=self._console.file, flush=True)
+        elif not self.quiet:
+            self._out(f"==> {title}", "bold")
+        try:
+            if self._tty and not self.quiet:
+                with self._console.status(title, spinner="dots"):
+                    yield
+            else:
+                yield
+        finally:
+            if self._folding:
+                print("::endgroup::", file=self._console.file, flush=True)
+            self.detail(f"    ({title}: {time.monotonic() - start:.1f}s)")
+
+
+def quiet_logger() -> Logger:
+    """A logger that prints only errors; the default for library calls made without one."""
+    return Logger(quiet=True)

@@ -1,0 +1,127 @@
+"""The one subprocess runner.
+
+argv lists only (never a shell), an explicit env dict per call (``os.environ`` is read once, copied,
+never changed), a timeout, the command echoed before it runs, and its output replayed when it fails.
+A dry run is just another runner: :class:`RecordingRunner` records what would run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from porter.errors import CommandFailed, Interrupted, ToolError
+from porter.log import Logger, quiet_logger
+
+EnvUpdate = Mapping[str, str | None]
+
+
+def make_env(update: EnvUpdate | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A copy of ``base`` (default: the current environment) with ``update`` applied; None unsets."""
+    env = dict(os.environ if base is None else base)
+    for key, value in (update or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def env_changes(env: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """What ``env`` changes relative to ``base``: the variables worth echoing."""
+    base = os.environ if base is None else base
+    changes: dict[str, str | None] = {k: v for k, v in env.items() if base.get(k) != v}
+    changes.update({k: None for k in base if k not in env})
+    return changes
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: list[str]
+    returncode: int
+    output: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+@dataclass
+class Runner:
+    """Runs commands for real. ``launcher`` is not applied here: callers prefix argv themselves."""
+
+    log: Logger = field(default_factory=quiet_logger)
+    echo: bool = True
+
+    def run(self, argv: Sequence[str | os.PathLike[str]], *, env: Mapping[str, str] | None = None,
+            cwd: str | os.PathLike[str] | None = None, timeout: float | None = None,
+            check: bool = True, hint: str | None = None) -> Result:
+        args = [os.fspath(a) for a in argv]
+        full_env = dict(env) if env is not None else make_env()
+        if self.echo:
+            self.log.command(args, env_changes(full_env), os.fspath(cwd) if cwd else None)
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(args, env=full_env, cwd=cwd, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                                    errors="replace", start_new_session=True)
+        except FileNotFoundError as exc:
+            raise ToolError(f"program not found: {args[0]}",
+                            hint=hint or "install it or put it on PATH, or name it in the toolchain profile") from exc
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, _ = proc.communicate()
+            raise CommandFailed(args, -1, (out or "") + f"\n[porter] timed out after {timeout:.0f}s",
+                                hint=hint or "raise the timeout or look at why the command hangs")
+        except KeyboardInterrupt:
+            _kill_group(proc)
+            proc.communicate()
+            raise Interrupted(f"interrupted while running {args[0]}; the process group was stopped")
+        result = Result(args, proc.returncode, out or "", time.monotonic() - start)
+        if check and not result.ok:
+            self.log.replay(result.output)
+            raise CommandFailed(args, result.returncode, result.output, hint=hint)
+        return result
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@dataclass
+class RecordingRunner(Runner):
+    """A dry run: records each command (and its env changes) instead of running it."""
+
+    recorded: list[tuple[list[str], dict[str, str | None], str | None]] = field(default_factory=list)
+
+    def run(self, argv: Sequence[str | os.PathLike[str]], *, env: Mapping[str, str] | None = None,
+            cwd: str | os.PathLike[str] | None = None, timeout: float | None = None,
+            check: bool = True, hint: str | None = None) -> Result:
+        args = [os.fspath(a) for a in argv]
+        changes = env_changes(dict(env)) if env is not None else {}
+        self.recorded.append((args, changes, os.fspath(cwd) if cwd else None))
+        if self.echo:
+            self.log.command(args, changes)
+        return Result(args, 0, "", 0.0)
+
+
+def which(name: str, path: str | None = None) -> Path | None:
+    import shutil
+
+    found = shutil.which(name, path=path)
+    return Path(found) if found else None

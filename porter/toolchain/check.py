@@ -1,0 +1,197 @@
+"""``porter toolchain check``: compile a small kernel for every target arch, then link them all.
+
+This finds "gfx942 is not supported by this compiler" in seconds, before an hour of building.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from porter.codeobjects import CodeObject, read_code_objects
+from porter.errors import ConfigError
+from porter.log import Logger, quiet_logger
+from porter.run import Runner
+from porter.toolchain.archs import Target
+from porter.toolchain.discover import Program, probe
+from porter.toolchain.profile import Toolchain, toolchain_env
+
+_KERNEL = {
+    "rocm": r"""
+#include <hip/hip_runtime.h>
+// porter toolchain check: one wave-wide reduction, so the wavefront size matters.
+__global__ void porter_check_kernel(float* out, const float* in, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float v = i < n ? in[i] : 0.0f;
+  for (int offset = warpSize / 2; offset > 0; offset /= 2) v += __shfl_xor(v, offset);
+  if (i < n) out[i] = v;
+}
+extern "C" int porter_check_launch(float* out, const float* in, int n) {
+  hipLaunchKernelGGL(porter_check_kernel, dim3((n + 255) / 256), dim3(256), 0, 0, out, in, n);
+  return static_cast<int>(hipGetLastError());
+}
+""",
+    "cuda": r"""
+#include <cuda_runtime.h>
+// porter toolchain check: one warp-wide reduction.
+__global__ void porter_check_kernel(float* out, const float* in, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float v = i < n ? in[i] : 0.0f;
+  for (int offset = warpSize / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  if (i < n) out[i] = v;
+}
+extern "C" int porter_check_launch(float* out, const float* in, int n) {
+  porter_check_kernel<<<(n + 255) / 256, 256>>>(out, in, n);
+  return static_cast<int>(cudaGetLastError());
+}
+""",
+    "cpu": r"""
+// porter toolchain check: a loop the compiler may vectorize for the profile's ISA.
+extern "C" float porter_check_sum(const float* in, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; ++i) s += in[i];
+  return s;
+}
+""",
+}
+_SUFFIX = {"rocm": ".hip", "cuda": ".cu", "cpu": ".cpp"}
+
+
+@dataclass
+class ArchResult:
+    arch: str
+    ok: bool
+    seconds: float
+    message: str = ""
+
+
+@dataclass
+class CheckReport:
+    toolchain: Toolchain
+    compiler: Program
+    archs: list[ArchResult] = field(default_factory=list)
+    shared_object: str | None = None
+    link_error: str = ""
+    code_objects: list[CodeObject] = field(default_factory=list)
+    version_problem: str = ""
+
+    @property
+    def missing(self) -> list[str]:
+        """Requested archs that compiled but are absent from the linked shared object."""
+        if self.toolchain.kind == "cpu" or not self.shared_object:
+            return []
+        inside = {c.arch for c in self.code_objects}
+        return [a.arch for a in self.archs if a.ok and a.arch.split(":")[0] not in inside]
+
+    @property
+    def ok(self) -> bool:
+        return (not self.version_problem and all(a.ok for a in self.archs) and not self.link_error
+                and self.shared_object is not None and not self.missing)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "toolchain": self.toolchain.name, "kind": self.toolchain.kind, "ok": self.ok,
+            "compiler": {"path": self.compiler.path, "version": self.compiler.version},
+            "version_problem": self.version_problem or None,
+            "wavefront": self.toolchain.wavefront,
+            "archs": [{"arch": a.arch, "ok": a.ok, "seconds": round(a.seconds, 2), "message": a.message}
+                      for a in self.archs],
+            "shared_object": self.shared_object, "link_error": self.link_error or None,
+            "code_objects": [{"target": c.target, "kind": c.kind, "size": c.size} for c in self.code_objects],
+            "missing": self.missing,
+        }
+
+
+def arch_flags(tc: Toolchain, targets: tuple[Target, ...]) -> list[str]:
+    if tc.kind == "rocm":
+        return [f"--offload-arch={t.spec}" for t in targets]
+    if tc.kind == "cuda":
+        flags = []
+        for t in targets:
+            num = t.name.removeprefix("sm_")
+            flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
+        return flags
+    return []
+
+
+def host_flags(tc: Toolchain) -> list[str]:
+    march = f"-march={tc.cpu_isa}"
+    common = [*tc.cflags, *(f"-D{d}" for d in tc.defines)]
+    if tc.kind == "cuda":
+        return ["-Xcompiler", "-fPIC", "-Xcompiler", march, *common]
+    return ["-fPIC", march, *common]
+
+
+def check_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger | None = None,
+                    keep: Path | None = None) -> CheckReport:
+    log = log or quiet_logger()
+    runner = runner or Runner(log)
+    env = toolchain_env(tc)
+    with log.step(f"probing {tc.compiler}"):
+        compiler = probe(tc.compiler, runner, launcher=tc.launcher, env=env)
+    report = CheckReport(tc, compiler)
+    if tc.compiler_version:
+        try:
+            ok = Version(compiler.version) in SpecifierSet(tc.compiler_version)
+        except InvalidVersion:
+            ok = False
+        if not ok:
+            report.version_problem = (f"{tc.compiler} is version {compiler.version}, but the profile asks "
+                                      f"{tc.compiler_version}")
+    parent = tc.scratch_parent()
+    if parent is not None:
+        if not parent.is_dir():
+            raise ConfigError(f"launcher root {tc.launcher_root} has no tmp/ folder (is the chroot made?)",
+                              hint="run 'make chroot-trixie' (or fix launcher_root in the profile)")
+    work = Path(tempfile.mkdtemp(prefix="porter-check-", dir=parent))
+    try:
+        src = work / f"check{_SUFFIX[tc.kind]}"
+        src.write_text(_KERNEL[tc.kind])
+        targets = tc.targets
+        good: list[Target] = []
+        for target in targets or (None,):
+            label = target.spec if target else f"host ({tc.cpu_isa})"
+            obj = work / f"check-{(target.spec if target else 'host').replace(':', '_')}.o"
+            argv = tc.argv(tc.compiler, *host_flags(tc), *arch_flags(tc, (target,) if target else ()),
+                           "-c", tc.inside(src), "-o", tc.inside(obj))
+            start = time.monotonic()
+            with log.step(f"compiling for {label}"):
+                res = runner.run(argv, env=env, timeout=600, check=False)
+            msg = "" if res.ok else _first_error(res.output)
+            report.archs.append(ArchResult(label if target is None else target.spec, res.ok,
+                                           time.monotonic() - start, msg))
+            if res.ok and target is not None:
+                good.append(target)
+        if any(a.ok for a in report.archs):
+            so = work / "libporter_check.so"
+            argv = tc.argv(tc.compiler, *host_flags(tc), *arch_flags(tc, tuple(good)), "-shared",
+                           tc.inside(src), "-o", tc.inside(so))
+            with log.step("linking one shared object for all archs that compiled"):
+                res = runner.run(argv, env=env, timeout=900, check=False)
+            if res.ok:
+                report.code_objects = read_code_objects(so)
+                if keep is not None:
+                    keep.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(so, keep / so.name)
+                    report.shared_object = str(keep / so.name)
+                else:
+                    report.shared_object = so.name
+            else:
+                report.link_error = _first_error(res.output)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def _first_error(output: str) -> str:
+    """The compiler's own message: the error lines, else the last lines."""
+    lines = [l for l in output.splitlines() if l.strip()]
+    errors = [l for l in lines if "error" in l.lower()]
+    return "\n".join((errors or lines)[:5]) or "failed with no output"

@@ -1,0 +1,162 @@
+"""Find programs and propose a profile. Detection only *proposes*: no build ever uses it implicitly."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from porter.errors import CommandFailed, ToolError
+from porter.run import Runner
+
+_VERSION_PATTERNS = {
+    "hipcc": re.compile(r"HIP version:\s*([0-9][0-9.]*)"),
+    "nvcc": re.compile(r"release\s+([0-9]+\.[0-9]+)"),
+    "clang": re.compile(r"clang version\s+([0-9][0-9.]*)"),
+}
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    path: str
+    version: str
+
+
+def version_of(kind: str, output: str) -> str:
+    """Parse a compiler's ``--version`` output; 'unknown' when it does not match."""
+    if kind in ("g++", "gcc", "c++"):
+        m = re.search(r"^([0-9]+(?:\.[0-9]+)*)\s*$", output.strip(), re.M)
+    else:
+        m = _VERSION_PATTERNS.get(kind, _VERSION_PATTERNS["clang"]).search(output)
+    return m.group(1).rstrip(".") if m else "unknown"
+
+
+def version_argv(program: str) -> tuple[str, list[str]]:
+    base = os.path.basename(program)
+    if base.startswith("hipcc"):
+        return "hipcc", ["--version"]
+    if base.startswith("nvcc"):
+        return "nvcc", ["--version"]
+    if "clang" in base:
+        return "clang", ["--version"]
+    return "g++", ["-dumpfullversion"]
+
+
+def probe(program: str, runner: Runner, *, launcher: tuple[str, ...] = (),
+          env: Mapping[str, str] | None = None) -> Program:
+    """Run a compiler for its version (inside the launcher when given)."""
+    kind, args = version_argv(program)
+    try:
+        result = runner.run([*launcher, program, *args], env=env, timeout=60, check=False)
+    except ToolError:
+        raise ToolError(f"compiler not found: {program}",
+                        hint="install it, or set 'compiler' in the toolchain profile to its full path") from None
+    if result.returncode == 127 or (launcher and "No such file" in result.output):
+        raise ToolError(f"compiler not found: {program} (via {' '.join(launcher)})",
+                        hint="install it in that environment, or fix the profile's launcher")
+    if not result.ok:
+        raise CommandFailed(result.argv, result.returncode, result.output)
+    path = program if launcher else (shutil.which(program) or program)
+    return Program(os.path.basename(program), path, version_of(kind, result.output))
+
+
+def _candidates(environ: Mapping[str, str]) -> dict[str, list[Path]]:
+    dirs: dict[str, list[Path]] = {"rocm": [], "cuda": []}
+    for var in ("ROCM_PATH", "HIP_PATH"):
+        if environ.get(var):
+            dirs["rocm"].append(Path(environ[var]) / "bin")
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if environ.get(var):
+            dirs["cuda"].append(Path(environ[var]) / "bin")
+    return dirs
+
+
+def find(name: str, dirs: list[Path], environ: Mapping[str, str]) -> str | None:
+    for d in dirs:
+        if (d / name).is_file() and os.access(d / name, os.X_OK):
+            return str(d / name)
+    return shutil.which(name, path=environ.get("PATH", ""))
+
+
+def detect(runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What this host has: compilers with versions, visible GPUs, and a *proposed* profile."""
+    environ = dict(os.environ if environ is None else environ)
+    dirs = _candidates(environ)
+    env = {**environ, "HIP_PLATFORM": environ.get("HIP_PLATFORM", "amd")}
+    programs: dict[str, dict[str, str]] = {}
+    for name, where in (("hipcc", dirs["rocm"]), ("amdclang++", dirs["rocm"]),
+                        ("nvcc", dirs["cuda"]), ("g++", [])):
+        path = find(name, where, environ)
+        if path:
+            try:
+                prog = probe(path, runner, env=env)
+                programs[name] = {"path": prog.path, "version": prog.version}
+            except (ToolError, CommandFailed) as exc:
+                programs[name] = {"path": path, "version": "unknown", "error": str(exc)}
+    gpus = _visible_gpus(runner, environ, dirs)
+    proposal: dict[str, Any]
+    if "hipcc" in programs:
+        ver = programs["hipcc"]["version"]
+        mm = ".".join(ver.split(".")[:2])
+        archs = sorted({g["arch"] for g in gpus if g["arch"].startswith("gfx")})
+        proposal = {"name": "detected", "kind": "rocm", "toolkit_version": mm,
+                    "root": str(Path(programs["hipcc"]["path"]).parent.parent),
+                    "compiler": programs["hipcc"]["path"], "compiler_version": f"=={ver}" if ver != "unknown" else "",
+                    "archs": archs or ["gfx90a"], "cpu_isa": "x86-64-v2", "env": {"HIP_PLATFORM": "amd"}}
+    elif "nvcc" in programs:
+        archs = sorted({g["arch"] for g in gpus if g["arch"].startswith("sm_")})
+        proposal = {"name": "detected", "kind": "cuda", "toolkit_version": programs["nvcc"]["version"],
+                    "root": str(Path(programs["nvcc"]["path"]).parent.parent),
+                    "compiler": programs["nvcc"]["path"], "archs": archs or ["sm_90"], "cpu_isa": "x86-64-v2"}
+    else:
+        proposal = {"name": "detected", "kind": "cpu", "compiler": programs.get("g++", {}).get("path", "g++"),
+                    "cpu_isa": "x86-64-v2"}
+    notes = []
+    if proposal["kind"] != "cpu" and not gpus:
+        notes.append("no GPU visible: the proposed archs are a placeholder; edit them for your nodes")
+    return {"programs": programs, "gpus": gpus, "proposal": proposal, "notes": notes}
+
+
+def _visible_gpus(runner: Runner, environ: Mapping[str, str], dirs: dict[str, list[Path]]) -> list[dict[str, str]]:
+    gpus: list[dict[str, str]] = []
+    rocminfo = find("rocminfo", dirs["rocm"], environ)
+    if rocminfo:
+        res = runner.run([rocminfo], env=dict(environ), timeout=30, check=False)
+        if res.ok:
+            gpus += [{"arch": m, "source": "rocminfo"}
+                     for m in re.findall(r"^\s*Name:\s*(gfx[0-9a-f]+)\s*$", res.output, re.M)]
+    smi = find("nvidia-smi", dirs["cuda"], environ)
+    if smi:
+        res = runner.run([smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                         env=dict(environ), timeout=30, check=False)
+        if res.ok:
+            for line in res.output.strip().splitlines():
+                name, _, cap = line.rpartition(",")
+                if re.fullmatch(r"\s*\d+\.\d+\s*", cap):
+                    gpus.append({"arch": "sm_" + cap.strip().replace(".", ""), "name": name.strip(),
+                                 "source": "nvidia-smi"})
+    return gpus
+
+
+def to_toml(profile: Mapping[str, Any]) -> str:
+    """Render a proposed profile as TOML (flat keys plus an [env] table)."""
+    lines = ["# proposed by 'porter toolchain detect': check every value, archs above all"]
+    for key, value in profile.items():
+        if key == "env":
+            continue
+        if isinstance(value, list):
+            lines.append(f"{key} = [{', '.join(_q(v) for v in value)}]")
+        else:
+            lines.append(f"{key} = {_q(str(value))}")
+    if profile.get("env"):
+        lines += ["", "[env]", *(f"{k} = {_q(v)}" for k, v in profile["env"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def _q(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,286 @@
+"""Toolchain profiles: what to build with and for. Frozen, validated, never guessed.
+
+A profile comes from a built-in preset (data in ``presets/*.toml``) or a TOML file (which may
+``extends`` a preset), then ``PORTER_*`` environment variables, then command-line overrides: CLI >
+env > file > preset. Unknown keys are errors that name the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from porter.errors import ConfigError
+from porter.toolchain.archs import Target, parse_target, wavefront_of
+
+Kind = Literal["rocm", "cuda", "cpu"]
+KINDS: tuple[str, ...] = ("rocm", "cuda", "cpu")
+_ISA = re.compile(r"^[a-z0-9][a-z0-9._+-]*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toolchain:
+    """One build target. Every field is explicit: nothing is read from the build host's GPU."""
+
+    name: str
+    """Profile name (preset name or file stem)."""
+    kind: Kind
+    """rocm, cuda or cpu."""
+    description: str = ""
+    """One line for humans."""
+    toolkit_version: str = ""
+    """ROCm or CUDA version the profile targets (``5.7``, ``6.2``, ``13.0``); names the wheel label."""
+    root: str = ""
+    """ROCm / CUDA install root as the compiler sees it (inside the launcher, if any)."""
+    compiler: str = ""
+    """Device compiler (``hipcc``, ``amdclang++``, ``nvcc``) or, for cpu, the C++ compiler."""
+    compiler_version: str = ""
+    """PEP 440 specifier the compiler's version must satisfy (``>=5.7,<5.8``); empty = any."""
+    cxx: str = "g++"
+    """Host C++ compiler."""
+    archs: tuple[str, ...] = ()
+    """GPU targets: ``gfx90a``, ``gfx90a:xnack-``, ``sm_90``. Empty for cpu."""
+    cpu_isa: str = "x86-64-v2"
+    """Host ISA for ``-march=`` (``x86-64-v3``, ``znver3``); ``native`` only when asked."""
+    cflags: tuple[str, ...] = ()
+    """Extra compiler flags for every compile."""
+    defines: tuple[str, ...] = ()
+    """Extra preprocessor defines, ``NAME`` or ``NAME=VALUE``."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment for the toolchain's programs (``HIP_PLATFORM=amd``)."""
+    launcher: tuple[str, ...] = ()
+    """argv prefix that runs the toolchain's programs elsewhere: ``chroot DIR``, ``apptainer exec IMG``."""
+    launcher_root: str = ""
+    """Host path of the root the launcher runs in (a chroot); porter's work dirs go under it."""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # -- derived -----------------------------------------------------------------------------
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        return tuple(parse_target(a) for a in self.archs)
+
+    @property
+    def arch_names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t.name for t in self.targets))
+
+    @property
+    def wavefront(self) -> int | None:
+        """Wavefront (warp) size baked into device code; None for cpu."""
+        if self.kind == "cpu":
+            return None
+        return wavefront_of(self.targets)
+
+    @property
+    def local_label(self) -> str:
+        """PEP 440 local version label naming the target: ``rocm5.7.gfx90a``, ``cpu.x86_64_v2``."""
+        isa = re.sub(r"[^a-z0-9]+", "_", self.cpu_isa.lower())
+        if self.kind == "cpu":
+            return f"cpu.{isa}"
+        ver = self.toolkit_version.replace(".", "") if self.kind == "cuda" else self.toolkit_version
+        prefix = "cu" if self.kind == "cuda" else "rocm"
+        archs = "_".join(a.replace("sm_", "sm") for a in self.arch_names)
+        return f"{prefix}{ver}.{archs}"
+
+    def argv(self, program: str, *args: str) -> list[str]:
+        """A command for one of the toolchain's programs, launcher prefix included."""
+        return [*self.launcher, program, *args]
+
+    def inside(self, host_path: str | os.PathLike[str]) -> str:
+        """The path the launched programs see for a host path (identity without launcher_root)."""
+        p = Path(host_path).resolve()
+        if not self.launcher_root:
+            return str(p)
+        root = Path(self.launcher_root).resolve()
+        try:
+            return "/" + str(p.relative_to(root))
+        except ValueError:
+            raise ConfigError(f"{p} is not inside the launcher root {root}",
+                              hint="put work files under the launcher root (porter does this for its own)") from None
+
+    def scratch_parent(self) -> Path | None:
+        """Where porter's temp dirs must live so the launched programs can see them."""
+        if self.launcher_root:
+            tmp = Path(self.launcher_root) / "tmp"
+            return tmp
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["env"] = dict(self.env)
+        for k in ("archs", "cflags", "defines", "launcher"):
+            d[k] = list(d[k])
+        d["wavefront"] = self.wavefront
+        d["local_label"] = self.local_label
+        return d
+
+
+FIELDS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Toolchain)}
+_LIST_FIELDS = {"archs", "cflags", "defines", "launcher"}
+
+
+def _validate(tc: Toolchain) -> None:
+    where = f"toolchain {tc.name!r}"
+    if tc.kind not in KINDS:
+        raise ConfigError(f"{where}: kind must be one of {', '.join(KINDS)}, not {tc.kind!r}")
+    if not tc.compiler:
+        raise ConfigError(f"{where}: no compiler given", hint="set compiler = \"hipcc\" / \"nvcc\" / \"g++\"")
+    if not _ISA.match(tc.cpu_isa):
+        raise ConfigError(f"{where}: cpu_isa {tc.cpu_isa!r} is not a -march value",
+                          hint="use e.g. x86-64-v2, x86-64-v3, znver3, znver4")
+    targets = tc.targets  # parses: unknown arch -> error with close matches
+    vendor = {"rocm": "amd", "cuda": "nvidia"}.get(tc.kind)
+    if tc.kind == "cpu":
+        if targets:
+            raise ConfigError(f"{where}: a cpu profile takes no GPU archs (got {', '.join(tc.archs)})")
+    else:
+        if not targets:
+            raise ConfigError(f"{where}: a {tc.kind} profile needs at least one arch",
+                              hint="e.g. archs = [\"gfx90a\"] or [\"sm_90\"]; detection never fills this in")
+        wrong = [t.spec for t in targets if t.arch.vendor != vendor]
+        if wrong:
+            raise ConfigError(f"{where}: {', '.join(wrong)} are not {tc.kind} archs")
+        wavefront_of(targets)  # mixing wave32 and wave64 -> error that explains why
+    if tc.compiler_version:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        try:
+            SpecifierSet(tc.compiler_version)
+        except InvalidSpecifier:
+            raise ConfigError(f"{where}: compiler_version {tc.compiler_version!r} is not a version specifier",
+                              hint="write it like \">=5.7,<5.8\"") from None
+    if bool(tc.launcher_root) and not tc.launcher:
+        raise ConfigError(f"{where}: launcher_root is set but launcher is empty")
+
+
+# -- loading -----------------------------------------------------------------------------------
+
+def preset_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("porter.toolchain").joinpath("presets").iterdir()
+                  if p.name.endswith(".toml"))
+
+
+def _preset_data(name: str) -> dict[str, Any]:
+    path = resources.files("porter.toolchain").joinpath("presets").joinpath(f"{name}.toml")
+    if not path.is_file():
+        close = difflib.get_close_matches(name, preset_names(), n=3)
+        raise ConfigError(f"no toolchain preset or file named {name!r}"
+                          + (f"; did you mean {', '.join(close)}?" if close else ""),
+                          hint="run 'porter toolchain list', or pass a TOML file path")
+    return _parse_toml(path.read_text(), f"preset {name}")
+
+
+def _parse_toml(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: invalid TOML: {exc}") from None
+    _check_keys(data, where, extra={"extends"})
+    return data
+
+
+def _check_keys(data: Mapping[str, Any], where: str, extra: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    known = set(FIELDS) | extra
+    for key in data:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            raise ConfigError(f"{where}: unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+                              hint=f"known keys: {', '.join(sorted(known))}")
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in FIELDS:
+        if name in ("name", "env"):
+            continue
+        value = environ.get(f"PORTER_{name.upper()}")
+        if value is None or value == "":
+            continue
+        out[name] = [v for v in re.split(r"[,\s]+", value) if v] if name in _LIST_FIELDS else value
+    return out
+
+
+_VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+
+
+def _expand(value: str, environ: Mapping[str, str]) -> str:
+    """``${VAR}`` and ``${VAR:-default}`` and a leading ``~``: lets presets name relocatable paths."""
+    value = _VAR.sub(lambda m: environ.get(m.group(1)) or (m.group(2) or ""), value)
+    return os.path.expanduser(value)
+
+
+def _coerce(data: Mapping[str, Any], where: str, environ: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _LIST_FIELDS:
+            if isinstance(value, str):
+                value = [v for v in re.split(r"[,\s]+", value) if v]
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{where}: {key} must be a list of strings")
+            value = tuple(_expand(v, environ) for v in value)
+        elif key == "env":
+            if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+                raise ConfigError(f"{where}: env must be a table of strings")
+            value = {k: _expand(v, environ) for k, v in value.items()}
+        elif not isinstance(value, str):
+            raise ConfigError(f"{where}: {key} must be a string, not {type(value).__name__}")
+        else:
+            value = _expand(value, environ)
+        out[key] = value
+    return out
+
+
+def load_toolchain(ref: str | os.PathLike[str] | None = None, *, overrides: Mapping[str, Any] | None = None,
+                   environ: Mapping[str, str] | None = None) -> Toolchain:
+    """Resolve a profile: ``ref`` is a preset name or a TOML path (default: ``$PORTER_TOOLCHAIN`` or cpu)."""
+    environ = os.environ if environ is None else environ
+    ref = os.fspath(ref) if ref is not None else environ.get("PORTER_TOOLCHAIN", "cpu")
+    layers: list[tuple[str, dict[str, Any]]] = []
+    path = Path(ref)
+    if ref.endswith(".toml") or os.sep in ref or path.is_file():
+        if not path.is_file():
+            raise ConfigError(f"toolchain file not found: {ref}", hint="pass an existing TOML file or a preset name")
+        data = _parse_toml(path.read_text(), str(path))
+        base = data.pop("extends", None)
+        if base is not None:
+            layers.append((f"preset {base}", _preset_data(str(base))))
+        data.setdefault("name", path.stem)
+        layers.append((str(path), data))
+    else:
+        data = _preset_data(ref)
+        data.setdefault("name", ref)
+        layers.append((f"preset {ref}", data))
+    layers.append(("PORTER_* environment", _from_env(environ)))
+    if overrides:
+        _check_keys(overrides, "command line")
+        layers.append(("command line", {k: v for k, v in overrides.items() if v not in (None, (), [])}))
+    merged: dict[str, Any] = {}
+    for where, layer in layers:
+        layer = {k: v for k, v in layer.items() if k != "extends"}
+        merged.update(_coerce(layer, where, environ))
+    for required in ("name", "kind"):
+        if required not in merged:
+            raise ConfigError(f"toolchain {ref!r}: missing required key {required!r}")
+    return Toolchain(**merged)
+
+
+def toolchain_env(tc: Toolchain, extra: Mapping[str, str | None] | None = None,
+                  base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for the toolchain's programs: a copy of ``base`` plus the profile's env."""
+    from porter.run import make_env
+
+    update: dict[str, str | None] = dict(tc.env)
+    if tc.kind == "rocm" and tc.root and not tc.launcher:
+        update.setdefault("ROCM_PATH", tc.root)
+    if tc.kind == "cuda" and tc.root:
+        update.setdefault("CUDA_HOME", tc.root)
+    update.update(extra or {})
+    return make_env(update, base)
