@@ -1,0 +1,102 @@
+"""Shared test set-up.
+
+Tiers: tests/unit (fast, no subprocess: an autouse fixture makes any subprocess fail) and
+tests/integration (real compilers, real sdists). A resource an integration test needs (hipcc, the
+trixie chroot, the CUDA venv, network to PyPI) is skipped when absent, unless PORTER_REQUIRE_ALL=1
+(as in CI), where its absence is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration" in str(item.path).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(autouse=True)
+def _no_subprocess_in_unit_tests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if "tests/unit" not in str(request.node.path).replace(os.sep, "/"):
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("unit tests must not start subprocesses; use a fake runner or move the test "
+                             "to tests/integration")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.setattr(os, "system", refuse)
+
+
+def require(what: str, present: bool, how: str) -> None:
+    """Skip (or, with PORTER_REQUIRE_ALL=1, fail) when a resource is missing."""
+    if present:
+        return
+    msg = f"{what} not available: {how}"
+    if os.environ.get("PORTER_REQUIRE_ALL") == "1":
+        pytest.fail(msg + " (PORTER_REQUIRE_ALL=1)")
+    pytest.skip(msg)
+
+
+def trixie_root() -> Path:
+    return Path(os.environ.get("PORTER_TRIXIE_ROOT") or "/var/lib/porter/trixie-rocm")
+
+
+@pytest.fixture
+def hipcc() -> str:
+    path = shutil.which("hipcc")
+    require("Debian hipcc", path is not None, "apt-get install hipcc libamdhip64-dev rocm-device-libs")
+    return path  # type: ignore[return-value]
+
+
+@pytest.fixture
+def trixie() -> Path:
+    root = trixie_root()
+    require("trixie ROCm chroot", (root / "usr/bin/hipcc").exists(), "run 'make chroot-trixie'")
+    return root
+
+
+@pytest.fixture
+def porter_cli() -> list[str]:
+    """argv prefix that runs this checkout's CLI in the current interpreter."""
+    return [sys.executable, "-m", "porter"]
+
+
+SDIST_CACHE = Path(os.environ.get("PORTER_TEST_CACHE") or Path.home() / ".cache" / "porter-tests") / "sdists"
+
+
+def fetch_sdist(name: str, version: str, env: dict[str, str] | None = None) -> Path:
+    """Download (once, cached across runs) an sdist from PyPI; returns the .tar.gz path."""
+    dest = SDIST_CACHE / f"{name}-{version}"
+    found = sorted(dest.glob("*.tar.gz")) if dest.is_dir() else []
+    if found:
+        return found[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                           "--no-build-isolation", "-d", str(dest), f"{name}=={version}"],
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True)
+    found = sorted(dest.glob("*.tar.gz"))
+    require(f"sdist {name}=={version}", proc.returncode == 0 and bool(found),
+            f"pip download failed: {proc.stderr[-500:]}")
+    return found[0]
+
+
+@pytest.fixture(scope="session")
+def deepspeed_sdist() -> Path:
+    return fetch_sdist("deepspeed", "0.19.8")
+
+
+@pytest.fixture(scope="session")
+def flash_attn_sdist() -> Path:
+    return fetch_sdist("flash-attn", "2.8.3.post2", env={"FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"})
