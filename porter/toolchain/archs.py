@@ -104,7 +104,7 @@ def wavefront_of(targets: tuple[Target, ...]) -> int:
         wave64 = [t.spec for t in targets if t.arch.wavefront == 64]
         wave32 = [t.spec for t in targets if t.arch.wavefront == 32]
         raise ConfigError(
-            f"wave64 archs ({', '.join(wave64)}) and wave32 archs ({', '.join(wave32)}) mixed in one profile",
-            hint="a build bakes one wavefront size into the kernels (DeepSpeed's hw_warp_size, "
-                 "ROCM_WAVEFRONT_SIZE); make one profile per wavefront size")
+            f"wave64 archs ({', '.join(wave64)}) and wave32 archs ({', '.join(wave32)}) mixed in one profile: "
+            "a build bakes one wavefront size into the kernels (DeepSpeed's hw_warp_size, ROCM_WAVEFRONT_SIZE)",
+            hint="make one profile per wavefront size")
     return sizes.pop() if sizes else 64

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from porter.cli import cli
+from porter.errors import ConfigError
+from porter.toolchain.archs import parse_target, wavefront_of
+from porter.toolchain.profile import Toolchain, load_toolchain, preset_names
+
+PRESETS = {"frontier", "lumi-g", "mi300x", "debian-rocm", "debian-trixie-rocm", "cuda-h100", "cpu"}
+
+
+def test_all_required_presets_ship_and_load() -> None:
+    assert PRESETS <= set(preset_names())
+    for name in preset_names():
+        tc = load_toolchain(name, environ={})
+        assert tc.name == name
+
+
+@pytest.mark.parametrize("name,label,wave", [
+    ("frontier", "rocm5.7.gfx90a", 64), ("mi300x", "rocm6.2.gfx942", 64),
+    ("debian-trixie-rocm", "rocm5.7.gfx90a_gfx942", 64), ("cuda-h100", "cu130.sm90", 32),
+    ("cpu", "cpu.x86_64_v2", None),
+])
+def test_labels_and_wavefront(name: str, label: str, wave: int | None) -> None:
+    tc = load_toolchain(name, environ={})
+    assert tc.local_label == label
+    assert tc.wavefront == wave
+
+
+def test_frontier_host_isa_is_zen3_never_native() -> None:
+    assert load_toolchain("frontier", environ={}).cpu_isa == "znver3"
+    assert all(load_toolchain(n, environ={}).cpu_isa != "native" for n in preset_names())
+
+
+def test_unknown_arch_suggests_close_matches() -> None:
+    with pytest.raises(ConfigError, match="gfx90a"):
+        parse_target("gfx90")
+
+
+def test_feature_suffixes() -> None:
+    t = parse_target("gfx90a:xnack-:sramecc+")
+    assert t.name == "gfx90a" and t.features == ("xnack-", "sramecc+")
+    with pytest.raises(ConfigError, match="no xnack"):
+        parse_target("gfx1100:xnack+")
+    with pytest.raises(ConfigError, match="bad target feature"):
+        parse_target("gfx90a:foo+")
+
+
+def test_cuda_arch_spellings() -> None:
+    assert parse_target("9.0").name == "sm_90"
+    assert parse_target("sm_90").arch.vendor == "nvidia"
+
+
+def test_mixing_wave32_and_wave64_explains_why() -> None:
+    with pytest.raises(ConfigError, match="wavefront size"):
+        wavefront_of((parse_target("gfx90a"), parse_target("gfx1100")))
+    with pytest.raises(ConfigError, match="wave64"):
+        Toolchain(name="x", kind="rocm", compiler="hipcc", archs=("gfx942", "gfx1030"))
+
+
+def test_kind_arch_mismatch() -> None:
+    with pytest.raises(ConfigError, match="not rocm archs"):
+        Toolchain(name="x", kind="rocm", compiler="hipcc", archs=("sm_90",))
+    with pytest.raises(ConfigError, match="takes no GPU archs"):
+        Toolchain(name="x", kind="cpu", compiler="g++", archs=("gfx90a",))
+    with pytest.raises(ConfigError, match="at least one arch"):
+        Toolchain(name="x", kind="rocm", compiler="hipcc")
+
+
+def test_precedence_cli_over_env_over_file_over_preset(tmp_path: Path) -> None:
+    f = tmp_path / "site.toml"
+    f.write_text('extends = "frontier"\ncpu_isa = "znver4"\narchs = ["gfx90a:xnack-"]\n')
+    tc = load_toolchain(f, environ={})
+    assert (tc.name, tc.kind, tc.cpu_isa, tc.archs, tc.toolkit_version) == \
+        ("site", "rocm", "znver4", ("gfx90a:xnack-",), "5.7")
+    tc = load_toolchain(f, environ={"PORTER_CPU_ISA": "x86-64-v3", "PORTER_ARCHS": "gfx942"})
+    assert (tc.cpu_isa, tc.archs) == ("x86-64-v3", ("gfx942",))
+    tc = load_toolchain(f, environ={"PORTER_CPU_ISA": "x86-64-v3"}, overrides={"cpu_isa": "znver3"})
+    assert tc.cpu_isa == "znver3"
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text('kind = "cpu"\ncompiler = "g++"\ncpu_iso = "znver3"\n')
+    with pytest.raises(ConfigError, match="unknown key 'cpu_iso'.*cpu_isa"):
+        load_toolchain(f, environ={})
+
+
+def test_unknown_preset_suggests() -> None:
+    with pytest.raises(ConfigError, match="frontier"):
+        load_toolchain("fronteir", environ={})
+
+
+def test_launcher_root_expansion_and_inside(tmp_path: Path) -> None:
+    tc = load_toolchain("debian-trixie-rocm", environ={"PORTER_TRIXIE_ROOT": str(tmp_path)})
+    assert tc.launcher == ("chroot", str(tmp_path))
+    assert tc.inside(tmp_path / "tmp" / "x.hip") == "/tmp/x.hip"
+    assert tc.argv("hipcc", "--version") == ["chroot", str(tmp_path), "hipcc", "--version"]
+    with pytest.raises(ConfigError, match="not inside the launcher root"):
+        tc.inside("/elsewhere/x")
+
+
+def test_cli_show_json_and_error_exit_code() -> None:
+    runner = CliRunner()
+    res = runner.invoke(cli, ["toolchain", "show", "frontier", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["wavefront"] == 64 and doc["archs"] == ["gfx90a"]
+
+
+def test_main_maps_config_error_to_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from porter.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["toolchain", "show", "no-such-preset"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "ERROR: no toolchain preset or file named 'no-such-preset'" in err and "TIP:" in err
+    assert "Traceback" not in err
