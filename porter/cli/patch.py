@@ -1,0 +1,182 @@
+"""porter patch list | check | apply | revert | status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from porter.cli import emit_json
+from porter.cli.options import json_option
+from porter.errors import NothingToDo
+from porter.log import Logger
+
+tree_arg = click.argument("tree", type=click.Path(file_okay=False, path_type=Path))
+set_opt = click.option("-s", "--set", "set_refs", multiple=True, metavar="PROJECT[/NAME]|FILE",
+                       help="Shipped set (deepspeed/no-jit), all sets of a project (deepspeed), or a set "
+                            "TOML / unified-diff .patch file. Repeat for several; applied in order.")
+version_opt = click.option("--target-version", default=None, metavar="VERSION",
+                           help="Treat the tree as this project version (skips reading it from the tree).")
+
+
+@click.group()
+def patch() -> None:
+    """Patch sets: anchored edits applied atomically, idempotent, reversible (journal in TREE/.porter)."""
+
+
+def _sets(set_refs: tuple[str, ...]) -> list[Any]:
+    from porter.patching import resolve_sets
+
+    if not set_refs:
+        raise click.UsageError("name at least one set with --set (see 'porter patch list')")
+    return [s for ref in set_refs for s in resolve_sets(ref)]
+
+
+@patch.command("list")
+@click.argument("project", required=False)
+@json_option
+def list_cmd(project: str | None, as_json: bool) -> None:
+    """List the shipped patch sets (of one PROJECT, or all)."""
+    from porter.patching.model import load_project, load_shipped, project_names
+
+    rows = []
+    for name in [project] if project else project_names():
+        proj = load_project(name)
+        for set_name in proj.sets:
+            s = load_shipped(name, set_name)
+            rows.append({"set": s.ref, "description": s.description, "versions": s.versions or "any",
+                         "patches": [{"id": p.id, "why": p.why, "files": list(p.files) or [p.diff_name]}
+                                     for p in s.patches],
+                         "verified": [{"ref": v.ref, "commit": v.commit, "date": v.date, "note": v.note}
+                                      for v in s.verified]})
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        click.echo(f"{r['set']:<30} {r['versions']:<16} {len(r['patches'])} patch(es)  {r['description']}")
+        for v in r["verified"]:
+            click.echo(f"{'':<30} verified: {v['ref']} {v['commit'][:12]} {v['date']}".rstrip())
+
+
+@patch.command("check")
+@tree_arg
+@set_opt
+@version_opt
+@json_option
+@click.pass_obj
+def check_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version: str | None,
+              as_json: bool) -> None:
+    """Report, edit by edit, whether the sets would apply to TREE (changes nothing). Exit 1 if any fails."""
+    from porter.patching import PatchFailed, plan
+    from porter.patching.engine import failure_message
+
+    p = plan(tree, _sets(set_refs), target_version=target_version)
+    if as_json:
+        emit_json({**p.to_dict(), "ok": not p.failed})
+    else:
+        for s in p.sets:
+            click.echo(f"{s.ref} (version {s.version or 'unchecked'}):")
+            for r in s.results:
+                click.echo("  " + r.describe().split(": ", 1)[1].replace("\n", "\n  "))
+    if p.failed:
+        raise PatchFailed(failure_message(p.failed), p.failed,
+                          hint="update the anchor in the set, or check the tree is the project and version "
+                               "the set is for")
+    log.info("all patches would apply (or are already applied)")
+
+
+@patch.command("apply")
+@tree_arg
+@set_opt
+@version_opt
+@click.option("--dry-run", is_flag=True, help="Print the unified diff that would be applied; write nothing.")
+@json_option
+@click.pass_obj
+def apply_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version: str | None, dry_run: bool,
+              as_json: bool) -> None:
+    """Apply the sets to TREE: all patches or none; a second apply changes nothing."""
+    from porter.patching import apply
+
+    done = apply(tree, _sets(set_refs), target_version=target_version, dry_run=dry_run)
+    changes = done.plan.changes
+    if as_json:
+        emit_json({**done.plan.to_dict(), "dry_run": dry_run, "written": list(done.changed),
+                   **({"diff": done.plan.diff()} if dry_run else {})})
+    elif dry_run:
+        click.echo(done.plan.diff(), nl=False)
+    else:
+        for path in done.changed:
+            click.echo(f"patched {path}")
+    refs = ", ".join(s.ref for s in done.plan.sets)
+    if not changes:
+        log.info(f"{refs}: already applied to {tree}; nothing changed")
+    elif dry_run:
+        log.info(f"{refs}: would change {len(changes)} file(s) (dry run, nothing written)")
+    else:
+        log.info(f"{refs}: changed {len(changes)} file(s); revert with 'porter patch revert {tree}'")
+
+
+@patch.command("revert")
+@tree_arg
+@click.option("-s", "--set", "set_refs", multiple=True, metavar="PROJECT/NAME",
+              help="Revert only these applied sets (default: all, newest first).")
+@click.option("--force", is_flag=True, help="Restore originals even over files changed since the patch.")
+@click.option("--dry-run", is_flag=True, help="Print the diff that reverting would apply; write nothing.")
+@json_option
+@click.pass_obj
+def revert_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], force: bool, dry_run: bool,
+               as_json: bool) -> None:
+    """Restore the original bytes of every file the applied sets changed (journal in TREE/.porter)."""
+    from porter.patching import revert
+
+    from porter.patching.model import resolve_sets
+
+    refs: list[str] = []
+    for r in set_refs:  # a set file names its journal entry by its own ref; others are matched by name
+        is_file = Path(r).suffix in (".toml", ".patch", ".diff") and Path(r).is_file()
+        refs.extend(s.ref for s in resolve_sets(r)) if is_file else refs.append(r)
+    done = revert(tree, refs or None, force=force, dry_run=dry_run)
+    if as_json:
+        emit_json({"tree": str(tree), "reverted": list(done.sets), "restored": list(done.restored),
+                   "forced": list(done.forced), "dry_run": dry_run,
+                   **({"diff": done.diff()} if dry_run else {})})
+    elif dry_run:
+        click.echo(done.diff(), nl=False)
+    else:
+        for path in done.restored:
+            click.echo(f"restored {path}")
+    for path in done.forced:
+        log.warn(f"--force: {path} had changed since it was patched; its later edits were discarded")
+    log.info(f"{'would revert' if dry_run else 'reverted'} {', '.join(done.sets)}")
+
+
+@patch.command("status")
+@tree_arg
+@json_option
+def status_cmd(tree: Path, as_json: bool) -> None:
+    """Show the sets applied to TREE (from its journal) and whether their files are unchanged since."""
+    from porter.manifest import sha256_file
+    from porter.patching import read_journal
+    from porter.patching.engine import tree_root
+
+    root = tree_root(tree)
+    entries = read_journal(root)["sets"]
+    rows = []
+    for e in entries:
+        files = []
+        for rec in e["files"]:
+            p = root / rec["path"]
+            now = sha256_file(p) if p.is_file() else None
+            files.append({"path": rec["path"], "unchanged": now == rec["after"]})
+        rows.append({"set": e["set"], "version": e.get("version", ""), "applied_at": e.get("applied_at", ""),
+                     "files": files})
+    if as_json:
+        emit_json({"tree": str(root), "sets": rows})
+        return
+    if not rows:
+        raise NothingToDo(f"no patch sets are applied to {root}")
+    for r in rows:
+        click.echo(f"{r['set']} (version {r['version'] or '-'}, applied {r['applied_at']})")
+        for f in r["files"]:
+            click.echo(f"  {'ok     ' if f['unchanged'] else 'CHANGED'} {f['path']}")

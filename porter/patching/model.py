@@ -1,0 +1,345 @@
+"""Patch sets as data: frozen models and their TOML loader.
+
+A project folder (``patches/<project>/``) holds ``manifest.toml`` (how to read the project's version
+from a tree, and the sets in order) and one TOML file per set. A set lists patches in order; a patch
+either carries anchored edits or names a plain unified-diff ``.patch`` file.
+
+An anchored edit finds the lines that contain a literal string (or match a regex), checks that the
+number of matching lines is the expected ``count``, then replaces the matched text, inserts lines
+before or after each matching line, or deletes the matching lines. Line numbers are never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from porter.errors import ConfigError
+
+Action = Literal["replace", "insert_before", "insert_after", "delete"]
+ACTIONS: tuple[str, ...] = ("replace", "insert_before", "insert_after", "delete")
+PROJECTS_PACKAGE = "porter.patchsets"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Edit:
+    """One anchored edit of one file."""
+
+    action: Action
+    """replace (the matched text), insert_before / insert_after (each matching line), delete (the lines)."""
+    anchor: str
+    """A literal substring of the line(s) to find, or a Python regex when ``regex`` is true."""
+    regex: bool = False
+    """Treat ``anchor`` as a regex (searched in each line; ``replace`` may use ``\\1`` references)."""
+    count: int = 1
+    """How many lines must match; any other number is a precise failure."""
+    text: str = ""
+    """Replacement text (replace) or the lines to insert (insert_*); unused for delete."""
+    applied_if: str = ""
+    """Regex that, when it matches the file, means this edit is already in place (overrides the default
+    detection: inserted lines already beside the anchor, or the replacement present instead of the anchor)."""
+
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile(self.anchor if self.regex else re.escape(self.anchor))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Patch:
+    """One named change: anchored edits applied to each file in ``files``, or a unified diff."""
+
+    id: str
+    why: str
+    files: tuple[str, ...] = ()
+    """Tree-relative paths (``/`` separated). Paths that are symlink aliases of one file are edited once."""
+    edits: tuple[Edit, ...] = ()
+    diff: str = ""
+    """Text of a unified diff (from ``diff = "x.patch"``); its own headers name the files."""
+    diff_name: str = ""
+    strip: int | None = None
+    """Leading path components to drop from diff headers (None: 1 when they start with a/ and b/)."""
+    versions: str = ""
+    """PEP 440 specifier of the project versions this patch is for (empty: the set's range)."""
+
+    @property
+    def kind(self) -> str:
+        return "diff" if self.diff else "edits"
+
+
+@dataclass(frozen=True, kw_only=True)
+class VersionSource:
+    """Where a tree states its version: a file and a regex whose groups are joined with dots."""
+
+    file: str
+    regex: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verified:
+    """An upstream state a set was checked against."""
+
+    ref: str
+    commit: str = ""
+    date: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchSet:
+    project: str
+    name: str
+    description: str
+    versions: str
+    """PEP 440 specifier the tree's version must satisfy (override with ``--target-version``)."""
+    patches: tuple[Patch, ...]
+    version_from: tuple[VersionSource, ...] = ()
+    verified: tuple[Verified, ...] = ()
+    origin: str = "shipped"
+    """``shipped`` or the path of the user's set file."""
+    digest: str = ""
+    """sha256 of the set's source data (its TOML and diffs), recorded in the journal."""
+
+    @property
+    def ref(self) -> str:
+        return f"{self.project}/{self.name}"
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+def _parse(text: str, where: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: invalid TOML: {exc}", hint="fix the file's syntax") from None
+
+
+def _keys(data: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}",
+                          hint=f"allowed keys: {', '.join(sorted(allowed))}")
+
+
+def _spec(value: str, where: str) -> str:
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ConfigError(f"{where}: invalid version range {value!r}",
+                          hint="use a PEP 440 specifier such as '>=0.16,<0.20'") from None
+    return value
+
+
+def _str(data: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
+    value = data.get(key, default)
+    if value is None:
+        raise ConfigError(f"{where}: missing key {key!r}", hint=f"add {key} = \"...\"")
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: {key} must be a string, not {type(value).__name__}")
+    return value
+
+
+def check_relpath(path: str, where: str) -> str:
+    """A tree-relative path: no absolute paths, no ``..``, ``/`` separators."""
+    p = path.replace("\\", "/")
+    if not p or p.startswith("/") or re.match(r"^[A-Za-z]:", p) or ".." in p.split("/"):
+        raise ConfigError(f"{where}: path {path!r} leads outside the tree",
+                          hint="patch targets must be relative paths inside the tree, without '..'")
+    return p
+
+
+def _edit(data: Mapping[str, Any], where: str) -> Edit:
+    _keys(data, {"action", "anchor", "regex", "count", "text", "applied_if"}, where)
+    action = _str(data, "action", where)
+    if action not in ACTIONS:
+        raise ConfigError(f"{where}: unknown action {action!r}", hint=f"one of: {', '.join(ACTIONS)}")
+    anchor = _str(data, "anchor", where)
+    if not anchor.strip():
+        raise ConfigError(f"{where}: empty anchor", hint="anchor on a short distinctive line")
+    regex = data.get("regex", False)
+    count = data.get("count", 1)
+    if not isinstance(regex, bool):
+        raise ConfigError(f"{where}: regex must be true or false")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ConfigError(f"{where}: count must be a positive integer, not {count!r}")
+    text = _str(data, "text", where, "")
+    if action != "delete" and "text" not in data:
+        raise ConfigError(f"{where}: action {action} needs text", hint="add text = '''...'''")
+    applied_if = _str(data, "applied_if", where, "")
+    for rx, what in ((anchor, "anchor"), (applied_if, "applied_if")):
+        if (what == "applied_if" and rx) or (what == "anchor" and regex):
+            try:
+                re.compile(rx)
+            except re.error as exc:
+                raise ConfigError(f"{where}: invalid regex in {what}: {exc}") from None
+    return Edit(action=action, anchor=anchor, regex=regex, count=count, text=text,  # type: ignore[arg-type]
+                applied_if=applied_if)
+
+
+def _patch(data: Mapping[str, Any], where: str, base: Traversable | Path | None) -> Patch:
+    _keys(data, {"id", "why", "files", "edit", "diff", "strip", "versions"}, where)
+    pid = _str(data, "id", where)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", pid):
+        raise ConfigError(f"{where}: patch id {pid!r} must be letters, digits, '.', '_' or '-'")
+    where = f"{where} (patch {pid})"
+    why = _str(data, "why", where)
+    versions = _spec(_str(data, "versions", where, ""), where)
+    if "diff" in data:
+        if "edit" in data or "files" in data:
+            raise ConfigError(f"{where}: a patch has either a diff or files + edits, not both")
+        name = _str(data, "diff", where)
+        if base is None:
+            raise ConfigError(f"{where}: diff {name!r} has no folder to be read from")
+        try:
+            diff_text = base.joinpath(name).read_text(encoding="utf-8")
+        except (FileNotFoundError, OSError) as exc:
+            raise ConfigError(f"{where}: cannot read diff {name!r}: {exc}") from None
+        strip = data.get("strip")
+        if strip is not None and (not isinstance(strip, int) or strip < 0):
+            raise ConfigError(f"{where}: strip must be a non-negative integer")
+        return Patch(id=pid, why=why, diff=diff_text, diff_name=name, strip=strip, versions=versions)
+    files = data.get("files")
+    if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
+        raise ConfigError(f"{where}: files must be a non-empty list of tree-relative paths")
+    edits = data.get("edit")
+    if not isinstance(edits, list) or not edits:
+        raise ConfigError(f"{where}: no [[patch.edit]] entries", hint="add at least one edit, or diff = \"x.patch\"")
+    return Patch(id=pid, why=why, files=tuple(check_relpath(f, where) for f in files),
+                 edits=tuple(_edit(e, f"{where} edit {i + 1}") for i, e in enumerate(edits)), versions=versions)
+
+
+def parse_set(text: str, *, project: str, name: str, where: str, base: Traversable | Path | None,
+              version_from: tuple[VersionSource, ...] = (), origin: str = "shipped") -> PatchSet:
+    data = _parse(text, where)
+    _keys(data, {"set", "patch"}, where)
+    head = data.get("set", {})
+    if not isinstance(head, dict):
+        raise ConfigError(f"{where}: [set] must be a table")
+    _keys(head, {"description", "versions", "verified", "project", "name", "version_from"}, f"{where} [set]")
+    project = _str(head, "project", where, project)
+    name = _str(head, "name", where, name)
+    verified: list[Verified] = []
+    for i, v in enumerate(head.get("verified", [])):
+        _keys(v, {"ref", "commit", "date", "note"}, f"{where} verified {i + 1}")
+        verified.append(Verified(ref=_str(v, "ref", where), commit=_str(v, "commit", where, ""),
+                                 date=_str(v, "date", where, ""), note=_str(v, "note", where, "")))
+    if "version_from" in head:
+        version_from = _version_sources(head["version_from"], where)
+    raw = data.get("patch", [])
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{where}: the set has no [[patch]] entries")
+    patches = tuple(_patch(p, f"{where} patch {i + 1}", base) for i, p in enumerate(raw))
+    ids = [p.id for p in patches]
+    dup = next((i for i in ids if ids.count(i) > 1), None)
+    if dup:
+        raise ConfigError(f"{where}: patch id {dup!r} is used twice")
+    digest = hashlib.sha256(text.encode() + b"".join(p.diff.encode() for p in patches)).hexdigest()
+    return PatchSet(project=project, name=name, description=_str(head, "description", where, ""),
+                    versions=_spec(_str(head, "versions", where, ""), where), patches=patches,
+                    version_from=version_from, verified=tuple(verified), origin=origin, digest=digest)
+
+
+def _version_sources(raw: Any, where: str) -> tuple[VersionSource, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: version_from must be a list of {{file, regex}} tables")
+    out = []
+    for i, v in enumerate(raw):
+        _keys(v, {"file", "regex"}, f"{where} version_from {i + 1}")
+        rx = _str(v, "regex", where)
+        try:
+            re.compile(rx)
+        except re.error as exc:
+            raise ConfigError(f"{where}: invalid version regex: {exc}") from None
+        out.append(VersionSource(file=check_relpath(_str(v, "file", where), where), regex=rx))
+    return tuple(out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Project:
+    name: str
+    description: str
+    upstream: str
+    version_from: tuple[VersionSource, ...]
+    sets: tuple[str, ...]
+
+
+def _root() -> Traversable:
+    return resources.files(PROJECTS_PACKAGE)
+
+
+def project_names() -> list[str]:
+    return sorted(p.name for p in _root().iterdir() if p.is_dir() and p.joinpath("manifest.toml").is_file())
+
+
+def load_project(name: str) -> Project:
+    folder = _root().joinpath(name)
+    manifest = folder.joinpath("manifest.toml")
+    if not manifest.is_file():
+        import difflib
+
+        close = difflib.get_close_matches(name, project_names(), n=3)
+        raise ConfigError(f"no shipped patch sets for project {name!r}",
+                          hint=(f"did you mean {', '.join(close)}? " if close else "")
+                          + f"known projects: {', '.join(project_names()) or '(none)'}")
+    where = f"patches/{name}/manifest.toml"
+    data = _parse(manifest.read_text(encoding="utf-8"), where)
+    _keys(data, {"project"}, where)
+    head = data.get("project", {})
+    _keys(head, {"description", "upstream", "version_from", "sets"}, f"{where} [project]")
+    sets = head.get("sets", [])
+    if not isinstance(sets, list) or not all(isinstance(s, str) for s in sets):
+        raise ConfigError(f"{where}: sets must be a list of set names")
+    return Project(name=name, description=_str(head, "description", where, ""),
+                   upstream=_str(head, "upstream", where, ""),
+                   version_from=_version_sources(head.get("version_from", []), where), sets=tuple(sets))
+
+
+def load_shipped(project: str, name: str) -> PatchSet:
+    proj = load_project(project)
+    if name not in proj.sets:
+        import difflib
+
+        close = difflib.get_close_matches(name, proj.sets, n=3)
+        raise ConfigError(f"project {project!r} has no patch set {name!r}",
+                          hint=(f"did you mean {', '.join(close)}? " if close else "")
+                          + f"its sets: {', '.join(proj.sets) or '(none)'}")
+    folder = _root().joinpath(project)
+    path = folder.joinpath(f"{name}.toml")
+    return parse_set(path.read_text(encoding="utf-8"), project=project, name=name,
+                     where=f"patches/{project}/{name}.toml", base=folder, version_from=proj.version_from)
+
+
+def load_file(path: Path) -> PatchSet:
+    """A user's set: a set TOML file, or a plain unified-diff ``.patch`` / ``.diff`` file."""
+    if not path.is_file():
+        raise ConfigError(f"patch set file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".patch", ".diff"):
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        patch = Patch(id=path.stem, why=f"user diff {path.name}", diff=text, diff_name=path.name)
+        return PatchSet(project="local", name=path.stem, description=f"unified diff {path.name}", versions="",
+                        patches=(patch,), origin=str(path.resolve()), digest=digest)
+    return parse_set(text, project="local", name=path.stem, where=str(path), base=path.parent,
+                     origin=str(path.resolve()))
+
+
+def resolve_sets(ref: str) -> list[PatchSet]:
+    """``PROJECT/NAME`` (a shipped set), ``PROJECT`` (all its sets, in order), or a file path."""
+    as_path = Path(ref)
+    if as_path.suffix in (".toml", ".patch", ".diff") or as_path.is_file():
+        return [load_file(as_path)]
+    if "/" in ref:
+        project, name = ref.split("/", 1)
+        return [load_shipped(project, name)]
+    proj = load_project(ref)
+    if not proj.sets:
+        raise ConfigError(f"project {ref!r} ships no patch sets")
+    return [load_shipped(ref, s) for s in proj.sets]

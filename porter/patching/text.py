@@ -1,0 +1,151 @@
+"""A text file as lines with their own endings, so CRLF files and files with no trailing newline
+keep their form, and the anchored edits that work on it."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from porter.patching.model import Edit
+
+
+class EditFailed(Exception):
+    """An edit cannot be applied; the engine adds the patch id and file."""
+
+    def __init__(self, reason: str, *, anchor: str = "", closest: str = "", closest_line: int = 0,
+                 found: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.anchor = anchor
+        self.closest = closest
+        self.closest_line = closest_line
+        self.found = found
+
+
+@dataclass
+class Lines:
+    """Line contents plus each line's ending (``\\n``, ``\\r\\n`` or ``""`` for a last line without one)."""
+
+    text: list[str]
+    ends: list[str]
+    newline: str
+
+    @classmethod
+    def parse(cls, data: str) -> Lines:
+        text: list[str] = []
+        ends: list[str] = []
+        for raw in data.splitlines(keepends=True):
+            if raw.endswith("\r\n"):
+                text.append(raw[:-2])
+                ends.append("\r\n")
+            elif raw.endswith("\n"):
+                text.append(raw[:-1])
+                ends.append("\n")
+            else:
+                text.append(raw)
+                ends.append("")
+        crlf = ends.count("\r\n")
+        newline = "\r\n" if crlf and crlf >= ends.count("\n") else "\n"
+        return cls(text, ends, newline)
+
+    def render(self) -> str:
+        return "".join(t + e for t, e in zip(self.text, self.ends))
+
+    def insert(self, index: int, new: list[str]) -> None:
+        """Insert ``new`` lines before line ``index`` (``len`` appends), with the file's newline."""
+        if not new:
+            return
+        ends = [self.newline] * len(new)
+        if index == len(self.text) and self.ends and self.ends[-1] == "":
+            # appending after a last line that has no newline: it gets one, the new last line has none
+            self.ends[-1] = self.newline
+            ends[-1] = ""
+        self.text[index:index] = new
+        self.ends[index:index] = ends
+
+    def delete(self, index: int) -> None:
+        last_without_newline = index == len(self.text) - 1 and self.ends[index] == ""
+        del self.text[index]
+        del self.ends[index]
+        if last_without_newline and self.ends:
+            self.ends[-1] = ""
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines an edit inserts (a trailing newline in the TOML text ends the last line)."""
+    return text.splitlines()
+
+
+def closest(lines: list[str], needle: str) -> tuple[str, int]:
+    """The line most like ``needle`` (difflib ratio), and its 1-based number; ("", 0) if none."""
+    target = needle.strip()
+    best, best_i, best_r = "", 0, 0.0
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(target)
+    for i, line in enumerate(lines):
+        s = line.strip()
+        if not s:
+            continue
+        matcher.set_seq1(s)
+        if matcher.real_quick_ratio() <= best_r or matcher.quick_ratio() <= best_r:
+            continue
+        r = matcher.ratio()
+        if r > best_r:
+            best, best_i, best_r = line, i + 1, r
+    return best, best_i
+
+
+def _already(edit: Edit, lines: Lines, hits: list[int]) -> bool | None:
+    """True when the edit's result is already in place, False when it is not, None when unclear."""
+    if edit.applied_if:
+        return re.search(edit.applied_if, lines.render(), re.MULTILINE) is not None
+    new = text_lines(edit.text)
+    if edit.action == "insert_after" and hits:
+        return all(lines.text[i + 1:i + 1 + len(new)] == new for i in hits)
+    if edit.action == "insert_before" and hits:
+        return all(i >= len(new) and lines.text[i - len(new):i] == new for i in hits)
+    if edit.action == "replace" and not hits and edit.text and not edit.regex:
+        body = lines.render()
+        return body.count(edit.text) >= edit.count
+    return None
+
+
+def apply_edit(edit: Edit, lines: Lines) -> bool:
+    """Apply one edit in place. Returns False when it was already applied (nothing changed)."""
+    pattern = edit.pattern()
+    hits = [i for i, line in enumerate(lines.text) if pattern.search(line)]
+    done = _already(edit, lines, hits)
+    if done:
+        return False
+    if len(hits) != edit.count:
+        if not hits:
+            best, at = closest(lines.text, edit.anchor)
+            raise EditFailed("anchor not found", anchor=edit.anchor, closest=best, closest_line=at, found=0)
+        where = ", ".join(str(i + 1) for i in hits[:8])
+        raise EditFailed(f"anchor matched {len(hits)} lines (expected {edit.count}) at line(s) {where}",
+                         anchor=edit.anchor, found=len(hits))
+    new = text_lines(edit.text)
+    if edit.action == "replace":
+        for i in reversed(hits):
+            if edit.regex:
+                value = pattern.sub(edit.text, lines.text[i])
+            else:
+                value = lines.text[i].replace(edit.anchor, edit.text)
+            pieces = value.split("\n")
+            lines.text[i] = pieces[0]
+            if len(pieces) > 1:  # a multi-line replacement: the extra lines take the file's newline
+                end = lines.ends[i]
+                lines.ends[i] = lines.newline
+                lines.text[i + 1:i + 1] = pieces[1:]
+                lines.ends[i + 1:i + 1] = [lines.newline] * (len(pieces) - 2) + [end]
+    elif edit.action == "insert_before":
+        for i in reversed(hits):
+            lines.insert(i, new)
+    elif edit.action == "insert_after":
+        for i in reversed(hits):
+            lines.insert(i + 1, new)
+    else:
+        for i in reversed(hits):
+            lines.delete(i)
+    return True

@@ -1,0 +1,175 @@
+"""Plain unified diffs (the ``.patch`` files users bring), parsed and applied by context, not by line
+number alone: each hunk is placed where its old lines match, nearest to the stated line first."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from porter.patching.text import EditFailed, Lines, closest
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+@dataclass
+class Hunk:
+    old_start: int
+    old: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+    old_no_newline: bool = False
+    new_no_newline: bool = False
+
+
+@dataclass
+class FileDiff:
+    old_path: str | None  # None: /dev/null (a new file)
+    new_path: str | None  # None: /dev/null (a deleted file)
+    hunks: list[Hunk] = field(default_factory=list)
+
+    @property
+    def path(self) -> str:
+        return self.new_path or self.old_path or ""
+
+
+class DiffError(Exception):
+    pass
+
+
+def _name(raw: str, strip: int | None) -> str | None:
+    name = raw.split("\t")[0].strip()
+    if name == "/dev/null":
+        return None
+    if name.startswith('"') and name.endswith('"'):
+        name = name[1:-1]
+    parts = name.split("/")
+    n = strip if strip is not None else (1 if parts[0] in ("a", "b") and len(parts) > 1 else 0)
+    return "/".join(parts[n:])
+
+
+def parse(text: str, strip: int | None = None) -> list[FileDiff]:
+    files: list[FileDiff] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            fd = FileDiff(_name(line[4:], strip), _name(lines[i + 1][4:], strip))
+            files.append(fd)
+            i += 2
+            continue
+        m = _HUNK.match(line)
+        if m:
+            if not files:
+                raise DiffError(f"hunk at diff line {i + 1} before any ---/+++ header")
+            old_n = int(m.group(2)) if m.group(2) is not None else 1
+            new_n = int(m.group(4)) if m.group(4) is not None else 1
+            hunk = Hunk(int(m.group(1)))
+            i += 1
+            last = ""
+            while i < len(lines) and (len(hunk.old) < old_n or len(hunk.new) < new_n or
+                                      (i < len(lines) and lines[i].startswith("\\"))):
+                body = lines[i]
+                if body.startswith("\\"):
+                    if last in (" ", "-"):
+                        hunk.old_no_newline = True
+                    if last in (" ", "+"):
+                        hunk.new_no_newline = True
+                    i += 1
+                    continue
+                tag, content = (body[:1] or " "), body[1:]
+                if tag == " ":
+                    hunk.old.append(content)
+                    hunk.new.append(content)
+                elif tag == "-":
+                    hunk.old.append(content)
+                elif tag == "+":
+                    hunk.new.append(content)
+                else:
+                    raise DiffError(f"unexpected line {i + 1} in a hunk: {body[:60]!r}")
+                last = tag
+                i += 1
+            if len(hunk.old) != old_n or len(hunk.new) != new_n:
+                raise DiffError(f"hunk at diff line {m.string!r} is truncated")
+            files[-1].hunks.append(hunk)
+            continue
+        i += 1
+    if not files:
+        raise DiffError("no file headers (--- / +++) found: not a unified diff")
+    return files
+
+
+def _find(haystack: list[str], needle: list[str], near: int) -> int | None:
+    if not needle:
+        return min(max(near, 0), len(haystack))
+    starts = [j for j in range(len(haystack) - len(needle) + 1) if haystack[j:j + len(needle)] == needle]
+    if not starts:
+        return None
+    return min(starts, key=lambda j: abs(j - near))
+
+
+def apply_file(fd: FileDiff, lines: Lines | None) -> tuple[Lines | None, bool]:
+    """Apply one file's hunks. Returns (new lines or None for a deleted file, changed?)."""
+    if fd.old_path is None:  # a new file
+        new = fd.hunks[0].new if fd.hunks else []
+        if lines is not None:
+            if lines.text == new:
+                return lines, False
+            raise EditFailed("the diff creates this file, but it already exists with other content")
+        created = Lines([], [], "\n")
+        created.insert(0, new)
+        if fd.hunks and fd.hunks[0].new_no_newline and created.ends:
+            created.ends[-1] = ""
+        return created, True
+    if lines is None:
+        raise EditFailed("file to patch does not exist")
+    if fd.new_path is None:  # a deletion
+        return None, True
+    work = Lines(list(lines.text), list(lines.ends), lines.newline)
+    offset = 0
+    for hunk in fd.hunks:
+        at = _find(work.text, hunk.old, hunk.old_start - 1 + offset)
+        if at is None:
+            anchor = next((h for h in hunk.old if h.strip()), "")
+            best, line_no = closest(work.text, anchor) if anchor else ("", 0)
+            raise EditFailed(f"hunk @@ -{hunk.old_start} @@ does not match", anchor=anchor,
+                             closest=best, closest_line=line_no)
+        offset = at - (hunk.old_start - 1) + len(hunk.new) - len(hunk.old)
+        # apply now so later hunks are placed against the updated text
+        _replace(work, at, hunk)
+    return work, True
+
+
+def _replace(work: Lines, at: int, hunk: Hunk) -> None:
+    at_end = at + len(hunk.old) == len(work.text)
+    end_of_last = work.ends[-1] if at_end and work.ends else work.newline
+    del work.text[at:at + len(hunk.old)]
+    del work.ends[at:at + len(hunk.old)]
+    if at == len(work.text) and work.ends and work.ends[-1] == "":
+        work.ends[-1] = work.newline
+    work.text[at:at] = hunk.new
+    work.ends[at:at] = [work.newline] * len(hunk.new)
+    if at_end and hunk.new:
+        if hunk.new_no_newline:
+            work.ends[at + len(hunk.new) - 1] = ""
+        elif not hunk.old_no_newline:
+            work.ends[at + len(hunk.new) - 1] = end_of_last
+
+
+def already_applied(fd: FileDiff, lines: Lines | None) -> bool:
+    """True when every hunk's new lines are present and at least one old line sequence is not."""
+    if fd.old_path is None:
+        return lines is not None and lines.text == (fd.hunks[0].new if fd.hunks else [])
+    if fd.new_path is None:
+        return lines is None
+    if lines is None:
+        return False
+    for hunk in fd.hunks:
+        if hunk.old == hunk.new:
+            continue
+        if _find(lines.text, hunk.new, hunk.old_start - 1) is None:
+            return False
+        if _find(lines.text, hunk.old, hunk.old_start - 1) is not None and hunk.old:
+            # old text still present too (e.g. a pure insertion whose context is also the result)
+            if not set(hunk.old) <= set(hunk.new):
+                return False
+    return True
