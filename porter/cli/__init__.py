@@ -18,6 +18,10 @@ from porter.log import Logger
 # name -> "module:attribute"; a new command is one line here plus its module.
 COMMANDS: dict[str, str] = {
     "toolchain": "porter.cli.toolchain:toolchain",
+    "install": "porter.cli.install:install_cmd",
+    "verify": "porter.cli.install:verify_cmd",
+    "report": "porter.cli.install:report_cmd",
+    "wheelhouse": "porter.cli.wheelhouse:wheelhouse",
 }
 
 

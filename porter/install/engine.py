@@ -1,0 +1,169 @@
+"""``porter install``: pick the wheels that fit, prove they are untampered, install offline, under a lock.
+
+Order: inspect the target interpreter, find the node's GPU, scan and select (no file is touched
+before a wheel is chosen), take the environment's lock, copy each chosen wheel into a private
+folder and check the *copy* (sha256 against the manifest, entries that escape the target, each
+extension's sha256), then ``python -m pip install --no-index --only-binary :all: --find-links
+WHEELHOUSE`` from those copies, then write an install record per wheel. A second install into the
+same environment waits on the lock; pip itself rolls back a failed install, and no record is written
+for a wheel pip did not install.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from porter.errors import ConfigError, ToolError
+from porter.install.env import Node, TargetEnv, detect_node, inspect_env
+from porter.install.records import lock_path, read_records, write_record
+from porter.install.wheelhouse import Selection, Wheel, check_wheel, orphan_manifests, same_version, scan, select
+from porter.log import Logger, quiet_logger
+from porter.run import Runner, make_env
+
+
+@dataclass(frozen=True)
+class InstallOptions:
+    wheelhouse: Path
+    python: str
+    archs: tuple[str, ...] = ()
+    only: tuple[str, ...] = ()
+    reinstall: bool = False
+    no_deps: bool = False
+    lock_timeout: float = 1800.0
+    dry_run: bool = False
+
+
+@dataclass
+class InstallResult:
+    env: TargetEnv
+    node: Node
+    selection: Selection
+    installed: list[Wheel] = field(default_factory=list)
+    skipped: list[Wheel] = field(default_factory=list)
+    lock: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        def w(x: Wheel) -> dict[str, Any]:
+            return {"component": x.component, "project": str(x.project), "version": x.version_text,
+                    "wheel": x.filename}
+        return {"python": self.env.executable, "python_tag": self.env.python_tag,
+                "torch": self.env.torch.describe() if self.env.torch else None,
+                "node": {"archs": list(self.node.archs), "source": self.node.source},
+                "installed": [w(x) for x in self.installed], "skipped": [w(x) for x in self.skipped],
+                "rejected": [{**w(x), "reasons": list(r)} for x, r in self.selection.rejected],
+                "lock": self.lock}
+
+
+def _already_installed(env: TargetEnv, wheel: Wheel, sha: str) -> bool:
+    dist = env.dists.get(str(wheel.project))
+    rec = read_records(env).get(str(wheel.project))
+    return (dist is not None and same_version(dist.version, wheel.version) and rec is not None
+            and rec.record is not None and rec.record["sha256"] == sha)
+
+
+def pip_argv(env: TargetEnv, wheelhouse: Path, files: Sequence[Path], *, force: bool, no_deps: bool) -> list[str]:
+    argv = [env.executable, "-m", "pip", "install", "--no-index", "--only-binary", ":all:",
+            "--find-links", str(wheelhouse), "--disable-pip-version-check", "--no-input"]
+    if force:
+        argv += ["--force-reinstall", "--no-deps"]
+    elif no_deps:
+        argv.append("--no-deps")
+    return argv + [str(f) for f in files]
+
+
+def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> InstallResult:
+    log = log or quiet_logger()
+    wheelhouse = opts.wheelhouse.resolve()
+    with log.step(f"inspect {opts.python}"):
+        wheels = scan(wheelhouse)
+        env = inspect_env(opts.python, runner, dists=[str(w.project) for w in wheels])
+        node = detect_node(runner, opts.archs)
+    log.info(f"target: {env.describe()}; GPU: {node.describe()}")
+    for orphan in orphan_manifests(wheelhouse):
+        log.warn(f"{orphan.name}: manifest without its wheel (ignored)")
+    selection = select(wheels, env, node, opts.only, str(wheelhouse))
+    for w, why in selection.rejected:
+        log.detail(f"not for this target: {w.filename}: {'; '.join(why)}")
+    result = InstallResult(env, node, selection)
+    if env.pip is None and not opts.dry_run:
+        raise ToolError(f"{env.executable} has no pip; porter installs through the target's own pip",
+                        hint=f"run '{env.executable} -m ensurepip', or create the venv with pip")
+    lock = FileLock(str(lock_path(env)), timeout=opts.lock_timeout)
+    lock_path(env).parent.mkdir(parents=True, exist_ok=True)
+    asked = time.time()
+    try:
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            log.info(f"waiting for the install lock {lock_path(env)} (another install into this environment runs)")
+            lock.acquire()
+    except Timeout:
+        raise ToolError(f"install lock {lock_path(env)} still held after {opts.lock_timeout:.0f}s",
+                        hint="another porter install is running or hung; wait, or raise --lock-timeout") from None
+    acquired = time.time()
+    try:
+        # re-inspect under the lock: an install that held it may have changed the environment
+        env = inspect_env(opts.python, runner, dists=[str(w.project) for w in wheels])
+        result.env = env
+        _install_locked(opts, env, selection, wheelhouse, runner, log, result)
+    finally:
+        lock.release()
+        released = time.time()
+        result.lock = {"path": str(lock_path(env)), "waited_s": round(acquired - asked, 3),
+                       "acquired_at": acquired, "released_at": released}
+    return result
+
+
+def _install_locked(opts: InstallOptions, env: TargetEnv, selection: Selection, wheelhouse: Path,
+                    runner: Runner, log: Logger, result: InstallResult) -> None:
+    stage = Path(tempfile.mkdtemp(prefix="porter-install-"))
+    try:
+        fresh: list[tuple[Wheel, Path, str]] = []
+        replace: list[tuple[Wheel, Path, str]] = []
+        for w in selection.chosen:
+            assert w.manifest is not None
+            copy = stage / w.filename
+            shutil.copyfile(w.path, copy)
+            check_wheel(copy, w.manifest, label=str(w.path))
+            sha = w.manifest["wheel"]["sha256"]
+            if not opts.reinstall and _already_installed(env, w, sha):
+                log.info(f"{w.component} {w.version_text}: already installed from this wheel")
+                result.skipped.append(w)
+                continue
+            dist = env.dists.get(str(w.project))
+            present = dist is not None and same_version(dist.version, w.version)
+            (replace if opts.reinstall or present else fresh).append((w, copy, sha))
+        for group, force in ((fresh, False), (replace, True)):
+            if not group:
+                continue
+            argv = pip_argv(env, wheelhouse, [c for _, c, _ in group], force=force, no_deps=opts.no_deps)
+            if opts.dry_run:
+                log.command(argv)
+                continue
+            with log.step(f"install {', '.join(f'{w.component} {w.version_text}' for w, _, _ in group)}"):
+                runner.run(argv, env=make_env({"PIP_CONFIG_FILE": os.devnull, "PYTHONNOUSERSITE": "1"}),
+                           timeout=3600, hint="pip could not install from the wheelhouse; its output is above "
+                                              "(a missing dependency wheel? add it to the wheelhouse)")
+            for w, _copy, sha in group:
+                assert w.manifest is not None
+                write_record(env, str(w.project), w.manifest, sha, str(w.path))
+                result.installed.append(w)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def parse_only(values: Sequence[str]) -> tuple[str, ...]:
+    names = tuple(n.strip() for v in values for n in v.split(",") if n.strip())
+    for n in names:
+        if not n.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise ConfigError(f"--only: {n!r} is not a project name")
+    return names

@@ -1,0 +1,66 @@
+"""Run by the *target* interpreter (standard library only): prints one ``PORTER-ENV {json}`` line.
+
+argv[1]: JSON list of canonical distribution names to report on.
+"""
+import os, sys
+
+if sys.path and os.path.abspath(sys.path[0] or '.') == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]   # porter's own folder must not shadow the target's modules
+
+import json, os, re, sys, sysconfig
+import importlib.util
+import importlib.metadata as md
+
+want = set(json.loads(sys.argv[1]))
+out = {"executable": sys.executable, "version": list(sys.version_info[:3]),
+       "implementation": sys.implementation.name, "prefix": sys.prefix,
+       "paths": {k: sysconfig.get_path(k) for k in ("purelib", "platlib", "data", "scripts")}}
+tags = []
+try:
+    try:
+        from packaging import tags as _t
+    except ImportError:
+        from pip._vendor.packaging import tags as _t
+    tags = [str(t) for t in _t.sys_tags()]
+except Exception:
+    pass
+out["tags"] = tags
+try:
+    import pip
+    out["pip"] = pip.__version__
+except Exception:
+    out["pip"] = None
+torch = None
+spec = importlib.util.find_spec("torch")
+if spec is not None and spec.submodule_search_locations:
+    vf = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
+    ns = {}
+    try:
+        with open(vf) as f:
+            exec(compile(f.read(), vf, "exec"), ns)
+        torch = {"version": ns.get("__version__"), "hip": ns.get("hip"), "cuda": ns.get("cuda"),
+                 "path": os.path.dirname(vf)}
+    except Exception as exc:
+        torch = {"version": None, "error": repr(exc), "path": os.path.dirname(vf)}
+out["torch"] = torch
+dists = {}
+for d in md.distributions():
+    name = d.metadata["Name"]
+    if not name:
+        continue
+    canon = re.sub(r"[-_.]+", "-", name).lower()
+    if canon not in want or canon in dists:
+        continue
+    files = []
+    for f in d.files or []:
+        s = str(f)
+        if s.endswith(".so") or ".so." in os.path.basename(s):
+            files.append([s, str(d.locate_file(f))])
+    try:
+        carried = d.read_text("porter.json")
+    except Exception:
+        carried = None
+    dists[canon] = {"name": name, "version": d.version, "location": str(d.locate_file("")),
+                    "shared_objects": files, "carried_manifest": carried}
+out["dists"] = dists
+print("PORTER-ENV " + json.dumps(out))

@@ -1,0 +1,333 @@
+"""``porter verify`` and ``porter report``: prove an environment will not JIT and carries the node's code.
+
+What is checked, per installed component (DeepSpeed, APEX, FlashAttention, Megatron fused kernels,
+found through ``importlib.metadata`` in the target interpreter plus porter's install records):
+
+- the record matches what is installed (same version; every extension file present, same sha256);
+- every prebuilt module imports in a subprocess of the target python whose ``PATH`` starts with a
+  folder of *trap* compilers (``c++``, ``g++``, ``hipcc``, ``nvcc``, ``ninja``, ...: each one logs its
+  call and fails), ``CC``/``CXX`` pointing at traps, and a fresh empty ``TORCH_EXTENSIONS_DIR``; any
+  trap call or any file appearing there is a JIT build and a problem. For DeepSpeed, each op marked
+  prebuilt in ``installed_ops`` is also loaded through DeepSpeed's own op loader when it is present;
+- every ``.so``'s embedded GPU code objects (:mod:`porter.codeobjects`) cover the node's arch, and
+  agree with the archs the manifest claims;
+- wavefront, torch version and kind, ROCm / CUDA version match what the wheel was built for.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from porter.codeobjects import read_code_objects
+from porter.errors import ConfigError
+from porter.install.env import COMPONENTS, InstalledDist, Node, TargetEnv
+from porter.install.records import RecordFile, carried_manifest, read_records
+from porter.install.wheelhouse import runtime_mismatches, same_version
+from porter.manifest import Manifest, sha256_file
+from porter.run import Runner, make_env
+
+TRAPPED = ("cc", "c++", "gcc", "g++", "clang", "clang++", "amdclang", "amdclang++", "hipcc", "hipcc.pl",
+           "nvcc", "ninja", "ld", "x86_64-linux-gnu-g++", "x86_64-linux-gnu-gcc")
+_TRAP = """#!/bin/sh
+printf '%s\\n' "$(basename "$0") $*" >> "{log}"
+echo "porter verify: compiler call refused: $(basename "$0")" >&2
+exit 97
+"""
+
+PROBE_IMPORT = Path(__file__).with_name("probe_import.py")
+
+
+@dataclass(frozen=True)
+class Problem:
+    component: str
+    file: str
+    check: str
+    expected: str
+    found: str
+
+    def __str__(self) -> str:
+        return f"{self.component}: {self.file}: {self.check}: expected {self.expected}, found {self.found}"
+
+
+@dataclass
+class ComponentReport:
+    component: str
+    project: str
+    version: str | None
+    record: str | None                  # path of the install record, if any
+    kind: str | None = None             # rocm | cuda | cpu (from the manifest)
+    label: str | None = None
+    modules: list[dict[str, Any]] = field(default_factory=list)
+    installed_ops: dict[str, bool] | None = None
+    loader: dict[str, str | None] = field(default_factory=dict)   # DeepSpeed op -> None (loaded) or error
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def mode(self) -> str:
+        if not self.modules:
+            return "JIT (no prebuilt modules)"
+        return "prebuilt"
+
+
+@dataclass
+class VerifyReport:
+    env: TargetEnv
+    node: Node
+    components: list[ComponentReport]
+    extra_problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[Problem]:
+        return [p for c in self.components for p in c.problems] + self.extra_problems
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok, "python": self.env.executable, "python_tag": self.env.python_tag,
+            "torch": asdict(self.env.torch) | {"kind": self.env.torch.kind} if self.env.torch else None,
+            "node": {"archs": list(self.node.archs), "source": self.node.source},
+            "components": [{"component": c.component, "project": c.project, "version": c.version,
+                            "record": c.record, "kind": c.kind, "label": c.label, "mode": c.mode,
+                            "installed_ops": c.installed_ops, "loader": c.loader, "modules": c.modules,
+                            "problems": [asdict(p) for p in c.problems]} for c in self.components],
+            "problems": [asdict(p) for p in self.problems],
+        }
+
+
+def _component_of(project: str, manifest: Manifest | None) -> str:
+    if manifest is not None:
+        return str(manifest.get("component") or project)
+    return next((c for c, ds in COMPONENTS.items() if project in ds), project)
+
+
+def _installed_ops(dist: InstalledDist) -> dict[str, bool] | None:
+    path = Path(dist.location) / "deepspeed" / "git_version_info_installed.py"
+    if not path.is_file():
+        return None
+    try:
+        tree = ast.parse(path.read_text())
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "installed_ops"
+                                                for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+            if isinstance(value, dict):
+                return {str(k): bool(v) for k, v in value.items()}
+    return None
+
+
+def _module_of(rel: str) -> str:
+    """``deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so`` -> ``deepspeed.ops.adam.cpu_adam_op``."""
+    parts = rel.split("/")
+    parts[-1] = parts[-1].split(".")[0]
+    return ".".join(parts)
+
+
+def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
+    """Static checks (records, files, sha256, code objects, versions): no subprocess."""
+    records = read_records(env)
+    projects = sorted(set(records) | {d for ds in COMPONENTS.values() for d in ds if d in env.dists})
+    out: list[ComponentReport] = []
+    for project in projects:
+        rf: RecordFile | None = records.get(project)
+        dist = env.dists.get(project)
+        manifest: Manifest | None = rf.record["manifest"] if rf and rf.record else None
+        if manifest is None and dist is not None and dist.carried_manifest:
+            try:
+                manifest = carried_manifest(dist.carried_manifest, f"{dist.name} {dist.version}")
+            except ConfigError:
+                manifest = None
+        comp = _component_of(project, manifest)
+        rep = ComponentReport(comp, project, dist.version if dist else None, str(rf.path) if rf else None)
+        out.append(rep)
+        if rf is not None and rf.error:
+            rep.problems.append(Problem(comp, str(rf.path), "install record", "a readable porter record", rf.error))
+        if dist is None:
+            want = rf.record["version"] if rf and rf.record else "?"
+            rep.problems.append(Problem(comp, str(rf.path) if rf else project, "installed",
+                                        f"{project} {want} installed (porter record)", "not installed"))
+            continue
+        if manifest is None:
+            if dist.shared_objects or project in ("deepspeed",):
+                rep.problems.append(Problem(
+                    comp, dist.location, "porter manifest", "an install record written by 'porter install'",
+                    "none: installed some other way, so its build target cannot be checked"))
+            _add_modules_from_dist(rep, dist, node, None)
+            continue
+        target = dict(manifest.get("target") or {})
+        rep.kind = str(target.get("kind", "cpu"))
+        rep.label = manifest["version"].partition("+")[2] or None
+        if not same_version(manifest["version"], dist.version):
+            rep.problems.append(Problem(comp, str(rf.path) if rf else dist.location, "version",
+                                        manifest["version"], dist.version))
+        for why in runtime_mismatches(manifest, env, node):
+            check, _, detail = why.partition(": ")
+            rep.problems.append(Problem(comp, manifest["wheel"].get("filename", project), check,
+                                        "a match", detail))
+        _add_modules_from_dist(rep, dist, node, manifest)
+        if project == "deepspeed":
+            rep.installed_ops = _installed_ops(dist)
+            _check_deepspeed_ops(rep, dist, manifest)
+    return out
+
+
+def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node, manifest: Manifest | None) -> None:
+    located = {rel: abs_ for rel, abs_ in dist.shared_objects}
+    entries: list[dict[str, Any]]
+    if manifest is not None:
+        entries = [dict(e) for e in manifest.get("extensions") or []]
+    else:
+        entries = [{"module": _module_of(rel), "path": rel} for rel in located]
+    gpu = rep.kind in ("rocm", "cuda") or manifest is None
+    for e in entries:
+        rel = str(e["path"])
+        abs_path = located.get(rel) or str(Path(dist.location) / rel)
+        mod: dict[str, Any] = {"module": e.get("module") or _module_of(rel), "path": abs_path,
+                               "op": e.get("op"), "archs": None}
+        rep.modules.append(mod)
+        if not Path(abs_path).is_file():
+            rep.problems.append(Problem(rep.component, abs_path, "file", "installed (listed in the manifest)",
+                                        "missing"))
+            continue
+        if "sha256" in e:
+            found = sha256_file(abs_path)
+            if found != e["sha256"]:
+                rep.problems.append(Problem(rep.component, abs_path, "sha256", str(e["sha256"]), found))
+        try:
+            objs = read_code_objects(abs_path)
+        except (ConfigError, OSError, IndexError, ValueError) as exc:
+            rep.problems.append(Problem(rep.component, abs_path, "code objects", "a readable ELF .so", str(exc)))
+            continue
+        archs = sorted({o.arch for o in objs if o.kind != "ptx"})
+        mod["archs"] = archs
+        mod["code_objects"] = sorted({o.target for o in objs})
+        claimed = sorted({str(a).split(":")[0] for a in e.get("archs") or []})
+        if claimed and claimed != archs:
+            rep.problems.append(Problem(rep.component, abs_path, "archs in file vs manifest",
+                                        ",".join(claimed), ",".join(archs) or "none"))
+        if not gpu or (manifest is None and not objs):
+            continue
+        if not node.archs:
+            if rep.kind in ("rocm", "cuda") or objs:
+                rep.problems.append(Problem(rep.component, abs_path, "GPU arch",
+                                            "a node arch (a visible GPU, or --arch)",
+                                            f"none; the file has code for {','.join(archs) or 'none'}"))
+            continue
+        missing = [a for a in node.archs if a not in archs]
+        if missing:
+            rep.problems.append(Problem(rep.component, abs_path, "GPU code objects",
+                                        f"code for {','.join(node.archs)}",
+                                        f"code for {','.join(archs) or 'no GPU arch'}"))
+
+
+def _check_deepspeed_ops(rep: ComponentReport, dist: InstalledDist, manifest: Manifest) -> None:
+    ops = rep.installed_ops
+    info = str(Path(dist.location) / "deepspeed" / "git_version_info_installed.py")
+    built = {str(e["op"]) for e in manifest.get("extensions") or [] if e.get("op")}
+    if ops is None:
+        if built:
+            rep.problems.append(Problem(rep.component, info, "installed_ops",
+                                        f"installed_ops marking {', '.join(sorted(built))} prebuilt",
+                                        "no readable installed_ops: DeepSpeed would JIT-compile every op"))
+        return
+    for op in sorted(built):
+        if not ops.get(op):
+            rep.problems.append(Problem(rep.component, info, f"installed_ops[{op!r}]", "True (a prebuilt .so ships)",
+                                        f"{ops.get(op)!r}: DeepSpeed would JIT-compile {op} anyway"))
+    for op in sorted(o for o, v in ops.items() if v and o not in built):
+        rep.problems.append(Problem(rep.component, info, f"installed_ops[{op!r}]",
+                                    "a prebuilt module listed in the manifest", "True but no such module shipped"))
+
+
+def _trap_dir(root: Path) -> tuple[Path, Path]:
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    log = root / "compiler-calls.log"
+    log.touch()
+    for name in TRAPPED:
+        p = bin_dir / name
+        p.write_text(_TRAP.format(log=log))
+        p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return bin_dir, log
+
+
+def import_check(env: TargetEnv, reps: Iterable[ComponentReport], runner: Runner) -> None:
+    """Import every prebuilt module with compilers trapped and a fresh TORCH_EXTENSIONS_DIR."""
+    for rep in reps:
+        modules = [m["module"] for m in rep.modules if Path(m["path"]).is_file()]
+        ds_ops = sorted(o for o, v in (rep.installed_ops or {}).items() if v) if rep.project == "deepspeed" else []
+        if not modules and not ds_ops:
+            continue
+        work = Path(tempfile.mkdtemp(prefix="porter-verify-"))
+        try:
+            bin_dir, log = _trap_dir(work)
+            ext_dir = work / "torch_extensions"
+            ext_dir.mkdir()
+            update: dict[str, str | None] = {
+                "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+                "TORCH_EXTENSIONS_DIR": str(ext_dir), "CC": str(bin_dir / "cc"), "CXX": str(bin_dir / "c++"),
+                "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1", "MAX_JOBS": "1",
+            }
+            if rep.kind == "cpu" and rep.project == "deepspeed":
+                update["DS_ACCELERATOR"] = "cpu"
+            res = runner.run([env.executable, str(PROBE_IMPORT), json.dumps(modules), json.dumps(ds_ops)],
+                             env=make_env(update), cwd=work, timeout=600, check=False)
+            line = next((ln for ln in res.output.splitlines() if ln.startswith("PORTER-IMPORT ")), None)
+            if line is None:
+                rep.problems.append(Problem(rep.component, env.executable, "import (subprocess)",
+                                            "exit 0 with a result line",
+                                            f"exit {res.returncode}: {res.output.strip()[-800:]}"))
+            else:
+                data = json.loads(line[len("PORTER-IMPORT "):])
+                paths = {m["module"]: m["path"] for m in rep.modules}
+                for mod, err in data["modules"].items():
+                    entry = next(m for m in rep.modules if m["module"] == mod)
+                    entry["import"] = "ok" if err is None else err
+                    if err is not None:
+                        rep.problems.append(Problem(rep.component, paths[mod], f"import {mod}",
+                                                    "imports with no compiler", err))
+                for op, err in data["loader"].items():
+                    if err is not None and err.startswith("skipped:"):
+                        continue
+                    if err is not None:
+                        rep.problems.append(Problem(rep.component, f"deepspeed op {op}", "DeepSpeed op loader",
+                                                    "the prebuilt module loads", err))
+                rep.loader = data["loader"]
+            calls = [c for c in log.read_text().splitlines() if c.strip()]
+            if calls:
+                rep.problems.append(Problem(rep.component, env.executable, "compiler calls", "0",
+                                            f"{len(calls)}: " + "; ".join(calls[:5])))
+            built = sorted(str(p.relative_to(ext_dir)) for p in ext_dir.rglob("*"))
+            if built:
+                rep.problems.append(Problem(rep.component, str(ext_dir), "TORCH_EXTENSIONS_DIR", "empty (no JIT build)",
+                                            ", ".join(built[:8])))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def verify(env: TargetEnv, node: Node, runner: Runner, *, imports: bool = True) -> VerifyReport:
+    reps = collect(env, node)
+    if imports:
+        import_check(env, reps, runner)
+    return VerifyReport(env, node, reps)
+
+
+def compilers_on_path(environ: dict[str, str] | None = None) -> dict[str, str | None]:
+    path = (environ or dict(os.environ)).get("PATH", "")
+    return {n: shutil.which(n, path=path) for n in ("hipcc", "nvcc", "g++", "c++", "ninja", "rocminfo")}

@@ -1,0 +1,363 @@
+"""A wheelhouse: a folder of wheels, porter's with a sidecar ``<wheel>.porter.json`` manifest.
+
+Scanning reads every wheel's name, version and tags (``packaging``) and its manifest. Wheels porter
+built (a known component, or a porter local label such as ``+rocm5.7.gfx90a`` / ``+cpu.x86_64_v2``)
+must have a valid manifest; other wheels are dependencies, offered to pip as ``--find-links`` only.
+
+``match`` says why a porter wheel does not fit a target (python/platform tags, torch version and
+kind, ROCm/CUDA version, GPU arch, wavefront), one reason per line; ``select`` picks one wheel per
+component. ``check_wheel`` proves a wheel file is the one its manifest describes and that no entry
+escapes the install target. ``write_index`` makes a PEP 503 simple index plus a combined manifest.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from porter import __version__
+from porter.errors import CheckFailed, ConfigError, NothingToDo
+from porter.install.env import COMPONENTS, Node, TargetEnv
+from porter.manifest import (SUFFIX, Manifest, atomic_write_json, atomic_write_text, manifest_path,
+                             read_manifest, sha256_bytes, sha256_file)
+from porter.toolchain.archs import ARCHS
+
+INDEX_SCHEMA = "porter.wheelhouse/1"
+INDEX_NAME = "porter-wheelhouse.json"
+_PORTER_LABEL = re.compile(r"^(cpu\.[a-z0-9_]+|rocm\d+(\.\d+)*\.gfx[0-9a-z_]+|cu\d+\.sm[0-9a-z_]+)$")
+_COMPONENT_DISTS = {d for ds in COMPONENTS.values() for d in ds}
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """One wheel file in a wheelhouse, with its manifest when porter built it."""
+
+    path: Path
+    project: NormalizedName
+    version: Version
+    tags: frozenset[Tag]
+    manifest: Manifest | None = None
+    manifest_error: str | None = None     # missing / corrupt, for a wheel that needs one
+
+    @property
+    def filename(self) -> str:
+        return self.path.name
+
+    @property
+    def version_text(self) -> str:
+        """The version as written (``0.19.8+cpu.x86_64_v2``; ``packaging`` would print ``cpu.x86.64.v2``)."""
+        return self.manifest["version"] if self.manifest else self.filename.split("-")[1]
+
+    @property
+    def is_porter(self) -> bool:
+        return self.manifest is not None or self.manifest_error is not None
+
+    @property
+    def component(self) -> str:
+        return str(self.manifest["component"]) if self.manifest else str(self.project)
+
+    def tag_text(self) -> str:
+        return ".".join(sorted({str(t) for t in self.tags}))
+
+
+def needs_manifest(project: str, version: Version) -> bool:
+    return canonicalize_name(project) in _COMPONENT_DISTS or bool(
+        version.local and _PORTER_LABEL.match(version.local))
+
+
+def scan(directory: str | os.PathLike[str]) -> list[Wheel]:
+    """Every ``*.whl`` in ``directory`` (not recursive), sorted by name; manifests read and checked."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise ConfigError(f"wheelhouse not found: {root}", hint="pass the folder that holds the wheels")
+    wheels: list[Wheel] = []
+    for path in sorted(root.glob("*.whl")):
+        try:
+            project, version, _build, tags = parse_wheel_filename(path.name)
+        except (InvalidWheelFilename, InvalidVersion) as exc:
+            raise ConfigError(f"not a valid wheel file name: {path}: {exc}",
+                              hint="remove or rename the file; wheel names follow PEP 427") from None
+        mpath = manifest_path(path)
+        manifest: Manifest | None = None
+        error: str | None = None
+        if mpath.exists() or needs_manifest(project, version):
+            try:
+                manifest = read_manifest(mpath)
+                named = manifest["wheel"].get("filename")
+                if named != path.name:
+                    error = f"manifest {mpath.name} describes {named!r}, not {path.name}"
+                    manifest = None
+            except ConfigError as exc:
+                error = exc.message
+        wheels.append(Wheel(path, project, version, frozenset(tags), manifest, error))
+    return wheels
+
+
+def orphan_manifests(directory: str | os.PathLike[str]) -> list[Path]:
+    """Manifests whose wheel is gone."""
+    root = Path(directory)
+    return sorted(p for p in root.glob(f"*.whl{SUFFIX}") if not (root / p.name[:-len(SUFFIX)]).exists())
+
+
+# -- does a wheel fit the target? ----------------------------------------------------------------
+
+def _major_minor(version: str | None) -> str:
+    parts = re.findall(r"\d+", version or "")
+    return ".".join(parts[:2])
+
+
+def same_version(a: str, b: str | Version) -> bool:
+    try:
+        return Version(a) == (b if isinstance(b, Version) else Version(b))
+    except InvalidVersion:
+        return a == str(b)
+
+
+def _release(version: str) -> str:
+    try:
+        return ".".join(str(p) for p in Version(version).release)
+    except InvalidVersion:
+        return version.split("+")[0]
+
+
+def runtime_mismatches(manifest: Manifest, env: TargetEnv, node: Node) -> list[str]:
+    """Why this build does not fit the environment's torch and the node's GPU ([] when it does)."""
+    out: list[str] = []
+    target: dict[str, Any] = dict(manifest.get("target") or {})
+    built_torch: dict[str, Any] = dict(manifest.get("torch") or {})
+    kind = str(target.get("kind", "cpu"))
+    tver = built_torch.get("version")
+    if tver:
+        want = f"{_release(str(tver))} ({built_torch.get('kind', kind)})"
+        if env.torch is None:
+            out.append(f"torch: built for {want}, not installed in this environment")
+        else:
+            tkind = str(built_torch.get("kind") or ("cpu" if kind == "cpu" else kind))
+            if _release(str(tver)) != env.torch.release or tkind != env.torch.kind:
+                out.append(f"torch: built for {want}, found {env.torch.release} ({env.torch.kind})")
+    if kind == "rocm":
+        want_rocm = _major_minor(str(target.get("rocm_version") or built_torch.get("hip")
+                                     or (manifest.get("toolchain") or {}).get("toolkit_version") or ""))
+        found = _major_minor(env.torch.hip) if env.torch else ""
+        if want_rocm and env.torch is not None and env.torch.hip and want_rocm != found:
+            out.append(f"ROCm: built for ROCm {want_rocm}, torch here is built for HIP {env.torch.hip}")
+    if kind == "cuda":
+        want_cuda = _major_minor(str(target.get("cuda_version") or built_torch.get("cuda") or ""))
+        if want_cuda and env.torch is not None and env.torch.cuda and want_cuda != _major_minor(env.torch.cuda):
+            out.append(f"CUDA: built for CUDA {want_cuda}, torch here is built for CUDA {env.torch.cuda}")
+    if kind in ("rocm", "cuda"):
+        built = [str(a).split(":")[0] for a in target.get("archs") or []]
+        if not node.archs:
+            out.append(f"GPU arch: built for {','.join(built) or '?'}; no GPU visible here and no --arch given")
+        else:
+            missing = [a for a in node.archs if a not in built]
+            if missing:
+                out.append(f"GPU arch: node has {','.join(node.archs)}, wheel has code for {','.join(built) or 'none'}")
+            wave = target.get("wavefront")
+            node_waves = sorted({ARCHS[a].wavefront for a in node.archs if a in ARCHS})
+            if wave is not None and node_waves and node_waves != [int(wave)]:
+                out.append(f"wavefront: built for wave{wave}, {','.join(node.archs)} runs "
+                           f"wave{'/'.join(map(str, node_waves))}")
+    return out
+
+
+def mismatches(wheel: Wheel, env: TargetEnv, node: Node) -> list[str]:
+    out: list[str] = []
+    env_tags = set(env.tags)
+    if env_tags and not {str(t) for t in wheel.tags} & env_tags:
+        out.append(f"python/platform: wheel is {wheel.tag_text()}, this python takes {env.python_tag} "
+                   f"({env.tags[0] if env.tags else '?'} ...)")
+    if wheel.manifest is not None:
+        out += runtime_mismatches(wheel.manifest, env, node)
+    return out
+
+
+@dataclass(frozen=True)
+class Selection:
+    chosen: tuple[Wheel, ...]
+    rejected: tuple[tuple[Wheel, tuple[str, ...]], ...]
+    dependencies: tuple[Wheel, ...]
+
+
+def _matches_only(wheel: Wheel, only: Sequence[str]) -> bool:
+    names = {canonicalize_name(n) for n in only}
+    return not names or wheel.project in names or canonicalize_name(wheel.component) in names
+
+
+def select(wheels: Sequence[Wheel], env: TargetEnv, node: Node, only: Sequence[str] = (),
+           wheelhouse: str = "") -> Selection:
+    """One wheel per component that fits; raises when a manifest is bad or nothing fits."""
+    porter = [w for w in wheels if w.is_porter and _matches_only(w, only)]
+    bad = [w for w in porter if w.manifest_error]
+    if bad:
+        lines = "\n".join(f"  {w.filename}: {w.manifest_error}" for w in bad)
+        raise ConfigError(f"{len(bad)} wheel(s) in {wheelhouse or 'the wheelhouse'} have no usable manifest:\n{lines}",
+                          hint="rebuild them with porter (the manifest is written beside the wheel), "
+                               "or remove them from the wheelhouse")
+    fits: dict[str, list[Wheel]] = {}
+    rejected: list[tuple[Wheel, tuple[str, ...]]] = []
+    for w in porter:
+        why = mismatches(w, env, node)
+        if why:
+            rejected.append((w, tuple(why)))
+        else:
+            fits.setdefault(w.component, []).append(w)
+    chosen = tuple(sorted((max(ws, key=lambda w: (w.version, w.filename)) for ws in fits.values()),
+                          key=lambda w: w.component))
+    missing = [n for n in only if not any(_matches_only(w, [n]) for w in chosen)]
+    if not chosen or missing:
+        have = "\n".join(f"  {w.filename}:\n" + "\n".join(f"      {r}" for r in why) for w, why in rejected)
+        others = [w.filename for w in wheels if not w.is_porter]
+        what = f" for {', '.join(missing)}" if missing else ""
+        raise NothingToDo(
+            f"no wheel in {wheelhouse or 'the wheelhouse'}{what} fits {env.describe()}, GPU {node.describe()}\n"
+            + (f"what it has:\n{have}" if have else "it holds no porter wheels"
+               + (f" (only dependencies: {', '.join(others)})" if others else "")),
+            hint="build wheels for this environment (python, torch, ROCm, arch) with porter, "
+                 "or pass --python / --arch for the environment and node you mean")
+    deps = tuple(w for w in wheels if not w.is_porter)
+    return Selection(chosen, tuple(rejected), deps)
+
+
+# -- is the file the one the manifest describes, and is it safe to unpack? -----------------------
+
+def unsafe_entries(names: Iterable[str]) -> list[str]:
+    """Archive names that would land outside the install target (``../``, absolute, drive letters)."""
+    bad = []
+    for name in names:
+        parts = name.replace("\\", "/").split("/")
+        if "\0" in name or name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name) or ".." in parts:
+            bad.append(name)
+    return bad
+
+
+def check_wheel(path: Path, manifest: Manifest, *, label: str | None = None) -> None:
+    """Refuse a wheel whose sha256 or extension contents differ from the manifest, or that escapes."""
+    label = label or path.name
+    want = manifest["wheel"].get("sha256", "")
+    found = sha256_file(path)
+    if found != want:
+        raise CheckFailed(f"{label}: sha256 does not match its manifest (tampered or rebuilt without its "
+                          f"manifest): expected {want}, found {found}",
+                          hint="rebuild the wheel with porter, or restore the original file; nothing was installed")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            escaping = unsafe_entries(names)
+            if escaping:
+                raise CheckFailed(f"{label}: entries escape the install target: {', '.join(escaping)}",
+                                  hint="this wheel is unsafe to install; rebuild it with porter")
+            links = [i.filename for i in zf.infolist() if (i.external_attr >> 16) & 0o170000 == 0o120000]
+            if links:
+                raise CheckFailed(f"{label}: holds symbolic links: {', '.join(links)}",
+                                  hint="wheels must not carry symlinks; rebuild it with porter")
+            for ext in manifest.get("extensions") or []:
+                try:
+                    data = zf.read(ext["path"])
+                except KeyError:
+                    raise CheckFailed(f"{label}: manifest lists {ext['path']}, the wheel does not hold it",
+                                      hint="rebuild the wheel with porter") from None
+                if sha256_bytes(data) != ext["sha256"]:
+                    raise CheckFailed(f"{label}: {ext['path']}: sha256 expected {ext['sha256']}, "
+                                      f"found {sha256_bytes(data)}", hint="rebuild the wheel with porter")
+    except zipfile.BadZipFile as exc:
+        raise CheckFailed(f"{label}: not a readable wheel: {exc}", hint="rebuild the wheel") from None
+
+
+# -- PEP 503 index + combined manifest ----------------------------------------------------------------
+
+def _page(title: str, links: Iterable[tuple[str, str, str]]) -> str:
+    body = "\n".join(f'    <a href="{html.escape(href)}"{attrs}>{html.escape(text)}</a><br/>'
+                     for href, text, attrs in links)
+    return ("<!DOCTYPE html>\n<html>\n  <head><meta name=\"pypi:repository-version\" content=\"1.0\">"
+            f"<title>{html.escape(title)}</title></head>\n  <body>\n{body}\n  </body>\n</html>\n")
+
+
+def _requires_python(path: Path) -> str | None:
+    with zipfile.ZipFile(path) as zf:
+        meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
+        if meta is None:
+            return None
+        for line in zf.read(meta).decode(errors="replace").splitlines():
+            if not line.strip():
+                break
+            if line.lower().startswith("requires-python:"):
+                return line.split(":", 1)[1].strip()
+    return None
+
+
+def write_index(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """Write ``simple/`` (PEP 503) and ``porter-wheelhouse.json``; returns the combined manifest.
+
+    Every porter wheel's sha256 is checked against its manifest first; a mismatch writes nothing.
+    ``simple`` is a symlink swapped atomically to a freshly written tree, so a reader sees the old
+    index or the new one, never half of one.
+    """
+    root = Path(directory).resolve()
+    wheels = scan(root)
+    bad = [w for w in wheels if w.manifest_error]
+    if bad:
+        raise ConfigError("no usable manifest for: " + "; ".join(f"{w.filename}: {w.manifest_error}" for w in bad),
+                          hint="rebuild those wheels with porter or remove them; nothing was written")
+    if not wheels:
+        raise ConfigError(f"no wheels in {root}", hint="build wheels into this folder first")
+    entries: list[dict[str, Any]] = []
+    by_project: dict[str, list[tuple[Wheel, str]]] = {}
+    for w in wheels:
+        digest = sha256_file(w.path)
+        if w.manifest is not None and w.manifest["wheel"].get("sha256") != digest:
+            raise CheckFailed(f"{w.filename}: sha256 does not match its manifest: expected "
+                              f"{w.manifest['wheel'].get('sha256')}, found {digest}",
+                              hint="rebuild the wheel or restore the original; nothing was written")
+        by_project.setdefault(str(w.project), []).append((w, digest))
+        entries.append({"filename": w.filename, "project": str(w.project), "version": w.version_text,
+                        "tags": sorted(str(t) for t in w.tags), "sha256": digest, "size": w.path.stat().st_size,
+                        "component": w.component if w.manifest else None, "manifest": w.manifest})
+    doc = {"schema": INDEX_SCHEMA, "porter_version": __version__,
+           "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wheels": entries}
+    tmp = Path(tempfile.mkdtemp(prefix=".simple-", dir=root))
+    try:
+        atomic_write_text(tmp / "index.html", _page("Simple index", ((f"{p}/", p, "") for p in sorted(by_project))))
+        for project, items in by_project.items():
+            links = []
+            for w, digest in sorted(items, key=lambda x: x[0].filename):
+                rp = _requires_python(w.path)
+                attrs = f' data-requires-python="{html.escape(rp)}"' if rp else ""
+                links.append((f"../../{w.filename}#sha256={digest}", w.filename, attrs))
+            atomic_write_text(tmp / project / "index.html", _page(f"Links for {project}", links))
+        os.chmod(tmp, 0o755)
+        _swap_in(root / "simple", tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    atomic_write_json(root / INDEX_NAME, doc)
+    return doc
+
+
+def _swap_in(link: Path, new_tree: Path) -> None:
+    old: Path | None = None
+    if link.is_symlink():
+        old = link.parent / os.readlink(link)
+    elif link.exists():
+        aside = link.with_name(f".simple-old-{os.getpid()}")
+        os.replace(link, aside)
+        old = aside
+    tmp_link = link.with_name(f".simple-link-{os.getpid()}")
+    tmp_link.unlink(missing_ok=True)
+    os.symlink(new_tree.name, tmp_link)
+    os.replace(tmp_link, link)
+    if old is not None and old.resolve() != new_tree.resolve() and old.name.startswith(".simple-"):
+        shutil.rmtree(old, ignore_errors=True)
