@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "verify": "porter.cli.install:verify_cmd",
     "report": "porter.cli.install:report_cmd",
     "wheelhouse": "porter.cli.wheelhouse:wheelhouse",
+    "wheel": "porter.cli.wheel:wheel",
 }
 
 

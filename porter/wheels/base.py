@@ -1,0 +1,176 @@
+"""The model shared by the wheel drivers: what a source tree is, what to build, and the plan.
+
+A driver (apex, flash-attn) knows one upstream project's *build interface*: how to recognise its tree,
+which version and build regime it has, which environment variables and pip arguments make it build
+what the toolchain profile asks for, and what a correct wheel must contain. It never runs anything:
+:mod:`porter.wheels.engine` runs the plan, verifies, labels and writes the manifest.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from porter.resources import available_memory, cpu_count, default_jobs
+from porter.toolchain.profile import Toolchain
+
+GiB = 1 << 30
+Backend = Literal["ck", "triton"]
+BACKENDS: tuple[str, ...] = ("ck", "triton")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the build host offers right now: cores and free memory (bytes). Injected in tests."""
+
+    cores: int
+    free_bytes: int
+
+    @classmethod
+    def current(cls) -> Machine:
+        return cls(cores=cpu_count(), free_bytes=available_memory())
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One prebuildable extension an upstream tree declares."""
+
+    name: str
+    """Upstream op name (``amp_C``, ``fused_adam_cuda``)."""
+    module: str
+    """Importable module the built ``.so`` provides (``apex.amp_C``)."""
+    group: str
+    """``cpp`` (host code only) or ``cuda`` (device code: HIP on ROCm)."""
+    switch: str = ""
+    """What turns it on: an env var (``APEX_BUILD_AMP_C``) or a setup.py flag (``--cuda_ext``)."""
+    required: bool = True
+    """False when upstream builds it only under further conditions (then a missing one is a warning)."""
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """A recognised upstream tree."""
+
+    project: str
+    """``apex`` or ``flash-attn``."""
+    version: str
+    """Upstream public version, as the tree states it."""
+    regime: str
+    """How the tree is told what to prebuild: apex ``env`` (APEX_BUILD_*) or ``flags`` (--cpp_ext/--cuda_ext);
+    flash-attn ``env``."""
+    root: Path
+    ops: tuple[OpSpec, ...] = ()
+    """Prebuildable ops the tree declares (apex)."""
+    allowed_archs: tuple[str, ...] = ()
+    """GPU archs the tree's setup.py accepts (flash-attn's GPU_ARCHS check); empty = no such check."""
+    backends: tuple[str, ...] = ()
+    """Backends the tree can build (flash-attn: ck, triton)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelRequest:
+    """What the user asked for. Every field is explicit; nothing is read from the build host's GPU."""
+
+    source: Path
+    """Upstream tree (a directory)."""
+    toolchain: Toolchain
+    output: Path
+    """Wheelhouse: the labelled wheel and its manifest go here."""
+    ops: tuple[str, ...] = ()
+    """apex: op names, or the groups ``cpp`` / ``cuda`` / ``all``; empty = the toolchain's default."""
+    backend: str = "ck"
+    """flash-attn: ``ck`` (composable_kernel C++ extension) or ``triton`` (pure Python, JIT at run time)."""
+    regime: str | None = None
+    """Force a build regime instead of the detected one (apex: ``env`` or ``flags``)."""
+    python: str = sys.executable
+    """The build interpreter (the one with torch); run through the toolchain's launcher, if any."""
+    jobs: int | None = None
+    """Parallel compile jobs (MAX_JOBS); None = chosen from free memory and cores."""
+    torch_check: bool = True
+    """Refuse early when the build needs a ROCm torch and the build python has another kind."""
+    patch_set: Path | None = None
+    """A patch set to apply to the work copy before building (see :mod:`porter.wheels.engine`)."""
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """Provenance gathered before planning (sdist sha256, git commit), copied into the manifest."""
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a correct wheel holds. The engine refuses a wheel that does not meet it."""
+
+    modules: tuple[str, ...] = ()
+    """Extension modules that must be inside (``apex.amp_C``)."""
+    optional: tuple[str, ...] = ()
+    """Extension modules that may be missing (built by upstream only under further conditions)."""
+    prebuilt: bool = False
+    """At least one prebuilt extension must be inside (a wheel with zero ``.so`` is refused)."""
+    packages: tuple[str, ...] = ()
+    """Directories that must be inside (``flash_attn/flash_attn_triton_amd``)."""
+    archs: tuple[str, ...] = ()
+    """GPU archs whose code objects every ``.so`` must hold; empty for cpu builds."""
+    empty_hint: str = ""
+    """What most likely went wrong when nothing was prebuilt (shown with the refusal)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildPlan:
+    """The exact build: one pip command and the environment changes porter makes for it."""
+
+    project: str
+    version: str
+    regime: str
+    backend: str | None
+    label: str
+    """PEP 440 local label the wheel gets (``rocm6.2.gfx942``)."""
+    pip_args: tuple[str, ...]
+    """Arguments after ``pip wheel --no-deps --no-build-isolation -w OUT SRC`` (e.g. --config-settings)."""
+    env: Mapping[str, str | None]
+    """Variables porter sets (str) or removes (None) on top of the toolchain environment."""
+    jobs: int
+    per_job_bytes: int
+    needs_torch: str | None
+    """``rocm`` when the build imports a ROCm torch (torch.version.hip); None when any torch will do."""
+    expect: Expectation
+    ops: tuple[OpSpec, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "project": self.project, "version": self.version, "regime": self.regime, "backend": self.backend,
+            "label": self.label, "pip_args": list(self.pip_args), "env": dict(self.env), "jobs": self.jobs,
+            "per_job_bytes": self.per_job_bytes, "needs_torch": self.needs_torch,
+            "ops": [op.name for op in self.ops],
+            "expect": {"modules": list(self.expect.modules), "optional": list(self.expect.optional),
+                       "prebuilt": self.expect.prebuilt, "packages": list(self.expect.packages),
+                       "archs": list(self.expect.archs)},
+            "notes": list(self.notes),
+        }
+
+
+class WheelDriver(Protocol):
+    """One upstream project's build interface."""
+
+    name: str
+    """Registry key and CLI subcommand: ``apex``, ``flash-attn``."""
+    title: str
+    """For messages: ``ROCm apex``."""
+    sdist_env: Mapping[str, str]
+    """Environment that lets ``pip download`` prepare this project's sdist metadata without compiling."""
+
+    def detect(self, root: Path) -> SourceInfo | None:
+        """Recognise the tree (None: not this project); raise ConfigError when it is but is unusable."""
+        ...
+
+    def plan(self, info: SourceInfo, request: WheelRequest, machine: Machine) -> BuildPlan:
+        """Args and env from the profile; raise ConfigError for anything the tree cannot build."""
+        ...
+
+
+def choose_jobs(per_job_bytes: int, machine: Machine, requested: int | None = None) -> int:
+    """MAX_JOBS: the request if given, else as many as cores and free memory allow (at least one)."""
+    if requested is not None:
+        return max(1, requested)
+    return default_jobs(per_job_bytes, cores=machine.cores, free_bytes=machine.free_bytes)
