@@ -105,9 +105,9 @@ def _already(edit: Edit, lines: Lines, hits: list[int]) -> bool | None:
         return all(lines.text[i + 1:i + 1 + len(new)] == new for i in hits)
     if edit.action == "insert_before" and hits:
         return all(i >= len(new) and lines.text[i - len(new):i] == new for i in hits)
-    if edit.action == "replace" and not hits and edit.text and not edit.regex:
-        body = lines.render()
-        return body.count(edit.text) >= edit.count
+    if edit.action == "replace" and not hits and edit.text and not edit.regex and "\n" not in edit.text:
+        # the anchor is gone and exactly ``count`` lines carry the replacement (else use applied_if)
+        return sum(edit.text in line for line in lines.text) == edit.count
     return None
 
 
