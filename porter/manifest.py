@@ -72,6 +72,7 @@ def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are meant to be read by others
     try:
         yield Path(tmp)
         os.replace(tmp, dest)

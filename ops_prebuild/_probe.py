@@ -1,0 +1,98 @@
+"""Run *inside the build python* (the one with the target torch), with a DeepSpeed tree on sys.path.
+
+Reads the op catalogue from the tree itself (``op_builder.all_ops.ALL_OPS``) so new DeepSpeed
+releases need no porter change, and prints one JSON document after a marker line. Arch and
+wavefront come from porter (argv), never from rocminfo: for ROCm, the builders' class-level caches
+are filled with the profile's values before any builder method runs.
+
+Usage: python _probe.py TREE KIND [ROCM_MAJOR.MINOR ARCHS WAVEFRONT]
+"""
+
+import contextlib
+import io
+import json
+import os
+import sys
+import traceback
+
+MARKER = "@@porter-probe@@"
+
+
+def main() -> None:
+    tree, kind = sys.argv[1], sys.argv[2]
+    sys.path.insert(0, tree)
+    os.chdir(tree)
+    out: dict = {"torch": None, "ops": [], "errors": []}
+    noise = io.StringIO()
+    with contextlib.redirect_stdout(noise):
+        try:
+            import torch
+            import torch.utils.cpp_extension as cpp
+        except ImportError as exc:
+            out["errors"].append(f"torch not importable: {exc}")
+            emit(out)
+            return
+        abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)
+        out["torch"] = {
+            "version": torch.__version__, "cuda": torch.version.cuda,
+            "hip": getattr(torch.version, "hip", None),
+            "root": os.path.dirname(torch.__file__),
+            "include_dirs": cpp.include_paths(),
+            "cuda_include_dirs": cpp.include_paths("cuda") if torch.version.cuda else [],
+            "library_dir": os.path.join(os.path.dirname(torch.__file__), "lib"),
+            "cxx11_abi": bool(abi),
+            "python_include": __import__("sysconfig").get_paths()["include"],
+            "ext_suffix": __import__("sysconfig").get_config_var("EXT_SUFFIX"),
+            "python_tag": "cp%d%d" % sys.version_info[:2],
+            "platform_tag": __import__("sysconfig").get_platform().replace("-", "_").replace(".", "_"),
+            "site_packages": __import__("sysconfig").get_paths()["purelib"],
+        }
+        from op_builder.builder import OpBuilder, CUDAOpBuilder  # the tree's own builder
+        if kind == "rocm":
+            major, minor = sys.argv[3].split(".")[:2]
+            OpBuilder._is_rocm_pytorch = True
+            OpBuilder._rocm_version = (int(major), int(minor))
+            OpBuilder._rocm_gpu_arch = sys.argv[4]
+            OpBuilder._rocm_wavefront_size = sys.argv[5]
+        try:
+            from op_builder.all_ops import ALL_OPS, accelerator_name
+        except Exception:
+            out["errors"].append("cannot read the op catalogue: " + traceback.format_exc(limit=3))
+            emit(out)
+            return
+        out["accelerator"] = accelerator_name
+        for name, b in sorted(ALL_OPS.items()):
+            entry = {"name": name, "class": type(b).__name__, "build_var": getattr(b, "BUILD_VAR", ""),
+                     "device": isinstance(b, CUDAOpBuilder)}
+            for field, call in (("module", b.absolute_name), ("sources", b.sources),
+                                ("include_paths", b.include_paths)):
+                try:
+                    entry[field] = call()
+                except Exception as exc:
+                    entry[field] = None
+                    entry.setdefault("probe_errors", []).append(f"{field}: {exc}")
+            try:
+                with contextlib.redirect_stdout(io.StringIO()) as said:
+                    entry["compatible"] = bool(b.is_compatible(True))
+                entry["reason"] = (b.error_log or said.getvalue().strip()) if not entry["compatible"] else ""
+            except Exception as exc:
+                entry["compatible"], entry["reason"] = False, f"is_compatible() raised: {exc}"
+            for field, call in (("cxx_args", b.cxx_args), ("nvcc_args", b.nvcc_args),
+                                ("extra_ldflags", b.extra_ldflags),
+                                ("libraries", getattr(b, "libraries_args", lambda: []))):
+                try:
+                    entry[field] = [a for a in call() if a]
+                except Exception as exc:
+                    entry[field] = []
+                    entry.setdefault("probe_errors", []).append(f"{field}: {exc}")
+            entry["bf16"] = bool(getattr(b, "enable_bf16", False))
+            out["ops"].append(entry)
+    emit(out)
+
+
+def emit(out: dict) -> None:
+    sys.stdout.write("\n" + MARKER + "\n" + json.dumps(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()

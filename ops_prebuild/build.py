@@ -1,0 +1,235 @@
+"""``porter ops build``: source -> catalogue -> plan -> one ninja run -> one wheel + manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from porter import __version__
+from porter.errors import CheckFailed, ConfigError, ToolError
+from porter.log import Logger, quiet_logger
+from porter.manifest import SCHEMA, Manifest, atomic_write_json, atomic_write_text, manifest_path, \
+    sha256_file
+from porter.resources import default_jobs
+from porter.run import Runner, make_env
+from porter.toolchain.profile import Toolchain, toolchain_env
+from ops_prebuild.catalogue import Catalogue, OpSpec, read_catalogue
+from ops_prebuild.plan import Plan, make_plan
+from ops_prebuild.source import Source, cache_dir, resolve_source
+from ops_prebuild.wheel import base_wheel, compose, dist_version, relabel, wheel_filename
+
+# Memory one compile job may take: host C++ ops ~1 GiB, nvcc/hipcc device units ~3 GiB.
+PER_JOB_BYTES = {"cpu": 1 << 30, "device": 3 << 30}
+
+
+@dataclass
+class OpResult:
+    name: str
+    status: str            # built | cached | failed
+    seconds: float = 0.0
+    log: str = ""
+    so: str = ""
+    sha256: str = ""
+
+
+@dataclass
+class BuildResult:
+    plan: Plan
+    catalogue: Catalogue
+    ops: list[OpResult] = field(default_factory=list)
+    wheel: Path | None = None
+    manifest: Path | None = None
+    jobs: int = 0
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[OpResult]:
+        return [o for o in self.ops if o.status == "failed"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"wheel": str(self.wheel) if self.wheel else None,
+                "manifest": str(self.manifest) if self.manifest else None,
+                "jobs": self.jobs, "seconds": round(self.seconds, 2),
+                "ops": [o.__dict__ for o in self.ops], "plan": self.plan.to_dict()}
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def check_writable(wheelhouse: Path) -> None:
+    try:
+        wheelhouse.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the wheelhouse {wheelhouse}: {exc.strerror}",
+                          hint="pass -o with a folder you can write") from None
+    if not os.access(wheelhouse, os.W_OK | os.X_OK):
+        raise ConfigError(f"wheelhouse {wheelhouse} is not writable", hint="pass -o with a folder you can write")
+
+
+def check_torch(cat: Catalogue, tc: Toolchain, *, dry_run: bool, python: str) -> None:
+    """A real build needs the torch the target runs; a dry run may plan with any torch."""
+    kind = cat.torch.kind
+    if tc.kind == "rocm" and kind != "rocm" and not dry_run:
+        raise ToolError(
+            f"toolchain {tc.name} builds for ROCm, but torch in {python} is {cat.torch.version} ({kind}, no HIP): "
+            "a ROCm build of a torch extension needs the ROCm build of torch (its ATen/hip headers and "
+            "libtorch_hip); nothing was compiled",
+            hint=f"run this in a python with the ROCm {tc.toolkit_version} build of torch (sites provide it as a "
+                 "module or container; PyTorch publishes ROCm wheels on its own index) and pass --python; "
+                 "'--dry-run' prints the full plan with any torch")
+    if tc.kind == "cuda" and kind != "cuda" and not dry_run:
+        raise ToolError(f"toolchain {tc.name} builds for CUDA, but torch in {python} is {cat.torch.version} ({kind})",
+                        hint="use a python with the CUDA build of torch (make cuda-venv) and pass --python")
+
+
+def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, all_compatible: bool = False,
+              wheelhouse: Path, jobs: int | None = None, dry_run: bool = False, python: str | None = None,
+              log: Logger | None = None, runner: Runner | None = None, cache: Path | None = None) -> BuildResult:
+    log = log or quiet_logger()
+    runner = runner or Runner(log)
+    python = python or os.environ.get("PORTER_PYTHON") or __import__("sys").executable
+    cache = cache or cache_dir()
+    start = time.monotonic()
+    if not dry_run:
+        check_writable(wheelhouse)
+    with log.step("reading the source and its op catalogue"):
+        source = resolve_source(source_spec, runner=runner, cache=cache)
+        cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose))
+    selected = cat.select(ops, all_compatible)
+    check_torch(cat, tc, dry_run=dry_run, python=python)
+    build_dir = cache / "ops" / f"{source.project}-{source.version}-{tc.name}-" \
+        f"{_key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag)}"
+    hip_map = hipify_for_rocm(cat, tc, selected, build_dir, python=python, runner=runner, log=log) \
+        if tc.kind == "rocm" else None
+    plan = make_plan(cat, tc, selected, build_dir, sources=hip_map)
+    per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]
+    n_jobs = jobs or default_jobs(per_job)
+    result = BuildResult(plan, cat, jobs=n_jobs)
+    if dry_run:
+        result.seconds = time.monotonic() - start
+        return result
+    build_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(build_dir / "build.ninja", plan.ninja())
+    result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc))
+    built = [o for o in result.ops if o.status != "failed"]
+    for o in result.failed:
+        log.error(f"op {o.name} failed to build; log: {o.log}")
+    if not built:
+        raise CheckFailed(f"no op built ({', '.join(o.name for o in result.failed)} failed)",
+                          hint=f"read the logs under {build_dir}")
+    with log.step("packaging the wheel"):
+        result.wheel, result.manifest = package(cat, tc, selected, result.ops, wheelhouse, python=python,
+                                                runner=runner, cache=cache)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def hipify_for_rocm(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path, *, python: str,
+                    runner: Runner, log: Logger) -> dict[str, dict[str, str]]:
+    """Hipify (for real, with torch's hipify in the build python) a copy of the ops' sources."""
+    from ops_prebuild.hipify_step import hipify_sources
+
+    with log.step("hipifying the device ops' sources (a copy; the tree is untouched)"):
+        return hipify_sources(cat.source.tree, [o for o in ops if o.device], build_dir / "hip",
+                              python=python, runner=runner)
+
+
+_NINJA_FAILED = re.compile(r"^FAILED: (.*)$", re.M)
+
+
+def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[str, str]) -> list[OpResult]:
+    import ninja  # the PyPI package ships the binary
+
+    ninja_bin = str(Path(ninja.BIN_DIR) / "ninja")
+    ninja_log = plan.build_dir / ".ninja_log"
+    before = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
+    with log.step(f"compiling {len(plan.outputs)} op(s) in one ninja graph with {jobs} job(s)"):
+        res = runner.run([ninja_bin, "-C", str(plan.build_dir), "-k", "0", "-j", str(jobs)], env=env,
+                         timeout=4 * 3600, check=False)
+    after = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
+    new = [l.split("\t") for l in after[len(before):] if not l.startswith("#")] if len(after) >= len(before) \
+        else [l.split("\t") for l in after if not l.startswith("#")]
+    blocks = _failure_blocks(res.output)
+    results = []
+    for op, so in plan.outputs.items():
+        odir = str(plan.build_dir / op) + os.sep
+        entries = [e for e in new if len(e) >= 4 and (str(plan.build_dir / e[3]).startswith(odir)
+                                                       or e[3].startswith(odir))]
+        seconds = sum(int(e[1]) - int(e[0]) for e in entries) / 1000.0
+        own = [b for b in blocks if odir in b]
+        log_path = plan.build_dir / op / "build.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        text = "\n".join(own) if own else "\n".join(l for l in res.output.splitlines() if odir in l)
+        atomic_write_text(log_path, text + "\n")
+        ok = Path(so).is_file() and not own
+        status = "failed" if not ok else ("built" if entries else "cached")
+        results.append(OpResult(op, status, seconds, str(log_path), so if ok else "",
+                                sha256_file(so) if ok else ""))
+    return results
+
+
+def _failure_blocks(output: str) -> list[str]:
+    """Split ninja's output into one block per failed edge (FAILED: line up to the next status line)."""
+    blocks, current = [], None
+    for line in output.splitlines():
+        if line.startswith("FAILED: "):
+            if current is not None:
+                blocks.append("\n".join(current))
+            current = [line]
+        elif re.match(r"^\[\d+/\d+\] ", line) or line.startswith("ninja: "):
+            if current is not None:
+                blocks.append("\n".join(current))
+                current = None
+        elif current is not None:
+            current.append(line)
+    if current is not None:
+        blocks.append("\n".join(current))
+    return blocks
+
+
+def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list[OpResult], wheelhouse: Path,
+            *, python: str, runner: Runner, cache: Path) -> tuple[Path, Path]:
+    src = cat.source
+    base = base_wheel(src.tree, cache / "base" / f"{src.project}-{src.version}-{_key(str(src.tree), cat.accelerator, cat.torch.version)}",
+                      python=python, accelerator=cat.accelerator, runner=Runner(runner.log, echo=runner.echo))
+    dist, base_version = dist_version(base)
+    version = relabel(base_version, tc.local_label)
+    tag = f"{cat.torch.python_tag}-{cat.torch.python_tag}-{cat.torch.platform_tag}"
+    specs = {o.name: o for o in selected}
+    ok = [r for r in results if r.status != "failed"]
+    extensions = {specs[r.name].module.replace(".", "/") + cat.torch.ext_suffix: Path(r.so) for r in ok}
+    installed = {o.name: False for o in cat.ops if o.module}
+    installed.update({r.name: True for r in ok})
+    manifest: Manifest = {
+        "schema": SCHEMA, "porter_version": __version__, "component": src.project, "version": version,
+        "wheel": {}, "python_tag": cat.torch.python_tag, "toolchain": tc.to_dict(),
+        "target": {"kind": tc.kind, "archs": list(tc.arch_names), "wavefront": tc.wavefront,
+                   "cpu_isa": tc.cpu_isa, "toolkit_version": tc.toolkit_version, "accelerator": cat.accelerator},
+        "torch": {"version": cat.torch.version, "kind": cat.torch.kind, "cuda": cat.torch.cuda, "hip": cat.torch.hip},
+        "sources": {"sdist_sha256": src.sha256, "origin": src.origin, "version": src.version},
+        "extensions": [{"module": specs[r.name].module, "path": arc, "sha256": r.sha256, "op": r.name,
+                        "archs": list(tc.arch_names)}
+                       for arc, r in zip(extensions, ok)],
+        "ops": [{"name": r.name, "status": r.status, "seconds": round(r.seconds, 2), "log": r.log} for r in results],
+    }
+    inside = json.dumps({k: v for k, v in manifest.items() if k != "wheel"}, indent=2, sort_keys=True).encode()
+    name = wheel_filename(dist, version, tag)
+    dest = wheelhouse / name
+    # WheelFile needs the real file name, so the temp file is a real name in a temp folder beside dest;
+    # the wheel appears in the wheelhouse only by an atomic rename, after its manifest.
+    with tempfile.TemporaryDirectory(prefix=".porter-", dir=wheelhouse) as tmpdir:
+        tmp = Path(tmpdir) / name
+        compose(base, tmp, version=version, tag=tag, extensions=extensions, installed_ops=installed,
+                extra_files={"{dist_info}/porter.json": inside})
+        manifest["wheel"] = {"filename": name, "sha256": sha256_file(tmp)}
+        atomic_write_json(manifest_path(dest), manifest)
+        os.replace(tmp, dest)
+    return dest, manifest_path(dest)

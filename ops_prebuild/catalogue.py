@@ -1,0 +1,163 @@
+"""The op catalogue, read from the DeepSpeed tree itself by running its own builders in the build python."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from porter.errors import ConfigError, ToolError
+from porter.run import Runner, make_env
+from porter.toolchain.profile import Toolchain
+from ops_prebuild.source import Source
+
+PROBE = Path(__file__).with_name("_probe.py")
+MARKER = "@@porter-probe@@"
+# Catalogue entries that are not ops one can build (DeepSpeed's placeholder for unsupported names).
+_PLACEHOLDERS = {"NotImplementedBuilder"}
+
+
+@dataclass(frozen=True)
+class TorchInfo:
+    version: str
+    cuda: str | None
+    hip: str | None
+    root: str
+    include_dirs: tuple[str, ...]
+    cuda_include_dirs: tuple[str, ...]
+    library_dir: str
+    cxx11_abi: bool
+    python_include: str
+    ext_suffix: str
+    python_tag: str
+    platform_tag: str
+    site_packages: str
+
+    @property
+    def kind(self) -> str:
+        return "rocm" if self.hip else "cuda" if self.cuda else "cpu"
+
+    @property
+    def major_minor(self) -> str:
+        return ".".join(self.version.split("+")[0].split(".")[:2])
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    builder: str
+    build_var: str
+    module: str                      # deepspeed.ops.adam.cpu_adam_op
+    sources: tuple[str, ...]         # relative to the tree
+    include_paths: tuple[str, ...]
+    device: bool                     # a CUDA/HIP op (else a host C++ op)
+    compatible: bool
+    reason: str = ""
+    cxx_args: tuple[str, ...] = ()
+    nvcc_args: tuple[str, ...] = ()
+    extra_ldflags: tuple[str, ...] = ()
+    libraries: tuple[str, ...] = ()
+    bf16: bool = False
+
+    @property
+    def leaf(self) -> str:
+        return self.module.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    source: Source
+    torch: TorchInfo
+    accelerator: str
+    ops: tuple[OpSpec, ...] = field(default_factory=tuple)
+
+    def by_name(self) -> dict[str, OpSpec]:
+        return {o.name: o for o in self.ops}
+
+    def select(self, names: list[str] | None, all_compatible: bool) -> list[OpSpec]:
+        """The ops asked for: unknown names -> error with close matches; incompatible -> error with why."""
+        ops = self.by_name()
+        if all_compatible:
+            chosen = [o for o in self.ops if o.compatible]
+            if not chosen:
+                raise ConfigError("no op in this DeepSpeed tree can be built with this toolchain",
+                                  hint="run 'porter ops list' to see why each op is left out")
+            return chosen
+        if not names:
+            raise ConfigError("no ops selected", hint="pass --ops a,b or --all-compatible")
+        chosen = []
+        for name in names:
+            if name not in ops:
+                close = difflib.get_close_matches(name, ops, n=3)
+                raise ConfigError(f"unknown op {name!r} in DeepSpeed {self.source.version}"
+                                  + (f"; did you mean {', '.join(close)}?" if close else ""),
+                                  hint="run 'porter ops list --source ...' for the ops of this tree")
+            op = ops[name]
+            if not op.compatible:
+                raise ConfigError(f"op {name} cannot be built with this toolchain: {op.reason}",
+                                  hint="pick another toolchain profile, or leave the op out")
+            chosen.append(op)
+        return chosen
+
+
+def accelerator_for(tc: Toolchain) -> str:
+    """DeepSpeed's accelerator for a profile (DS_ACCELERATOR): ROCm builds go through the cuda one."""
+    return "cpu" if tc.kind == "cpu" else "cuda"
+
+
+def _reason(entry: dict[str, Any], tc: Toolchain, torch: TorchInfo) -> str:
+    if entry["class"] in _PLACEHOLDERS:
+        return "a placeholder in DeepSpeed's catalogue, not an op"
+    if entry.get("probe_errors"):
+        return "; ".join(entry["probe_errors"])
+    if not entry.get("module") or not entry.get("sources"):
+        return "the builder names no module or no sources"
+    if not entry["compatible"]:
+        said = " ".join(str(entry.get("reason") or "").split())
+        return said[:400] or "DeepSpeed's own is_compatible() says no for this toolchain"
+    if entry["device"] and tc.kind == "cpu":
+        return "a GPU op; the cpu profile has no device compiler"
+    return ""
+
+
+def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner) -> Catalogue:
+    """Run the tree's own builders (in ``python``, which must have torch) and turn them into OpSpecs."""
+    env_update: dict[str, str | None] = {"DS_ACCELERATOR": accelerator_for(tc), "PYTHONDONTWRITEBYTECODE": "1"}
+    args = [python, str(PROBE), str(source.tree), tc.kind]
+    if tc.kind == "rocm":
+        args += [tc.toolkit_version or "0.0", ";".join(t.spec for t in tc.targets), str(tc.wavefront)]
+    if tc.kind == "cuda":
+        env_update["TORCH_CUDA_ARCH_LIST"] = ";".join(
+            f"{t.name[3:-1]}.{t.name[-1]}" if not t.name.endswith("a") else f"{t.name[3:-2]}.{t.name[-2]}a"
+            for t in tc.targets)
+        if tc.root:
+            env_update["CUDA_HOME"] = tc.root
+    res = runner.run(args, env=make_env(env_update), timeout=600, check=False)
+    if MARKER not in res.output:
+        raise ToolError(f"could not read the op catalogue of {source.tree} with {python}",
+                        hint="the last lines of its output:\n" + "\n".join(res.output.splitlines()[-15:]))
+    doc = json.loads(res.output.split(MARKER, 1)[1].strip().splitlines()[0])
+    if doc["torch"] is None:
+        raise ToolError(f"torch is not installed in {python}",
+                        hint="install the torch the ops are for into that python (CPU: pip install torch==2.13.0), "
+                             "or pass --python")
+    if doc["errors"]:
+        raise ToolError(f"could not read the op catalogue of {source.tree}: {doc['errors'][0]}")
+    t = doc["torch"]
+    torch = TorchInfo(version=t["version"], cuda=t["cuda"], hip=t["hip"], root=t["root"],
+                      include_dirs=tuple(t["include_dirs"]), cuda_include_dirs=tuple(t["cuda_include_dirs"]),
+                      library_dir=t["library_dir"], cxx11_abi=t["cxx11_abi"], python_include=t["python_include"],
+                      ext_suffix=t["ext_suffix"], python_tag=t["python_tag"], platform_tag=t["platform_tag"],
+                      site_packages=t["site_packages"])
+    ops = []
+    for e in doc["ops"]:
+        reason = _reason(e, tc, torch)
+        ops.append(OpSpec(name=e["name"], builder=e["class"], build_var=e.get("build_var") or "",
+                          module=e.get("module") or "", sources=tuple(e.get("sources") or ()),
+                          include_paths=tuple(e.get("include_paths") or ()), device=bool(e["device"]),
+                          compatible=not reason, reason=reason, cxx_args=tuple(e["cxx_args"]),
+                          nvcc_args=tuple(e["nvcc_args"]), extra_ldflags=tuple(e["extra_ldflags"]),
+                          libraries=tuple(e["libraries"]), bf16=bool(e.get("bf16"))))
+    return Catalogue(source, torch, doc.get("accelerator", accelerator_for(tc)), tuple(ops))

@@ -1,0 +1,170 @@
+"""The build plan: every compile and link command of every selected op, as one ninja graph.
+
+Flags come from the toolchain profile (archs, wavefront, CPU ISA) and from the tree's own builders
+(their op-specific args), never from the build host: ``-march=native`` and the host-detected SIMD
+define are replaced by the profile's ISA, ROCm archs and wavefront come from the profile.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from porter.errors import ConfigError
+from porter.toolchain.profile import Toolchain
+from ops_prebuild.catalogue import Catalogue, OpSpec
+
+_SIMD_DEFINES = {"-D__AVX512__", "-D__AVX256__", "-D__SCALAR__", "-D__SVE__", "-D__NEON__"}
+_HOST_DETECTED = ("-march=", "-mcpu=native", "-mtune=native")
+DEVICE_SUFFIXES = (".cu", ".hip")
+
+
+def simd_define(isa: str) -> str | None:
+    """DeepSpeed's SIMD define for a -march value; None for ``native`` (DeepSpeed detects it)."""
+    if isa == "native":
+        return None
+    table = tomllib.loads(Path(__file__).with_name("data").joinpath("isa.toml").read_text())["simd"]
+    if isa not in table:
+        raise ConfigError(f"no SIMD level known for cpu_isa {isa!r}",
+                          hint=f"use one of {', '.join(sorted(table))}, or add it to ops_prebuild/data/isa.toml")
+    return f"-D{table[isa]}"
+
+
+def host_args(args: tuple[str, ...], tc: Toolchain) -> list[str]:
+    """A builder's host flags with the build host's guesses replaced by the profile's ISA."""
+    if tc.cpu_isa == "native":
+        return [a for a in args if a != "-shared"]
+    kept = [a for a in args if a not in _SIMD_DEFINES and not a.startswith(_HOST_DETECTED) and a != "-shared"]
+    simd = simd_define(tc.cpu_isa)
+    return [*kept, f"-march={tc.cpu_isa}", *([simd] if simd else [])]
+
+
+@dataclass(frozen=True)
+class Step:
+    op: str
+    kind: str                  # compile | link
+    argv: tuple[str, ...]
+    output: str
+    inputs: tuple[str, ...]
+    depfile: str = ""
+
+
+@dataclass
+class Plan:
+    build_dir: Path
+    toolchain: Toolchain
+    steps: list[Step] = field(default_factory=list)
+    outputs: dict[str, str] = field(default_factory=dict)   # op -> .so path
+    env: dict[str, str] = field(default_factory=dict)       # env changes the commands need
+    notes: list[str] = field(default_factory=list)
+
+    def ninja(self) -> str:
+        """The ninja file: one graph over all ops, so every core stays busy."""
+        lines = ["# written by porter ops build; do not edit", "ninja_required_version = 1.3", "",
+                 "rule compile", "  command = $cmd", "  description = $desc", "  depfile = $out.d",
+                 "  deps = gcc", "", "rule link", "  command = $cmd", "  description = $desc", ""]
+        for s in self.steps:
+            lines.append(f"build {_esc(s.output)}: {s.kind} {' '.join(_esc(i) for i in s.inputs)}")
+            lines.append(f"  cmd = {shlex.join(s.argv)}")
+            lines.append(f"  desc = {s.kind.upper()} {s.op}: {os.path.basename(s.output)}")
+        lines.append("")
+        lines.append(f"default {' '.join(_esc(o) for o in self.outputs.values())}")
+        return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"build_dir": str(self.build_dir), "env": self.env, "notes": self.notes,
+                "outputs": self.outputs,
+                "steps": [{"op": s.op, "kind": s.kind, "argv": list(s.argv), "output": s.output} for s in self.steps]}
+
+
+def _esc(path: str) -> str:
+    return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def _defines(op: OpSpec, cat: Catalogue) -> list[str]:
+    return [f"-DTORCH_EXTENSION_NAME={op.leaf}", "-DTORCH_API_INCLUDE_EXTENSION_H",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(cat.torch.cxx11_abi)}", "-UC10_USE_GLOG"]
+
+
+def _includes(op: OpSpec, cat: Catalogue, tree: Path, tc: Toolchain) -> list[str]:
+    inc = [f"-I{tree / p}" for p in op.include_paths]
+    torch_dirs = [*cat.torch.include_dirs]
+    if tc.kind == "cuda":
+        torch_dirs += [d for d in cat.torch.cuda_include_dirs if d not in torch_dirs]
+        nv = Path(cat.torch.site_packages) / "nvidia"
+        torch_dirs += [str(p) for p in sorted(nv.glob("cu*/include"))]  # the pip CUDA math headers
+    for d in (*torch_dirs, cat.torch.python_include):
+        inc += ["-isystem", d]
+    return inc
+
+
+def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
+              *, sources: dict[str, dict[str, str]] | None = None) -> Plan:
+    """Plan every command. ``sources`` maps op -> {original: hipified path} for ROCm builds."""
+    tree = cat.source.tree
+    plan = Plan(build_dir, tc)
+    plan.env = {k: v for k, v in tc.env.items()}
+    for op in ops:
+        odir = build_dir / op.name
+        objs: list[str] = []
+        for rel in op.sources:
+            src = Path((sources or {}).get(op.name, {}).get(rel) or tree / rel)
+            obj = odir / (rel.replace("/", "__") + ".o")
+            dev = src.suffix in DEVICE_SUFFIXES and op.device
+            argv = _compile_argv(op, cat, tc, src, obj, dev, tree)
+            plan.steps.append(Step(op.name, "compile", tuple(argv), str(obj), (str(src),), str(obj) + ".d"))
+            objs.append(str(obj))
+        so = odir / f"{op.leaf}{cat.torch.ext_suffix}"
+        plan.steps.append(Step(op.name, "link", tuple(_link_argv(op, cat, tc, objs, so)), str(so), tuple(objs)))
+        plan.outputs[op.name] = str(so)
+    if tc.kind == "rocm" and cat.torch.kind != "rocm":
+        plan.notes.append(f"torch {cat.torch.version} is not a ROCm build: this is a plan only; its include "
+                          "and library paths stand in for the ROCm torch's")
+    return plan
+
+
+def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: Path, obj: Path, device: bool,
+                  tree: Path) -> list[str]:
+    common = [*_defines(op, cat), *_includes(op, cat, tree, tc), *tc.cflags, *(f"-D{d}" for d in tc.defines)]
+    if device and tc.kind == "cuda":
+        march = [a for a in host_args(op.cxx_args, tc) if a.startswith("-march=")]
+        return tc.argv(tc.compiler, *op.nvcc_args, "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                       "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+                       "--expt-relaxed-constexpr", *(["-DBF16_AVAILABLE"] if op.bf16 else []),
+                       "--compiler-options", "-fPIC", *(x for m in march for x in ("--compiler-options", m)),
+                       *common, "--generate-dependencies-with-compile", "--dependency-output", f"{obj}.d",
+                       "-c", str(src), "-o", str(obj))
+    if device and tc.kind == "rocm":
+        wave = str(tc.wavefront)
+        args = [*op.nvcc_args, "-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={wave}",
+                *(["-DBF16_AVAILABLE"] if op.bf16 else []), "-fno-gpu-rdc",
+                *(f"--offload-arch={t.spec}" for t in tc.targets), *common,
+                "-MMD", "-MF", f"{obj}.d", "-c", str(src), "-o", str(obj)]
+        return tc.argv(tc.compiler, *args)
+    extra: list[str] = []
+    if tc.kind == "rocm" and op.device:
+        extra = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}"]
+    if tc.kind == "cuda" and op.device and op.bf16:
+        extra = ["-DBF16_AVAILABLE"]
+    cxx = tc.compiler if tc.kind == "cpu" else tc.cxx
+    return tc.argv(cxx, *host_args(op.cxx_args, tc), "-fPIC", *extra, *common, "-MMD", "-MF", f"{obj}.d",
+                   "-c", str(src), "-o", str(obj))
+
+
+def _link_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, objs: list[str], so: Path) -> list[str]:
+    libs = ["-L" + cat.torch.library_dir, "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
+    linker = tc.compiler if tc.kind == "cpu" else tc.cxx
+    if op.device and tc.kind == "cuda":
+        libs += ["-lc10_cuda", "-ltorch_cuda"]
+        nv = sorted((Path(cat.torch.site_packages) / "nvidia").glob("cu*/lib"))
+        libs += [f"-L{p}" for p in nv] + ([f"-L{tc.root}/lib64"] if tc.root else []) + ["-lcudart"]
+    if op.device and tc.kind == "rocm":
+        linker = tc.compiler
+        libs += ["-lc10_hip", "-ltorch_hip", "-lamdhip64"] + ([f"-L{tc.root}/lib"] if tc.root else [])
+    openmp = ["-fopenmp"] if "-fopenmp" in op.cxx_args and "-fopenmp" not in op.extra_ldflags else []
+    return tc.argv(linker, "-shared", *objs, *op.extra_ldflags, *openmp, *(f"-l{l}" for l in op.libraries),
+                   *libs, "-o", str(so))

@@ -1,0 +1,92 @@
+"""Where the DeepSpeed source comes from: an sdist file, an unpacked tree, or ``deepspeed==X`` (PyPI)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from porter.errors import ConfigError
+from porter.manifest import sha256_file
+from porter.run import Runner, make_env
+
+
+@dataclass(frozen=True)
+class Source:
+    project: str        # deepspeed
+    version: str
+    tree: Path          # unpacked tree (read-only for porter)
+    origin: str         # what the user passed
+    sha256: str = ""    # of the sdist, when there was one
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("PORTER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "porter")
+    return Path(base)
+
+
+def _identify(tree: Path, origin: str) -> Source:
+    if (tree / "op_builder" / "builder.py").is_file() and (tree / "deepspeed").is_dir():
+        vfile = tree / "version.txt"
+        version = vfile.read_text().strip() if vfile.is_file() else "0+unknown"
+        return Source("deepspeed", version, tree, origin)
+    raise ConfigError(f"{origin} is not a DeepSpeed source tree (no op_builder/builder.py and deepspeed/)",
+                      hint="pass a DeepSpeed sdist (.tar.gz), its unpacked folder, or deepspeed==VERSION")
+
+
+def _unpack(sdist: Path, dest_root: Path) -> Path:
+    digest = sha256_file(sdist)
+    dest = dest_root / f"{sdist.name.removesuffix('.tar.gz')}-{digest[:12]}"
+    if (dest / ".porter-unpacked").is_file():
+        return dest
+    dest_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest_root))
+    try:
+        with tarfile.open(sdist) as tf:
+            tf.extractall(tmp, filter="data")
+        tops = [p for p in tmp.iterdir()]
+        top = tops[0] if len(tops) == 1 and tops[0].is_dir() else tmp
+        (top / ".porter-unpacked").write_text(digest + "\n")
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(top, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def resolve_source(spec: str, *, runner: Runner | None = None, cache: Path | None = None) -> Source:
+    """Resolve ``spec`` to an unpacked tree (sdists are unpacked once into the cache)."""
+    cache = cache or cache_dir()
+    runner = runner or Runner()
+    path = Path(spec)
+    if path.is_dir():
+        return _identify(path.resolve(), spec)
+    if path.is_file() and spec.endswith((".tar.gz", ".tgz")):
+        tree = _unpack(path, cache / "sources")
+        src = _identify(tree, spec)
+        return Source(src.project, src.version, src.tree, spec, sha256_file(path))
+    m = re.fullmatch(r"(deepspeed)==([0-9][0-9A-Za-z.+-]*)", spec.strip())
+    if m:
+        dl = cache / "sdists" / f"{m.group(1)}-{m.group(2)}"
+        found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []
+        if not found:
+            dl.mkdir(parents=True, exist_ok=True)
+            runner.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                        "-d", str(dl), spec], env=make_env(), timeout=900,
+                       hint="check the version exists on the package index and that it is reachable; "
+                            "offline, pass a downloaded sdist file instead")
+            found = sorted(dl.glob("*.tar.gz"))
+            if not found:
+                raise ConfigError(f"pip downloaded no sdist for {spec}")
+        return resolve_source(str(found[0]), runner=runner, cache=cache)
+    if path.exists():
+        raise ConfigError(f"{spec} is neither a folder nor a .tar.gz sdist",
+                          hint="pass a DeepSpeed sdist (.tar.gz), its unpacked folder, or deepspeed==VERSION")
+    raise ConfigError(f"source not found: {spec}",
+                      hint="pass a DeepSpeed sdist (.tar.gz), its unpacked folder, or deepspeed==VERSION")
