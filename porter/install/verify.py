@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import stat
+import struct
 import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -211,7 +212,7 @@ def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node
                 rep.problems.append(Problem(rep.component, abs_path, "sha256", str(e["sha256"]), found))
         try:
             objs = read_code_objects(abs_path)
-        except (ConfigError, OSError, IndexError, ValueError) as exc:
+        except (ConfigError, OSError, IndexError, ValueError, struct.error) as exc:
             rep.problems.append(Problem(rep.component, abs_path, "code objects", "a readable ELF .so", str(exc)))
             continue
         archs = sorted({o.arch for o in objs if o.kind != "ptx"})
