@@ -33,8 +33,8 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--no-torch-check", "no_torch_check", is_flag=True,
                      help="Do not refuse a build python whose torch is not a ROCm build "
                           "(upstream then fails late if it needs one).")(f)
-    f = click.option("--patch-set", type=click.Path(exists=True, path_type=Path), default=None,
-                     help="Patch set to apply to the work copy before building.")(f)
+    f = click.option("--patch-set", default=None, metavar="PROJECT[/NAME]|FILE",
+                     help="Patch set to apply to the work copy before building (the source is never changed).")(f)
     f = click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
                      help="MAX_JOBS (default: from free memory and cores).")(f)
     f = click.option("--python", "python", default=sys.executable, show_default="this python",
@@ -46,7 +46,7 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _run(log: Logger, name: str, source: str, toolchain_ref: str | None, archs: tuple[str, ...],
-         cpu_isa: str | None, output: Path, python: str, jobs: int | None, patch_set: Path | None,
+         cpu_isa: str | None, output: Path, python: str, jobs: int | None, patch_set: str | None,
          no_torch_check: bool, as_json: bool, dry_run: bool, **extra: Any) -> None:
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     request = WheelRequest(source=Path(source), toolchain=tc, output=output.resolve(), python=python, jobs=jobs,

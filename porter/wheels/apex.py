@@ -119,20 +119,15 @@ class ApexDriver:
 
 
 def _env_switches(info: SourceInfo, selected: tuple[OpSpec, ...]) -> dict[str, str | None]:
-    """APEX_BUILD_<OP>=1 for each selected op; every other switch of the tree explicitly unset."""
+    """APEX_BUILD_<OP>=1 for each selected op; the group switches and every other op switch unset.
+
+    Per-op switches say exactly what is asked for (a group switch would also pick up ops a fork adds),
+    and unsetting the rest keeps a stray value in the caller's shell from changing the build.
+    """
     env: dict[str, str | None] = {CPP_GROUP_VAR: None, CUDA_GROUP_VAR: None}
     chosen = {op.name for op in selected}
     for op in info.ops:
         env[op.switch] = "1" if op.name in chosen else None
-    groups_complete = [g for g in GROUPS
-                       if {op.name for op in info.ops if op.group == g} <= chosen
-                       and any(op.group == g for op in info.ops)]
-    # whole groups are asked for with the group switch, as upstream documents it
-    for g in groups_complete:
-        env[CPP_GROUP_VAR if g == "cpp" else CUDA_GROUP_VAR] = "1"
-        for op in info.ops:
-            if op.group == g:
-                env[op.switch] = None
     return env
 
 

@@ -91,8 +91,9 @@ class WheelRequest:
     """Parallel compile jobs (MAX_JOBS); None = chosen from free memory and cores."""
     torch_check: bool = True
     """Refuse early when the build needs a ROCm torch and the build python has another kind."""
-    patch_set: Path | None = None
-    """A patch set to apply to the work copy before building (see :mod:`porter.wheels.engine`)."""
+    patch_set: str | None = None
+    """Patch set applied to the work copy before building: ``PROJECT/NAME``, ``PROJECT`` or a file
+    (:mod:`porter.patching`)."""
     sources: Mapping[str, str] = field(default_factory=dict)
     """Provenance gathered before planning (sdist sha256, git commit), copied into the manifest."""
 

@@ -31,8 +31,8 @@ from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.wheels.base import BuildPlan, Machine, SourceInfo, WheelDriver, WheelRequest
 from porter.wheels.verify import relabel, verify_wheel
 
-PatchHook = Callable[[Path, Path, Logger], None]
-"""``hook(work_tree, patch_set, log)``: apply a patch set to the work copy before building."""
+PatchHook = Callable[..., None]
+"""``hook(tree, ref, version, log, dry_run=)``: apply a patch set to the work copy before building."""
 
 _SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
 _IGNORE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".eggs")
@@ -110,22 +110,22 @@ class WheelResult:
         return "\n".join(lines)
 
 
-# -- the patch set extension point -------------------------------------------------------------
+# -- patch sets ----------------------------------------------------------------------------------
 
-def apply_patch_set(work_tree: Path, patch_set: Path, log: Logger) -> None:
-    """Apply a patch set to the work copy with porter's patch engine.
+def apply_patch_set(tree: Path, ref: str, version: str, log: Logger, *, dry_run: bool = False) -> None:
+    """Apply a patch set (``PROJECT/NAME``, ``PROJECT`` or a file) with porter's patch engine.
 
-    Extension point: porter.patching (a separate module) owns patch sets. Until it offers
-    ``apply_patch_set(tree, patch_set, log=...)`` this refuses clearly instead of building unpatched.
+    In a dry run the sets are only checked against ``tree`` (nothing is written): a set that does not
+    apply to this version stops the build before any compiling.
     """
-    try:
-        from porter import patching
-        apply = getattr(patching, "apply_patch_set")
-    except (ImportError, AttributeError):
-        raise ConfigError(f"cannot apply patch set {patch_set}: this porter has no patch engine API "
-                          "(porter.patching.apply_patch_set)",
-                          hint="build without --patch-set, or apply the patch set to the tree first") from None
-    apply(work_tree, patch_set, log=log)
+    from porter.patching import apply, resolve_sets
+
+    sets = resolve_sets(ref)
+    applied = apply(tree, sets, target_version=version, dry_run=dry_run)
+    if dry_run:
+        log.info(f"patch set {ref}: applies to {version} ({len(applied.plan.changes)} file(s) would change)")
+    else:
+        log.info(f"patch set {ref}: {len(applied.changed)} file(s) changed")
 
 
 # -- sources -------------------------------------------------------------------------------------
@@ -292,6 +292,8 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         env = toolchain_env(tc, plan.env)
         changes = env_changes(env)
         if dry_run:
+            if request.patch_set is not None:
+                patch_hook(root, request.patch_set, info.version, log, dry_run=True)
             RecordingRunner(log).run(argv, env=env, cwd=tree)
             return WheelResult(plan, argv, changes, torch, dry_run=True, refusal=refusal)
         with log.step(f"copying {root} to a work tree"):
@@ -299,7 +301,7 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
             out.mkdir()
         if request.patch_set is not None:
             with log.step(f"applying patch set {request.patch_set}"):
-                patch_hook(tree, request.patch_set, log)
+                patch_hook(tree, request.patch_set, info.version, log)
         with log.step(f"building {plan.project} {plan.version} for +{plan.label} (MAX_JOBS={plan.jobs})"):
             runner.run(argv, env=env, cwd=tree,
                        hint=f"the {plan.project} build failed; the output above is upstream's. "

@@ -1,0 +1,213 @@
+"""Engine pieces without subprocesses: torch check, dry run, verification, labelling, MAX_JOBS."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from porter.errors import CheckFailed, ConfigError
+from porter.resources import default_jobs
+from porter.run import Result, Runner
+from porter.toolchain.profile import load_toolchain
+from porter.wheels import DRIVERS, Machine, WheelRequest, build_wheel, get_driver
+from porter.wheels.base import GiB, Expectation, choose_jobs
+from porter.wheels.engine import TORCH_PROBE
+from porter.wheels.verify import _set_local_version, _wheel_commands, module_name, relabel, verify_wheel
+from tests.conftest import FIXTURES
+from tests.unit.test_codeobjects import bundle, elf_with_section
+
+
+@dataclass
+class FakeRunner(Runner):
+    """Answers the torch probe with a canned torch; fails the test if anything else would run."""
+
+    torch: Mapping[str, Any] = field(default_factory=dict)
+    calls: list[list[str]] = field(default_factory=list)
+
+    def run(self, argv: Sequence[Any], **kw: Any) -> Result:  # type: ignore[override]
+        args = [str(a) for a in argv]
+        self.calls.append(args)
+        if args[-2:] == ["-c", TORCH_PROBE]:
+            return Result(args, 0, json.dumps(dict(self.torch)) + "\n", 0.0)
+        raise AssertionError(f"unexpected command in a unit test: {args}")
+
+
+CPU_TORCH = {"version": "2.13.0+cpu", "hip": None, "cuda": None}
+ROCM_TORCH = {"version": "2.5.1+rocm6.2", "hip": "6.2.41133", "cuda": None}
+
+
+def req(source: Path, tc: str, **kw: Any) -> WheelRequest:
+    return WheelRequest(source=source, toolchain=load_toolchain(tc), output=Path("/nonexistent/wheelhouse"), **kw)
+
+
+# -- torch of the wrong kind -------------------------------------------------------------------
+
+def test_rocm_build_refuses_a_cpu_torch_before_building() -> None:
+    runner = FakeRunner(torch=CPU_TORCH)
+    src = FIXTURES / "flash-attn-mini"
+    with pytest.raises(ConfigError) as exc:
+        build_wheel(get_driver("flash-attn"), str(src), req(src, "mi300x"), runner=runner, others=DRIVERS,
+                    machine=Machine(4, 64 * GiB))
+    assert "needs a ROCm build of torch" in exc.value.message and "2.13.0+cpu" in exc.value.message
+    assert exc.value.exit_code == 2
+    assert len(runner.calls) == 1  # only the probe ran; no pip
+
+
+def test_cuda_torch_is_named_too() -> None:
+    runner = FakeRunner(torch={"version": "2.14.1+cu130", "hip": None, "cuda": "13.0"})
+    src = FIXTURES / "apex-env"
+    with pytest.raises(ConfigError, match=r"a cuda build .*torch.version.cuda=13.0"):
+        build_wheel(get_driver("apex"), str(src), req(src, "frontier"), runner=runner, others=DRIVERS)
+
+
+def test_dry_run_with_rocm_torch_records_the_full_command_and_env() -> None:
+    runner = FakeRunner(torch=ROCM_TORCH)
+    src = FIXTURES / "apex-env"
+    res = build_wheel(get_driver("apex"), str(src), req(src, "mi300x", ops=("apex_C",)), runner=runner,
+                      dry_run=True, others=DRIVERS, machine=Machine(8, 9 * GiB))
+    assert res.dry_run and res.refusal is None and res.wheel is None
+    assert res.argv[1:7] == ["-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--disable-pip-version-check"]
+    assert res.env["APEX_BUILD_APEX_C"] == "1" and res.env["PYTORCH_ROCM_ARCH"] == "gfx942"
+    assert res.env["MAX_JOBS"] == "4"  # (9 GiB - 1 GiB reserve) / 2 GiB per hipcc job
+    text = res.describe()
+    assert "APEX_BUILD_APEX_C=1" in text and "pip wheel --no-deps --no-build-isolation" in text
+    assert "code objects for gfx942" in text
+
+
+def test_dry_run_reports_the_torch_refusal_with_the_plan() -> None:
+    src = FIXTURES / "flash-attn-mini"
+    res = build_wheel(get_driver("flash-attn"), str(src), req(src, "mi300x"), runner=FakeRunner(torch=CPU_TORCH),
+                      dry_run=True, others=DRIVERS)
+    assert res.refusal is not None and "needs a ROCm build of torch" in res.describe()
+
+
+def test_torch_import_error_is_a_clear_config_error() -> None:
+    src = FIXTURES / "apex-env"
+    with pytest.raises(ConfigError, match="cannot import torch: ModuleNotFoundError"):
+        build_wheel(get_driver("apex"), str(src), req(src, "cpu"),
+                    runner=FakeRunner(torch={"error": "ModuleNotFoundError: No module named 'torch'"}), others=DRIVERS)
+
+
+# -- MAX_JOBS ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("per_job", [1 * GiB, 2 * GiB, 6 * GiB, 9 * GiB])
+@pytest.mark.parametrize("free", [0.5 * GiB, 3 * GiB, 7 * GiB, 24 * GiB, 100 * GiB, 1000 * GiB])
+@pytest.mark.parametrize("cores", [1, 2, 16, 128])
+def test_max_jobs_peak_stays_within_free_memory(per_job: int, free: float, cores: int) -> None:
+    reserve = 1 * GiB
+    jobs = choose_jobs(per_job, Machine(cores=cores, free_bytes=int(free)))
+    assert 1 <= jobs <= cores
+    if jobs > 1:  # one job is the floor even when it does not fit; more only when they all fit
+        assert jobs * per_job <= free - reserve
+    assert jobs == default_jobs(per_job, cores=cores, free_bytes=int(free), reserve_bytes=reserve)
+    # and it is the largest such number (memory- or core-bound)
+    assert jobs == cores or (jobs + 1) * per_job > free - reserve
+
+
+def test_flash_attn_ck_jobs_on_a_login_node() -> None:
+    d = get_driver("flash-attn")
+    info = d.detect(FIXTURES / "flash-attn-mini")
+    assert info is not None
+    p = d.plan(info, req(info.root, "mi300x"), Machine(cores=64, free_bytes=50 * GiB))
+    assert p.jobs == 8 and p.jobs * p.per_job_bytes <= 50 * GiB  # 64 cores, but memory allows 8 CK units
+    p = d.plan(info, req(info.root, "mi300x", jobs=3), Machine(cores=64, free_bytes=50 * GiB))
+    assert p.env["MAX_JOBS"] == "3"
+
+
+# -- verification -------------------------------------------------------------------------------
+
+def make_wheel(path: Path, files: dict[str, bytes], version: str = "1.0") -> Path:
+    from wheel.wheelfile import WheelFile
+
+    name = path.name.split("-")[0]
+    dist = f"{name}-{version}.dist-info"
+    files = {**files,
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n"}
+    with WheelFile(path, "w") as wf:
+        for n, data in files.items():
+            wf.writestr(n, data)
+    return path
+
+
+def test_module_names_from_wheel_paths() -> None:
+    assert module_name("apex/amp_C.cpython-311-x86_64-linux-gnu.so") == "apex.amp_C"
+    assert module_name("flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so") == "flash_attn_2_cuda"
+    assert module_name("pkg/_ext.abi3.so") == "pkg._ext"
+
+
+def test_empty_wheel_is_refused_when_prebuilt_was_asked(tmp_path: Path) -> None:
+    whl = make_wheel(tmp_path / "apex-1.0-cp311-cp311-linux_x86_64.whl", {"apex/__init__.py": b""})
+    with pytest.raises(CheckFailed) as exc:
+        verify_wheel(whl, Expectation(modules=("apex.apex_C",), prebuilt=True, empty_hint="drop --regime"))
+    assert "holds no prebuilt extension" in exc.value.message and exc.value.hint == "drop --regime"
+    assert verify_wheel(whl, Expectation()) == []  # nothing asked, nothing refused
+
+
+def test_missing_module_and_missing_arch_are_named(tmp_path: Path) -> None:
+    gfx90a_only = elf_with_section(".hip_fatbin", bundle(["hipv4-amdgcn-amd-amdhsa--gfx90a"]))
+    whl = make_wheel(tmp_path / "flash_attn-1.0-cp311-cp311-linux_x86_64.whl",
+                     {"other_ext.cpython-311-x86_64-linux-gnu.so": gfx90a_only})
+    with pytest.raises(CheckFailed) as exc:
+        verify_wheel(whl, Expectation(modules=("flash_attn_2_cuda",), prebuilt=True, archs=("gfx90a", "gfx942")))
+    msg = exc.value.message
+    assert "lacks the extension modules flash_attn_2_cuda" in msg
+    assert "no code objects for gfx942 (it holds: gfx90a)" in msg
+
+
+def test_host_only_so_is_refused_for_a_gpu_target_and_accepted_for_cpu(tmp_path: Path) -> None:
+    host_only = elf_with_section(".text", b"\x90" * 16)
+    whl = make_wheel(tmp_path / "apex-1.0-cp311-cp311-linux_x86_64.whl",
+                     {"apex/apex_C.cpython-311-x86_64-linux-gnu.so": host_only})
+    with pytest.raises(CheckFailed, match="no code objects for gfx90a .it holds: none"):
+        verify_wheel(whl, Expectation(modules=("apex.apex_C",), prebuilt=True, archs=("gfx90a",)))
+    entries = verify_wheel(whl, Expectation(modules=("apex.apex_C",), prebuilt=True))
+    assert entries[0]["module"] == "apex.apex_C" and len(entries[0]["sha256"]) == 64
+
+
+def test_good_gpu_wheel_lists_archs(tmp_path: Path) -> None:
+    both = elf_with_section(".hip_fatbin", bundle(["hipv4-amdgcn-amd-amdhsa--gfx90a",
+                                                   "hipv4-amdgcn-amd-amdhsa--gfx942:xnack-"]))
+    whl = make_wheel(tmp_path / "flash_attn-1.0-cp311-cp311-linux_x86_64.whl",
+                     {"flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so": both})
+    (entry,) = verify_wheel(whl, Expectation(modules=("flash_attn_2_cuda",), prebuilt=True, archs=("gfx90a", "gfx942")))
+    assert entry["archs"] == ["gfx90a", "gfx942"]
+
+
+def test_missing_package_dir(tmp_path: Path) -> None:
+    whl = make_wheel(tmp_path / "flash_attn-1.0-cp311-cp311-linux_x86_64.whl", {"flash_attn/__init__.py": b""})
+    with pytest.raises(CheckFailed, match="lacks the package directory flash_attn/flash_attn_triton_amd/"):
+        verify_wheel(whl, Expectation(packages=("flash_attn/flash_attn_triton_amd",)))
+
+
+# -- labelling ---------------------------------------------------------------------------------
+
+def test_relabel_sets_the_local_version_in_name_and_metadata(tmp_path: Path) -> None:
+    whl = make_wheel(tmp_path / "apex-1.14.0a0-cp311-cp311-linux_x86_64.whl",
+                     {"apex/__init__.py": b"x = 1\n"}, version="1.14.0a0")
+    out = relabel(whl, "rocm6.2.gfx942", tmp_path / "house")
+    assert out.name == "apex-1.14.0a0+rocm6.2.gfx942-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(out) as zf:
+        meta = zf.read("apex-1.14.0a0+rocm6.2.gfx942.dist-info/METADATA").decode()
+        assert "Version: 1.14.0a0+rocm6.2.gfx942" in meta
+        assert zf.read("apex/__init__.py") == b"x = 1\n"
+    # a second label replaces the first
+    again = relabel(out, "cpu.x86_64_v2", tmp_path / "house2")
+    assert again.name.startswith("apex-1.14.0a0+cpu.x86_64_v2-")
+    assert not list((tmp_path / "house").glob(".porter-label-*"))
+
+
+def test_fallback_relabel_for_old_wheel_library(tmp_path: Path) -> None:
+    unpack, pack = _wheel_commands()
+    whl = make_wheel(tmp_path / "fa-2.0-cp311-cp311-linux_x86_64.whl", {"fa/__init__.py": b""}, version="2.0")
+    unpack(str(whl), str(tmp_path / "u"))  # type: ignore[operator]
+    root = tmp_path / "u" / "fa-2.0"
+    _set_local_version(root, "rocm5.7.gfx90a")
+    pack(str(root), str(tmp_path), None)  # type: ignore[operator]
+    assert (tmp_path / "fa-2.0+rocm5.7.gfx90a-cp311-cp311-linux_x86_64.whl").is_file()
