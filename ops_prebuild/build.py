@@ -139,7 +139,7 @@ def hipify_for_rocm(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir:
 
     with log.step("hipifying the device ops' sources (a copy; the tree is untouched)"):
         return hipify_sources(cat.source.tree, [o for o in ops if o.device], build_dir / "hip",
-                              python=python, runner=runner)
+                              python=python, runner=Runner(log, echo=log.verbose))
 
 
 _NINJA_FAILED = re.compile(r"^FAILED: (.*)$", re.M)

@@ -93,6 +93,8 @@ def _defines(op: OpSpec, cat: Catalogue) -> list[str]:
 def _includes(op: OpSpec, cat: Catalogue, tree: Path, tc: Toolchain) -> list[str]:
     inc = [f"-I{tree / p}" for p in op.include_paths]
     torch_dirs = [*cat.torch.include_dirs]
+    if tc.kind == "rocm" and op.device and tc.root not in ("", "/", "/usr"):
+        torch_dirs.append(f"{tc.root}/include")
     if tc.kind == "cuda":
         torch_dirs += [d for d in cat.torch.cuda_include_dirs if d not in torch_dirs]
         nv = Path(cat.torch.site_packages) / "nvidia"
@@ -109,13 +111,15 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     plan = Plan(build_dir, tc)
     plan.env = {k: v for k, v in tc.env.items()}
     for op in ops:
+        hipified = (sources or {}).get(op.name)
+        inc_root = build_dir / "hip" if hipified else tree
         odir = build_dir / op.name
         objs: list[str] = []
         for rel in op.sources:
-            src = Path((sources or {}).get(op.name, {}).get(rel) or tree / rel)
+            src = Path((hipified or {}).get(rel) or tree / rel)
             obj = odir / (rel.replace("/", "__") + ".o")
             dev = src.suffix in DEVICE_SUFFIXES and op.device
-            argv = _compile_argv(op, cat, tc, src, obj, dev, tree)
+            argv = _compile_argv(op, cat, tc, src, obj, dev, inc_root)
             plan.steps.append(Step(op.name, "compile", tuple(argv), str(obj), (str(src),), str(obj) + ".d"))
             objs.append(str(obj))
         so = odir / f"{op.leaf}{cat.torch.ext_suffix}"
@@ -140,7 +144,10 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: Path, obj: Pat
                        "-c", str(src), "-o", str(obj))
     if device and tc.kind == "rocm":
         wave = str(tc.wavefront)
-        args = [*op.nvcc_args, "-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={wave}",
+        # torch's own ROCm extension flags first, so the builder's -U flags can undo them, as in torch
+        args = ["-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2", "-DCUDA_HAS_FP16=1",
+                "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1", *op.nvcc_args,
+                f"-DROCM_WAVEFRONT_SIZE={wave}",
                 *(["-DBF16_AVAILABLE"] if op.bf16 else []), "-fno-gpu-rdc",
                 *(f"--offload-arch={t.spec}" for t in tc.targets), *common,
                 "-MMD", "-MF", f"{obj}.d", "-c", str(src), "-o", str(obj)]

@@ -18,11 +18,14 @@ from porter.log import Logger
 # name -> "module:attribute"; a new command is one line here plus its module.
 COMMANDS: dict[str, str] = {
     "toolchain": "porter.cli.toolchain:toolchain",
+    "ops": "porter.cli.ops:ops",
     "install": "porter.cli.install:install_cmd",
     "verify": "porter.cli.install:verify_cmd",
     "report": "porter.cli.install:report_cmd",
     "wheelhouse": "porter.cli.wheelhouse:wheelhouse",
     "wheel": "porter.cli.wheel:wheel",
+    "patch": "porter.cli.patch:patch",
+    "port": "porter.cli.port:port",
 }
 
 

@@ -1,0 +1,107 @@
+"""porter ops list | build: DeepSpeed ops compiled ahead of time into a wheel (no JIT on compute nodes)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from porter.cli import emit_json
+from porter.cli.options import json_option, resolve_toolchain, toolchain_options
+from porter.errors import PartialSuccess
+from porter.log import Logger
+from porter.run import Runner
+
+python_option = click.option(
+    "--python", "python", default=None, metavar="PATH",
+    help="Python whose torch the ops are built against (default: $PORTER_PYTHON, else this one).")
+source_option = click.option(
+    "--source", "source", required=True, metavar="SRC",
+    help="DeepSpeed sdist (.tar.gz), unpacked source folder, or deepspeed==VERSION (fetched from PyPI).")
+
+
+@click.group()
+def ops() -> None:
+    """Ahead-of-time DeepSpeed ops: list what a tree offers, build them into one wheel."""
+
+
+@ops.command("list")
+@source_option
+@toolchain_options
+@python_option
+@json_option
+@click.pass_obj
+def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
+             python: str | None, as_json: bool) -> None:
+    """Every op of the tree (read from its own op_builder), its sources, and whether this toolchain can
+    build it, and if not, why."""
+    from ops_prebuild.catalogue import read_catalogue
+    from ops_prebuild.source import resolve_source
+
+    tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
+    runner = Runner(log, echo=log.verbose)
+    src = resolve_source(source, runner=runner)
+    cat = read_catalogue(src, tc, python=python or sys.executable, runner=runner)
+    rows = [{"name": o.name, "compatible": o.compatible, "reason": o.reason, "device": o.device,
+             "module": o.module, "build_var": o.build_var, "sources": list(o.sources)} for o in cat.ops]
+    if as_json:
+        emit_json({"source": {"project": src.project, "version": src.version, "tree": str(src.tree)},
+                   "toolchain": tc.name, "torch": cat.torch.version, "accelerator": cat.accelerator, "ops": rows})
+        return
+    click.echo(f"DeepSpeed {src.version} ops for toolchain {tc.name} (torch {cat.torch.version}, "
+               f"accelerator {cat.accelerator}):")
+    for r in rows:
+        mark = "yes" if r["compatible"] else "no "
+        click.echo(f"  {r['name']:<26} {mark} {len(r['sources']):>3} sources"
+                   + (f"  ({r['reason'][:110]})" if r["reason"] else ""))
+
+
+@ops.command("build")
+@source_option
+@toolchain_options
+@click.option("--ops", "op_names", default=None, metavar="A,B", help="Ops to build, comma-separated.")
+@click.option("--all-compatible", is_flag=True, help="Build every op this toolchain can build.")
+@click.option("-o", "--output", "wheelhouse", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("wheelhouse"), show_default=True, help="Wheelhouse folder for the wheel + manifest.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Parallel compile jobs (default: from cores and free memory).")
+@click.option("--dry-run", is_flag=True, help="Print the plan (every compile and link command) and build nothing.")
+@python_option
+@json_option
+@click.pass_obj
+def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
+              op_names: str | None, all_compatible: bool, wheelhouse: Path, jobs: int | None, dry_run: bool,
+              python: str | None, as_json: bool) -> None:
+    """Compile the selected ops in one ninja graph and package one DeepSpeed wheel in which they are
+    prebuilt (installed_ops), plus a manifest. An op that fails is reported and left out (exit 3)."""
+    from ops_prebuild.build import build_ops
+
+    if op_names and all_compatible:
+        raise click.UsageError("--ops and --all-compatible exclude each other")
+    tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
+    names = [n.strip() for n in op_names.split(",") if n.strip()] if op_names else None
+    result = build_ops(source, tc, ops=names, all_compatible=all_compatible, wheelhouse=wheelhouse, jobs=jobs,
+                       dry_run=dry_run, python=python, log=log)
+    if as_json:
+        emit_json(result.to_dict())
+    elif dry_run:
+        plan = result.plan
+        click.echo(f"# plan: {len(plan.outputs)} op(s), toolchain {tc.name}, {result.jobs} job(s), "
+                   f"build dir {plan.build_dir}")
+        for note in plan.notes:
+            click.echo(f"# note: {note}")
+        if plan.env:
+            click.echo("# env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items())))
+        for step in plan.steps:
+            click.echo(shlex.join(step.argv))
+    else:
+        for o in result.ops:
+            click.echo(f"  {o.name:<22} {o.status:<7} {o.seconds:6.1f}s  {o.log if o.status == 'failed' else ''}")
+        click.echo(f"wheel: {result.wheel}")
+        click.echo(f"manifest: {result.manifest}")
+    if result.failed:
+        raise PartialSuccess(f"{len(result.failed)} op(s) failed and were left out of the wheel: "
+                             f"{', '.join(o.name for o in result.failed)}",
+                             hint="the other ops shipped; read the failed ops' logs")

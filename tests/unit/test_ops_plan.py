@@ -1,0 +1,164 @@
+"""ops_prebuild without subprocesses: catalogue selection, flags, the pinned ROCm/CUDA plans, packaging."""
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+from wheel.wheelfile import WheelFile
+
+from ops_prebuild.build import _failure_blocks, check_torch
+from ops_prebuild.catalogue import Catalogue, OpSpec, TorchInfo
+from ops_prebuild.plan import host_args, make_plan, simd_define
+from ops_prebuild.source import Source
+from ops_prebuild.wheel import compose, relabel, wheel_filename
+from porter.errors import ConfigError, ToolError
+from porter.resources import default_jobs
+from porter.toolchain.profile import load_toolchain
+
+TORCH = TorchInfo(version="2.13.0+cpu", cuda=None, hip=None, root="/t/torch", include_dirs=("/t/torch/include",),
+                  cuda_include_dirs=(), library_dir="/t/torch/lib", cxx11_abi=True, python_include="/py/include",
+                  ext_suffix=".cpython-311-x86_64-linux-gnu.so", python_tag="cp311", platform_tag="linux_x86_64",
+                  site_packages="/t/site")
+CPU_ADAM = OpSpec(name="cpu_adam", builder="CPUAdamBuilder", build_var="DS_BUILD_CPU_ADAM",
+                  module="deepspeed.ops.adam.cpu_adam_op", sources=("csrc/adam/cpu_adam.cpp",),
+                  include_paths=("csrc/includes",), device=False, compatible=True,
+                  cxx_args=("-O3", "-march=native", "-fopenmp", "-D__AVX512__"))
+FUSED_ADAM = OpSpec(name="fused_adam", builder="FusedAdamBuilder", build_var="DS_BUILD_FUSED_ADAM",
+                    module="deepspeed.ops.adam.fused_adam_op",
+                    sources=("csrc/adam/fused_adam_frontend.cpp", "csrc/adam/multi_tensor_adam.cu"),
+                    include_paths=("csrc/includes", "csrc/adam"), device=True, compatible=True,
+                    cxx_args=("-O3", "-std=c++17"), nvcc_args=("-O3", "-DVERSION_GE_1_5"))
+EVO = OpSpec(name="evoformer_attn", builder="EvoformerAttnBuilder", build_var="", module="deepspeed.ops.x",
+             sources=("a.cu",), include_paths=(), device=True, compatible=False, reason="needs CUTLASS")
+
+
+def catalogue(torch: TorchInfo = TORCH) -> Catalogue:
+    return Catalogue(Source("deepspeed", "0.19.8", Path("/src/ds"), "test"), torch, "cuda",
+                     (CPU_ADAM, FUSED_ADAM, EVO))
+
+
+def test_host_guesses_replaced_by_the_profile_isa() -> None:
+    assert host_args(CPU_ADAM.cxx_args, load_toolchain("cpu", environ={})) == \
+        ["-O3", "-fopenmp", "-march=x86-64-v2", "-D__SCALAR__"]
+    assert host_args(CPU_ADAM.cxx_args, load_toolchain("frontier", environ={}))[-2:] == \
+        ["-march=znver3", "-D__AVX256__"]
+    native = load_toolchain("cpu", environ={}, overrides={"cpu_isa": "native"})
+    assert host_args(CPU_ADAM.cxx_args, native) == list(CPU_ADAM.cxx_args)
+
+
+def test_unknown_isa_for_simd_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="no SIMD level known"):
+        simd_define("pentium4")
+
+
+def test_select_unknown_incompatible_and_all_compatible() -> None:
+    cat = catalogue()
+    with pytest.raises(ConfigError, match="did you mean cpu_adam"):
+        cat.select(["cpu_adm"], False)
+    with pytest.raises(ConfigError, match="needs CUTLASS"):
+        cat.select(["evoformer_attn"], False)
+    assert [o.name for o in cat.select(None, True)] == ["cpu_adam", "fused_adam"]
+    with pytest.raises(ConfigError, match="no ops selected"):
+        cat.select(None, False)
+
+
+def test_rocm_plan_is_pinned(tmp_path: Path) -> None:
+    tc = load_toolchain("frontier", environ={})
+    hip = {"fused_adam": {"csrc/adam/fused_adam_frontend.cpp": str(tmp_path / "hip/csrc/adam/fused_adam_frontend.cpp"),
+                          "csrc/adam/multi_tensor_adam.cu": str(tmp_path / "hip/csrc/adam/multi_tensor_adam.hip")}}
+    plan = make_plan(catalogue(), tc, [FUSED_ADAM], tmp_path, sources=hip)
+    host, dev, link = plan.steps
+    assert host.argv[0] == "g++" and "-march=znver3" in host.argv and "-D__HIP_PLATFORM_AMD__=1" in host.argv
+    assert dev.argv[0] == "hipcc"
+    for flag in ("--offload-arch=gfx90a", "-D__HIP_PLATFORM_AMD__=1", "-DROCM_WAVEFRONT_SIZE=64", "-fno-gpu-rdc",
+                 "-DTORCH_EXTENSION_NAME=fused_adam_op", f"-I{tmp_path}/hip/csrc/includes",
+                 "/opt/rocm-5.7.1/include", "-DVERSION_GE_1_5"):
+        assert flag in dev.argv, flag
+    assert dev.argv[dev.argv.index("-c") + 1].endswith("multi_tensor_adam.hip")
+    assert not any(a.startswith("-march=native") for s in plan.steps for a in s.argv)
+    assert link.argv[0] == "hipcc" and "-lamdhip64" in link.argv and "-ltorch_hip" in link.argv
+    assert link.output.endswith("fused_adam/fused_adam_op.cpython-311-x86_64-linux-gnu.so")
+    assert any("not a ROCm build" in n for n in plan.notes)
+
+
+def test_rocm_plan_for_two_archs_and_a_launcher(tmp_path: Path) -> None:
+    tc = load_toolchain("debian-trixie-rocm", environ={"PORTER_TRIXIE_ROOT": "/chroots/trixie"})
+    plan = make_plan(catalogue(), tc, [FUSED_ADAM], tmp_path)
+    dev = plan.steps[1]
+    assert dev.argv[:3] == ("chroot", "/chroots/trixie", "hipcc")
+    assert "--offload-arch=gfx90a" in dev.argv and "--offload-arch=gfx942" in dev.argv
+
+
+def test_cuda_plan_uses_nvcc_with_host_isa(tmp_path: Path) -> None:
+    op = OpSpec(**{**FUSED_ADAM.__dict__, "nvcc_args": ("-O3", "-gencode=arch=compute_90,code=sm_90")})
+    plan = make_plan(catalogue(), load_toolchain("cuda-h100", environ={}), [op], tmp_path)
+    dev = plan.steps[1]
+    assert dev.argv[0] == "nvcc" and "-gencode=arch=compute_90,code=sm_90" in dev.argv
+    assert "-march=x86-64-v2" in dev.argv and "--expt-relaxed-constexpr" in dev.argv
+    assert "-lcudart" in plan.steps[2].argv
+
+
+def test_one_ninja_graph_for_all_ops(tmp_path: Path) -> None:
+    plan = make_plan(catalogue(), load_toolchain("cpu", environ={}), [CPU_ADAM], tmp_path)
+    text = plan.ninja()
+    assert text.count("\nbuild ") == 2 and "rule compile" in text and "deps = gcc" in text
+    assert "default " + str(tmp_path / "cpu_adam" / "cpu_adam_op.cpython-311-x86_64-linux-gnu.so").replace(":", "$:") in text
+
+
+def test_torch_of_the_wrong_kind() -> None:
+    cat = catalogue()
+    with pytest.raises(ToolError, match="ROCm build of torch"):
+        check_torch(cat, load_toolchain("frontier", environ={}), dry_run=False, python="py")
+    check_torch(cat, load_toolchain("frontier", environ={}), dry_run=True, python="py")  # a plan is fine
+    with pytest.raises(ToolError, match="CUDA"):
+        check_torch(cat, load_toolchain("cuda-h100", environ={}), dry_run=False, python="py")
+
+
+def test_jobs_fit_memory() -> None:
+    gib = 1 << 30
+    assert default_jobs(3 * gib, cores=16, free_bytes=10 * gib) == 3
+    assert default_jobs(gib, cores=2, free_bytes=64 * gib) == 2
+    assert default_jobs(8 * gib, cores=8, free_bytes=2 * gib) == 1
+
+
+def test_failure_blocks_split_per_edge() -> None:
+    out = ("[1/3] COMPILE a\nFAILED: /b/x/a.o\ng++ ...\nerror: boom\n[2/3] COMPILE b\n"
+           "FAILED: /b/y/b.o\nerror: bang\nninja: build stopped\n")
+    assert _failure_blocks(out) == ["FAILED: /b/x/a.o\ng++ ...\nerror: boom", "FAILED: /b/y/b.o\nerror: bang"]
+
+
+def test_labels_and_filenames() -> None:
+    assert relabel("0.19.8", "rocm5.7.gfx90a") == "0.19.8+rocm5.7.gfx90a"
+    assert relabel("0.19.8+git123", "cpu.x86_64_v2") == "0.19.8+cpu.x86_64_v2"
+    assert wheel_filename("deepspeed", "0.19.8+cpu.x86_64_v2", "cp311-cp311-linux_x86_64") == \
+        "deepspeed-0.19.8+cpu.x86_64_v2-cp311-cp311-linux_x86_64.whl"
+
+
+def test_compose_injects_ops_and_relabels(tmp_path: Path) -> None:
+    base = tmp_path / "deepspeed-0.19.8-py3-none-any.whl"
+    with WheelFile(base, "w") as wf:
+        wf.writestr("deepspeed/__init__.py", b"")
+        wf.writestr("deepspeed/git_version_info_installed.py",
+                    b"version='0.19.8'\ninstalled_ops={'cpu_adam': False}\naccelerator_name='cpu'\n")
+        wf.writestr("deepspeed-0.19.8.dist-info/METADATA", b"Metadata-Version: 2.1\nName: deepspeed\nVersion: 0.19.8\n")
+        wf.writestr("deepspeed-0.19.8.dist-info/WHEEL", b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    so = tmp_path / "x.so"
+    so.write_bytes(b"\x7fELF fake")
+    out = tmp_path / "out" / "deepspeed-0.19.8+cpu.x86_64_v2-cp311-cp311-linux_x86_64.whl"
+    out.parent.mkdir()
+    compose(base, out, version="0.19.8+cpu.x86_64_v2", tag="cp311-cp311-linux_x86_64",
+            extensions={"deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so": so},
+            installed_ops={"cpu_adam": True, "fused_adam": False},
+            extra_files={"{dist_info}/porter.json": b"{}"})
+    with zipfile.ZipFile(out) as z:
+        names = z.namelist()
+        info = "deepspeed-0.19.8+cpu.x86_64_v2.dist-info"
+        assert f"{info}/RECORD" in names and f"{info}/porter.json" in names
+        assert "deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so" in names
+        assert b"Version: 0.19.8+cpu.x86_64_v2" in z.read(f"{info}/METADATA")
+        wheel_meta = z.read(f"{info}/WHEEL").decode()
+        assert "Root-Is-Purelib: false" in wheel_meta and "Tag: cp311-cp311-linux_x86_64" in wheel_meta
+        assert "py3-none-any" not in wheel_meta
+        assert "installed_ops={'cpu_adam': True, 'fused_adam': False}" in \
+            z.read("deepspeed/git_version_info_installed.py").decode()
