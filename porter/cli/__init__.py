@@ -18,6 +18,7 @@ from porter.log import Logger
 # name -> "module:attribute"; a new command is one line here plus its module.
 COMMANDS: dict[str, str] = {
     "toolchain": "porter.cli.toolchain:toolchain",
+    "hipify": "porter.cli.hipify:hipify",
     "ops": "porter.cli.ops:ops",
     "install": "porter.cli.install:install_cmd",
     "verify": "porter.cli.install:verify_cmd",

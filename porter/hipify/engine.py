@@ -1,0 +1,440 @@
+"""Hipify a tree: torch's translation + porter's extra map, reports, and an incremental cache.
+
+Every regular file under SRC gets a counterpart at the same relative path under OUT:
+
+* source files (torch's extensions: .cu .cuh .c .cc .cpp .h .in .hpp) are translated; a file the
+  translation changes gets torch's breadcrumb first line (C-like extensions), a file it leaves alone
+  is copied byte-identical;
+* a source file that already starts with torch's breadcrumb, or is not UTF-8, is copied
+  byte-identical and reported as skipped;
+* other files are copied byte-identical;
+* symlinks are never followed: one pointing inside the tree is recreated, one pointing outside is
+  left out and reported.
+
+The cache ``OUT/.porter-hipify.json`` records, per file, the sha256 of the source, the stat of what
+was written and the findings; a re-run hashes the sources, and redoes only what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from porter import __version__
+from porter.errors import ConfigError, NothingToDo, PorterError
+from porter.hipify import torch_engine
+from porter.hipify.maps import CompiledMap, ExtraMap, combined_map
+from porter.hipify.scan import Finding, mask, scan
+from porter.log import Logger, quiet_logger
+from porter.manifest import atomic_path, atomic_write_text, sha256_bytes
+
+CACHE_NAME = ".porter-hipify.json"
+CACHE_SCHEMA = "porter.hipify-cache/1"
+
+CHANGED, UNCHANGED, COPIED, SKIPPED = "changed", "unchanged", "copied", "skipped"
+
+
+@dataclass(frozen=True)
+class FileResult:
+    path: str                 # POSIX path relative to SRC (and OUT)
+    status: str               # changed | unchanged | copied | skipped
+    reason: str = ""          # why skipped
+    write: bool = False       # the destination was (with check: would be) written by this run
+    cached: bool = False      # taken from the cache without translating again
+    replacements: tuple[tuple[str, int], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"path": self.path, "status": self.status, "write": self.write, "cached": self.cached}
+        if self.reason:
+            d["reason"] = self.reason
+        if self.replacements:
+            d["replacements"] = dict(self.replacements)
+        return d
+
+
+@dataclass(frozen=True)
+class HipifyReport:
+    src: Path
+    out: Path
+    in_place: bool
+    check: bool
+    files: tuple[FileResult, ...]
+    unsupported: tuple[Finding, ...]
+    warp32: tuple[Finding, ...]
+    seconds: float
+    torch_hipify_version: str
+    maps: tuple[str, ...]
+    removed: tuple[str, ...] = field(default=())  # stale outputs removed (their source is gone)
+
+    def _with(self, status: str) -> list[FileResult]:
+        return [f for f in self.files if f.status == status]
+
+    @property
+    def changed(self) -> list[FileResult]:
+        return self._with(CHANGED)
+
+    @property
+    def unchanged(self) -> list[FileResult]:
+        return self._with(UNCHANGED)
+
+    @property
+    def copied(self) -> list[FileResult]:
+        return self._with(COPIED)
+
+    @property
+    def skipped(self) -> list[FileResult]:
+        return self._with(SKIPPED)
+
+    @property
+    def written(self) -> list[FileResult]:
+        """Files whose destination this run wrote (with ``check``: would write)."""
+        return [f for f in self.files if f.write]
+
+    @property
+    def cached(self) -> int:
+        return sum(1 for f in self.files if f.cached)
+
+    @property
+    def replacements(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for f in self.files:
+            total.update(dict(f.replacements))
+        return total
+
+    def output_path(self, rel: str) -> Path:
+        return self.out / rel
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "porter.hipify-report/1",
+            "src": str(self.src), "out": str(self.out), "in_place": self.in_place, "check": self.check,
+            "torch_hipify_version": self.torch_hipify_version, "maps": list(self.maps),
+            "summary": {"scanned": len(self.files), "changed": len(self.changed), "unchanged": len(self.unchanged),
+                        "copied": len(self.copied), "skipped": len(self.skipped), "written": len(self.written),
+                        "cached": self.cached, "removed": len(self.removed), "unsupported": len(self.unsupported),
+                        "warp32": len(self.warp32), "seconds": round(self.seconds, 3)},
+            "replacements": dict(self.replacements.most_common()),
+            "skipped": [{"path": f.path, "reason": f.reason} for f in self.skipped],
+            "unsupported": [f.to_dict() for f in self.unsupported],
+            "warp32": [f.to_dict() for f in self.warp32],
+            "files": [f.to_dict() for f in self.files],
+            "removed": list(self.removed),
+        }
+
+
+def default_out(src: Path) -> Path:
+    src = src.resolve()
+    return src.with_name(src.name + "-hip")
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _read_only(path: Path) -> bool:
+    mode = path.stat().st_mode
+    return not (mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) or not os.access(path, os.W_OK)
+
+
+def _validate(src: Path, out: Path | None, in_place: bool, check: bool) -> tuple[Path, Path]:
+    if not src.exists():
+        raise ConfigError(f"source tree not found: {src}", hint="pass the directory with the CUDA sources")
+    if not src.is_dir():
+        raise ConfigError(f"source is not a directory: {src}", hint="pass the directory that holds the file")
+    src = src.resolve()
+    if in_place:
+        if out is not None and out.resolve() != src:
+            raise ConfigError("--in-place and an output directory exclude each other",
+                              hint="drop -o/--output, or drop --in-place")
+        out = src
+    else:
+        out = default_out(src) if out is None else out.resolve()
+        if out == src:
+            raise ConfigError(f"output directory is the source tree: {out}",
+                              hint="pass --in-place to hipify the tree itself, or another -o directory")
+        if _is_within(out, src):
+            raise ConfigError(f"output directory {out} is inside the source tree {src}",
+                              hint="put the output next to the source (the default is SRC-hip), never inside it")
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise ConfigError(f"output path exists and is not a directory: {out}", hint="pass a directory to -o")
+        if not check and _read_only(out):
+            raise ConfigError(f"output directory is read-only: {out}",
+                              hint=f"make it writable (chmod u+w {out}) or choose another -o directory")
+        if not in_place and not (out / CACHE_NAME).is_file() and any(out.iterdir()):
+            raise ConfigError(f"output directory {out} is not empty and was not written by porter hipify",
+                              hint="pass a new or empty directory; porter only updates trees it wrote")
+    else:
+        parent = next((p for p in out.parents if p.exists()), None)
+        if not check and parent is not None and _read_only(parent):
+            raise ConfigError(f"cannot create the output directory {out}: {parent} is read-only",
+                              hint="choose an output directory in a writable place")
+    return src, out
+
+
+def _cache_key(cmap_digest: str, in_place: bool) -> str:
+    return sha256_bytes(json.dumps([__version__, torch_engine.torch_hipify_version(), cmap_digest,
+                                    in_place]).encode())
+
+
+def _load_cache(out: Path, key: str) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads((out / CACHE_NAME).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("schema") != CACHE_SCHEMA or data.get("key") != key:
+        return {}
+    files = data.get("files")
+    return files if isinstance(files, dict) else {}
+
+
+def _walk(src: Path) -> Iterator[tuple[str, Path, str]]:
+    """(rel, path, kind) in a stable order; kind: file | dir | link | other. Links are not followed."""
+    for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
+        dirnames.sort()
+        base = Path(dirpath)
+        keep = []
+        for d in dirnames:
+            p = base / d
+            if p.is_symlink():
+                yield p.relative_to(src).as_posix(), p, "link"
+            else:
+                keep.append(d)
+                yield p.relative_to(src).as_posix(), p, "dir"
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            p = base / name
+            rel = p.relative_to(src).as_posix()
+            if rel == CACHE_NAME:
+                continue
+            if p.is_symlink():
+                yield rel, p, "link"
+            elif p.is_file():
+                yield rel, p, "file"
+            else:
+                yield rel, p, "other"
+
+
+@dataclass
+class _State:
+    src: Path
+    out: Path
+    in_place: bool
+    check: bool
+    cmap: CompiledMap
+    breadcrumb: str
+    log: Logger
+    cache: dict[str, dict[str, Any]]
+    new_cache: dict[str, dict[str, Any]] = field(default_factory=dict)
+    results: list[FileResult] = field(default_factory=list)
+    unsupported: list[Finding] = field(default_factory=list)
+    warp32: list[Finding] = field(default_factory=list)
+    defined: set[str] = field(default_factory=set)
+
+
+def _write(dest: Path, data: bytes, mode: int, atomic: bool) -> None:
+    """Atomic (temp + rename) in place; out of tree a plain write is enough: a file cut short by a
+    crash does not match its cache record, so the next run writes it again."""
+    try:
+        if atomic:
+            with atomic_path(dest) as tmp:
+                tmp.write_bytes(data)
+                os.chmod(tmp, stat.S_IMODE(mode))
+        else:
+            with open(dest, "wb") as f:
+                f.write(data)
+            os.chmod(dest, stat.S_IMODE(mode))
+    except PermissionError as exc:
+        raise ConfigError(f"cannot write {dest}: {exc.strerror}",
+                          hint="make the output directory writable or choose another -o directory") from None
+    except OSError as exc:
+        raise PorterError(f"cannot write {dest}: {exc.strerror or exc}",
+                          hint="check free space and permissions of the output directory") from None
+
+
+def _dest_matches(dest: Path, rec: dict[str, Any]) -> bool:
+    try:
+        st = dest.stat()
+    except OSError:
+        return False
+    return st.st_size == rec.get("size") and st.st_mtime_ns == rec.get("mtime_ns")
+
+
+def _process_file(s: _State, rel: str, path: Path) -> None:
+    data = path.read_bytes()
+    digest = sha256_bytes(data)
+    dest = s.out / rel
+    rec = s.cache.get(rel)
+    if rec is not None and rec.get("src") == digest and _dest_matches(dest, rec):
+        s.new_cache[rel] = rec
+        s.results.append(FileResult(rel, rec["status"], rec.get("reason", ""), False, True,
+                                    tuple((k, int(v)) for k, v in rec.get("replacements", {}).items())))
+        s.unsupported.extend(Finding.from_dict(d) for d in rec.get("unsupported", []))
+        s.warp32.extend(Finding.from_dict(d) for d in rec.get("warp32", []))
+        s.defined.update(rec.get("defines", []))
+        return
+
+    counts: Counter[str] = Counter()
+    reason = ""
+    out_data = data
+    scan_text: str | None = None
+    if not rel.endswith(torch_engine.SOURCE_EXTENSIONS):
+        status = COPIED
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            status, reason = SKIPPED, f"not UTF-8 (byte {exc.start}); copied unchanged"
+        else:
+            # torch reads with universal newlines; so does porter, to produce the same text.
+            norm = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+            if norm.startswith(s.breadcrumb):
+                status, reason = SKIPPED, "already hipified (starts with torch's hipify breadcrumb)"
+                scan_text = norm
+            else:
+                new = torch_engine.transform_text(norm, rel, counts)
+                new = s.cmap.apply(new, counts)
+                if new == norm:
+                    status = UNCHANGED
+                    scan_text = norm
+                else:
+                    status = CHANGED
+                    if rel.endswith(torch_engine.BREADCRUMB_EXTENSIONS):
+                        new = s.breadcrumb + new
+                    scan_text = new
+                    out_data = new.encode("utf-8")
+
+    unsupported: list[Finding] = []
+    warp: list[Finding] = []
+    defines: list[str] = []
+    if scan_text is not None:
+        found: set[str] = set()
+        unsupported, warp = scan(scan_text, rel, s.cmap, mask(scan_text), found)
+        defines = sorted(found)
+    s.unsupported.extend(unsupported)
+    s.warp32.extend(warp)
+    s.defined.update(defines)
+
+    if s.in_place:
+        write = out_data is not data
+    else:
+        try:
+            write = dest.read_bytes() != out_data if dest.is_file() and not dest.is_symlink() else True
+        except OSError:
+            write = True
+    if write and not s.check:
+        if dest.is_symlink():
+            dest.unlink()
+        _write(dest, out_data, path.stat().st_mode, atomic=s.in_place)
+    s.results.append(FileResult(rel, status, reason, write, False, tuple(counts.most_common())))
+    if not s.check:
+        try:
+            st = dest.stat()
+        except OSError:
+            return
+        cached_status, cached_reason, src_digest = status, reason, digest
+        if s.in_place and status == CHANGED:
+            # The tree now holds the output: a re-run reads it back as an already hipified file.
+            cached_status, cached_reason = SKIPPED, "already hipified (starts with torch's hipify breadcrumb)"
+            src_digest = sha256_bytes(out_data)
+            counts = Counter()
+        s.new_cache[rel] = {"src": src_digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                            "status": cached_status, "reason": cached_reason, "replacements": dict(counts),
+                            "unsupported": [f.to_dict() for f in unsupported],
+                            "warp32": [f.to_dict() for f in warp], "defines": defines}
+
+
+def _process_link(s: _State, rel: str, path: Path) -> None:
+    target_text = os.readlink(path)
+    target = Path(os.path.realpath(path))
+    if not _is_within(target, s.src):
+        s.results.append(FileResult(rel, SKIPPED, f"symlink to {target_text} points outside the tree; not followed"))
+        return
+    if s.in_place:
+        s.results.append(FileResult(rel, SKIPPED, f"symlink to {target_text} (inside the tree)"))
+        return
+    dest = s.out / rel
+    link_text = target_text
+    if os.path.isabs(target_text):
+        link_text = os.path.relpath(s.out / target.relative_to(s.src), dest.parent)
+    write = not (dest.is_symlink() and os.readlink(dest) == link_text)
+    if write and not s.check:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.is_symlink() or dest.is_file():
+            dest.unlink()
+        try:
+            os.symlink(link_text, dest)
+        except OSError as exc:
+            raise PorterError(f"cannot create the symlink {dest}: {exc.strerror or exc}",
+                              hint="check the permissions of the output directory") from None
+    s.results.append(FileResult(rel, SKIPPED, f"symlink to {target_text} (inside the tree; recreated)", write))
+
+
+def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None, *,
+                in_place: bool = False, check: bool = False,
+                extra_maps: Iterable[str | os.PathLike[str] | ExtraMap] = (),
+                log: Logger | None = None, use_cache: bool = True) -> HipifyReport:
+    """Hipify the tree ``src`` into ``out`` (default ``<src>-hip``) or, with ``in_place``, into itself.
+
+    ``extra_maps``: TOML files (or :class:`ExtraMap` objects) added on top of porter's built-in map.
+    ``check``: compute everything, write nothing; the report's ``written`` lists what would change.
+    Raises :class:`ConfigError` for bad input and :class:`NothingToDo` for a tree without files.
+    """
+    log = log or quiet_logger()
+    start = time.perf_counter()
+    src_path, out_path = _validate(Path(src), Path(out) if out is not None else None, in_place, check)
+    emap = combined_map([m if isinstance(m, ExtraMap) else Path(m) for m in extra_maps])
+    cmap = emap.compiled
+    torch_engine.torch_hipify()  # fail early (ToolError) when torch is missing
+    key = _cache_key(emap.digest(), in_place)
+    state = _State(src=src_path, out=out_path, in_place=in_place, check=check, cmap=cmap,
+                   breadcrumb=torch_engine.breadcrumb(), log=log,
+                   cache=_load_cache(out_path, key) if use_cache and out_path.is_dir() else {})
+
+    with log.step(f"hipify {src_path} -> {'(in place)' if in_place else out_path}"):
+        entries = list(_walk(src_path))
+        if not any(kind != "dir" for _, _, kind in entries):
+            raise NothingToDo(f"no files under {src_path}", hint="pass the directory that holds the CUDA sources")
+        if not check and not in_place:
+            out_path.mkdir(parents=True, exist_ok=True)
+        for rel, path, kind in entries:
+            if kind == "dir":
+                if not check and not in_place:
+                    (out_path / rel).mkdir(exist_ok=True)
+            elif kind == "file":
+                _process_file(state, rel, path)
+            elif kind == "link":
+                _process_link(state, rel, path)
+            else:
+                state.results.append(FileResult(rel, SKIPPED, "not a regular file (device, fifo or socket)"))
+
+        removed: list[str] = []
+        if not in_place:
+            for rel, rec in state.cache.items():
+                if rel in state.new_cache:
+                    continue
+                dest = out_path / rel
+                if _dest_matches(dest, rec):
+                    removed.append(rel)
+                    if not check:
+                        dest.unlink()
+        if not check and use_cache and (state.new_cache != state.cache or not (out_path / CACHE_NAME).is_file()):
+            doc = {"schema": CACHE_SCHEMA, "key": key, "porter_version": __version__,
+                   "torch_hipify_version": torch_engine.torch_hipify_version(), "src": str(src_path),
+                   "files": state.new_cache}
+            atomic_write_text(out_path / CACHE_NAME, json.dumps(doc, separators=(",", ":")))
+
+    unsupported = tuple(f for f in state.unsupported if f.identifier not in state.defined)
+    report = HipifyReport(src=src_path, out=out_path, in_place=in_place, check=check, files=tuple(state.results),
+                          unsupported=unsupported, warp32=tuple(state.warp32),
+                          seconds=time.perf_counter() - start,
+                          torch_hipify_version=torch_engine.torch_hipify_version(),
+                          maps=emap.sources, removed=tuple(removed))
+    return report

@@ -1,0 +1,355 @@
+"""porter's extra mappings (data in ``extra_map.toml``, plus user files given with ``--map``).
+
+Loading validates everything up front: unknown tables or keys, bad regexes and bad templates are
+:class:`~porter.errors.ConfigError` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from porter.errors import ConfigError
+
+BUILTIN_MAP = Path(__file__).with_name("extra_map.toml")
+
+_TEMPLATE_REF = re.compile(r"\{(\d+)(\.\.\.)?\}")
+_IDENT = re.compile(r"^[A-Za-z_]\w*$")
+_TABLES = {"identifiers", "calls", "unsupported", "warp32"}
+
+
+@dataclass(frozen=True)
+class PatternHint:
+    pattern: str
+    hint: str
+
+
+@dataclass(frozen=True)
+class WarpRule:
+    id: str
+    pattern: str
+    message: str
+    context: str | None = None  # a regex the matched line must also contain
+
+
+@dataclass(frozen=True)
+class ExtraMap:
+    """One mapping file. Merge several with :meth:`merged`; later entries win on the same key."""
+
+    identifiers: tuple[tuple[str, str], ...] = ()
+    calls: tuple[tuple[str, str], ...] = ()
+    unsupported_patterns: tuple[PatternHint, ...] = ()
+    unsupported_names: tuple[tuple[str, str], ...] = ()
+    warp_file_pattern: str | None = None
+    warp_rules: tuple[WarpRule, ...] = ()
+    sources: tuple[str, ...] = ()
+
+    def merged(self, other: ExtraMap) -> ExtraMap:
+        def merge(a: tuple[tuple[str, str], ...], b: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+            d = dict(a)
+            d.update(b)
+            return tuple(d.items())
+
+        rules = {r.id: r for r in self.warp_rules}
+        rules.update({r.id: r for r in other.warp_rules})
+        pats = {p.pattern: p for p in self.unsupported_patterns}
+        pats.update({p.pattern: p for p in other.unsupported_patterns})
+        return ExtraMap(identifiers=merge(self.identifiers, other.identifiers),
+                        calls=merge(self.calls, other.calls),
+                        unsupported_patterns=tuple(pats.values()),
+                        unsupported_names=merge(self.unsupported_names, other.unsupported_names),
+                        warp_file_pattern=other.warp_file_pattern or self.warp_file_pattern,
+                        warp_rules=tuple(rules.values()),
+                        sources=self.sources + other.sources)
+
+    def digest(self) -> str:
+        """A hash of the mapping content (part of the incremental cache key)."""
+        doc = json.dumps([self.identifiers, self.calls, [(p.pattern, p.hint) for p in self.unsupported_patterns],
+                          self.unsupported_names, self.warp_file_pattern,
+                          [(r.id, r.pattern, r.message, r.context) for r in self.warp_rules]])
+        return hashlib.sha256(doc.encode()).hexdigest()
+
+    @cached_property
+    def compiled(self) -> CompiledMap:
+        return CompiledMap.build(self)
+
+
+def _fail(path: Path, msg: str) -> ConfigError:
+    return ConfigError(f"{path}: {msg}", hint="see docs/hipify.md for the mapping file format")
+
+
+def _str_table(path: Path, data: Any, table: str) -> dict[str, str]:
+    if not isinstance(data, dict):
+        raise _fail(path, f"[{table}] must be a table of \"name\" = \"value\"")
+    for k, v in data.items():
+        if not isinstance(v, str):
+            raise _fail(path, f"[{table}] {k!r}: value must be a string, not {type(v).__name__}")
+    return data
+
+
+def _regex(path: Path, where: str, pattern: Any) -> str:
+    if not isinstance(pattern, str):
+        raise _fail(path, f"{where}: pattern must be a string")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise _fail(path, f"{where}: bad regex {pattern!r}: {exc}") from None
+    return pattern
+
+
+def _check_keys(path: Path, where: str, data: dict[str, Any], allowed: set[str], required: set[str] = set()) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise _fail(path, f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(allowed))})")
+    missing = sorted(required - set(data))
+    if missing:
+        raise _fail(path, f"{where}: missing key {missing[0]!r}")
+
+
+def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
+    _check_keys(path, "top level", data, _TABLES)
+    identifiers = _str_table(path, data.get("identifiers", {}), "identifiers")
+    for k in identifiers:
+        if not _IDENT.match(k):
+            raise _fail(path, f"[identifiers] {k!r} is not a C identifier")
+    calls = _str_table(path, data.get("calls", {}), "calls")
+    for k, tmpl in calls.items():
+        if not _IDENT.match(k):
+            raise _fail(path, f"[calls] {k!r} is not a C identifier")
+        stripped = _TEMPLATE_REF.sub("", tmpl)
+        if "{" in stripped or "}" in stripped:
+            raise _fail(path, f"[calls] {k!r}: template {tmpl!r} has a brace that is not {{N}} or {{N...}}")
+        if any(int(m.group(1)) < 1 for m in _TEMPLATE_REF.finditer(tmpl)):
+            raise _fail(path, f"[calls] {k!r}: arguments are numbered from 1")
+
+    unsupported = data.get("unsupported", {})
+    if not isinstance(unsupported, dict):
+        raise _fail(path, "[unsupported] must be a table")
+    _check_keys(path, "[unsupported]", unsupported, {"patterns", "names"})
+    pats: list[PatternHint] = []
+    for i, item in enumerate(unsupported.get("patterns", [])):
+        where = f"[[unsupported.patterns]] #{i + 1}"
+        if not isinstance(item, dict):
+            raise _fail(path, f"{where} must be a table with pattern and hint")
+        _check_keys(path, where, item, {"pattern", "hint"}, {"pattern", "hint"})
+        pats.append(PatternHint(_regex(path, where, item["pattern"]), str(item["hint"])))
+    names = _str_table(path, unsupported.get("names", {}), "unsupported.names")
+    for k in names:
+        if not _IDENT.match(k):
+            raise _fail(path, f"[unsupported.names] {k!r} is not a C identifier")
+
+    warp = data.get("warp32", {})
+    if not isinstance(warp, dict):
+        raise _fail(path, "[warp32] must be a table")
+    _check_keys(path, "[warp32]", warp, {"file_pattern", "rules"})
+    file_pattern = _regex(path, "[warp32] file_pattern", warp["file_pattern"]) if "file_pattern" in warp else None
+    rules: list[WarpRule] = []
+    for i, item in enumerate(warp.get("rules", [])):
+        where = f"[[warp32.rules]] #{i + 1}"
+        if not isinstance(item, dict):
+            raise _fail(path, f"{where} must be a table with id, pattern and message")
+        _check_keys(path, where, item, {"id", "pattern", "message", "context"}, {"id", "pattern", "message"})
+        context = _regex(path, where, item["context"]) if "context" in item else None
+        rules.append(WarpRule(str(item["id"]), _regex(path, where, item["pattern"]), str(item["message"]), context))
+
+    return ExtraMap(identifiers=tuple(identifiers.items()), calls=tuple(calls.items()),
+                    unsupported_patterns=tuple(pats), unsupported_names=tuple(names.items()),
+                    warp_file_pattern=file_pattern, warp_rules=tuple(rules), sources=(str(path),))
+
+
+def load_map(path: str | Path) -> ExtraMap:
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"mapping file not found: {path}", hint="pass an existing TOML file to --map") from None
+    except IsADirectoryError:
+        raise ConfigError(f"mapping file is a directory: {path}", hint="pass a TOML file to --map") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"mapping file {path} is not valid TOML: {exc}", hint="fix the TOML syntax") from None
+    return parse_map(data, path)
+
+
+def builtin_map() -> ExtraMap:
+    return load_map(BUILTIN_MAP)
+
+
+def combined_map(user_maps: Iterable[str | Path | ExtraMap] = (), *, builtin: bool = True) -> ExtraMap:
+    result = builtin_map() if builtin else ExtraMap()
+    for m in user_maps:
+        result = result.merged(m if isinstance(m, ExtraMap) else load_map(m))
+    return result
+
+
+# --- applying a map --------------------------------------------------------------------------------
+
+_OPEN = {"(": ")", "[": "]", "{": "}"}
+
+
+def split_call(text: str, open_paren: int) -> tuple[list[tuple[int, int]], int] | None:
+    """Top-level argument spans of the call whose ``(`` is at ``open_paren``, and the ``)`` index.
+
+    Nested (), [] and {} and string/char literals and comments are skipped. None if unbalanced.
+    """
+    args: list[tuple[int, int]] = []
+    stack: list[str] = []
+    start = open_paren + 1
+    i = start
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c == "/" and i + 1 < n and text[i + 1] in "/*":
+            end = text.find("\n" if text[i + 1] == "/" else "*/", i + 2)
+            if end < 0:
+                return None
+            i = end + (1 if text[i + 1] == "/" else 2)
+            continue
+        if c in _OPEN:
+            stack.append(_OPEN[c])
+        elif c in ")]}":
+            if stack:
+                if stack.pop() != c:
+                    return None
+            elif c == ")":
+                args.append((start, i))
+                return args, i
+            else:
+                return None
+        elif c == "," and not stack:
+            args.append((start, i))
+            start = i + 1
+        i += 1
+    return None
+
+
+def _fast(pattern: str) -> tuple[str, bool]:
+    """``pattern`` without a leading ``\\b`` (checked by the caller), so the regex engine can skip
+    ahead by first character instead of trying every position: several times faster."""
+    if pattern.startswith("\\b"):
+        return pattern[2:], True
+    return pattern, False
+
+
+def left_boundary_ok(text: str, pos: int) -> bool:
+    return pos == 0 or not (text[pos - 1].isalnum() or text[pos - 1] == "_")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A compiled warp32 rule."""
+    rule: WarpRule
+    rx: re.Pattern[str]
+    boundary: bool
+    context: re.Pattern[str] | None
+
+
+@dataclass(frozen=True)
+class CompiledMap:
+    identifiers: dict[str, str]
+    ident_re: re.Pattern[str] | None
+    calls: dict[str, str]
+    call_re: re.Pattern[str] | None
+    # One regex per pattern (each alone lets the engine skip ahead by its first characters; an
+    # alternation of all of them is several times slower), without a leading \\b (checked after).
+    unsupported_res: tuple[tuple[re.Pattern[str], bool, str], ...]
+    names_re: re.Pattern[str] | None                # candidates for unsupported_names (by prefix)
+    unsupported_names: dict[str, str]
+    unsupported_patterns: tuple[tuple[re.Pattern[str], str], ...]  # full patterns, to pick the hint
+    warp_file_re: re.Pattern[str] | None
+    warp_rules: tuple[Rule, ...] = field(default=())
+
+    @staticmethod
+    def build(m: ExtraMap) -> CompiledMap:
+        def words(names: Sequence[str]) -> str:
+            return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+
+        idents = dict(m.identifiers)
+        calls = dict(m.calls)
+        ident_re = re.compile(rf"\b(?:{words(list(idents))})\b") if idents else None
+        call_re = re.compile(rf"(?<![\w.>:])({words(list(calls))})\s*\(") if calls else None
+        names = dict(m.unsupported_names)
+        prefixes = sorted({n[:2] for n in names})
+        names_re = re.compile(rf"(?:{'|'.join(re.escape(p) for p in prefixes)})\w*") if names else None
+        res = []
+        for p in m.unsupported_patterns:
+            pat, boundary = _fast(p.pattern)
+            res.append((re.compile(pat), boundary, p.hint))
+        full = tuple((re.compile(p.pattern), p.hint) for p in m.unsupported_patterns)
+        warp_file_re = re.compile(m.warp_file_pattern) if m.warp_file_pattern else None
+        rules = []
+        for r in m.warp_rules:
+            pat, boundary = _fast(r.pattern)
+            rules.append(Rule(r, re.compile(pat), boundary, re.compile(r.context) if r.context else None))
+        return CompiledMap(idents, ident_re, calls, call_re, tuple(res), names_re, names, full, warp_file_re,
+                           tuple(rules))
+
+    def hint_for(self, ident: str) -> str | None:
+        """The hint for a candidate name, or None when it is not one after all."""
+        if ident in self.unsupported_names:
+            return self.unsupported_names[ident]
+        for rx, hint in self.unsupported_patterns:
+            if rx.fullmatch(ident):
+                return hint
+        return None
+
+    def apply(self, text: str, counts: Counter[str] | None = None) -> str:
+        """Call rewrites, then identifier swaps. Counts replacements by CUDA name."""
+        if self.call_re is not None and any(n in text for n in self.calls):
+            text = self._rewrite_calls(text, counts)
+        if self.ident_re is not None and any(n in text for n in self.identifiers):
+            def repl(mt: re.Match[str]) -> str:
+                if counts is not None:
+                    counts[mt.group(0)] += 1
+                return self.identifiers[mt.group(0)]
+            text = self.ident_re.sub(repl, text)
+        return text
+
+    def _rewrite_calls(self, text: str, counts: Counter[str] | None) -> str:
+        assert self.call_re is not None
+        matches = list(self.call_re.finditer(text))
+        # Right to left: a call nested in another's arguments is rewritten first, and positions
+        # before the current match stay valid.
+        for mt in reversed(matches):
+            name = mt.group(1)
+            split = split_call(text, mt.end() - 1)
+            if split is None:
+                continue
+            spans, close = split
+            if len(spans) == 1 and not text[spans[0][0]:spans[0][1]].strip():
+                spans = []
+            new = _render(self.calls[name], text, spans)
+            if new is None:
+                continue
+            text = text[:mt.start()] + new + text[close + 1:]
+            if counts is not None:
+                counts[name] += 1
+        return text
+
+
+def _render(template: str, text: str, spans: list[tuple[int, int]]) -> str | None:
+    need = max((int(m.group(1)) for m in _TEMPLATE_REF.finditer(template)), default=0)
+    if need > len(spans):
+        return None
+
+    def ref(m: re.Match[str]) -> str:
+        k = int(m.group(1)) - 1
+        if m.group(2):
+            return text[spans[k][0]:spans[-1][1]].lstrip()
+        return text[spans[k][0]:spans[k][1]].strip()
+
+    return _TEMPLATE_REF.sub(ref, template)
