@@ -1,0 +1,70 @@
+"""porter port megatron-deepspeed: copy, hipify, patch and prebuild in one command."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import click
+
+from porter.cli import emit_json
+from porter.cli.options import json_option, resolve_toolchain, toolchain_options
+from porter.log import Logger
+
+
+@click.group()
+def port() -> None:
+    """Port a project tree to a toolchain in one command (copy, hipify, patch, prebuild)."""
+
+
+@port.command("megatron-deepspeed")
+@click.argument("tree", type=click.Path(file_okay=False, path_type=Path))
+@toolchain_options
+@click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the ported copy goes (default: TREE-<profile> next to TREE).")
+@click.option("--in-place", is_flag=True, help="Change TREE itself instead of a copy.")
+@click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write the prebuilt fused-kernel wheel (and its manifest) here.")
+@click.option("--python", "python", default=None, metavar="PATH",
+              help="The build python (its torch is what the kernels are built against; default: this one).")
+@click.option("-j", "--jobs", type=int, default=None, help="Parallel compile jobs (default: from cores and memory).")
+@click.option("--target-version", default=None, help="Treat the tree as this Megatron version for the patch set.")
+@click.option("--dry-run", is_flag=True, help="Check the patch set and print the build plan; write nothing.")
+@json_option
+@click.pass_obj
+def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs: tuple[str, ...],
+                       cpu_isa: str | None, out: Path | None, in_place: bool, wheelhouse: Path | None,
+                       python: str | None, jobs: int | None, target_version: str | None, dry_run: bool,
+                       as_json: bool) -> None:
+    """Port a Megatron-DeepSpeed TREE: hipify its fused kernels, apply megatron-deepspeed/rocm, and build
+    the kernels ahead of time into a wheel. Without a torch that matches the profile (ROCm profiles need a
+    ROCm torch) the tree is still ported and the build plan is printed instead."""
+    from porter.patching.port import port_megatron
+
+    tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
+    res = port_megatron(tree, tc, out=out, in_place=in_place, wheelhouse=wheelhouse, python=python, jobs=jobs,
+                        dry_run=dry_run, target_version=target_version, log=log)
+    if as_json:
+        emit_json(res.to_dict())
+        return
+    click.echo(f"ported tree: {res.out}{' (dry run: not written)' if dry_run else ''}")
+    click.echo(f"megatron version: {res.version or '-'}   toolchain: {res.toolchain}")
+    for path in res.hipified:
+        click.echo(f"hipified {path}")
+    for path in res.patched:
+        click.echo(f"{'would patch' if dry_run else 'patched'} {path}")
+    already = sorted({r['patch'] for r in res.patch_results if r['status'] == 'already'})
+    if already:
+        click.echo(f"already applied: {', '.join(already)}")
+    if res.wheel:
+        for op in res.built:
+            click.echo(f"built {op['name']} ({op['status']}, {op['seconds']:.1f}s)")
+        click.echo(f"wheel: {res.wheel}")
+        click.echo(f"manifest: {res.manifest}")
+        return
+    click.echo("build plan (not run):")
+    for key, value in sorted(res.plan.env.items()):
+        click.echo(f"  export {key}={shlex.quote(value)}")
+    for step in res.plan.steps:
+        click.echo(f"  {shlex.join(step.argv)}")
+    log.warn(res.plan_only)
