@@ -1,0 +1,146 @@
+"""porter wheel apex|flash-attn end to end: real pip builds of fixture trees (g++, hipcc) and the real
+flash-attn sdist (Triton backend), real venv installs, and the refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from porter.codeobjects import archs_in
+from porter.manifest import manifest_path, read_manifest, sha256_file
+from tests.conftest import FIXTURES
+
+APEX_ENV = FIXTURES / "apex-env"
+APEX_FLAGS = FIXTURES / "apex-flags"
+FA = FIXTURES / "flash-attn-mini"
+
+
+def porter(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "porter", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=900)
+
+
+def only_wheel(house: Path) -> Path:
+    wheels = sorted(house.glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def test_apex_env_regime_cpu_wheel_installs_and_imports(tmp_path: Path) -> None:
+    house = tmp_path / "house"
+    r = porter("wheel", "apex", "--source", str(APEX_ENV), "-t", "cpu", "-o", str(house), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["env"]["APEX_BUILD_APEX_C"] == "1" and "MAX_JOBS" in doc["env"]
+    whl = only_wheel(house)
+    assert whl.name == "apex-1.14.0a0+cpu.x86_64_v2-cp311-cp311-linux_x86_64.whl" or "+cpu.x86_64_v2-" in whl.name
+    m = read_manifest(manifest_path(whl))
+    assert m["component"] == "apex" and m["wheel"]["sha256"] == sha256_file(whl)
+    assert [e["module"] for e in m["extensions"]] == ["apex.apex_C"] and m["torch"]["kind"] == "cpu"
+    assert m["target"]["regime"] == "env" and m["ops"] == [{"name": "apex_C", "status": "built"}]
+    # the user's tree was not touched by the build
+    assert not (APEX_ENV / "build").exists() and not list(APEX_ENV.glob("*.egg-info"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(whl)], check=True)
+    out = subprocess.run([str(py), "-c", "import apex.apex_C as m; print(m.flat_len([[1, 2], [3]]))"],
+                         capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert out.stdout.strip() == "3"
+
+
+def test_apex_flags_regime_cpu_wheel(tmp_path: Path) -> None:
+    house = tmp_path / "house"
+    r = porter("wheel", "apex", "--source", str(APEX_FLAGS), "-t", "cpu", "-o", str(house))
+    assert r.returncode == 0, r.stderr
+    whl = only_wheel(house)
+    assert "--build-option=--cpp_ext" in r.stderr and whl.name.startswith("apex-1.7.0+cpu.x86_64_v2-")
+    with zipfile.ZipFile(whl) as zf:
+        assert any(n.startswith("apex_C.cpython-") for n in zf.namelist())
+
+
+def test_wrong_regime_gives_an_empty_wheel_and_porter_refuses_it(tmp_path: Path) -> None:
+    house = tmp_path / "house"
+    # the old flags on a current tree: upstream drops them silently and builds nothing
+    r = porter("wheel", "apex", "--source", str(APEX_ENV), "-t", "cpu", "-o", str(house), "--regime", "flags")
+    assert r.returncode == 1
+    assert "holds no prebuilt extension" in r.stderr and "silently drops --cpp_ext" in r.stderr
+    assert not house.exists() or not list(house.glob("*.whl"))
+    # the env switches on an old tree: ignored there, same refusal
+    r = porter("wheel", "apex", "--source", str(APEX_FLAGS), "-t", "cpu", "-o", str(house), "--regime", "env")
+    assert r.returncode != 0 and "wheel" not in [p.suffix for p in house.glob("*")]
+
+
+def test_patch_set_is_applied_to_the_work_copy_only(tmp_path: Path) -> None:
+    house = tmp_path / "house"
+    diff = FIXTURES / "apex-patches" / "mark-patched.diff"
+    r = porter("wheel", "apex", "--source", str(APEX_ENV), "-t", "cpu", "-o", str(house), "--patch-set", str(diff))
+    assert r.returncode == 0, r.stderr
+    with zipfile.ZipFile(only_wheel(house)) as zf:
+        assert b"PATCHED_BY_PORTER = True" in zf.read("apex/__init__.py")
+    assert "PATCHED_BY_PORTER" not in (APEX_ENV / "apex" / "__init__.py").read_text()
+
+
+@pytest.mark.rocm
+def test_flash_attn_fixture_ck_with_hipcc_code_objects(tmp_path: Path, hipcc: str) -> None:
+    """FA's knobs on a fixture tree: host module by g++, device object by Debian hipcc for GPU_ARCHS.
+
+    The fixture needs no ROCm torch, so porter's torch check is switched off here (real FA needs one)."""
+    house = tmp_path / "house"
+    r = porter("wheel", "flash-attn", "--source", str(FA), "-t", "debian-rocm", "--arch", "gfx90a",
+               "-o", str(house), "--no-torch-check", env={"HIP_PLATFORM": "amd"})
+    assert r.returncode == 0, r.stderr
+    whl = only_wheel(house)
+    assert whl.name.startswith("flash_attn-2.8.0.post2+rocm5.2.gfx90a-cp311-")
+    m = read_manifest(manifest_path(whl))
+    (ext,) = m["extensions"]
+    assert ext["module"] == "flash_attn_2_cuda" and ext["archs"] == ["gfx90a"]
+    with zipfile.ZipFile(whl) as zf:
+        (tmp_path / "ext.so").write_bytes(zf.read(ext["path"]))
+    assert archs_in(tmp_path / "ext.so") == ["gfx90a"]
+    assert "GPU_ARCHS=gfx90a" in r.stderr and "FLASH_ATTENTION_FORCE_BUILD=TRUE" in r.stderr
+
+
+def test_flash_attn_fixture_without_device_code_is_refused(tmp_path: Path) -> None:
+    """No hipcc (HIPCC points nowhere): the fixture links a host-only module, without gfx90a code objects."""
+    house = tmp_path / "house"
+    r = porter("wheel", "flash-attn", "--source", str(FA), "-t", "frontier", "-o", str(house),
+               "--no-torch-check", env={"HIPCC": str(tmp_path / "no-hipcc")})
+    assert r.returncode == 1, r.stderr
+    assert "has no code objects for gfx90a (it holds: none)" in r.stderr
+    assert not house.exists() or not list(house.glob("*.whl"))
+
+
+def test_real_flash_attn_sdist_triton_wheel(tmp_path: Path, flash_attn_sdist: Path) -> None:
+    """Upstream builds the Triton backend with any torch: a real, pure-Python wheel from the PyPI sdist."""
+    house = tmp_path / "house"
+    r = porter("wheel", "flash-attn", "--source", str(flash_attn_sdist), "--backend", "triton", "-t", "mi300x",
+               "-o", str(house))
+    assert r.returncode == 0, r.stderr
+    whl = only_wheel(house)
+    assert whl.name == "flash_attn-2.8.3.post2+rocm6.2.gfx942-py3-none-any.whl"
+    with zipfile.ZipFile(whl) as zf:
+        names = zf.namelist()
+    assert "flash_attn/flash_attn_triton_amd/__init__.py" in names and not [n for n in names if n.endswith(".so")]
+    m = read_manifest(manifest_path(whl))
+    assert m["sources"]["sdist"] == flash_attn_sdist.name and m["target"]["backend"] == "triton"
+
+
+def test_real_flash_attn_sdist_ck_refuses_cpu_torch_and_dry_run_shows_plan(flash_attn_sdist: Path,
+                                                                           tmp_path: Path) -> None:
+    r = porter("wheel", "flash-attn", "--source", str(flash_attn_sdist), "-t", "mi300x", "-o", str(tmp_path))
+    assert r.returncode == 2 and "needs a ROCm build of torch" in r.stderr and "2.13.0" in r.stderr
+    assert "pip wheel" not in r.stderr  # refused before building
+    r = porter("wheel", "flash-attn", "--source", str(flash_attn_sdist), "-t", "mi300x", "--dry-run")
+    assert r.returncode == 2
+    for piece in ("BUILD_TARGET=rocm", "GPU_ARCHS=gfx942", "FLASH_ATTENTION_FORCE_BUILD=TRUE", "MAX_JOBS=",
+                  "pip wheel --no-deps --no-build-isolation", "code objects for gfx942"):
+        assert piece in r.stdout
+    r = porter("wheel", "flash-attn", "--source", str(flash_attn_sdist), "-t", "debian-rocm", "--dry-run")
+    assert r.returncode == 2 and "does not support gfx908" in r.stderr
