@@ -272,7 +272,10 @@ def import_check(env: TargetEnv, reps: Iterable[ComponentReport], runner: Runner
     """Import every prebuilt module with compilers trapped and a fresh TORCH_EXTENSIONS_DIR."""
     for rep in reps:
         modules = [m["module"] for m in rep.modules if Path(m["path"]).is_file()]
-        ds_ops = sorted(o for o, v in (rep.installed_ops or {}).items() if v) if rep.project == "deepspeed" else []
+        ds_ops: list[str] = []
+        if rep.project == "deepspeed":  # what ships prebuilt, and what installed_ops claims is prebuilt
+            ds_ops = sorted({o for o, v in (rep.installed_ops or {}).items() if v}
+                            | {str(m["op"]) for m in rep.modules if m.get("op")})
         if not modules and not ds_ops:
             continue
         work = Path(tempfile.mkdtemp(prefix="porter-verify-"))

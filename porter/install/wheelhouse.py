@@ -140,22 +140,24 @@ def runtime_mismatches(manifest: Manifest, env: TargetEnv, node: Node) -> list[s
     built_torch: dict[str, Any] = dict(manifest.get("torch") or {})
     kind = str(target.get("kind", "cpu"))
     tver = built_torch.get("version")
+    toolchain: dict[str, Any] = dict(manifest.get("toolchain") or {})
     if tver:
-        want = f"{_release(str(tver))} ({built_torch.get('kind', kind)})"
+        # a GPU build runs only on that GPU kind's torch, whatever torch the headers came from
+        tkind = kind if kind in ("rocm", "cuda") else str(built_torch.get("kind") or "cpu")
+        want = f"{_release(str(tver))} ({tkind})"
         if env.torch is None:
             out.append(f"torch: built for {want}, not installed in this environment")
-        else:
-            tkind = str(built_torch.get("kind") or ("cpu" if kind == "cpu" else kind))
-            if _release(str(tver)) != env.torch.release or tkind != env.torch.kind:
-                out.append(f"torch: built for {want}, found {env.torch.release} ({env.torch.kind})")
+        elif _release(str(tver)) != env.torch.release or tkind != env.torch.kind:
+            out.append(f"torch: built for {want}, found {env.torch.release} ({env.torch.kind})")
     if kind == "rocm":
-        want_rocm = _major_minor(str(target.get("rocm_version") or built_torch.get("hip")
-                                     or (manifest.get("toolchain") or {}).get("toolkit_version") or ""))
+        want_rocm = _major_minor(str(target.get("rocm_version") or target.get("toolkit_version")
+                                     or toolchain.get("toolkit_version") or built_torch.get("hip") or ""))
         found = _major_minor(env.torch.hip) if env.torch else ""
         if want_rocm and env.torch is not None and env.torch.hip and want_rocm != found:
             out.append(f"ROCm: built for ROCm {want_rocm}, torch here is built for HIP {env.torch.hip}")
     if kind == "cuda":
-        want_cuda = _major_minor(str(target.get("cuda_version") or built_torch.get("cuda") or ""))
+        want_cuda = _major_minor(str(target.get("cuda_version") or target.get("toolkit_version")
+                                     or toolchain.get("toolkit_version") or built_torch.get("cuda") or ""))
         if want_cuda and env.torch is not None and env.torch.cuda and want_cuda != _major_minor(env.torch.cuda):
             out.append(f"CUDA: built for CUDA {want_cuda}, torch here is built for CUDA {env.torch.cuda}")
     if kind in ("rocm", "cuda"):

@@ -160,3 +160,47 @@ def test_wheelhouse_index_serves_pip(tmp_path: Path, wheelhouse: Path, shared_ve
                           "deepspeed==0.19.8+cpu.x86_64_v2", "hjson"], capture_output=True, text=True)
     assert got.returncode == 0, got.stdout + got.stderr
     assert sorted(p.name for p in dest.iterdir()) == sorted([DS, dep.name])
+
+
+def _runtime_requirements(wheel: Path) -> list[str]:
+    """The wheel's Requires-Dist without extras, torch left out (the venv has it)."""
+    import zipfile
+
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = zf.read(meta).decode().splitlines()
+    reqs = [Requirement(ln.split(":", 1)[1].strip()) for ln in lines if ln.startswith("Requires-Dist:")]
+    return [str(r) for r in reqs if r.name != "torch" and (r.marker is None or r.marker.evaluate({"extra": ""}))]
+
+
+@pytest.mark.slow
+def test_real_deepspeed_cpu_op_wheel_from_the_ops_engine(tmp_path: Path, deepspeed_sdist: Path) -> None:
+    """porter ops build (the real DeepSpeed 0.19.8 sdist, cpu_adam, g++) -> wheelhouse -> fresh venv with
+    torch 2.13.0 -> porter install (offline; the dependencies downloaded into the wheelhouse first) ->
+    porter verify, which loads cpu_adam through DeepSpeed's own op loader with compilers trapped."""
+    from tests.conftest import require
+
+    wh = tmp_path / "wheelhouse"
+    res = porter("ops", "build", "--source", str(deepspeed_sdist), "--toolchain", "cpu", "--ops", "cpu_adam",
+                 "-o", str(wh))
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    [whl] = wh.glob("deepspeed-*.whl")
+    assert whl.name == DS
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    got = subprocess.run([str(py), "-m", "pip", "install", "-q", "torch==2.13.0"], capture_output=True, text=True)
+    require("torch==2.13.0 for a fresh venv", got.returncode == 0, got.stderr[-500:])
+    got = subprocess.run([str(py), "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", str(wh),
+                          *_runtime_requirements(whl)], capture_output=True, text=True)
+    require("DeepSpeed's dependency wheels", got.returncode == 0, got.stderr[-500:])
+    res = porter("install", str(wh), "--python", str(py), "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [w["wheel"] for w in json.loads(res.stdout)["installed"]] == [DS]
+    res = porter("verify", "--python", str(py), "--json")
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    [comp] = json.loads(res.stdout)["components"]
+    assert comp["installed_ops"]["cpu_adam"] is True and comp["loader"] == {"cpu_adam": None}
+    assert [m["import"] for m in comp["modules"]] == ["ok"]
