@@ -39,7 +39,7 @@ def test_apex_env_regime_cpu_wheel_installs_and_imports(tmp_path: Path) -> None:
     doc = json.loads(r.stdout)
     assert doc["env"]["APEX_BUILD_APEX_C"] == "1" and "MAX_JOBS" in doc["env"]
     whl = only_wheel(house)
-    assert whl.name == "apex-1.14.0a0+cpu.x86_64_v2-cp311-cp311-linux_x86_64.whl" or "+cpu.x86_64_v2-" in whl.name
+    assert whl.name.startswith("apex-1.14.0a0+cpu.x86_64_v2-cp311-cp311-")
     m = read_manifest(manifest_path(whl))
     assert m["component"] == "apex" and m["wheel"]["sha256"] == sha256_file(whl)
     assert [e["module"] for e in m["extensions"]] == ["apex.apex_C"] and m["torch"]["kind"] == "cpu"
@@ -74,7 +74,8 @@ def test_wrong_regime_gives_an_empty_wheel_and_porter_refuses_it(tmp_path: Path)
     assert not house.exists() or not list(house.glob("*.whl"))
     # the env switches on an old tree: ignored there, same refusal
     r = porter("wheel", "apex", "--source", str(APEX_FLAGS), "-t", "cpu", "-o", str(house), "--regime", "env")
-    assert r.returncode != 0 and "wheel" not in [p.suffix for p in house.glob("*")]
+    assert r.returncode == 1 and "holds no prebuilt extension" in r.stderr and "predates APEX_BUILD_*" in r.stderr
+    assert not house.exists() or not list(house.glob("*.whl"))
 
 
 def test_patch_set_is_applied_to_the_work_copy_only(tmp_path: Path) -> None:
