@@ -1,0 +1,71 @@
+"""``porter port megatron-deepspeed`` as a process on a fixture tree: a real copy, real hipify (torch's
+hipify + porter's map), the real patch set; with the frontier profile and CPU torch it cannot link a ROCm
+extension here, so it must port the tree, print the exact plan and say it is a plan only."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "patch"
+
+
+def digest(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_port_rocm_profile_ports_tree_and_prints_plan(tmp_path: Path, porter_cli: list[str]) -> None:
+    tree = tmp_path / "Megatron-DeepSpeed"
+    shutil.copytree(FIXTURES / "megatron-deepspeed", tree)
+    original = digest(tree)
+    out = tmp_path / "ported"
+    argv = [*porter_cli, "port", "megatron-deepspeed", str(tree), "--toolchain", "frontier", "-o", str(out),
+            "--wheelhouse", str(tmp_path / "wh")]
+    first = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert digest(tree) == original  # the user's tree is untouched
+
+    kernels = out / "megatron" / "fused_kernels"
+    cu = (kernels / "scaled_softmax_cuda.cu").read_text()
+    assert "__HIP_PLATFORM_HCC__" not in cu and "#ifndef __HIP_PLATFORM_AMD__" in cu
+    assert "hip/hip_fp16.h" in cu  # hipified
+    init = (kernels / "__init__.py").read_text()
+    assert "def _porter_load_prebuilt(args):" in init and "porter port megatron-deepspeed" in init
+    assert "hipified megatron/fused_kernels/scaled_softmax_cuda.cu" in first.stdout
+    assert "patched megatron/fused_kernels/__init__.py" in first.stdout
+    assert "build plan (not run):" in first.stdout
+    hipcc_lines = [l for l in first.stdout.splitlines() if " -c " in l and "_cuda.cu " in l]
+    assert len(hipcc_lines) == 3
+    assert all("--offload-arch=gfx90a" in l and "-DROCM_WAVEFRONT_SIZE=64" in l for l in hipcc_lines)
+    assert "needs the ROCm build of torch" in first.stderr and "planned, not compiled" in first.stderr
+    assert not (tmp_path / "wh").exists() or not any((tmp_path / "wh").iterdir())
+
+    ported = digest(out)
+    again = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    doc = json.loads(again.stdout)
+    assert doc["patched"] == [] and doc["hipified"] == []
+    assert doc["plan_only"] and doc["wheel"] is None
+    assert digest(out) == ported  # a re-run changes nothing
+
+    dry = subprocess.run([*porter_cli, "port", "megatron-deepspeed", str(tree), "--toolchain", "frontier",
+                          "--dry-run", "--json"], capture_output=True, text=True, timeout=600)
+    assert dry.returncode == 0, dry.stderr
+    assert "megatron/fused_kernels/__init__.py" in json.loads(dry.stdout)["patched"]
+    assert digest(tree) == original
+    assert not (tmp_path / "Megatron-DeepSpeed-frontier").exists()
+
+
+def test_port_refuses_cpu_profile_and_non_megatron_tree(tmp_path: Path, porter_cli: list[str]) -> None:
+    tree = tmp_path / "t"
+    shutil.copytree(FIXTURES / "megatron-deepspeed", tree)
+    cpu = subprocess.run([*porter_cli, "port", "megatron-deepspeed", str(tree), "--toolchain", "cpu"],
+                         capture_output=True, text=True, timeout=120)
+    assert cpu.returncode == 2 and "GPU code" in cpu.stderr
+    other = subprocess.run([*porter_cli, "port", "megatron-deepspeed", str(FIXTURES / "deepspeed"),
+                            "--toolchain", "frontier"], capture_output=True, text=True, timeout=120)
+    assert other.returncode == 2 and "not a Megatron-DeepSpeed tree" in other.stderr

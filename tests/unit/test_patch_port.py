@@ -1,0 +1,112 @@
+"""porter port megatron-deepspeed, the parts that need no subprocess: tree preparation, the kernel
+specs, the plan-only decision, and the wheel packaging (with stand-in .so files)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ops_prebuild.build import OpResult
+from ops_prebuild.catalogue import TorchInfo
+from porter.errors import ConfigError
+from porter.manifest import read_manifest, sha256_file
+from porter.patching.port import PORT_RECORD, _plan, kernel_ops, package_kernels, plan_only_reason, prepare_tree
+from porter.toolchain.profile import load_toolchain
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "patch"
+
+
+def torch_info(tmp: Path, hip: str | None = None) -> TorchInfo:
+    return TorchInfo(version="2.13.0+cpu", cuda=None, hip=hip, root=str(tmp / "torch"),
+                     include_dirs=(str(tmp / "torch/include"),), cuda_include_dirs=(),
+                     library_dir=str(tmp / "torch/lib"), cxx11_abi=True, python_include="/usr/include/python3.11",
+                     ext_suffix=".cpython-311-x86_64-linux-gnu.so", python_tag="cp311", platform_tag="linux_x86_64",
+                     site_packages=str(tmp / "site"))
+
+
+@pytest.fixture
+def mds(tmp_path: Path) -> Path:
+    dest = tmp_path / "Megatron-DeepSpeed"
+    shutil.copytree(FIXTURES / "megatron-deepspeed", dest)
+    return dest
+
+
+def test_prepare_tree_copies_and_refuses_bad_outputs(mds: Path, tmp_path: Path) -> None:
+    tc = load_toolchain("frontier")
+    out = prepare_tree(mds, None, False, tc)
+    assert out == tmp_path / "Megatron-DeepSpeed-frontier"
+    assert (out / PORT_RECORD).is_file() and (out / "megatron/fused_kernels/__init__.py").is_file()
+    assert not (mds / ".porter").exists()
+    assert prepare_tree(mds, out, False, tc) == out  # a re-run reuses its own earlier port
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x").write_text("not ours")
+    with pytest.raises(ConfigError, match="was not written by porter port"):
+        prepare_tree(mds, tmp_path / "other", False, tc)
+    with pytest.raises(ConfigError, match="inside it"):
+        prepare_tree(mds, mds / "sub", False, tc)
+    with pytest.raises(ConfigError, match="exclude each other"):
+        prepare_tree(mds, tmp_path / "x", True, tc)
+    with pytest.raises(ConfigError, match="not a Megatron-DeepSpeed tree"):
+        prepare_tree(tmp_path / "other", None, False, tc)
+
+
+def test_rocm_plan_uses_profile_archs_and_wavefront(mds: Path, tmp_path: Path) -> None:
+    tc = load_toolchain("lumi-g")
+    plan = _plan(mds, tc, torch_info(tmp_path), "0.2.0", "c++20")
+    assert sorted(plan.outputs) == ["scaled_masked_softmax_cuda", "scaled_softmax_cuda",
+                                    "scaled_upper_triang_masked_softmax_cuda"]
+    device = [s for s in plan.steps if s.kind == "compile" and s.inputs[0].endswith("_cuda.cu")]
+    assert len(device) == 3
+    for step in device:
+        argv = list(step.argv)
+        assert argv[len(tc.launcher)] == tc.compiler
+        assert [a for a in argv if a.startswith("--offload-arch=")] == [f"--offload-arch={t.spec}" for t in tc.targets]
+        assert "-DROCM_WAVEFRONT_SIZE=64" in argv and "-D__HIP_PLATFORM_AMD__=1" in argv
+        assert "-std=c++20" in argv and "-D__HIP_NO_HALF_CONVERSIONS__=1" in argv
+    links = [s for s in plan.steps if s.kind == "link"]
+    assert all(s.output.endswith("_cuda.cpython-311-x86_64-linux-gnu.so") for s in links)
+
+
+def test_cuda_specs_carry_gencode_and_toolkit_include() -> None:
+    tc = load_toolchain("cuda-h100")
+    (op, *_) = kernel_ops(tc, "c++20")
+    assert "-gencode=arch=compute_90,code=sm_90" in op.nvcc_args
+    assert f"{tc.root}/include" in op.include_paths
+    assert op.module == "scaled_upper_triang_masked_softmax_cuda"  # top-level, as Megatron imports it
+
+
+def test_plan_only_reasons() -> None:
+    rocm = load_toolchain("frontier")
+    why = plan_only_reason(rocm, "cpu", "2.13.0+cpu")
+    assert "ROCm build of torch" in why and "planned, not compiled" in why
+    assert plan_only_reason(rocm, "rocm", "2.5.1+rocm6.2") == ""
+    assert "CUDA" in plan_only_reason(load_toolchain("cuda-h100"), "cpu", "2.13.0+cpu")
+
+
+def test_package_kernels_wheel_and_manifest(tmp_path: Path) -> None:
+    tc = load_toolchain("frontier")
+    ops = []
+    for name in ("scaled_softmax_cuda", "scaled_masked_softmax_cuda"):
+        so = tmp_path / f"{name}.cpython-311-x86_64-linux-gnu.so"
+        so.write_bytes(b"\x7fELF stand-in " + name.encode())
+        ops.append(OpResult(name, "built", 1.0, "log", str(so), sha256_file(so)))
+    house = tmp_path / "wheelhouse"
+    house.mkdir()
+    wheel, manifest = package_kernels(ops, tc, torch_info(tmp_path), "0.2.0", house, source="/src")
+    assert wheel.name == f"megatron_fused_kernels-0.2.0+{tc.local_label}-cp311-cp311-linux_x86_64.whl"
+    m = read_manifest(manifest)
+    assert m["component"] == "megatron-fused-kernels" and m["wheel"]["sha256"] == sha256_file(wheel)
+    assert m["target"]["wavefront"] == 64 and m["target"]["archs"] == list(tc.arch_names)
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        assert "scaled_softmax_cuda.cpython-311-x86_64-linux-gnu.so" in names
+        record = zf.read(f"megatron_fused_kernels-0.2.0+{tc.local_label}.dist-info/RECORD").decode()
+        assert "scaled_masked_softmax_cuda.cpython-311-x86_64-linux-gnu.so,sha256=" in record
+        inner = json.loads(zf.read(f"megatron_fused_kernels-0.2.0+{tc.local_label}.dist-info/porter.json"))
+        assert inner["component"] == "megatron-fused-kernels"
+    assert [p.name for p in house.iterdir()] == [wheel.name, manifest.name] or \
+        sorted(p.name for p in house.iterdir()) == sorted([wheel.name, manifest.name])
