@@ -19,6 +19,7 @@ from tests.conftest import FIXTURES
 APEX_ENV = FIXTURES / "apex-env"
 APEX_FLAGS = FIXTURES / "apex-flags"
 FA = FIXTURES / "flash-attn-mini"
+CP = f"cp{sys.version_info.major}{sys.version_info.minor}"
 
 
 def porter(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -39,7 +40,7 @@ def test_apex_env_regime_cpu_wheel_installs_and_imports(tmp_path: Path) -> None:
     doc = json.loads(r.stdout)
     assert doc["env"]["APEX_BUILD_APEX_C"] == "1" and "MAX_JOBS" in doc["env"]
     whl = only_wheel(house)
-    assert whl.name.startswith("apex-1.14.0a0+cpu.x86_64_v2-cp311-cp311-")
+    assert whl.name.startswith(f"apex-1.14.0a0+cpu.x86_64_v2-{CP}-{CP}-")
     m = read_manifest(manifest_path(whl))
     assert m["component"] == "apex" and m["wheel"]["sha256"] == sha256_file(whl)
     assert [e["module"] for e in m["extensions"]] == ["apex.apex_C"] and m["torch"]["kind"] == "cpu"
@@ -98,7 +99,7 @@ def test_flash_attn_fixture_ck_with_hipcc_code_objects(tmp_path: Path, hipcc: st
                "-o", str(house), "--no-torch-check", env={"HIP_PLATFORM": "amd"})
     assert r.returncode == 0, r.stderr
     whl = only_wheel(house)
-    assert whl.name.startswith("flash_attn-2.8.0.post2+rocm5.2.gfx90a-cp311-")
+    assert whl.name.startswith(f"flash_attn-2.8.0.post2+rocm5.2.gfx90a-{CP}-")
     m = read_manifest(manifest_path(whl))
     (ext,) = m["extensions"]
     assert ext["module"] == "flash_attn_2_cuda" and ext["archs"] == ["gfx90a"]
