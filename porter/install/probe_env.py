@@ -14,14 +14,14 @@ import importlib.metadata as md
 want = set(json.loads(sys.argv[1]))
 out = {"executable": sys.executable, "version": list(sys.version_info[:3]),
        "implementation": sys.implementation.name, "prefix": sys.prefix,
-       "paths": {k: sysconfig.get_path(k) for k in ("purelib", "platlib", "data", "scripts")}}
+       "paths": {k: sysconfig.get_path(k) for k in ("purelib", "platlib", "data", "scripts")}}  # type: dict[str, object]
 tags = []
 try:
     try:
-        from packaging import tags as _t
+        from packaging import tags as _tags
     except ImportError:
-        from pip._vendor.packaging import tags as _t
-    tags = [str(t) for t in _t.sys_tags()]
+        from pip._vendor.packaging import tags as _tags  # type: ignore[no-redef]
+    tags = [str(t) for t in _tags.sys_tags()]
 except Exception:
     pass
 out["tags"] = tags
@@ -30,14 +30,14 @@ try:
     out["pip"] = pip.__version__
 except Exception:
     out["pip"] = None
-torch = None
+torch = None  # type: object
 spec = importlib.util.find_spec("torch")
 if spec is not None and spec.submodule_search_locations:
     vf = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
-    ns = {}
+    ns = {}  # type: dict[str, object]
     try:
-        with open(vf) as f:
-            exec(compile(f.read(), vf, "exec"), ns)
+        with open(vf) as fh:
+            exec(compile(fh.read(), vf, "exec"), ns)
         torch = {"version": ns.get("__version__"), "hip": ns.get("hip"), "cuda": ns.get("cuda"),
                  "path": os.path.dirname(vf)}
     except Exception as exc:
@@ -52,10 +52,10 @@ for d in md.distributions():
     if canon not in want or canon in dists:
         continue
     files = []
-    for f in d.files or []:
-        s = str(f)
+    for rel in d.files or []:
+        s = str(rel)
         if s.endswith(".so") or ".so." in os.path.basename(s):
-            files.append([s, str(d.locate_file(f))])
+            files.append([s, str(d.locate_file(rel))])
     try:
         carried = d.read_text("porter.json")
     except Exception:

@@ -10,14 +10,14 @@ if sys.path and os.path.abspath(sys.path[0] or '.') == os.path.dirname(os.path.a
 
 import importlib, json, sys, traceback
 modules, ds_ops = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-res = {}
+res = {}  # type: dict[str, object]
 for m in modules:
     try:
         importlib.import_module(m)
         res[m] = None
     except BaseException as exc:
         res[m] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-loader = {}
+loader = {}  # type: dict[str, object]
 if ds_ops:
     try:
         from deepspeed.ops.op_builder.all_ops import ALL_OPS

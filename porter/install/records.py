@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from packaging.utils import canonicalize_name
 
@@ -76,7 +76,7 @@ def read_records(env: TargetEnv) -> dict[str, RecordFile]:
             data: Any = json.loads(p.read_text())
             if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA or "manifest" not in data:
                 raise ValueError(f"not a {RECORD_SCHEMA} document")
-            out[p.stem] = RecordFile(p, data)
+            out[p.stem] = RecordFile(p, cast(InstallRecord, data))
         except (OSError, ValueError) as exc:
             out[p.stem] = RecordFile(p, None, f"{p}: unreadable install record: {exc}")
     return out

@@ -135,7 +135,7 @@ def test_node_detection(tmp_path: Path) -> None:
         node_from_option(["gfx9000"])
 
     class Rocm(FakeRunner):
-        def run(self, argv, **kw):  # type: ignore[no-untyped-def,override]
+        def run(self, argv, **kw):  # type: ignore[no-untyped-def]
             from porter.run import Result
             return Result([str(a) for a in argv], 0, out, 0.0)
 

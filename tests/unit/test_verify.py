@@ -119,7 +119,7 @@ class ImportRunner(FakeRunner):
         super().__init__({})
         self.result, self.jit = result, jit
 
-    def run(self, argv: Sequence[str | os.PathLike[str]], **kw: Any) -> Result:  # type: ignore[override]
+    def run(self, argv: Sequence[str | os.PathLike[str]], **kw: Any) -> Result:
         env = kw["env"]
         assert argv[1].endswith("probe_import.py")  # type: ignore[union-attr]
         trap_bin = env["PATH"].split(os.pathsep)[0]
