@@ -179,7 +179,7 @@ def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
                                         manifest["version"], dist.version))
         for why in runtime_mismatches(manifest, env, node):
             check, _, detail = why.partition(": ")
-            rep.problems.append(Problem(comp, manifest["wheel"].get("filename", project), check,
+            rep.problems.append(Problem(comp, (manifest.get("wheel") or {}).get("filename", project), check,
                                         "a match", detail))
         _add_modules_from_dist(rep, dist, node, manifest)
         if project == "deepspeed":

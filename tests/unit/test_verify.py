@@ -149,3 +149,18 @@ def test_import_check_verdicts(tmp_path: Path) -> None:
     import_check(env, reps, broken)
     [p] = reps[0].problems
     assert p.check == f"import {mod}" and "undefined symbol" in p.found and p.file.endswith(".so")
+
+
+def test_manifest_carried_in_dist_info_is_used_without_a_record(tmp_path: Path) -> None:
+    env = installed(tmp_path, {"fused_lamb": hip_so("gfx908")}, {"fused_lamb": ["gfx908"]}, record=False)
+    whl = next((tmp_path / "wh").glob("*.whl"))
+    carried = {k: v for k, v in read_manifest(manifest_path(whl)).items() if k != "wheel"}
+    dist = env.dists["deepspeed"]
+    state = env_json(tmp_path / "venv", torch=ROCM_TORCH, dists={"deepspeed": {
+        "name": dist.name, "version": dist.version, "location": dist.location,
+        "shared_objects": [list(s) for s in dist.shared_objects], "carried_manifest": json.dumps(carried)}})
+    [comp] = collect(TargetEnv.from_json(state), GFX90A)
+    assert comp.record is None and comp.kind == "rocm"
+    assert [(p.check, p.expected, p.found) for p in comp.problems] == [
+        ("GPU arch", "a match", "node has gfx90a, wheel has code for gfx908"),
+        ("GPU code objects", "code for gfx90a", "code for gfx908")]
