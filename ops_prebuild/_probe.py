@@ -91,7 +91,9 @@ def main() -> None:
 
 
 def emit(out: dict) -> None:
-    sys.stdout.write("\n" + MARKER + "\n" + json.dumps(out) + "\n")
+    real = sys.__stdout__  # emit() may run inside redirect_stdout(); the document goes to the real stdout
+    real.write("\n" + MARKER + "\n" + json.dumps(out) + "\n")
+    real.flush()
 
 
 if __name__ == "__main__":

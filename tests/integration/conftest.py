@@ -1,0 +1,39 @@
+"""Integration fixtures shared across files: the real CPU-op DeepSpeed wheel, built once per session."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CPU_OPS = ("cpu_adam", "cpu_adagrad", "cpu_lion")
+
+
+def run_porter(*args: str, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "porter", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def cpu_ops_wheelhouse(tmp_path_factory: pytest.TempPathFactory, deepspeed_sdist: Path) -> Path:
+    """`porter ops build` of the three CPU ops of the real DeepSpeed 0.19.8 sdist with the cpu profile."""
+    wheelhouse = tmp_path_factory.mktemp("wheelhouse")
+    res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "--toolchain", "cpu",
+                     "--ops", ",".join(CPU_OPS), "-o", str(wheelhouse), "--json")
+    assert res.returncode == 0, res.stderr[-4000:]
+    doc = json.loads(res.stdout)
+    assert [o["status"] for o in doc["ops"]] in (["built"] * 3, ["cached"] * 3)
+    return wheelhouse
+
+
+@pytest.fixture(scope="session")
+def torch_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with CPU torch 2.13.0 (pip takes it from local disk); returns its python."""
+    root = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+    py = root / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "torch==2.13.0"], check=True, capture_output=True)
+    return py
