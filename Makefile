@@ -11,7 +11,8 @@ export HIP_PLATFORM := amd
 .PHONY: help venv demo test test-unit test-integration rocm-debian chroot-trixie cuda-venv clean
 
 help:
-	@echo "make demo           install porter in $(VENV) and run the main job on the built-in default"
+	@echo "make demo           install porter in $(VENV); prebuild DeepSpeed's CPU ops into ./wheelhouse;"
+	@echo "                    install them offline into a fresh venv ($(NODE_VENV)) and verify (no JIT)"
 	@echo "make test           run all tests (unit + integration)"
 	@echo "make rocm-debian    apt-get install Debian 12's hipcc (HIP 5.2.3)"
 	@echo "make chroot-trixie  debootstrap a Debian trixie chroot with ROCm 5.7.1 at $(TRIXIE_ROOT)"
@@ -25,9 +26,20 @@ $(VENV)/.stamp: pyproject.toml setup.py
 
 venv: $(VENV)/.stamp
 
-# The main job on the built-in default (the 'cpu' profile).
+NODE_VENV   ?= .venv-node
+DS_VERSION  ?= 0.19.8
+CPU_OPS     ?= cpu_adam,cpu_adagrad,cpu_lion
+
+# The main job on the built-in default (the 'cpu' profile): prebuild DeepSpeed's CPU ops from the PyPI
+# sdist into ./wheelhouse, install them offline into a fresh "compute node" venv, and verify: no JIT.
 demo: venv
 	$(VENV)/bin/porter toolchain check cpu
+	$(VENV)/bin/porter ops build --source deepspeed==$(DS_VERSION) --toolchain cpu --ops $(CPU_OPS) \
+	  --with-deps -o wheelhouse
+	rm -rf $(NODE_VENV) && $(PYTHON) -m venv $(NODE_VENV)
+	$(NODE_VENV)/bin/python -m pip install -q "$(TORCH_CPU)"
+	$(VENV)/bin/porter install wheelhouse --python $(NODE_VENV)/bin/python
+	$(VENV)/bin/porter verify --python $(NODE_VENV)/bin/python
 
 test: venv
 	$(PY) -m pytest tests/unit tests/integration
@@ -59,4 +71,4 @@ $(CUDA_VENV)/.stamp: pyproject.toml setup.py
 cuda-venv: $(CUDA_VENV)/.stamp
 
 clean:
-	rm -rf build dist *.egg-info wheelhouse .pytest_cache
+	rm -rf build dist *.egg-info wheelhouse .pytest_cache $(NODE_VENV)

@@ -92,7 +92,8 @@ def check_torch(cat: Catalogue, tc: Toolchain, *, dry_run: bool, python: str) ->
 
 def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, all_compatible: bool = False,
               wheelhouse: Path, jobs: int | None = None, dry_run: bool = False, python: str | None = None,
-              log: Logger | None = None, runner: Runner | None = None, cache: Path | None = None) -> BuildResult:
+              with_deps: bool = False, log: Logger | None = None, runner: Runner | None = None,
+              cache: Path | None = None) -> BuildResult:
     log = log or quiet_logger()
     runner = runner or Runner(log)
     python = python or os.environ.get("PORTER_PYTHON") or __import__("sys").executable
@@ -117,19 +118,47 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         result.seconds = time.monotonic() - start
         return result
     build_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(build_dir / "build.ninja", plan.ninja())
-    result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc))
-    built = [o for o in result.ops if o.status != "failed"]
-    for o in result.failed:
-        log.error(f"op {o.name} failed to build; log: {o.log}")
-    if not built:
-        raise CheckFailed(f"no op built ({', '.join(o.name for o in result.failed)} failed)",
-                          hint=f"read the logs under {build_dir}")
-    with log.step("packaging the wheel"):
-        result.wheel, result.manifest = package(cat, tc, selected, result.ops, wheelhouse, python=python,
-                                                runner=runner, cache=cache)
+    from filelock import FileLock
+
+    with FileLock(str(build_dir) + ".lock"):  # two builds of the same target take turns
+        atomic_write_text(build_dir / "build.ninja", plan.ninja())
+        result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc))
+        built = [o for o in result.ops if o.status != "failed"]
+        for o in result.failed:
+            log.error(f"op {o.name} failed to build; log: {o.log}")
+        if not built:
+            raise CheckFailed(f"no op built ({', '.join(o.name for o in result.failed)} failed)",
+                              hint=f"read the logs under {build_dir}")
+        with log.step("packaging the wheel"):
+            result.wheel, result.manifest = package(cat, tc, selected, result.ops, wheelhouse, python=python,
+                                                    runner=runner, cache=cache)
+    if with_deps:
+        with log.step("downloading the wheel's dependencies (all but torch) into the wheelhouse"):
+            download_dependencies(result.wheel, wheelhouse, python=python, runner=runner)
     result.seconds = time.monotonic() - start
     return result
+
+
+def download_dependencies(wheel: Path, wheelhouse: Path, *, python: str, runner: Runner) -> list[str]:
+    """Binary wheels of the wheel's runtime requirements, so compute nodes can install offline.
+
+    torch is left out on purpose: the node's torch comes from the site (module, container, venv).
+    """
+    import email.parser
+    import zipfile
+
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        msg = email.parser.BytesParser().parsebytes(z.read(meta))
+    reqs = [Requirement(r) for r in msg.get_all("Requires-Dist") or []]
+    wanted = [str(r) for r in reqs if r.name.lower() != "torch" and "extra" not in str(r.marker or "")]
+    if wanted:
+        runner.run([python, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", str(wheelhouse), *wanted],
+                   env=make_env(), timeout=1800,
+                   hint="the package index must be reachable from the build host; or fill the wheelhouse yourself")
+    return wanted
 
 
 def hipify_for_rocm(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path, *, python: str,

@@ -85,6 +85,15 @@ def _esc(path: str) -> str:
     return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
+def cxx_standard(args: tuple[str, ...] | list[str], cat: Catalogue) -> list[str]:
+    """torch's rule for extensions: when the flags name no -std, use the one its headers need
+    (C++20 from torch 2.12 on, C++17 before)."""
+    if any(a.startswith("-std=") for a in args):
+        return []
+    major, minor = (int(x) for x in cat.torch.major_minor.split("."))
+    return ["-std=c++20" if (major, minor) >= (2, 12) else "-std=c++17"]
+
+
 def _defines(op: OpSpec, cat: Catalogue) -> list[str]:
     return [f"-DTORCH_EXTENSION_NAME={op.leaf}", "-DTORCH_API_INCLUDE_EXTENSION_H",
             f"-D_GLIBCXX_USE_CXX11_ABI={int(cat.torch.cxx11_abi)}", "-UC10_USE_GLOG"]
@@ -136,9 +145,11 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: Path, obj: Pat
     common = [*_defines(op, cat), *_includes(op, cat, tree, tc), *tc.cflags, *(f"-D{d}" for d in tc.defines)]
     if device and tc.kind == "cuda":
         march = [a for a in host_args(op.cxx_args, tc) if a.startswith("-march=")]
-        return tc.argv(tc.compiler, *op.nvcc_args, "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+        # torch's own CUDA extension flags first, so the builder's -U flags can undo them, as in torch
+        return tc.argv(tc.compiler, "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                        "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
-                       "--expt-relaxed-constexpr", *(["-DBF16_AVAILABLE"] if op.bf16 else []),
+                       "--expt-relaxed-constexpr", *op.nvcc_args, *cxx_standard(op.nvcc_args, cat),
+                       *(["-DBF16_AVAILABLE"] if op.bf16 else []),
                        "--compiler-options", "-fPIC", *(x for m in march for x in ("--compiler-options", m)),
                        *common, "--generate-dependencies-with-compile", "--dependency-output", f"{obj}.d",
                        "-c", str(src), "-o", str(obj))
@@ -147,6 +158,7 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: Path, obj: Pat
         # torch's own ROCm extension flags first, so the builder's -U flags can undo them, as in torch
         args = ["-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2", "-DCUDA_HAS_FP16=1",
                 "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1", *op.nvcc_args,
+                *cxx_standard(op.nvcc_args, cat),
                 f"-DROCM_WAVEFRONT_SIZE={wave}",
                 *(["-DBF16_AVAILABLE"] if op.bf16 else []), "-fno-gpu-rdc",
                 *(f"--offload-arch={t.spec}" for t in tc.targets), *common,
@@ -158,7 +170,7 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: Path, obj: Pat
     if tc.kind == "cuda" and op.device and op.bf16:
         extra = ["-DBF16_AVAILABLE"]
     cxx = tc.compiler if tc.kind == "cpu" else tc.cxx
-    return tc.argv(cxx, *host_args(op.cxx_args, tc), "-fPIC", *extra, *common, "-MMD", "-MF", f"{obj}.d",
+    return tc.argv(cxx, *host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *extra, *common, "-MMD", "-MF", f"{obj}.d",
                    "-c", str(src), "-o", str(obj))
 
 

@@ -68,12 +68,15 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Parallel compile jobs (default: from cores and free memory).")
 @click.option("--dry-run", is_flag=True, help="Print the plan (every compile and link command) and build nothing.")
+@click.option("--with-deps", is_flag=True,
+              help="Also download the wheel's runtime dependencies (all but torch) into the wheelhouse, "
+                   "for offline installs on compute nodes.")
 @python_option
 @json_option
 @click.pass_obj
 def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
               op_names: str | None, all_compatible: bool, wheelhouse: Path, jobs: int | None, dry_run: bool,
-              python: str | None, as_json: bool) -> None:
+              with_deps: bool, python: str | None, as_json: bool) -> None:
     """Compile the selected ops in one ninja graph and package one DeepSpeed wheel in which they are
     prebuilt (installed_ops), plus a manifest. An op that fails is reported and left out (exit 3)."""
     from ops_prebuild.build import build_ops
@@ -83,7 +86,7 @@ def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     names = [n.strip() for n in op_names.split(",") if n.strip()] if op_names else None
     result = build_ops(source, tc, ops=names, all_compatible=all_compatible, wheelhouse=wheelhouse, jobs=jobs,
-                       dry_run=dry_run, python=python, log=log)
+                       dry_run=dry_run, python=python, with_deps=with_deps, log=log)
     if as_json:
         emit_json(result.to_dict())
     elif dry_run:

@@ -162,3 +162,13 @@ def test_compose_injects_ops_and_relabels(tmp_path: Path) -> None:
         assert "py3-none-any" not in wheel_meta
         assert "installed_ops={'cpu_adam': True, 'fused_adam': False}" in \
             z.read("deepspeed/git_version_info_installed.py").decode()
+
+
+def test_builder_flags_come_after_torchs_so_their_undefines_win(tmp_path: Path) -> None:
+    op = OpSpec(**{**FUSED_ADAM.__dict__, "nvcc_args": ("-U__CUDA_NO_HALF_OPERATORS__",)})
+    dev = make_plan(catalogue(), load_toolchain("cuda-h100", environ={}), [op], tmp_path).steps[1].argv
+    assert dev.index("-D__CUDA_NO_HALF_OPERATORS__") < dev.index("-U__CUDA_NO_HALF_OPERATORS__")
+    assert "-std=c++20" in dev  # torch 2.13 headers need C++20 when the builder names no standard
+    op = OpSpec(**{**FUSED_ADAM.__dict__, "nvcc_args": ("-U__HIP_NO_HALF_OPERATORS__",)})
+    dev = make_plan(catalogue(), load_toolchain("frontier", environ={}), [op], tmp_path).steps[1].argv
+    assert dev.index("-D__HIP_NO_HALF_OPERATORS__=1") < dev.index("-U__HIP_NO_HALF_OPERATORS__")

@@ -1,0 +1,96 @@
+"""porter ops build vs DeepSpeed's own AOT path, side by side in one run on this machine.
+
+Prints three ratios (targets in brackets):
+  cold porter build / DeepSpeed's own `DS_BUILD_<OP>=1 pip wheel`   [<= 0.55]
+  warm porter re-run / cold porter build                          [<= 0.05]
+  fresh-process load of the prebuilt op / cold JIT load of it      [<= 0.01]
+
+Same sdist, same ops (the three CPU ops), same machine, same python/torch. Usage:
+  python benchmarks/ops_build.py [--version 0.19.8] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+OPS = ("cpu_adam", "cpu_adagrad", "cpu_lion")
+
+
+def timed(argv: list[str], **kw: object) -> float:
+    start = time.monotonic()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
+    return time.monotonic() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", default="0.19.8")
+    ap.add_argument("--keep", type=Path, help="work folder to keep (default: a temp folder)")
+    args = ap.parse_args()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="porter-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    sdist_dir = work / "sdist"
+    if not list(sdist_dir.glob("*.tar.gz")):
+        subprocess.run([py, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", str(sdist_dir),
+                        f"deepspeed=={args.version}"], check=True)
+    sdist = next(sdist_dir.glob("*.tar.gz"))
+    env = {**os.environ, "PORTER_CACHE_DIR": str(work / "porter-cache")}
+    porter = [py, "-m", "porter", "-q", "ops", "build", "--source", str(sdist), "-t", "cpu", "--ops", ",".join(OPS),
+              "-o", str(work / "wheelhouse")]
+
+    print(f"DeepSpeed {args.version}, ops {', '.join(OPS)}, {os.cpu_count()} cores", flush=True)
+    cold = timed(porter, env=env)
+    print(f"  porter cold build:             {cold:8.1f} s", flush=True)
+    warm = timed(porter, env=env)
+    print(f"  porter warm re-run:            {warm:8.1f} s", flush=True)
+
+    ds_tree = work / "ds-own"
+    with tarfile.open(sdist) as tf:
+        tf.extractall(ds_tree, filter="data")
+    tree = next(ds_tree.iterdir())
+    ds_env = {**os.environ, "DS_BUILD_OPS": "0", "DS_ACCELERATOR": "cpu", **{f"DS_BUILD_{o.upper()}": "1" for o in OPS}}
+    own = timed([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "ds-out"), "."],
+                cwd=tree, env=ds_env)
+    print(f"  DeepSpeed's own pip wheel:     {own:8.1f} s", flush=True)
+
+    venv = work / "venv"
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([py, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "torch==2.13.0"], check=True)
+    wheel = next((work / "wheelhouse").glob("deepspeed-*.whl"))
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps",
+                    str(wheel)], check=True)
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", str(wheel)], check=True)
+    probe = ("import json, sys, time, torch\nfrom deepspeed.ops.op_builder import CPUAdamBuilder\n"
+             "b = CPUAdamBuilder(); t = time.perf_counter()\n"
+             "m = b.jit_load(verbose=False) if sys.argv[1] == 'jit' else b.load()\n"
+             "print(json.dumps({'seconds': time.perf_counter() - t, 'file': m.__file__}))\n")
+    ext = work / "torch-extensions"
+    run_env = {**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(ext)}
+    subprocess.run(["rm", "-rf", str(ext)], check=True)
+    loads = {}
+    for mode in ("prebuilt", "jit"):
+        out = subprocess.run([str(venv / "bin/python"), "-c", probe, mode], check=True, capture_output=True, text=True,
+                             env=run_env).stdout
+        loads[mode] = json.loads(out.strip().splitlines()[-1])
+        print(f"  load of cpu_adam ({mode:<8}):    {loads[mode]['seconds']:8.3f} s  ({loads[mode]['file']})", flush=True)
+
+    print("ratios (one run, side by side):")
+    rows = [("cold porter / DeepSpeed's own", cold / own, 0.55),
+            ("warm re-run / cold", warm / cold, 0.05),
+            ("prebuilt load / cold JIT load", loads["prebuilt"]["seconds"] / loads["jit"]["seconds"], 0.01)]
+    for name, ratio, target in rows:
+        print(f"  {name:<32} {ratio:7.3f}   target <= {target}  {'ok' if ratio <= target else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
