@@ -26,27 +26,18 @@ def main() -> None:
     noise = io.StringIO()
     with contextlib.redirect_stdout(noise):
         try:
-            import torch
-            import torch.utils.cpp_extension as cpp
+            import torch  # noqa: F401
         except ImportError as exc:
             out["errors"].append(f"torch not importable: {exc}")
             emit(out)
             return
-        abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)
-        out["torch"] = {
-            "version": torch.__version__, "cuda": torch.version.cuda,
-            "hip": getattr(torch.version, "hip", None),
-            "root": os.path.dirname(torch.__file__),
-            "include_dirs": cpp.include_paths(),
-            "cuda_include_dirs": cpp.include_paths("cuda") if torch.version.cuda else [],
-            "library_dir": os.path.join(os.path.dirname(torch.__file__), "lib"),
-            "cxx11_abi": bool(abi),
-            "python_include": __import__("sysconfig").get_paths()["include"],
-            "ext_suffix": __import__("sysconfig").get_config_var("EXT_SUFFIX"),
-            "python_tag": "cp%d%d" % sys.version_info[:2],
-            "platform_tag": __import__("sysconfig").get_platform().replace("-", "_").replace(".", "_"),
-            "site_packages": __import__("sysconfig").get_paths()["purelib"],
-        }
+        # the same torch facts porter's other builds read; loaded by path (no sys.path change)
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(
+            "_porter_torch_probe", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_probe.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        out["torch"] = mod.torch_info()
         from op_builder.builder import OpBuilder, CUDAOpBuilder  # the tree's own builder
         if kind == "rocm":
             major, minor = sys.argv[3].split(".")[:2]

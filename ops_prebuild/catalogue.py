@@ -15,6 +15,8 @@ from ops_prebuild.source import Source
 
 PROBE = Path(__file__).with_name("_probe.py")
 MARKER = "@@porter-probe@@"
+TORCH_PROBE = Path(__file__).with_name("_torch_probe.py")
+TORCH_MARKER = "@@porter-torch@@"
 # Catalogue entries that are not ops one can build (DeepSpeed's placeholder for unsupported names).
 _PLACEHOLDERS = {"NotImplementedBuilder"}
 
@@ -122,6 +124,26 @@ def _reason(entry: dict[str, Any], tc: Toolchain, torch: TorchInfo) -> str:
     return ""
 
 
+def _torch_from(data: dict[str, Any]) -> TorchInfo:
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    return TorchInfo(**fields)
+
+
+def probe_torch(python: str, runner: Runner, *, env: dict[str, str] | None = None) -> TorchInfo:
+    """The build python's torch (version, kind, include/library dirs, ABI, tags)."""
+    res = runner.run([python, str(TORCH_PROBE)], env=env or make_env(), timeout=300, check=False)
+    line = next((l for l in reversed(res.output.splitlines()) if l.startswith(TORCH_MARKER)), None)
+    if line is None:
+        raise ToolError(f"could not ask {python} for its torch: {res.output.strip()[-300:] or 'no output'}",
+                        hint="pass --python with the interpreter that has the target's torch")
+    data = json.loads(line[len(TORCH_MARKER):])
+    if "error" in data:
+        raise ToolError(f"torch is not installed in {python} ({data['error']})",
+                        hint="install the torch the build is for into that python (CPU: pip install "
+                             "torch==2.13.0), or pass --python")
+    return _torch_from(data)
+
+
 def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner) -> Catalogue:
     """Run the tree's own builders (in ``python``, which must have torch) and turn them into OpSpecs."""
     env_update: dict[str, str | None] = {"DS_ACCELERATOR": accelerator_for(tc), "PYTHONDONTWRITEBYTECODE": "1"}
@@ -145,12 +167,7 @@ def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner
                              "or pass --python")
     if doc["errors"]:
         raise ToolError(f"could not read the op catalogue of {source.tree}: {doc['errors'][0]}")
-    t = doc["torch"]
-    torch = TorchInfo(version=t["version"], cuda=t["cuda"], hip=t["hip"], root=t["root"],
-                      include_dirs=tuple(t["include_dirs"]), cuda_include_dirs=tuple(t["cuda_include_dirs"]),
-                      library_dir=t["library_dir"], cxx11_abi=t["cxx11_abi"], python_include=t["python_include"],
-                      ext_suffix=t["ext_suffix"], python_tag=t["python_tag"], platform_tag=t["platform_tag"],
-                      site_packages=t["site_packages"])
+    torch = _torch_from(doc["torch"])
     ops = []
     for e in doc["ops"]:
         reason = _reason(e, tc, torch)

@@ -27,6 +27,7 @@ from porter.patching.engine import Applied, apply
 from porter.patching.model import load_shipped
 from porter.run import Runner
 from porter.toolchain.profile import Toolchain, toolchain_env
+from ops_prebuild.catalogue import probe_torch
 
 KERNEL_DIR = "megatron/fused_kernels"
 KERNELS = ("scaled_upper_triang_masked_softmax", "scaled_masked_softmax", "scaled_softmax")
@@ -38,25 +39,6 @@ PORT_RECORD = ".porter/port.json"
 ROCM_FLAGS = ("-O3", "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1")
 CUDA_FLAGS = ("-O3", "--use_fast_math", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
               "--expt-relaxed-constexpr", "--expt-extended-lambda")
-
-# Runs in the build python: what a torch extension build needs to know about its torch.
-_TORCH_PROBE = r"""
-import json, os, sys, sysconfig
-import inspect
-import torch, torch.utils.cpp_extension as cpp
-std = "c++20" if "-std=c++20" in inspect.getsource(cpp) else "c++17"  # what torch's own extensions use
-print("@@porter-torch@@" + json.dumps({
-    "version": torch.__version__, "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None),
-    "root": os.path.dirname(torch.__file__), "include_dirs": cpp.include_paths(),
-    "cuda_include_dirs": cpp.include_paths("cuda") if torch.version.cuda else [],
-    "library_dir": os.path.join(os.path.dirname(torch.__file__), "lib"),
-    "cxx11_abi": bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)),
-    "python_include": sysconfig.get_paths()["include"], "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
-    "python_tag": "cp%d%d" % sys.version_info[:2],
-    "platform_tag": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
-    "site_packages": sysconfig.get_paths()["purelib"], "std": std}))
-"""
-
 
 @dataclass
 class PortResult:
@@ -119,40 +101,25 @@ def prepare_tree(tree: Path, out: Path | None, in_place: bool, toolchain: Toolch
     return dest
 
 
-def kernel_ops(tc: Toolchain, std: str = "c++17") -> list[Any]:
+def kernel_ops(tc: Toolchain) -> list[Any]:
     """The three fused softmax kernels as ops_prebuild OpSpecs (top-level modules).
 
-    ``std``: the C++ standard the build torch's own extensions use (its headers refuse older ones).
+    No -std here: the planner adds the C++ standard the build torch's headers need.
     """
     from ops_prebuild.catalogue import OpSpec
 
     includes: tuple[str, ...] = (KERNEL_DIR,)
     if tc.kind == "rocm":
-        nvcc: tuple[str, ...] = (f"-std={std}", *ROCM_FLAGS)
+        nvcc: tuple[str, ...] = ROCM_FLAGS
     else:
         gencode = tuple(f"-gencode=arch=compute_{t.name[3:]},code={t.name}" for t in tc.targets)
-        nvcc = (f"-std={std}", *CUDA_FLAGS, *gencode)
+        nvcc = (*CUDA_FLAGS, *gencode)
         if tc.root:  # the .cpp halves include cuda_fp16.h, compiled by the host compiler
             includes += (f"{tc.root}/include",)
     return [OpSpec(name=f"{k}_cuda", builder="megatron.fused_kernels", build_var="", module=f"{k}_cuda",
                    sources=(f"{KERNEL_DIR}/{k}.cpp", f"{KERNEL_DIR}/{k}_cuda.cu"), include_paths=includes,
-                   device=True, compatible=True, cxx_args=("-O3", f"-std={std}"), nvcc_args=nvcc)
+                   device=True, compatible=True, cxx_args=("-O3",), nvcc_args=nvcc)
             for k in KERNELS]
-
-
-def probe_torch(python: str, runner: Runner) -> tuple[Any, str]:
-    from ops_prebuild.catalogue import TorchInfo
-
-    res = runner.run([python, "-c", _TORCH_PROBE], check=False, timeout=300)
-    marker = next((l for l in res.output.splitlines() if l.startswith("@@porter-torch@@")), None)
-    if not res.ok or marker is None:
-        raise CheckFailed(f"cannot read torch from {python}: {res.output.strip()[-400:]}",
-                          hint="pass --python with an interpreter that has the target's torch installed")
-    data = json.loads(marker[len("@@porter-torch@@"):])
-    std = data.pop("std", "c++17")
-    data["include_dirs"] = tuple(data["include_dirs"])
-    data["cuda_include_dirs"] = tuple(data["cuda_include_dirs"])
-    return TorchInfo(**data), std
 
 
 def plan_only_reason(tc: Toolchain, torch_kind: str, torch_version: str) -> str:
@@ -214,9 +181,9 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         result.patch_results = [r.to_dict() for r in done.plan.sets[0].results]
 
     with log.step("planning the fused kernels"):
-        torch_info, std = probe_torch(python, Runner(log, echo=log.verbose))
+        torch_info = probe_torch(python, Runner(log, echo=log.verbose))
         result.plan_only = plan_only_reason(tc, torch_info.kind, torch_info.version)
-        plan = _plan(work, tc, torch_info, result.version, std)
+        plan = _plan(work, tc, torch_info, result.version)
         result.plan = plan
     if dry_run:
         result.plan_only = result.plan_only or "dry run: nothing written, nothing compiled"
@@ -245,13 +212,13 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     return result
 
 
-def _plan(work: Path, tc: Toolchain, torch_info: Any, version: str, std: str = "c++17") -> Any:
+def _plan(work: Path, tc: Toolchain, torch_info: Any, version: str) -> Any:
     from ops_prebuild.catalogue import Catalogue
     from ops_prebuild.plan import make_plan
     from ops_prebuild.source import Source
 
     cat = Catalogue(source=Source("megatron-deepspeed", version or "0", work, str(work)), torch=torch_info,
-                    accelerator="cuda", ops=tuple(kernel_ops(tc, std)))
+                    accelerator="cuda", ops=tuple(kernel_ops(tc)))
     build_dir = work / ".porter" / "build" / tc.name
     return make_plan(cat, tc, list(cat.ops), build_dir)
 
