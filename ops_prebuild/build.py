@@ -112,7 +112,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         if tc.kind == "rocm" else None
     plan = make_plan(cat, tc, selected, build_dir, sources=hip_map)
     per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]
-    n_jobs = jobs or default_jobs(per_job, oversubscribe=2)
+    n_jobs = jobs or default_jobs(per_job)
     result = BuildResult(plan, cat, jobs=n_jobs)
     if dry_run:
         result.seconds = time.monotonic() - start

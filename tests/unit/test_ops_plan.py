@@ -173,8 +173,3 @@ def test_builder_flags_come_after_torchs_so_their_undefines_win(tmp_path: Path) 
     dev = make_plan(catalogue(), load_toolchain("frontier", environ={}), [op], tmp_path).steps[1].argv
     assert dev.index("-D__HIP_NO_HALF_OPERATORS__=1") < dev.index("-U__HIP_NO_HALF_OPERATORS__")
 
-
-def test_ninja_jobs_may_oversubscribe_cores_but_never_memory() -> None:
-    gib = 1 << 30
-    assert default_jobs(gib, cores=2, free_bytes=64 * gib, oversubscribe=2) == 4
-    assert default_jobs(3 * gib, cores=2, free_bytes=8 * gib, oversubscribe=2) == 2  # memory decides
