@@ -8,7 +8,7 @@ TRIXIE_ROOT ?= $(or $(PORTER_TRIXIE_ROOT),/var/lib/porter/trixie-rocm)
 PY          := $(VENV)/bin/python
 export HIP_PLATFORM := amd
 
-.PHONY: help venv demo test test-unit test-integration rocm-debian chroot-trixie cuda-venv clean
+.PHONY: help venv demo test test-unit test-integration typecheck rocm-debian chroot-trixie cuda-venv clean
 
 help:
 	@echo "make demo           install porter in $(VENV); prebuild DeepSpeed's CPU ops into ./wheelhouse;"
@@ -49,6 +49,9 @@ test-unit: venv
 
 test-integration: venv
 	$(PY) -m pytest tests/integration
+
+typecheck: venv
+	$(PY) -m mypy
 
 rocm-debian:
 	@command -v hipcc >/dev/null 2>&1 || { apt-get update -qq && \

@@ -8,12 +8,15 @@ are filled with the profile's values before any builder method runs.
 Usage: python _probe.py TREE KIND [ROCM_MAJOR.MINOR ARCHS WAVEFRONT]
 """
 
+from __future__ import annotations  # the build python may be older than porter's
+
 import contextlib
 import io
 import json
 import os
 import sys
 import traceback
+from typing import Any
 
 MARKER = "@@porter-probe@@"
 
@@ -22,7 +25,7 @@ def main() -> None:
     tree, kind = sys.argv[1], sys.argv[2]
     sys.path.insert(0, tree)
     os.chdir(tree)
-    out: dict = {"torch": None, "ops": [], "errors": []}
+    out: dict[str, Any] = {"torch": None, "ops": [], "errors": []}
     noise = io.StringIO()
     with contextlib.redirect_stdout(noise):
         try:
@@ -35,6 +38,8 @@ def main() -> None:
         import importlib.util
         spec = importlib.util.spec_from_file_location(
             "_porter_torch_probe", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_probe.py"))
+        if spec is None or spec.loader is None:
+            raise ImportError("cannot load _torch_probe.py beside " + __file__)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         out["torch"] = mod.torch_info()
@@ -53,8 +58,8 @@ def main() -> None:
             return
         out["accelerator"] = accelerator_name
         for name, b in sorted(ALL_OPS.items()):
-            entry = {"name": name, "class": type(b).__name__, "build_var": getattr(b, "BUILD_VAR", ""),
-                     "device": isinstance(b, CUDAOpBuilder)}
+            entry: dict[str, Any] = {"name": name, "class": type(b).__name__,
+                                     "build_var": getattr(b, "BUILD_VAR", ""), "device": isinstance(b, CUDAOpBuilder)}
             for field, call in (("module", b.absolute_name), ("sources", b.sources),
                                 ("include_paths", b.include_paths)):
                 try:
@@ -81,8 +86,10 @@ def main() -> None:
     emit(out)
 
 
-def emit(out: dict) -> None:
+def emit(out: dict[str, Any]) -> None:
     real = sys.__stdout__  # emit() may run inside redirect_stdout(); the document goes to the real stdout
+    if real is None:  # no stdout at all (pythonw, closed fd 1): nowhere to send the document
+        raise RuntimeError("the probe has no stdout to print its result to")
     real.write("\n" + MARKER + "\n" + json.dumps(out) + "\n")
     real.flush()
 

@@ -4,15 +4,18 @@ Standalone on purpose (the build python need not have porter): used as a script 
 ``ops_prebuild.catalogue.probe_torch`` and imported by ``_probe.py``.
 """
 
+from __future__ import annotations  # the build python may be older than porter's
+
 import json
 import os
 import sys
 import sysconfig
+from typing import Any
 
 MARKER = "@@porter-torch@@"
 
 
-def torch_info() -> dict:
+def torch_info() -> dict[str, Any]:
     import torch
     import torch.utils.cpp_extension as cpp
 
@@ -31,6 +34,7 @@ def torch_info() -> dict:
 
 
 if __name__ == "__main__":
+    doc: dict[str, Any]
     try:
         doc = torch_info()
     except ImportError as exc:

@@ -125,7 +125,7 @@ def _reason(entry: dict[str, Any], tc: Toolchain, torch: TorchInfo) -> str:
 
 
 def _torch_from(data: dict[str, Any]) -> TorchInfo:
-    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
     return TorchInfo(**fields)
 
 

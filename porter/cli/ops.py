@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -44,7 +45,7 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
     runner = Runner(log, echo=log.verbose)
     src = resolve_source(source, runner=runner)
     cat = read_catalogue(src, tc, python=python or sys.executable, runner=runner)
-    rows = [{"name": o.name, "compatible": o.compatible, "reason": o.reason, "device": o.device,
+    rows: list[dict[str, Any]] = [{"name": o.name, "compatible": o.compatible, "reason": o.reason, "device": o.device,
              "module": o.module, "build_var": o.build_var, "sources": list(o.sources)} for o in cat.ops]
     if as_json:
         emit_json({"source": {"project": src.project, "version": src.version, "tree": str(src.tree)},

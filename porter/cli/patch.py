@@ -40,7 +40,7 @@ def list_cmd(project: str | None, as_json: bool) -> None:
     """List the shipped patch sets (of one PROJECT, or all)."""
     from porter.patching.model import load_project, load_shipped, project_names
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in [project] if project else project_names():
         proj = load_project(name)
         for set_name in proj.sets:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -27,8 +28,9 @@ def toolchain() -> None:
 def list_cmd(show_archs: bool, as_json: bool) -> None:
     """List the built-in presets (or, with --archs, the arch table)."""
     if show_archs:
-        rows = [{"arch": a.name, "vendor": a.vendor, "wavefront": a.wavefront, "products": list(a.products),
-                 "features": list(a.features)} for a in ARCHS.values()]
+        rows: list[dict[str, Any]] = [
+            {"arch": a.name, "vendor": a.vendor, "wavefront": a.wavefront, "products": list(a.products),
+             "features": list(a.features)} for a in ARCHS.values()]
         if as_json:
             emit_json(rows)
         else:

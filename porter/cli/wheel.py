@@ -73,7 +73,7 @@ def _run(log: Logger, name: str, source: str, toolchain_ref: str | None, archs: 
                    "--cpp_ext/--cuda_ext flags).")
 @_common
 @click.pass_obj
-def apex_cmd(log: Logger, source: str, ops: tuple[str, ...], regime: str | None, **kw: Any) -> None:
+def apex_cmd(log: Logger, /, source: str, ops: tuple[str, ...], regime: str | None, **kw: Any) -> None:
     """Prebuild ROCm apex ops into a wheel (PYTORCH_ROCM_ARCH from the profile)."""
     _run(log, "apex", source, ops=ops, regime=regime, **kw)
 
@@ -85,6 +85,6 @@ def apex_cmd(log: Logger, source: str, ops: tuple[str, ...], regime: str | None,
               help="ck: compile the composable_kernel extension; triton: pure-Python wheel, JIT at run time.")
 @_common
 @click.pass_obj
-def flash_attn_cmd(log: Logger, source: str, backend: str, **kw: Any) -> None:
+def flash_attn_cmd(log: Logger, /, source: str, backend: str, **kw: Any) -> None:
     """Build FlashAttention 2 for ROCm (GPU_ARCHS from the profile, checked against the tree's list)."""
     _run(log, "flash-attn", source, backend=backend, **kw)

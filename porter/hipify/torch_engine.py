@@ -107,6 +107,14 @@ class _Compiled:
     caffe2: tuple[tuple[str, Callable[[str], str]], ...]  # (literal that must occur, step)
 
 
+def _sub_step(pattern: re.Pattern[str], repl: str) -> Callable[[str], str]:
+    return lambda s: pattern.sub(repl, s)
+
+
+def _replace_step(old: str, new: str) -> Callable[[str], str]:
+    return lambda s: s.replace(old, new)
+
+
 @lru_cache(maxsize=1)
 def _compiled() -> _Compiled:
     hp = torch_hipify()
@@ -114,9 +122,9 @@ def _compiled() -> _Compiled:
     for cuda_path, hip_path in hp.CAFFE2_PATH_MAPPINGS.items():
         if "/hip/" in hip_path and "/hip/" not in cuda_path:
             pattern = re.compile(r"(?<!/hip/)" + re.escape(cuda_path))
-            steps.append((cuda_path, lambda s, p=pattern, h=hip_path: p.sub(h, s)))
+            steps.append((cuda_path, _sub_step(pattern, hip_path)))
         else:
-            steps.append((cuda_path, lambda s, c=cuda_path, h=hip_path: s.replace(c, h)))
+            steps.append((cuda_path, _replace_step(cuda_path, hip_path)))
     return _Compiled(hp=hp, caffe2=tuple(steps))
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from porter.errors import ConfigError
@@ -37,7 +37,7 @@ PER_JOB_CPU = 1 * GiB
 class ApexDriver:
     name = "apex"
     title = "ROCm apex"
-    sdist_env: dict[str, str] = {}
+    sdist_env: Mapping[str, str] = {}
 
     # -- detection -------------------------------------------------------------------------------
     def detect(self, root: Path) -> SourceInfo | None:

@@ -271,6 +271,7 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         request = replace(request, source=root, sources={**provenance, **request.sources})
         plan = driver.plan(info, request, machine)
         refusal: ConfigError | None = None
+        torch: TorchInfo | None
         if request.torch_check:
             torch = torch_info or probe_torch(runner, request.python, tc)
             try:
@@ -352,9 +353,9 @@ def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, entries: list
         have = {e["module"] for e in entries}
         ops: list[OpEntry] = []
         for o in plan.ops:
-            entry: OpEntry = {"name": o.name, "status": "built" if o.module in have else "skipped"}
+            op_entry: OpEntry = {"name": o.name, "status": "built" if o.module in have else "skipped"}
             if o.module not in have:
-                entry["reason"] = "optional: upstream built it only under further conditions"
-            ops.append(entry)
+                op_entry["reason"] = "optional: upstream built it only under further conditions"
+            ops.append(op_entry)
         manifest["ops"] = ops
     return manifest

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from porter.errors import ConfigError
@@ -42,7 +43,7 @@ class FlashAttnDriver:
     name = "flash-attn"
     title = "FlashAttention"
     # pip download runs setup.py for metadata; without this it would try to compile
-    sdist_env = {"FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"}
+    sdist_env: Mapping[str, str] = {"FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"}
 
     def detect(self, root: Path) -> SourceInfo | None:
         setup_py = root / "setup.py"

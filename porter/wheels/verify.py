@@ -99,8 +99,8 @@ def _wheel_commands() -> tuple[object, object]:
         from wheel._commands.pack import pack
         from wheel._commands.unpack import unpack
     except ImportError:  # pragma: no cover - older wheel
-        from wheel.cli.pack import pack  # type: ignore[no-redef]
-        from wheel.cli.unpack import unpack  # type: ignore[no-redef]
+        from wheel.cli.pack import pack
+        from wheel.cli.unpack import unpack
     return unpack, pack
 
 
