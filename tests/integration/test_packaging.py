@@ -23,3 +23,16 @@ def test_wheel_of_porter_carries_presets_patch_sets_and_op_data(tmp_path: Path) 
                    "ops_prebuild/_torch_probe.py", "porter/py.typed"):
         assert needed in names, needed
     assert not any(n.startswith("tests/") for n in names)
+
+
+def test_non_editable_install_finds_its_data(tmp_path: Path) -> None:
+    """pip install . into a fresh venv (no torch), then the commands that read shipped data."""
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "v")], check=True)
+    py = str(tmp_path / "v" / "bin" / "python")
+    subprocess.run([py, "-m", "pip", "install", "-q", str(ROOT)], check=True, capture_output=True)
+    run = lambda *a: subprocess.run([py, "-m", "porter", *a], capture_output=True, text=True,  # noqa: E731
+                                    cwd=tmp_path)
+    show = run("toolchain", "show", "frontier", "--json")
+    assert show.returncode == 0 and '"wavefront": 64' in show.stdout, show.stderr
+    sets = run("patch", "list", "--json")
+    assert sets.returncode == 0 and "no-jit" in sets.stdout and "megatron-deepspeed" in sets.stdout, sets.stderr

@@ -22,10 +22,11 @@ def test_env_changes_lists_only_the_difference() -> None:
 def test_recording_runner_is_a_dry_run_that_echoes() -> None:
     stream = io.StringIO()
     runner = RecordingRunner(Logger(stream=stream, color=False))
-    res = runner.run(["hipcc", "--offload-arch=gfx90a", "a b.hip"], env=make_env({"HIP_PLATFORM": "amd"}))
+    env = make_env({"PORTER_TEST_ONLY_VAR": "amd"})  # a name no caller's environment has
+    res = runner.run(["hipcc", "--offload-arch=gfx90a", "a b.hip"], env=env)
     assert res.ok
-    assert runner.recorded == [(["hipcc", "--offload-arch=gfx90a", "a b.hip"], {"HIP_PLATFORM": "amd"}, None)]
-    assert "$ HIP_PLATFORM=amd hipcc --offload-arch=gfx90a 'a b.hip'" in stream.getvalue()
+    assert runner.recorded == [(["hipcc", "--offload-arch=gfx90a", "a b.hip"], {"PORTER_TEST_ONLY_VAR": "amd"}, None)]
+    assert "$ PORTER_TEST_ONLY_VAR=amd hipcc --offload-arch=gfx90a 'a b.hip'" in stream.getvalue()
 
 
 def test_quiet_logger_still_prints_errors() -> None:
