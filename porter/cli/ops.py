@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -44,7 +45,7 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     runner = Runner(log, echo=log.verbose)
     src = resolve_source(source, runner=runner)
-    cat = read_catalogue(src, tc, python=python or sys.executable, runner=runner)
+    cat = read_catalogue(src, tc, python=python or os.environ.get("PORTER_PYTHON") or sys.executable, runner=runner)
     rows: list[dict[str, Any]] = [{"name": o.name, "compatible": o.compatible, "reason": o.reason, "device": o.device,
              "module": o.module, "build_var": o.build_var, "sources": list(o.sources)} for o in cat.ops]
     if as_json:
