@@ -65,3 +65,18 @@ def test_cpu_profile_and_a_bad_isa() -> None:
     assert porter("toolchain", "check", "cpu").returncode == 0
     res = porter("toolchain", "check", "cpu", env={"PORTER_CPU_ISA": "x86-64-v9"})
     assert res.returncode == 1 and "x86-64-v9" in res.stdout
+
+
+def test_detect_proposes_but_writes_only_when_asked(hipcc: str, tmp_path: Path) -> None:
+    out = tmp_path / "site.toml"
+    res = porter("toolchain", "detect", "--json", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["programs"]["hipcc"]["version"].startswith("5.2.")
+    assert doc["programs"]["g++"]["version"].split(".")[0].isdigit()
+    assert doc["gpus"] == [] and any("no GPU visible" in n for n in doc["notes"])
+    assert doc["proposal"]["kind"] == "rocm"
+    # the written proposal is a valid profile that loads (and would be used only when passed)
+    show = porter("toolchain", "show", str(out), "--json")
+    assert show.returncode == 0, show.stderr
+    assert json.loads(show.stdout)["kind"] == "rocm"
