@@ -6,24 +6,29 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from porter import __version__
-from porter.errors import CheckFailed, ConfigError, ToolError
+from porter.artifacts import labels
+from porter.artifacts.labels import with_label
+from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, manifest_path, write_beside
+from porter.errors import CheckFailed, ConfigError, PorterError
+from porter.executor import Executor, build_python
+from porter.fs import atomic_write_text, cache_dir, ensure_writable_dir, sha256_file
 from porter.log import Logger, quiet_logger
-from porter.manifest import SCHEMA, Manifest, atomic_write_json, atomic_write_text, manifest_path, \
-    sha256_file
 from porter.resources import default_jobs
 from porter.run import Runner, make_env
 from porter.toolchain.profile import Toolchain, toolchain_env
+from porter.torch_facts import need_for, probe_torch, refusal
 from ops_prebuild.catalogue import Catalogue, OpSpec, read_catalogue
 from ops_prebuild.plan import Plan, make_plan
-from ops_prebuild.source import Source, cache_dir, resolve_source
-from ops_prebuild.wheel import base_wheel, compose, dist_version, relabel, wheel_filename
+from ops_prebuild.source import cached_source, resolve_source
+from ops_prebuild.wheel import base_wheel, compose, dist_version
 
 # Memory one compile job may take: host C++ ops ~1 GiB, nvcc/hipcc device units ~3 GiB.
 PER_JOB_BYTES = {"cpu": 1 << 30, "device": 3 << 30}
@@ -48,6 +53,8 @@ class BuildResult:
     manifest: Path | None = None
     jobs: int = 0
     seconds: float = 0.0
+    refusal: PorterError | None = None
+    """Dry run only: why a real run here would be refused before any work."""
 
     @property
     def failed(self) -> list[OpResult]:
@@ -57,66 +64,66 @@ class BuildResult:
         return {"wheel": str(self.wheel) if self.wheel else None,
                 "manifest": str(self.manifest) if self.manifest else None,
                 "jobs": self.jobs, "seconds": round(self.seconds, 2),
-                "ops": [o.__dict__ for o in self.ops], "plan": self.plan.to_dict()}
+                "ops": [o.__dict__ for o in self.ops], "plan": self.plan.to_dict(),
+                "refusal": self.refusal.message if self.refusal else None}
 
 
 def _key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def check_writable(wheelhouse: Path) -> None:
-    try:
-        wheelhouse.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the wheelhouse {wheelhouse}: {exc.strerror}",
-                          hint="pass -o with a folder you can write") from None
-    if not os.access(wheelhouse, os.W_OK | os.X_OK):
-        raise ConfigError(f"wheelhouse {wheelhouse} is not writable", hint="pass -o with a folder you can write")
-
-
-def check_torch(cat: Catalogue, tc: Toolchain, *, dry_run: bool, python: str) -> None:
-    """A real build needs the torch the target runs; a dry run may plan with any torch."""
-    kind = cat.torch.kind
-    if tc.kind == "rocm" and kind != "rocm" and not dry_run:
-        raise ToolError(
-            f"toolchain {tc.name} builds for ROCm, but torch in {python} is {cat.torch.version} ({kind}, no HIP): "
-            "a ROCm build of a torch extension needs the ROCm build of torch (its ATen/hip headers and "
-            "libtorch_hip); nothing was compiled",
-            hint=f"run this in a python with the ROCm {tc.toolkit_version} build of torch (sites provide it as a "
-                 "module or container; PyTorch publishes ROCm wheels on its own index) and pass --python; "
-                 "'--dry-run' prints the full plan with any torch")
-    if tc.kind == "cuda" and kind != "cuda" and not dry_run:
-        raise ToolError(f"toolchain {tc.name} builds for CUDA, but torch in {python} is {cat.torch.version} ({kind})",
-                        hint="use a python with the CUDA build of torch (make cuda-venv) and pass --python")
-
-
 def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, all_compatible: bool = False,
               wheelhouse: Path, jobs: int | None = None, dry_run: bool = False, python: str | None = None,
               with_deps: bool = False, log: Logger | None = None, runner: Runner | None = None,
               cache: Path | None = None) -> BuildResult:
+    """source -> catalogue -> plan -> one ninja run -> one wheel + manifest.
+
+    Everything is checked before any work (output folder writable, toolchain root ready, torch of the
+    right kind); a dry run returns the complete plan with ``refusal`` set instead of raising, and
+    writes nothing into caches or trees.
+    """
     log = log or quiet_logger()
     runner = runner or Runner(log)
-    python = python or os.environ.get("PORTER_PYTHON") or __import__("sys").executable
-    cache = cache or cache_dir()
+    ex = tc.executor
+    py_ex, python = build_python(ex, tc.python, python)
+    cache = cache or ex.work_dir(cache_dir())
     start = time.monotonic()
     if not dry_run:
-        check_writable(wheelhouse)
-    with log.step("reading the source and its op catalogue"):
-        source = resolve_source(source_spec, runner=runner, cache=cache)
-        cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose))
-    selected = cat.select(ops, all_compatible)
-    check_torch(cat, tc, dry_run=dry_run, python=python)
-    build_dir = cache / "ops" / f"{source.project}-{source.version}-{tc.name}-" \
-        f"{_key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag)}"
-    hip_map = hipify_for_rocm(cat, tc, selected, build_dir, python=python, runner=runner, log=log) \
-        if tc.kind == "rocm" else None
-    plan = make_plan(cat, tc, selected, build_dir, sources=hip_map)
-    per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]
-    n_jobs = jobs or default_jobs(per_job)
-    result = BuildResult(plan, cat, jobs=n_jobs)
-    if dry_run:
-        result.seconds = time.monotonic() - start
-        return result
+        ensure_writable_dir(wheelhouse, what="wheelhouse")
+        ex.preflight()
+        torch = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
+        refused = refusal(need_for(tc.kind), torch, python, what=f"building DeepSpeed ops for {tc.name}")
+        if refused is not None:
+            raise refused
+    with ExitStack() as stack:
+        with log.step("reading the source and its op catalogue"):
+            source = cached_source(source_spec, cache) if dry_run else None
+            if source is None:
+                scratch = cache
+                if dry_run:  # a dry run downloads and unpacks into a temp folder, never into the cache
+                    parent = cache if ex.kind != "host" and cache.is_dir() else None
+                    scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="porter-dry-", dir=parent)))
+                source = resolve_source(source_spec, runner=runner, cache=scratch)
+            cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose), executor=py_ex)
+        selected = cat.select(ops, all_compatible)
+        refused = refusal(need_for(tc.kind), cat.torch, python, what=f"building DeepSpeed ops for {tc.name}")
+        build_dir = cache / "ops" / f"{source.project}-{source.version}-{tc.name}-" \
+            f"{_key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag)}"
+        hip_map = hipify_for_rocm(cat, tc, selected, build_dir, python=python, runner=runner, log=log,
+                                  executor=py_ex, dry_run=dry_run) if tc.kind == "rocm" else None
+        plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not dry_run)
+        per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]
+        n_jobs = jobs or default_jobs(per_job)
+        result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused)
+        if dry_run:
+            try:
+                ex.preflight()
+            except PorterError as exc:
+                result.refusal = result.refusal or exc
+            if result.refusal is not None:
+                plan.notes.append(f"a real run here would be refused: {result.refusal.message}")
+            result.seconds = time.monotonic() - start
+            return result
     build_dir.mkdir(parents=True, exist_ok=True)
     from filelock import FileLock
 
@@ -131,10 +138,10 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                               hint=f"read the logs under {build_dir}")
         with log.step("packaging the wheel"):
             result.wheel, result.manifest = package(cat, tc, selected, result.ops, wheelhouse, python=python,
-                                                    runner=runner, cache=cache)
+                                                    runner=runner, cache=cache, executor=py_ex)
     if with_deps:
         with log.step("downloading the wheel's dependencies (all but torch) into the wheelhouse"):
-            download_dependencies(result.wheel, wheelhouse, python=python, runner=runner)
+            download_dependencies(result.wheel, wheelhouse, python=sys.executable, runner=runner)
     result.seconds = time.monotonic() - start
     return result
 
@@ -162,13 +169,14 @@ def download_dependencies(wheel: Path, wheelhouse: Path, *, python: str, runner:
 
 
 def hipify_for_rocm(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path, *, python: str,
-                    runner: Runner, log: Logger) -> dict[str, dict[str, str]]:
+                    runner: Runner, log: Logger, executor: Executor, dry_run: bool) -> dict[str, dict[str, str]]:
     """Hipify (for real, with torch's hipify in the build python) a copy of the ops' sources."""
     from ops_prebuild.hipify_step import hipify_sources
 
     with log.step("hipifying the device ops' sources (a copy; the tree is untouched)"):
         return hipify_sources(cat.source.tree, [o for o in ops if o.device], build_dir / "hip",
-                              python=python, runner=Runner(log, echo=log.verbose))
+                              python=python, runner=Runner(log, echo=log.verbose), executor=executor,
+                              dry_run=dry_run)
 
 
 _NINJA_FAILED = re.compile(r"^FAILED: (.*)$", re.M)
@@ -225,40 +233,38 @@ def _failure_blocks(output: str) -> list[str]:
 
 
 def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list[OpResult], wheelhouse: Path,
-            *, python: str, runner: Runner, cache: Path) -> tuple[Path, Path]:
+            *, python: str, runner: Runner, cache: Path, executor: Executor) -> tuple[Path, Path]:
     src = cat.source
-    base = base_wheel(src.tree, cache / "base" / f"{src.project}-{src.version}-{_key(str(src.tree), cat.accelerator, cat.torch.version)}",
-                      python=python, accelerator=cat.accelerator, runner=Runner(runner.log, echo=runner.echo))
-    dist, base_version = dist_version(base)
-    version = relabel(base_version, tc.local_label)
+    base = base_wheel(src.tree, cache / "base" / f"{src.project}-{src.version}-"
+                      f"{_key(str(src.tree), cat.accelerator, cat.torch.version)}",
+                      python=python, accelerator=cat.accelerator, runner=Runner(runner.log, echo=runner.echo),
+                      executor=executor)
+    _dist, base_version = dist_version(base)
+    version = with_label(base_version, labels.make(tc))
     tag = f"{cat.torch.python_tag}-{cat.torch.python_tag}-{cat.torch.platform_tag}"
     specs = {o.name: o for o in selected}
     ok = [r for r in results if r.status != "failed"]
     extensions = {specs[r.name].module.replace(".", "/") + cat.torch.ext_suffix: Path(r.so) for r in ok}
     installed = {o.name: False for o in cat.ops if o.module}
     installed.update({r.name: True for r in ok})
-    manifest: Manifest = {
-        "schema": SCHEMA, "porter_version": __version__, "component": src.project, "version": version,
-        "wheel": {}, "python_tag": cat.torch.python_tag, "toolchain": tc.to_dict(),
-        "target": {"kind": tc.kind, "archs": list(tc.arch_names), "wavefront": tc.wavefront,
-                   "cpu_isa": tc.cpu_isa, "toolkit_version": tc.toolkit_version, "accelerator": cat.accelerator},
-        "torch": {"version": cat.torch.version, "kind": cat.torch.kind, "cuda": cat.torch.cuda, "hip": cat.torch.hip},
-        "sources": {"sdist_sha256": src.sha256, "origin": src.origin, "version": src.version},
-        "extensions": [{"module": specs[r.name].module, "path": arc, "sha256": r.sha256, "op": r.name,
-                        "archs": list(tc.arch_names)}
-                       for arc, r in zip(extensions, ok)],
-        "ops": [{"name": r.name, "status": r.status, "seconds": round(r.seconds, 2), "log": r.log} for r in results],
-    }
-    inside = json.dumps({k: v for k, v in manifest.items() if k != "wheel"}, indent=2, sort_keys=True).encode()
-    name = wheel_filename(dist, version, tag)
-    dest = wheelhouse / name
-    # WheelFile needs the real file name, so the temp file is a real name in a temp folder beside dest;
-    # the wheel appears in the wheelhouse only by an atomic rename, after its manifest.
+    entries: list[ExtensionEntry] = []
+    for arc, r in zip(extensions, ok):
+        entry: ExtensionEntry = {"module": specs[r.name].module, "path": arc, "sha256": r.sha256, "op": r.name,
+                                 "archs": list(tc.arch_names) if specs[r.name].device else []}
+        if not specs[r.name].device:
+            entry["host_only"] = True
+        entries.append(entry)
+    manifest = build_manifest(
+        component=src.project, version=version, tc=tc, torch=cat.torch, python_tag=cat.torch.python_tag,
+        sources={"sdist_sha256": src.sha256, "origin": src.origin, "version": src.version},
+        extensions=entries, target={"accelerator": cat.accelerator},
+        ops=[{"name": r.name, "status": r.status, "seconds": round(r.seconds, 2), "log": r.log} for r in results])
+    # the wheel appears in the wheelhouse only by an atomic rename, after its manifest
     with tempfile.TemporaryDirectory(prefix=".porter-", dir=wheelhouse) as tmpdir:
-        tmp = Path(tmpdir) / name
-        compose(base, tmp, version=version, tag=tag, extensions=extensions, installed_ops=installed,
-                extra_files={"{dist_info}/porter.json": inside})
-        manifest["wheel"] = {"filename": name, "sha256": sha256_file(tmp)}
-        atomic_write_json(manifest_path(dest), manifest)
+        tmp = compose(base, Path(tmpdir), version=version, tag=tag, extensions=extensions, installed_ops=installed,
+                      extra_files={"{dist_info}/porter.json": carried(manifest)})
+        dest = wheelhouse / tmp.name
+        mpath = write_beside(tmp, manifest)
+        os.replace(mpath, manifest_path(dest))
         os.replace(tmp, dest)
     return dest, manifest_path(dest)

@@ -3,47 +3,20 @@
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from porter.errors import ConfigError, ToolError
+from porter.executor import HOST, Executor
+from porter.probe import run_probe
 from porter.run import Runner, make_env
 from porter.toolchain.profile import Toolchain
+from porter.torch_facts import TorchInfo
 from ops_prebuild.source import Source
 
-PROBE = Path(__file__).with_name("_probe.py")
-MARKER = "@@porter-probe@@"
-TORCH_PROBE = Path(__file__).with_name("_torch_probe.py")
-TORCH_MARKER = "@@porter-torch@@"
 # Catalogue entries that are not ops one can build (DeepSpeed's placeholder for unsupported names).
 _PLACEHOLDERS = {"NotImplementedBuilder"}
-
-
-@dataclass(frozen=True)
-class TorchInfo:
-    version: str
-    cuda: str | None
-    hip: str | None
-    root: str
-    include_dirs: tuple[str, ...]
-    cuda_include_dirs: tuple[str, ...]
-    library_dir: str
-    cxx11_abi: bool
-    python_include: str
-    ext_suffix: str
-    python_tag: str
-    platform_tag: str
-    site_packages: str
-
-    @property
-    def kind(self) -> str:
-        return "rocm" if self.hip else "cuda" if self.cuda else "cpu"
-
-    @property
-    def major_minor(self) -> str:
-        return ".".join(self.version.split("+")[0].split(".")[:2])
 
 
 @dataclass(frozen=True)
@@ -124,50 +97,31 @@ def _reason(entry: dict[str, Any], tc: Toolchain, torch: TorchInfo) -> str:
     return ""
 
 
-def _torch_from(data: dict[str, Any]) -> TorchInfo:
-    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-    return TorchInfo(**fields)
-
-
-def probe_torch(python: str, runner: Runner, *, env: dict[str, str] | None = None) -> TorchInfo:
-    """The build python's torch (version, kind, include/library dirs, ABI, tags)."""
-    res = runner.run([python, str(TORCH_PROBE)], env=env or make_env(), timeout=300, check=False)
-    line = next((l for l in reversed(res.output.splitlines()) if l.startswith(TORCH_MARKER)), None)
-    if line is None:
-        raise ToolError(f"could not ask {python} for its torch: {res.output.strip()[-300:] or 'no output'}",
-                        hint="pass --python with the interpreter that has the target's torch")
-    data = json.loads(line[len(TORCH_MARKER):])
-    if "error" in data:
-        raise ToolError(f"torch is not installed in {python} ({data['error']})",
-                        hint="install the torch the build is for into that python (CPU: pip install "
-                             "torch==2.13.0), or pass --python")
-    return _torch_from(data)
-
-
-def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner) -> Catalogue:
-    """Run the tree's own builders (in ``python``, which must have torch) and turn them into OpSpecs."""
+def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner,
+                   executor: Executor = HOST) -> Catalogue:
+    """Run the tree's own builders (in ``python``, which must have torch, through ``executor``) and
+    turn them into OpSpecs."""
     env_update: dict[str, str | None] = {"DS_ACCELERATOR": accelerator_for(tc), "PYTHONDONTWRITEBYTECODE": "1"}
-    args = [python, str(PROBE), str(source.tree), tc.kind]
+    args = [executor.inside(source.tree), tc.kind]
     if tc.kind == "rocm":
         args += [tc.toolkit_version or "0.0", ";".join(t.spec for t in tc.targets), str(tc.wavefront)]
+        # DeepSpeed's builders join ROCM_HOME with 'lib'; a CPU torch leaves it None
+        env_update["ROCM_HOME"] = tc.root or "/opt/rocm"
     if tc.kind == "cuda":
         env_update["TORCH_CUDA_ARCH_LIST"] = ";".join(
             f"{t.name[3:-1]}.{t.name[-1]}" if not t.name.endswith("a") else f"{t.name[3:-2]}.{t.name[-2]}a"
             for t in tc.targets)
         if tc.root:
             env_update["CUDA_HOME"] = tc.root
-    res = runner.run(args, env=make_env(env_update), timeout=600, check=False)
-    if MARKER not in res.output:
-        raise ToolError(f"could not read the op catalogue of {source.tree} with {python}",
-                        hint="the last lines of its output:\n" + "\n".join(res.output.splitlines()[-15:]))
-    doc = json.loads(res.output.split(MARKER, 1)[1].strip().splitlines()[0])
-    if doc["torch"] is None:
-        raise ToolError(f"torch is not installed in {python}",
-                        hint="install the torch the ops are for into that python (CPU: pip install torch==2.13.0), "
-                             "or pass --python")
+    doc = run_probe("ds_catalogue", args, python=python, runner=runner, executor=executor,
+                    env=make_env(env_update), what=f"for the op catalogue of {source.tree}")
+    if doc["torch"] is None or "error" in (doc["torch"] or {}):
+        raise ConfigError(f"torch is not installed in {python}",
+                          hint="install the torch the ops are for into that python (CPU: pip install torch==2.13.0), "
+                               "or pass --python")
     if doc["errors"]:
         raise ToolError(f"could not read the op catalogue of {source.tree}: {doc['errors'][0]}")
-    torch = _torch_from(doc["torch"])
+    torch = TorchInfo.from_doc(doc["torch"])
     ops = []
     for e in doc["ops"]:
         reason = _reason(e, tc, torch)

@@ -3,38 +3,48 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
-from porter.errors import ToolError
+from porter.executor import HOST, Executor
+from porter.probe import run_probe
 from porter.run import Runner, make_env
 from ops_prebuild.catalogue import OpSpec
 
-_SCRIPT = r"""
-import json, sys
-from torch.utils.hipify import hipify_python
-root, incs, files = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
-res = hipify_python.hipify(project_directory=root, output_directory=root, header_include_dirs=incs,
-                           includes=[root + "/*"], extra_files=files, show_detailed=False,
-                           is_pytorch_extension=True, hipify_extra_files_only=True, show_progress=False)
-out = {f: (res[f].hipified_path if f in res and res[f].hipified_path else f) for f in files}
-print("@@hipified@@" + json.dumps(out))
-"""
 
+def hipify_sources(tree: Path, ops: list[OpSpec], dest: Path, *, python: str, runner: Runner,
+                   executor: Executor = HOST, dry_run: bool = False) -> dict[str, dict[str, str]]:
+    """op -> {relative source: hipified host path under ``dest``}. The copy is refreshed on every call.
 
-def hipify_sources(tree: Path, ops: list[OpSpec], dest: Path, *, python: str, runner: Runner) -> dict[str, dict[str, str]]:
-    """op -> {relative source: hipified absolute path}. The copy is refreshed on every call."""
+    A dry run hipifies into a temp folder (so the mapping is torch's own, not a guess), removes it, and
+    returns the paths a real run writes under ``dest``: nothing is written into caches or trees.
+    """
     if not ops:
         return {}
+    if dry_run:
+        parent = executor.work_dir(Path(tempfile.gettempdir())) if executor.kind != "host" else None
+        if parent is not None:
+            parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="porter-hipify-", dir=parent) as tmp:
+            found = hipify_sources(tree, ops, Path(tmp) / "hip", python=python, runner=runner, executor=executor)
+            return {op: {rel: str(dest / os.path.relpath(p, Path(tmp) / "hip")) for rel, p in m.items()}
+                    for op, m in found.items()}
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    shutil.copytree(tree / "csrc", dest / "csrc")
-    files = sorted({str(dest / s) for o in ops for s in o.sources})
-    incs = sorted({str(dest / p) for o in ops for p in o.include_paths})
-    res = runner.run([python, "-c", _SCRIPT, str(dest), json.dumps(incs), json.dumps(files)],
-                     env=make_env(), timeout=900, check=False)
-    if "@@hipified@@" not in res.output:
-        raise ToolError("torch's hipify failed on the ops' sources",
-                        hint="its last lines:\n" + "\n".join(res.output.splitlines()[-10:]))
-    mapping: dict[str, str] = json.loads(res.output.split("@@hipified@@", 1)[1].splitlines()[0])
-    return {o.name: {s: mapping.get(str(dest / s), str(dest / s)) for s in o.sources} for o in ops}
+    for rel in sorted({s.split("/")[0] for o in ops for s in o.sources} | {"csrc"}):
+        if (tree / rel).is_dir():  # csrc/, and e.g. deepspeed/ where inference v2 keeps its kernels
+            shutil.copytree(tree / rel, dest / rel, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    files = sorted({executor.inside(dest / s) for o in ops for s in o.sources})
+    incs = sorted({executor.inside(dest / p) for o in ops for p in o.include_paths})
+    mapping: dict[str, str] = run_probe("hipify_ext", [executor.inside(dest), json.dumps(incs), json.dumps(files)],
+                                        python=python, runner=runner, executor=executor, env=make_env(),
+                                        timeout=900, what="to hipify the ops' sources")
+    inner = executor.inside(dest)
+
+    def host(path: str) -> str:
+        return str(dest / os.path.relpath(path, inner))  # an in-root path back to the host's
+
+    return {o.name: {s: host(mapping.get(executor.inside(dest / s), executor.inside(dest / s))) for s in o.sources}
+            for o in ops}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,24 +100,37 @@ def _defines(op: OpSpec, cat: Catalogue) -> list[str]:
             f"-D_GLIBCXX_USE_CXX11_ABI={int(cat.torch.cxx11_abi)}", "-UC10_USE_GLOG"]
 
 
-def _includes(op: OpSpec, cat: Catalogue, tree: Path, tc: Toolchain) -> list[str]:
-    inc = [f"-I{tree / p}" for p in op.include_paths]
-    torch_dirs = [*cat.torch.include_dirs]
+Visible = Callable[[str | Path], str]
+"""A host path -> the path the toolchain's programs see (the executor's mapping, staging included)."""
+
+
+def _includes(op: OpSpec, cat: Catalogue, tree: Path, tc: Toolchain, v: Visible) -> list[str]:
+    inc = [f"-I{v(tree / p)}" for p in op.include_paths]
+    torch_dirs = [v(d) for d in cat.torch.include_dirs]
     if tc.kind == "rocm" and op.device and tc.root not in ("", "/", "/usr"):
         torch_dirs.append(f"{tc.root}/include")
     if tc.kind == "cuda":
-        torch_dirs += [d for d in cat.torch.cuda_include_dirs if d not in torch_dirs]
+        torch_dirs += [v(d) for d in cat.torch.cuda_include_dirs if v(d) not in torch_dirs]
         nv = Path(cat.torch.site_packages) / "nvidia"
-        torch_dirs += [str(p) for p in sorted(nv.glob("cu*/include"))]  # the pip CUDA math headers
-    for d in (*torch_dirs, cat.torch.python_include):
+        torch_dirs += [v(p) for p in sorted(nv.glob("cu*/include"))]  # the pip CUDA math headers
+    for d in (*torch_dirs, v(cat.torch.python_include)):
         inc += ["-isystem", d]
     return inc
 
 
 def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
-              *, sources: dict[str, dict[str, str]] | None = None) -> Plan:
-    """Plan every command. ``sources`` maps op -> {original: hipified path} for ROCm builds."""
+              *, sources: dict[str, dict[str, str]] | None = None, stage: bool = True) -> Plan:
+    """Plan every command. ``sources`` maps op -> {original: hipified path} for ROCm builds.
+
+    Commands run through the toolchain's executor: every path in them is one its programs see
+    (files outside a chroot are staged into it; ``stage=False`` only names where: dry runs write nothing).
+    """
     tree = cat.source.tree
+    ex = tc.executor
+
+    def v(path: str | Path) -> str:
+        return ex.visible(path, stage=stage)
+
     plan = Plan(build_dir, tc)
     plan.env = {k: v for k, v in tc.env.items()}
     for op in ops:
@@ -128,31 +142,30 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
             src = Path((hipified or {}).get(rel) or tree / rel)
             obj = odir / (rel.replace("/", "__") + ".o")
             dev = src.suffix in DEVICE_SUFFIXES and op.device
-            argv = _compile_argv(op, cat, tc, src, obj, dev, inc_root)
+            argv = _compile_argv(op, cat, tc, v(src), v(obj), dev, inc_root, v)
             plan.steps.append(Step(op.name, "compile", tuple(argv), str(obj), (str(src),), str(obj) + ".d"))
             objs.append(str(obj))
         so = odir / f"{op.leaf}{cat.torch.ext_suffix}"
-        plan.steps.append(Step(op.name, "link", tuple(_link_argv(op, cat, tc, objs, so)), str(so), tuple(objs)))
+        plan.steps.append(Step(op.name, "link", tuple(_link_argv(op, cat, tc, [v(o) for o in objs], v(so), v)),
+                               str(so), tuple(objs)))
         plan.outputs[op.name] = str(so)
-    if tc.kind == "rocm" and cat.torch.kind != "rocm":
-        plan.notes.append(f"torch {cat.torch.version} is not a ROCm build: this is a plan only; its include "
-                          "and library paths stand in for the ROCm torch's")
     return plan
 
 
-def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: Path, obj: Path, device: bool,
-                  tree: Path) -> list[str]:
-    common = [*_defines(op, cat), *_includes(op, cat, tree, tc), *tc.cflags, *(f"-D{d}" for d in tc.defines)]
+def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str, device: bool,
+                  tree: Path, v: Visible) -> list[str]:
+    ex = tc.executor
+    common = [*_defines(op, cat), *_includes(op, cat, tree, tc, v), *tc.cflags, *(f"-D{d}" for d in tc.defines)]
     if device and tc.kind == "cuda":
         march = [a for a in host_args(op.cxx_args, tc) if a.startswith("-march=")]
         # torch's own CUDA extension flags first, so the builder's -U flags can undo them, as in torch
-        return tc.argv(tc.compiler, "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+        return ex.argv(tc.compiler, "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                        "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
                        "--expt-relaxed-constexpr", *op.nvcc_args, *cxx_standard(op.nvcc_args, cat),
                        *(["-DBF16_AVAILABLE"] if op.bf16 else []),
                        "--compiler-options", "-fPIC", *(x for m in march for x in ("--compiler-options", m)),
                        *common, "--generate-dependencies-with-compile", "--dependency-output", f"{obj}.d",
-                       "-c", str(src), "-o", str(obj))
+                       "-c", src, "-o", obj)
     if device and tc.kind == "rocm":
         wave = str(tc.wavefront)
         # torch's own ROCm extension flags first, so the builder's -U flags can undo them, as in torch
@@ -162,28 +175,28 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: Path, obj: Pat
                 f"-DROCM_WAVEFRONT_SIZE={wave}",
                 *(["-DBF16_AVAILABLE"] if op.bf16 else []), "-fno-gpu-rdc",
                 *(f"--offload-arch={t.spec}" for t in tc.targets), *common,
-                "-MMD", "-MF", f"{obj}.d", "-c", str(src), "-o", str(obj)]
-        return tc.argv(tc.compiler, *args)
+                "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj]
+        return ex.argv(tc.compiler, *args)
     extra: list[str] = []
     if tc.kind == "rocm" and op.device:
         extra = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}"]
     if tc.kind == "cuda" and op.device and op.bf16:
         extra = ["-DBF16_AVAILABLE"]
     cxx = tc.compiler if tc.kind == "cpu" else tc.cxx
-    return tc.argv(cxx, *host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *extra, *common, "-MMD", "-MF", f"{obj}.d",
-                   "-c", str(src), "-o", str(obj))
+    return ex.argv(cxx, *host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *extra, *common,
+                   "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj)
 
 
-def _link_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, objs: list[str], so: Path) -> list[str]:
-    libs = ["-L" + cat.torch.library_dir, "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
+def _link_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, objs: list[str], so: str, v: Visible) -> list[str]:
+    libs = ["-L" + v(cat.torch.library_dir), "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
     linker = tc.compiler if tc.kind == "cpu" else tc.cxx
     if op.device and tc.kind == "cuda":
         libs += ["-lc10_cuda", "-ltorch_cuda"]
         nv = sorted((Path(cat.torch.site_packages) / "nvidia").glob("cu*/lib"))
-        libs += [f"-L{p}" for p in nv] + ([f"-L{tc.root}/lib64"] if tc.root else []) + ["-lcudart"]
+        libs += [f"-L{v(p)}" for p in nv] + ([f"-L{tc.root}/lib64"] if tc.root else []) + ["-lcudart"]
     if op.device and tc.kind == "rocm":
         linker = tc.compiler
         libs += ["-lc10_hip", "-ltorch_hip", "-lamdhip64"] + ([f"-L{tc.root}/lib"] if tc.root else [])
     openmp = ["-fopenmp"] if "-fopenmp" in op.cxx_args and "-fopenmp" not in op.extra_ldflags else []
-    return tc.argv(linker, "-shared", *objs, *op.extra_ldflags, *openmp, *(f"-l{l}" for l in op.libraries),
-                   *libs, "-o", str(so))
+    return tc.executor.argv(linker, "-shared", *objs, *op.extra_ldflags, *openmp,
+                            *(f"-l{lib}" for lib in op.libraries), *libs, "-o", so)

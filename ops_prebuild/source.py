@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from porter.errors import ConfigError
-from porter.manifest import sha256_file
+from porter.components import deepspeed
+from porter.fs import cache_dir, sha256_file
 from porter.run import Runner, make_env
 
 
@@ -25,17 +26,9 @@ class Source:
     sha256: str = ""    # of the sdist, when there was one
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("PORTER_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "porter")
-    return Path(base)
-
-
 def _identify(tree: Path, origin: str) -> Source:
-    if (tree / "op_builder" / "builder.py").is_file() and (tree / "deepspeed").is_dir():
-        vfile = tree / "version.txt"
-        version = vfile.read_text().strip() if vfile.is_file() else "0+unknown"
-        return Source("deepspeed", version, tree, origin)
+    if deepspeed.is_tree(tree):
+        return Source("deepspeed", deepspeed.tree_version(tree), tree, origin)
     raise ConfigError(f"{origin} is not a DeepSpeed source tree (no op_builder/builder.py and deepspeed/)",
                       hint="pass a DeepSpeed sdist (.tar.gz), its unpacked folder, or deepspeed==VERSION")
 
@@ -61,7 +54,8 @@ def _unpack(sdist: Path, dest_root: Path) -> Path:
 
 
 def resolve_source(spec: str, *, runner: Runner | None = None, cache: Path | None = None) -> Source:
-    """Resolve ``spec`` to an unpacked tree (sdists are unpacked once into the cache)."""
+    """Resolve ``spec`` to an unpacked tree (sdists are unpacked once into ``cache``; a dry run passes
+    a temp folder that shadows the cache, so it writes nothing there)."""
     cache = cache or cache_dir()
     runner = runner or Runner()
     path = Path(spec)
@@ -90,3 +84,21 @@ def resolve_source(spec: str, *, runner: Runner | None = None, cache: Path | Non
                           hint="pass a DeepSpeed sdist (.tar.gz), its unpacked folder, or deepspeed==VERSION")
     raise ConfigError(f"source not found: {spec}",
                       hint="pass a DeepSpeed sdist (.tar.gz), its unpacked folder, or deepspeed==VERSION")
+
+
+def cached_source(spec: str, cache: Path) -> Source | None:
+    """The source if ``cache`` already holds it unpacked (read only: nothing is downloaded or written)."""
+    path = Path(spec)
+    if path.is_dir():
+        return _identify(path.resolve(), spec)
+    if path.is_file() and spec.endswith((".tar.gz", ".tgz")):
+        dest = cache / "sources" / f"{path.name.removesuffix('.tar.gz')}-{sha256_file(path)[:12]}"
+        if (dest / ".porter-unpacked").is_file():
+            return Source("deepspeed", deepspeed.tree_version(dest), dest, spec, sha256_file(path))
+        return None
+    m = re.fullmatch(r"(deepspeed)==([0-9][0-9A-Za-z.+-]*)", spec.strip())
+    if m:
+        dl = cache / "sdists" / f"{m.group(1)}-{m.group(2)}"
+        found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []
+        return cached_source(str(found[0]), cache) if found else None
+    return None

@@ -58,3 +58,8 @@ class Interrupted(PorterError):
     """Ctrl-C: work was stopped and nothing partial was left behind."""
 
     exit_code = 130
+
+
+def refusal_line(message: str) -> str:
+    """How a dry run reports what a real run would refuse: one line, printed with the plan."""
+    return "# a real run here would be refused: " + " ".join(message.split())

@@ -54,14 +54,15 @@ class Result:
 
 @dataclass
 class Runner:
-    """Runs commands for real. ``launcher`` is not applied here: callers prefix argv themselves."""
+    """Runs commands for real, as given: where they run (host, chroot, container) is the argv an
+    :class:`porter.executor.Executor` made."""
 
     log: Logger = field(default_factory=quiet_logger)
     echo: bool = True
 
     def run(self, argv: Sequence[str | os.PathLike[str]], *, env: Mapping[str, str] | None = None,
             cwd: str | os.PathLike[str] | None = None, timeout: float | None = None,
-            check: bool = True, hint: str | None = None) -> Result:
+            check: bool = True, hint: str | None = None, input: str | None = None) -> Result:
         args = [os.fspath(a) for a in argv]
         full_env = dict(env) if env is not None else make_env()
         if self.echo:
@@ -69,13 +70,14 @@ class Runner:
         start = time.monotonic()
         try:
             proc = subprocess.Popen(args, env=full_env, cwd=cwd, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                                    stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL if input is None else subprocess.PIPE, text=True,
                                     errors="replace", start_new_session=True)
         except FileNotFoundError as exc:
             raise ToolError(f"program not found: {args[0]}",
                             hint=hint or "install it or put it on PATH, or name it in the toolchain profile") from exc
         try:
-            out, _ = proc.communicate(timeout=timeout)
+            out, _ = proc.communicate(input=input, timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             out, _ = proc.communicate()
@@ -111,7 +113,7 @@ class RecordingRunner(Runner):
 
     def run(self, argv: Sequence[str | os.PathLike[str]], *, env: Mapping[str, str] | None = None,
             cwd: str | os.PathLike[str] | None = None, timeout: float | None = None,
-            check: bool = True, hint: str | None = None) -> Result:
+            check: bool = True, hint: str | None = None, input: str | None = None) -> Result:
         args = [os.fspath(a) for a in argv]
         changes = env_changes(dict(env)) if env is not None else {}
         self.recorded.append((args, changes, os.fspath(cwd) if cwd else None))

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import json_option, resolve_toolchain, toolchain_options
+from porter.cli.options import (dry_run_option, jobs_option, json_option, python_option, resolve_toolchain,
+                                toolchain_options, wheelhouse_option)
 from porter.errors import PartialSuccess
+from porter.errors import refusal_line
 from porter.log import Logger
 from porter.run import Runner
 
-python_option = click.option(
-    "--python", "python", default=None, metavar="PATH",
-    help="Python whose torch the ops are built against (default: $PORTER_PYTHON, else this one).")
 source_option = click.option(
     "--source", "source", required=True, metavar="SRC",
     help="DeepSpeed sdist (.tar.gz), unpacked source folder, or deepspeed==VERSION (fetched from PyPI).")
@@ -41,11 +38,14 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
     build it, and if not, why."""
     from ops_prebuild.catalogue import read_catalogue
     from ops_prebuild.source import resolve_source
+    from porter.executor import build_python
+    from porter.fs import cache_dir
 
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     runner = Runner(log, echo=log.verbose)
-    src = resolve_source(source, runner=runner)
-    cat = read_catalogue(src, tc, python=python or os.environ.get("PORTER_PYTHON") or sys.executable, runner=runner)
+    py_ex, py = build_python(tc.executor, tc.python, python)
+    src = resolve_source(source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
+    cat = read_catalogue(src, tc, python=py, runner=runner, executor=py_ex)
     rows: list[dict[str, Any]] = [{"name": o.name, "compatible": o.compatible, "reason": o.reason, "device": o.device,
              "module": o.module, "build_var": o.build_var, "sources": list(o.sources)} for o in cat.ops]
     if as_json:
@@ -65,11 +65,9 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
 @toolchain_options
 @click.option("--ops", "op_names", default=None, metavar="A,B", help="Ops to build, comma-separated.")
 @click.option("--all-compatible", is_flag=True, help="Build every op this toolchain can build.")
-@click.option("-o", "--output", "wheelhouse", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("wheelhouse"), show_default=True, help="Wheelhouse folder for the wheel + manifest.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
-              help="Parallel compile jobs (default: from cores and free memory).")
-@click.option("--dry-run", is_flag=True, help="Print the plan (every compile and link command) and build nothing.")
+@wheelhouse_option
+@jobs_option
+@dry_run_option
 @click.option("--with-deps", is_flag=True,
               help="Also download the wheel's runtime dependencies (all but torch) into the wheelhouse, "
                    "for offline installs on compute nodes.")
@@ -101,6 +99,8 @@ def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[
             click.echo("# env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items())))
         for step in plan.steps:
             click.echo(shlex.join(step.argv))
+        if result.refusal is not None:
+            click.echo(refusal_line(result.refusal.message))
     else:
         for o in result.ops:
             click.echo(f"  {o.name:<22} {o.status:<7} {o.seconds:6.1f}s  {o.log if o.status == 'failed' else ''}")

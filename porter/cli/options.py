@@ -1,8 +1,9 @@
-"""Options shared by several commands."""
+"""Options shared by several commands: defined once, same name, same meaning everywhere."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -12,6 +13,24 @@ from porter.toolchain.profile import Toolchain, load_toolchain
 F = TypeVar("F", bound=Callable[..., Any])
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document to stdout.")
+
+dry_run_option = click.option(
+    "--dry-run", is_flag=True,
+    help="Print the complete plan (every command, its environment) and what a real run here would refuse, "
+         "then exit 0. Writes nothing: no cache, no tree, no output.")
+
+python_option = click.option(
+    "--python", "python", default=None, metavar="PATH", envvar="PORTER_PYTHON", show_envvar=True,
+    help="The build python (its torch is what is built against), as the toolchain's launcher sees it "
+         "(inside its chroot or container). Default: the profile's 'python', else porter's own python on the host.")
+
+wheelhouse_option = click.option(
+    "-o", "--wheelhouse", "wheelhouse", type=click.Path(file_okay=False, path_type=Path),
+    default=Path("wheelhouse"), show_default=True, help="Wheelhouse folder for the wheel and its manifest.")
+
+jobs_option = click.option(
+    "-j", "--jobs", type=click.IntRange(min=1), default=None,
+    help="Parallel compile jobs (default: from cores and free memory).")
 
 
 def toolchain_options(f: F) -> F:

@@ -156,7 +156,7 @@ def revert_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], force: bool, 
 @json_option
 def status_cmd(tree: Path, as_json: bool) -> None:
     """Show the sets applied to TREE (from its journal) and whether their files are unchanged since."""
-    from porter.manifest import sha256_file
+    from porter.fs import sha256_file
     from porter.patching import read_journal
     from porter.patching.engine import tree_root
 

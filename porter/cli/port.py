@@ -8,7 +8,9 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import json_option, resolve_toolchain, toolchain_options
+from porter.cli.options import (dry_run_option, jobs_option, json_option, python_option,
+                                resolve_toolchain, toolchain_options, wheelhouse_option)
+from porter.errors import refusal_line
 from porter.log import Logger
 
 
@@ -20,30 +22,32 @@ def port() -> None:
 @port.command("megatron-deepspeed")
 @click.argument("tree", type=click.Path(file_okay=False, path_type=Path))
 @toolchain_options
-@click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the ported copy goes (default: TREE-<profile> next to TREE).")
+@click.option("--dest", "dest", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the ported copy goes (default: TREE-<profile> next to TREE). It appears only when "
+                   "the whole port worked.")
 @click.option("--in-place", is_flag=True, help="Change TREE itself instead of a copy.")
-@click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write the prebuilt fused-kernel wheel (and its manifest) here.")
-@click.option("--python", "python", default=None, metavar="PATH",
-              help="The build python (its torch is what the kernels are built against; default: this one).")
-@click.option("-j", "--jobs", type=int, default=None, help="Parallel compile jobs (default: from cores and memory).")
+@wheelhouse_option
+@click.option("--no-kernels", is_flag=True,
+              help="Port the tree only (hipify, patch); do not build the fused kernels (no torch needed).")
+@python_option
+@jobs_option
 @click.option("--target-version", default=None, help="Treat the tree as this Megatron version for the patch set.")
-@click.option("--dry-run", is_flag=True, help="Check the patch set and print the build plan; write nothing.")
+@dry_run_option
 @json_option
 @click.pass_obj
 def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs: tuple[str, ...],
-                       cpu_isa: str | None, out: Path | None, in_place: bool, wheelhouse: Path | None,
+                       cpu_isa: str | None, dest: Path | None, in_place: bool, wheelhouse: Path, no_kernels: bool,
                        python: str | None, jobs: int | None, target_version: str | None, dry_run: bool,
                        as_json: bool) -> None:
     """Port a Megatron-DeepSpeed TREE: hipify its fused kernels, apply megatron-deepspeed/rocm, and build
-    the kernels ahead of time into a wheel. Without a torch that matches the profile (ROCm profiles need a
-    ROCm torch) the tree is still ported and the build plan is printed instead."""
-    from porter.patching.port import port_megatron
+    the kernels ahead of time into a wheel in the wheelhouse. A build python whose torch is not of the
+    profile's kind (ROCm profiles need a ROCm torch) is refused before any work; --dry-run prints the
+    plan and the refusal, --no-kernels ports the tree without building the kernels."""
+    from porter.port import port_megatron
 
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
-    res = port_megatron(tree, tc, out=out, in_place=in_place, wheelhouse=wheelhouse, python=python, jobs=jobs,
-                        dry_run=dry_run, target_version=target_version, log=log)
+    res = port_megatron(tree, tc, out=dest, in_place=in_place, wheelhouse=wheelhouse, python=python, jobs=jobs,
+                        dry_run=dry_run, kernels=not no_kernels, target_version=target_version, log=log)
     if as_json:
         emit_json(res.to_dict())
         return
@@ -62,9 +66,11 @@ def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs
         click.echo(f"wheel: {res.wheel}")
         click.echo(f"manifest: {res.manifest}")
         return
-    click.echo("build plan (not run):")
-    for key, value in sorted(res.plan.env.items()):
-        click.echo(f"  export {key}={shlex.quote(value)}")
-    for step in res.plan.steps:
-        click.echo(f"  {shlex.join(step.argv)}")
-    log.warn(res.plan_only)
+    if res.plan is not None:
+        click.echo("build plan (not run):")
+        for key, value in sorted(res.plan.env.items()):
+            click.echo(f"  export {key}={shlex.quote(value)}")
+        for step in res.plan.steps:
+            click.echo(f"  {shlex.join(step.argv)}")
+    if res.refusal is not None:
+        click.echo(refusal_line(res.refusal.message))

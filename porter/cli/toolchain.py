@@ -11,7 +11,7 @@ from porter.cli import emit_json
 from porter.cli.options import json_option
 from porter.errors import CheckFailed
 from porter.log import Logger
-from porter.manifest import atomic_write_text
+from porter.fs import atomic_write_text
 from porter.run import Runner
 from porter.toolchain.archs import ARCHS
 from porter.toolchain.profile import load_toolchain, preset_names
@@ -135,5 +135,6 @@ def check_cmd(log: Logger, ref: str, archs: tuple[str, ...], keep: Path | None, 
             f"toolchain {tc.name}: "
             + (f"{', '.join(failed)} failed with {report.compiler.path} {report.compiler.version}" if failed
                else report.version_problem or report.link_error or "code objects missing"),
-            hint="drop the failing archs from the profile, or use a newer ROCm (e.g. debian-trixie-rocm "
-                 "for gfx942)" if failed else "fix the profile or the toolchain install")
+            hint="drop the failing archs from the profile, or use a ROCm that knows them (debian-trixie-rocm, "
+                 "ROCm 5.7: gfx942; debian-rocm7, ROCm 7.2: gfx942 and gfx950)" if failed
+            else "fix the profile or the toolchain install")

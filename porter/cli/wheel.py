@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,10 +9,12 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import json_option, resolve_toolchain, toolchain_options
+from porter.cli.options import (dry_run_option, jobs_option, json_option, python_option,
+                                resolve_toolchain, toolchain_options, wheelhouse_option)
+from porter.errors import refusal_line
 from porter.log import Logger
 from porter.run import Runner
-from porter.wheels import DRIVERS, WheelRequest, build_wheel, get_driver
+from porter.wheels import WheelRequest, build_wheel
 
 
 @click.group()
@@ -28,39 +29,37 @@ def wheel() -> None:
 
 
 def _common(f: Callable[..., Any]) -> Callable[..., Any]:
-    f = click.option("--dry-run", is_flag=True, help="Print the full plan (command + environment); build nothing.")(f)
+    f = dry_run_option(f)
     f = json_option(f)
     f = click.option("--no-torch-check", "no_torch_check", is_flag=True,
                      help="Do not refuse a build python whose torch is not a ROCm build "
                           "(upstream then fails late if it needs one).")(f)
     f = click.option("--patch-set", default=None, metavar="PROJECT[/NAME]|FILE",
                      help="Patch set to apply to the work copy before building (the source is never changed).")(f)
-    f = click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
-                     help="MAX_JOBS (default: from free memory and cores).")(f)
-    f = click.option("--python", "python", default=sys.executable, show_default="this python",
-                     help="Build interpreter (the one with torch).")(f)
-    f = click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("wheelhouse"),
-                     show_default=True, help="Wheelhouse for the wheel and its manifest.")(f)
+    f = jobs_option(f)
+    f = python_option(f)
+    f = wheelhouse_option(f)
     f = toolchain_options(f)
     return f
 
 
 def _run(log: Logger, name: str, source: str, toolchain_ref: str | None, archs: tuple[str, ...],
-         cpu_isa: str | None, output: Path, python: str, jobs: int | None, patch_set: str | None,
+         cpu_isa: str | None, wheelhouse: Path, python: str | None, jobs: int | None, patch_set: str | None,
          no_torch_check: bool, as_json: bool, dry_run: bool, **extra: Any) -> None:
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
-    request = WheelRequest(source=Path(source), toolchain=tc, output=output.resolve(), python=python, jobs=jobs,
+    from porter.components import wheel_drivers
+
+    drivers = wheel_drivers()
+    request = WheelRequest(source=Path(source), toolchain=tc, output=wheelhouse.resolve(), python=python, jobs=jobs,
                            patch_set=patch_set, torch_check=not no_torch_check, **extra)
-    result = build_wheel(get_driver(name), source, request, runner=Runner(log, echo=not dry_run),
-                         log=log, dry_run=dry_run, others=DRIVERS)
+    result = build_wheel(drivers[name], source, request, runner=Runner(log, echo=not dry_run),
+                         log=log, dry_run=dry_run, others=drivers)
     if as_json:
         emit_json(result.to_dict())
     elif dry_run:
         click.echo(result.describe())
     else:
         click.echo(str(result.wheel))
-    if result.refusal is not None:
-        raise result.refusal
 
 
 @wheel.command("apex")

@@ -33,7 +33,7 @@ from porter.hipify import torch_engine
 from porter.hipify.maps import CompiledMap, ExtraMap, combined_map
 from porter.hipify.scan import Finding, mask, scan
 from porter.log import Logger, quiet_logger
-from porter.manifest import atomic_path, atomic_write_text, sha256_bytes
+from porter.fs import atomic_path, atomic_write_text, sha256_bytes
 
 CACHE_NAME = ".porter-hipify.json"
 CACHE_SCHEMA = "porter.hipify-cache/1"

@@ -18,46 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
-from porter.errors import CommandFailed, ConfigError, ToolError
+from porter.errors import ConfigError, ToolError
 from porter.run import Runner, make_env, which
 from porter.toolchain.archs import ARCHS, parse_target
-
-# component -> distribution names it is installed as (canonical form)
-COMPONENTS: dict[str, tuple[str, ...]] = {
-    "deepspeed": ("deepspeed",),
-    "apex": ("apex",),
-    "flash-attn": ("flash-attn",),
-    "megatron-fused-kernels": ("megatron-fused-kernels",),
-}
-
-PROBE_ENV = Path(__file__).with_name("probe_env.py")
-
-
-@dataclass(frozen=True)
-class TorchInfo:
-    version: str
-    hip: str | None = None
-    cuda: str | None = None
-    path: str = ""
-
-    @property
-    def kind(self) -> str:
-        return "rocm" if self.hip else "cuda" if self.cuda else "cpu"
-
-    @property
-    def release(self) -> str:
-        """``2.13.0`` from ``2.13.0+cpu``."""
-        try:
-            return ".".join(str(p) for p in Version(self.version).release)
-        except InvalidVersion:
-            return self.version.split("+")[0]
-
-    def describe(self) -> str:
-        extra = f", HIP {self.hip}" if self.hip else f", CUDA {self.cuda}" if self.cuda else ""
-        return f"{self.version} ({self.kind}{extra})"
-
+from porter.torch_facts import TorchInfo
 
 @dataclass(frozen=True)
 class InstalledDist:
@@ -100,7 +65,7 @@ class TargetEnv:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TargetEnv:
         t = data.get("torch")
-        torch = TorchInfo(str(t["version"]), t.get("hip"), t.get("cuda"), str(t.get("path", ""))) \
+        torch = TorchInfo(str(t["version"]), t.get("hip"), t.get("cuda"), root=str(t.get("path", ""))) \
             if t and t.get("version") else None
         dists = {k: InstalledDist(v["name"], k, v["version"], v["location"],
                                   tuple((a, b) for a, b in v["shared_objects"]), v.get("carried_manifest"))
@@ -113,18 +78,20 @@ class TargetEnv:
 
 def inspect_env(python: str | os.PathLike[str], runner: Runner, *, dists: Iterable[str] = ()) -> TargetEnv:
     """Run the target interpreter and read back what it reports (tags, paths, torch, dists)."""
-    want = sorted({canonicalize_name(n) for n in dists} | {d for ds in COMPONENTS.values() for d in ds})
+    from porter.components import all_dists
+    from porter.probe import run_probe
+
+    want = sorted({canonicalize_name(n) for n in dists} | set(all_dists()))
     try:
-        res = runner.run([os.fspath(python), str(PROBE_ENV), json.dumps(want)],
-                         env=make_env({"PYTHONNOUSERSITE": None}), timeout=120, check=False)
-    except ToolError:
-        raise ConfigError(f"target python not found: {python}",
-                          hint="pass --python with the interpreter of the environment to install into") from None
-    line = next((ln for ln in res.output.splitlines() if ln.startswith("PORTER-ENV ")), None)
-    if not res.ok or line is None:
-        raise CommandFailed(res.argv, res.returncode, res.output,
-                            hint=f"{python} could not be inspected; is it a working Python 3 interpreter?")
-    return TargetEnv.from_json(json.loads(line[len("PORTER-ENV "):]))
+        doc = run_probe("env", [json.dumps(want)], python=os.fspath(python), runner=runner,
+                        env=make_env({"PYTHONNOUSERSITE": None}), timeout=120, what="about itself")
+    except ToolError as exc:
+        if exc.message.startswith("python not found"):
+            raise ConfigError(f"target python not found: {python}",
+                              hint="pass --python with the interpreter of the environment to install into") from None
+        raise ToolError(f"{python} could not be inspected; is it a working Python 3 interpreter?",
+                        hint=exc.hint) from None
+    return TargetEnv.from_json(doc)
 
 
 # -- the node's GPU ---------------------------------------------------------------------------------

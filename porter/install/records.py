@@ -20,7 +20,8 @@ from packaging.utils import canonicalize_name
 from porter import __version__
 from porter.errors import ConfigError
 from porter.install.env import TargetEnv
-from porter.manifest import Manifest, atomic_write_json
+from porter.artifacts.manifest import Manifest
+from porter.fs import atomic_write_json
 
 RECORD_SCHEMA = "porter.install-record/1"
 

@@ -16,7 +16,6 @@ found through ``importlib.metadata`` in the target interpreter plus porter's ins
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import shutil
@@ -29,11 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from porter.codeobjects import read_code_objects
-from porter.errors import ConfigError
-from porter.install.env import COMPONENTS, InstalledDist, Node, TargetEnv
+from porter.errors import ConfigError, ToolError
+from porter.probe import run_probe
+from porter import components
+from porter.install.env import InstalledDist, Node, TargetEnv
 from porter.install.records import RecordFile, carried_manifest, read_records
 from porter.install.wheelhouse import runtime_mismatches, same_version
-from porter.manifest import Manifest, sha256_file
+from porter.artifacts.manifest import Manifest
+from porter.fs import sha256_file
 from porter.run import Runner, make_env
 
 TRAPPED = ("cc", "c++", "gcc", "g++", "clang", "clang++", "amdclang", "amdclang++", "hipcc", "hipcc.pl",
@@ -43,9 +45,6 @@ printf '%s\\n' "$(basename "$0") $*" >> "{log}"
 echo "porter verify: compiler call refused: $(basename "$0")" >&2
 exit 97
 """
-
-PROBE_IMPORT = Path(__file__).with_name("probe_import.py")
-
 
 @dataclass(frozen=True)
 class Problem:
@@ -70,6 +69,8 @@ class ComponentReport:
     modules: list[dict[str, Any]] = field(default_factory=list)
     installed_ops: dict[str, bool] | None = None
     loader: dict[str, str | None] = field(default_factory=dict)   # DeepSpeed op -> None (loaded) or error
+    loader_ops: list[str] = field(default_factory=list)           # ops to load through the project's loader
+    import_env: dict[str, str] = field(default_factory=dict)      # what the import probe needs (component's)
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -97,7 +98,7 @@ class VerifyReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok, "python": self.env.executable, "python_tag": self.env.python_tag,
-            "torch": asdict(self.env.torch) | {"kind": self.env.torch.kind} if self.env.torch else None,
+            "torch": self.env.torch.to_dict() | {"path": self.env.torch.root} if self.env.torch else None,
             "node": {"archs": list(self.node.archs), "source": self.node.source},
             "components": [{"component": c.component, "project": c.project, "version": c.version,
                             "record": c.record, "kind": c.kind, "label": c.label, "mode": c.mode,
@@ -110,27 +111,8 @@ class VerifyReport:
 def _component_of(project: str, manifest: Manifest | None) -> str:
     if manifest is not None:
         return str(manifest.get("component") or project)
-    return next((c for c, ds in COMPONENTS.items() if project in ds), project)
-
-
-def _installed_ops(dist: InstalledDist) -> dict[str, bool] | None:
-    path = Path(dist.location) / "deepspeed" / "git_version_info_installed.py"
-    if not path.is_file():
-        return None
-    try:
-        tree = ast.parse(path.read_text())
-    except SyntaxError:
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "installed_ops"
-                                                for t in node.targets):
-            try:
-                value = ast.literal_eval(node.value)
-            except ValueError:
-                return None
-            if isinstance(value, dict):
-                return {str(k): bool(v) for k, v in value.items()}
-    return None
+    comp = components.for_dist(project)
+    return comp.name if comp else project
 
 
 def _module_of(rel: str) -> str:
@@ -143,7 +125,7 @@ def _module_of(rel: str) -> str:
 def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
     """Static checks (records, files, sha256, code objects, versions): no subprocess."""
     records = read_records(env)
-    projects = sorted(set(records) | {d for ds in COMPONENTS.values() for d in ds if d in env.dists})
+    projects = sorted(set(records) | {d for d in components.all_dists() if d in env.dists})
     out: list[ComponentReport] = []
     for project in projects:
         rf: RecordFile | None = records.get(project)
@@ -165,11 +147,12 @@ def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
                                         f"{project} {want} installed (porter record)", "not installed"))
             continue
         if manifest is None:
-            if dist.shared_objects or project in ("deepspeed",):
+            if dist.shared_objects or components.for_dist(project) is not None:
                 rep.problems.append(Problem(
                     comp, dist.location, "porter manifest", "an install record written by 'porter install'",
                     "none: installed some other way, so its build target cannot be checked"))
             _add_modules_from_dist(rep, dist, node, None)
+            _component_checks(rep, dist, None)
             continue
         target = dict(manifest.get("target") or {})
         rep.kind = str(target.get("kind", "cpu"))
@@ -182,10 +165,23 @@ def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
             rep.problems.append(Problem(comp, (manifest.get("wheel") or {}).get("filename", project), check,
                                         "a match", detail))
         _add_modules_from_dist(rep, dist, node, manifest)
-        if project == "deepspeed":
-            rep.installed_ops = _installed_ops(dist)
-            _check_deepspeed_ops(rep, dist, manifest)
+        _component_checks(rep, dist, manifest)
     return out
+
+
+def _component_checks(rep: ComponentReport, dist: InstalledDist, manifest: Manifest | None) -> None:
+    """What the component adds (DeepSpeed: installed_ops agrees with what ships)."""
+    comp = components.for_dist(rep.project)
+    if comp is None:
+        return
+    extra = comp.check_installed(dist, manifest, rep.kind or "cpu")
+    for where, check, expected, found in extra.problems:
+        rep.problems.append(Problem(rep.component, where, check, expected, found))
+    rep.loader_ops = extra.loader_ops
+    rep.import_env = extra.import_env
+    ops = extra.facts.get("installed_ops")
+    if isinstance(ops, dict):
+        rep.installed_ops = ops
 
 
 def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node, manifest: Manifest | None) -> None:
@@ -222,6 +218,12 @@ def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node
         if claimed and claimed != archs:
             rep.problems.append(Problem(rep.component, abs_path, "archs in file vs manifest",
                                         ",".join(claimed), ",".join(archs) or "none"))
+        if e.get("host_only"):
+            mod["host_only"] = True
+            if objs:
+                rep.problems.append(Problem(rep.component, abs_path, "host-only module",
+                                            "no GPU code objects", ",".join(archs)))
+            continue
         if not gpu or (manifest is None and not objs):
             continue
         if not node.archs:
@@ -235,25 +237,6 @@ def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node
             rep.problems.append(Problem(rep.component, abs_path, "GPU code objects",
                                         f"code for {','.join(node.archs)}",
                                         f"code for {','.join(archs) or 'no GPU arch'}"))
-
-
-def _check_deepspeed_ops(rep: ComponentReport, dist: InstalledDist, manifest: Manifest) -> None:
-    ops = rep.installed_ops
-    info = str(Path(dist.location) / "deepspeed" / "git_version_info_installed.py")
-    built = {str(e["op"]) for e in manifest.get("extensions") or [] if e.get("op")}
-    if ops is None:
-        if built:
-            rep.problems.append(Problem(rep.component, info, "installed_ops",
-                                        f"installed_ops marking {', '.join(sorted(built))} prebuilt",
-                                        "no readable installed_ops: DeepSpeed would JIT-compile every op"))
-        return
-    for op in sorted(built):
-        if not ops.get(op):
-            rep.problems.append(Problem(rep.component, info, f"installed_ops[{op!r}]", "True (a prebuilt .so ships)",
-                                        f"{ops.get(op)!r}: DeepSpeed would JIT-compile {op} anyway"))
-    for op in sorted(o for o, v in ops.items() if v and o not in built):
-        rep.problems.append(Problem(rep.component, info, f"installed_ops[{op!r}]",
-                                    "a prebuilt module listed in the manifest", "True but no such module shipped"))
 
 
 def _trap_dir(root: Path) -> tuple[Path, Path]:
@@ -272,10 +255,7 @@ def import_check(env: TargetEnv, reps: Iterable[ComponentReport], runner: Runner
     """Import every prebuilt module with compilers trapped and a fresh TORCH_EXTENSIONS_DIR."""
     for rep in reps:
         modules = [m["module"] for m in rep.modules if Path(m["path"]).is_file()]
-        ds_ops: list[str] = []
-        if rep.project == "deepspeed":  # what ships prebuilt, and what installed_ops claims is prebuilt
-            ds_ops = sorted({o for o, v in (rep.installed_ops or {}).items() if v}
-                            | {str(m["op"]) for m in rep.modules if m.get("op")})
+        ds_ops = rep.loader_ops  # ops the project's own loader must load (DeepSpeed's OpBuilder)
         if not modules and not ds_ops:
             continue
         work = Path(tempfile.mkdtemp(prefix="porter-verify-"))
@@ -288,17 +268,15 @@ def import_check(env: TargetEnv, reps: Iterable[ComponentReport], runner: Runner
                 "TORCH_EXTENSIONS_DIR": str(ext_dir), "CC": str(bin_dir / "cc"), "CXX": str(bin_dir / "c++"),
                 "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1", "MAX_JOBS": "1",
             }
-            if rep.kind == "cpu" and rep.project == "deepspeed":
-                update["DS_ACCELERATOR"] = "cpu"
-            res = runner.run([env.executable, str(PROBE_IMPORT), json.dumps(modules), json.dumps(ds_ops)],
-                             env=make_env(update), cwd=work, timeout=600, check=False)
-            line = next((ln for ln in res.output.splitlines() if ln.startswith("PORTER-IMPORT ")), None)
-            if line is None:
+            update.update(rep.import_env)
+            try:
+                data = run_probe("imports", [json.dumps(modules), json.dumps(ds_ops)], python=env.executable,
+                                 runner=runner, env=make_env(update), cwd=str(work), timeout=600,
+                                 what="to import the prebuilt modules")
+            except ToolError as exc:
                 rep.problems.append(Problem(rep.component, env.executable, "import (subprocess)",
-                                            "exit 0 with a result line",
-                                            f"exit {res.returncode}: {res.output.strip()[-800:]}"))
+                                            "a result document", f"{exc.message}: {exc.hint or ''}"[-800:]))
             else:
-                data = json.loads(line[len("PORTER-IMPORT "):])
                 paths = {m["module"]: m["path"] for m in rep.modules}
                 for mod, err in data["modules"].items():
                     entry = next(m for m in rep.modules if m["module"] == mod)

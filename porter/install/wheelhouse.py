@@ -30,15 +30,15 @@ from packaging.version import InvalidVersion, Version
 
 from porter import __version__
 from porter.errors import CheckFailed, ConfigError, NothingToDo
-from porter.install.env import COMPONENTS, Node, TargetEnv
-from porter.manifest import (SUFFIX, Manifest, atomic_write_json, atomic_write_text, manifest_path,
-                             read_manifest, sha256_bytes, sha256_file)
+from porter.artifacts import labels
+from porter.components import all_dists
+from porter.install.env import Node, TargetEnv
+from porter.artifacts.manifest import SUFFIX, Manifest, manifest_path, read_manifest
+from porter.fs import atomic_write_json, atomic_write_text, sha256_bytes, sha256_file
 from porter.toolchain.archs import ARCHS
 
 INDEX_SCHEMA = "porter.wheelhouse/1"
 INDEX_NAME = "porter-wheelhouse.json"
-_PORTER_LABEL = re.compile(r"^(cpu\.[a-z0-9_]+|rocm\d+(\.\d+)*\.gfx[0-9a-z_]+|cu\d+\.sm[0-9a-z_]+)$")
-_COMPONENT_DISTS = {d for ds in COMPONENTS.values() for d in ds}
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class Wheel:
 
     @property
     def version_text(self) -> str:
-        """The version as written (``0.19.8+cpu.x86_64_v2``; ``packaging`` would print ``cpu.x86.64.v2``)."""
-        return self.manifest["version"] if self.manifest else self.filename.split("-")[1]
+        """The version as in the file name (labels are in normal form, so this is ``str(version)``)."""
+        return str(self.version)
 
     @property
     def is_porter(self) -> bool:
@@ -74,8 +74,7 @@ class Wheel:
 
 
 def needs_manifest(project: str, version: Version) -> bool:
-    return canonicalize_name(project) in _COMPONENT_DISTS or bool(
-        version.local and _PORTER_LABEL.match(version.local))
+    return canonicalize_name(project) in all_dists() or bool(version.local and labels.parse(version.local))
 
 
 def scan(directory: str | os.PathLike[str]) -> list[Wheel]:
@@ -150,14 +149,14 @@ def runtime_mismatches(manifest: Manifest, env: TargetEnv, node: Node) -> list[s
         elif _release(str(tver)) != env.torch.release or tkind != env.torch.kind:
             out.append(f"torch: built for {want}, found {env.torch.release} ({env.torch.kind})")
     if kind == "rocm":
-        want_rocm = _major_minor(str(target.get("rocm_version") or target.get("toolkit_version")
-                                     or toolchain.get("toolkit_version") or built_torch.get("hip") or ""))
+        want_rocm = _major_minor(str(target.get("toolkit_version") or toolchain.get("toolkit_version")
+                                     or built_torch.get("hip") or ""))
         found = _major_minor(env.torch.hip) if env.torch else ""
         if want_rocm and env.torch is not None and env.torch.hip and want_rocm != found:
             out.append(f"ROCm: built for ROCm {want_rocm}, torch here is built for HIP {env.torch.hip}")
     if kind == "cuda":
-        want_cuda = _major_minor(str(target.get("cuda_version") or target.get("toolkit_version")
-                                     or toolchain.get("toolkit_version") or built_torch.get("cuda") or ""))
+        want_cuda = _major_minor(str(target.get("toolkit_version") or toolchain.get("toolkit_version")
+                                     or built_torch.get("cuda") or ""))
         if want_cuda and env.torch is not None and env.torch.cuda and want_cuda != _major_minor(env.torch.cuda):
             out.append(f"CUDA: built for CUDA {want_cuda}, torch here is built for CUDA {env.torch.cuda}")
     if kind in ("rocm", "cuda"):
@@ -277,6 +276,24 @@ def check_wheel(path: Path, manifest: Manifest, *, label: str | None = None) -> 
                                       f"found {sha256_bytes(data)}", hint="rebuild the wheel with porter")
     except zipfile.BadZipFile as exc:
         raise CheckFailed(f"{label}: not a readable wheel: {exc}", hint="rebuild the wheel") from None
+    validate_record(path, label=label)
+
+
+def validate_record(path: Path, *, label: str | None = None) -> None:
+    """Every file in the wheel is listed in its RECORD with the right hash and size (pypa/installer's
+    own check, the one an installer runs)."""
+    from installer.exceptions import InstallerError
+    from installer.sources import WheelFile as InstallerWheel
+
+    try:
+        with InstallerWheel.open(path) as source:
+            source.validate_record()
+    except InstallerError as exc:
+        issues = "; ".join(str(i) for i in getattr(exc, "issues", [exc])[:5])
+        raise CheckFailed(f"{label or path.name}: RECORD does not match the wheel's files: {issues}",
+                          hint="the wheel was changed after it was built; rebuild it with porter") from None
+    except (ValueError, KeyError, zipfile.BadZipFile) as exc:
+        raise CheckFailed(f"{label or path.name}: not a valid wheel: {exc}", hint="rebuild the wheel") from None
 
 
 # -- PEP 503 index + combined manifest ----------------------------------------------------------------

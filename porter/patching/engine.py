@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from porter import __version__
 from porter.errors import CheckFailed, ConfigError, PorterError
-from porter.manifest import atomic_path, atomic_write_json, sha256_bytes
+from porter.fs import atomic_path, atomic_write_json, sha256_bytes
 from porter.patching import udiff
 from porter.patching.model import Patch, PatchSet, VersionSource, check_relpath
 from porter.patching.text import EditFailed, Lines, apply_edit

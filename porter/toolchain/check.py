@@ -134,8 +134,10 @@ def check_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger 
     log = log or quiet_logger()
     runner = runner or Runner(log)
     env = toolchain_env(tc)
+    ex = tc.executor
     with log.step(f"probing {tc.compiler}"):
-        compiler = probe(tc.compiler, runner, launcher=tc.launcher, env=env)
+        ex.preflight()
+        compiler = probe(tc.compiler, runner, launcher=ex.prefix, env=env)
     report = CheckReport(tc, compiler)
     if tc.compiler_version:
         try:
@@ -145,11 +147,9 @@ def check_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger 
         if not ok:
             report.version_problem = (f"{tc.compiler} is version {compiler.version}, but the profile asks "
                                       f"{tc.compiler_version}")
-    parent = tc.scratch_parent()
+    parent = ex.work_dir(Path(tempfile.gettempdir())) if ex.kind != "host" else None
     if parent is not None:
-        if not parent.is_dir():
-            raise ConfigError(f"launcher root {tc.launcher_root} has no tmp/ folder (is the chroot made?)",
-                              hint="run 'make chroot-trixie' (or fix launcher_root in the profile)")
+        parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="porter-check-", dir=parent))
     try:
         src = work / f"check{_SUFFIX[tc.kind]}"
@@ -159,8 +159,8 @@ def check_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger 
         for target in targets or (None,):
             label = target.spec if target else f"host ({tc.cpu_isa})"
             obj = work / f"check-{(target.spec if target else 'host').replace(':', '_')}.o"
-            argv = tc.argv(tc.compiler, *host_flags(tc), *arch_flags(tc, (target,) if target else ()),
-                           "-c", tc.inside(src), "-o", tc.inside(obj))
+            argv = ex.argv(tc.compiler, *host_flags(tc), *arch_flags(tc, (target,) if target else ()),
+                           "-c", ex.inside(src), "-o", ex.inside(obj))
             start = time.monotonic()
             with log.step(f"compiling for {label}"):
                 res = runner.run(argv, env=env, timeout=600, check=False)
@@ -171,8 +171,8 @@ def check_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger 
                 good.append(target)
         if any(a.ok for a in report.archs):
             so = work / "libporter_check.so"
-            argv = tc.argv(tc.compiler, *host_flags(tc), *arch_flags(tc, tuple(good)), "-shared",
-                           tc.inside(src), "-o", tc.inside(so))
+            argv = ex.argv(tc.compiler, *host_flags(tc), *arch_flags(tc, tuple(good)), "-shared",
+                           ex.inside(src), "-o", ex.inside(so))
             with log.step("linking one shared object for all archs that compiled"):
                 res = runner.run(argv, env=env, timeout=900, check=False)
             if res.ok:

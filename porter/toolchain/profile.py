@@ -16,10 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from porter.errors import ConfigError
 from porter.toolchain.archs import Target, parse_target, wavefront_of
+
+if TYPE_CHECKING:
+    from porter.executor import Executor
 
 Kind = Literal["rocm", "cuda", "cpu"]
 KINDS: tuple[str, ...] = ("rocm", "cuda", "cpu")
@@ -59,7 +62,12 @@ class Toolchain:
     launcher: tuple[str, ...] = ()
     """argv prefix that runs the toolchain's programs elsewhere: ``chroot DIR``, ``apptainer exec IMG``."""
     launcher_root: str = ""
-    """Host path of the root the launcher runs in (a chroot); porter's work dirs go under it."""
+    """Host path of the root a non-chroot launcher runs in; porter's work dirs go under it."""
+    setup: str = ""
+    """The command that makes the launcher's root (``make chroot-trixie``), named when it is missing."""
+    python: str = ""
+    """The build python as the launcher sees it (a python with torch inside the chroot/container).
+    Empty: porter's own python on the host; files it names are staged into the root."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -82,37 +90,22 @@ class Toolchain:
 
     @property
     def local_label(self) -> str:
-        """PEP 440 local version label naming the target: ``rocm5.7.gfx90a``, ``cpu.x86_64_v2``."""
-        isa = re.sub(r"[^a-z0-9]+", "_", self.cpu_isa.lower())
-        if self.kind == "cpu":
-            return f"cpu.{isa}"
-        ver = self.toolkit_version.replace(".", "") if self.kind == "cuda" else self.toolkit_version
-        prefix = "cu" if self.kind == "cuda" else "rocm"
-        archs = "_".join(a.replace("sm_", "sm") for a in self.arch_names)
-        return f"{prefix}{ver}.{archs}"
+        """PEP 440 local label naming the target, in normal form (:mod:`porter.artifacts.labels`)."""
+        from porter.artifacts.labels import make
 
-    def argv(self, program: str, *args: str) -> list[str]:
-        """A command for one of the toolchain's programs, launcher prefix included."""
-        return [*self.launcher, program, *args]
+        return make(self)
 
-    def inside(self, host_path: str | os.PathLike[str]) -> str:
-        """The path the launched programs see for a host path (identity without launcher_root)."""
-        p = Path(host_path).resolve()
-        if not self.launcher_root:
-            return str(p)
-        root = Path(self.launcher_root).resolve()
-        try:
-            return "/" + str(p.relative_to(root))
-        except ValueError:
-            raise ConfigError(f"{p} is not inside the launcher root {root}",
-                              hint="put work files under the launcher root (porter does this for its own)") from None
+    @property
+    def executor(self) -> Executor:
+        """Where the toolchain's programs run (host, chroot, container): the one owner of argv
+        prefixes and of host <-> in-root paths."""
+        from porter.executor import make_executor
+        from porter.fs import cache_dir
 
-    def scratch_parent(self) -> Path | None:
-        """Where porter's temp dirs must live so the launched programs can see them."""
-        if self.launcher_root:
-            tmp = Path(self.launcher_root) / "tmp"
-            return tmp
-        return None
+        major = self.toolkit_version.split(".")[0]
+        return make_executor(self.launcher, self.launcher_root, work_root=cache_dir(),
+                             needs_proc=self.kind == "rocm" and major.isdigit() and int(major) >= 7,
+                             setup=self.setup)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -85,8 +85,9 @@ class WheelRequest:
     """flash-attn: ``ck`` (composable_kernel C++ extension) or ``triton`` (pure Python, JIT at run time)."""
     regime: str | None = None
     """Force a build regime instead of the detected one (apex: ``env`` or ``flags``)."""
-    python: str = sys.executable
-    """The build interpreter (the one with torch); run through the toolchain's launcher, if any."""
+    python: str | None = None
+    """The build interpreter (the one with torch) as the toolchain's executor sees it; None: the
+    profile's ``python``, else porter's own on the host (:func:`porter.executor.build_python`)."""
     jobs: int | None = None
     """Parallel compile jobs (MAX_JOBS); None = chosen from free memory and cores."""
     torch_check: bool = True
@@ -111,7 +112,9 @@ class Expectation:
     packages: tuple[str, ...] = ()
     """Directories that must be inside (``flash_attn/flash_attn_triton_amd``)."""
     archs: tuple[str, ...] = ()
-    """GPU archs whose code objects every ``.so`` must hold; empty for cpu builds."""
+    """GPU archs whose code objects every ``.so`` must hold (but the host-only ones); empty for cpu builds."""
+    host_only: tuple[str, ...] = ()
+    """Extension modules with no device code (apex's apex_C): no code objects are expected in them."""
     empty_hint: str = ""
     """What most likely went wrong when nothing was prebuilt (shown with the refusal)."""
 

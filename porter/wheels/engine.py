@@ -22,12 +22,14 @@ from typing import Any
 
 from packaging.utils import parse_wheel_filename
 
-from porter import __version__
-from porter.errors import CheckFailed, ConfigError, ToolError
+from porter.artifacts.manifest import ExtensionEntry, Manifest, OpEntry, build_manifest
+from porter.errors import CheckFailed, ConfigError, PorterError, ToolError, refusal_line
+from porter.executor import build_python
+from porter.fs import ensure_writable_dir, sha256_file
 from porter.log import Logger, quiet_logger
-from porter.manifest import ExtensionEntry, Manifest, OpEntry, atomic_write_json, manifest_path, sha256_file
 from porter.run import RecordingRunner, Runner, env_changes
-from porter.toolchain.profile import Toolchain, toolchain_env
+from porter.toolchain.profile import toolchain_env
+from porter.torch_facts import TorchInfo, probe_torch, refusal
 from porter.wheels.base import BuildPlan, Machine, SourceInfo, WheelDriver, WheelRequest
 from porter.wheels.verify import relabel, verify_wheel
 
@@ -36,29 +38,6 @@ PatchHook = Callable[..., None]
 
 _SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
 _IGNORE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".eggs")
-
-TORCH_PROBE = (
-    "import json\n"
-    "try:\n"
-    "    import torch\n"
-    "except Exception as exc:\n"
-    "    print(json.dumps({'error': f'{type(exc).__name__}: {exc}'}))\n"
-    "else:\n"
-    "    print(json.dumps({'version': torch.__version__, 'hip': getattr(torch.version, 'hip', None),\n"
-    "                      'cuda': getattr(torch.version, 'cuda', None)}))\n"
-)
-
-
-@dataclass(frozen=True)
-class TorchInfo:
-    version: str
-    kind: str          # rocm | cuda | cpu
-    hip: str | None = None
-    cuda: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "kind": self.kind, "hip": self.hip, "cuda": self.cuda}
-
 
 @dataclass(frozen=True)
 class WheelResult:
@@ -70,8 +49,8 @@ class WheelResult:
     wheel: Path | None = None
     manifest: Path | None = None
     dry_run: bool = False
-    refusal: ConfigError | None = None
-    """Dry run only: why the real build would be refused before compiling (e.g. the torch check)."""
+    refusal: PorterError | None = None
+    """Dry run only: why a real build here would be refused before any work (the torch check, ...)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"dry_run": self.dry_run, "plan": self.plan.to_dict(), "command": self.argv, "env": self.env,
@@ -106,7 +85,7 @@ class WheelResult:
         if self.wheel:
             lines.append(f"# wheel: {self.wheel}")
         if self.refusal:
-            lines.append(f"# REFUSED before building: {self.refusal.message}")
+            lines.append(refusal_line(self.refusal.message))
         return "\n".join(lines)
 
 
@@ -214,39 +193,6 @@ def detect(driver: WheelDriver, root: Path, others: Mapping[str, WheelDriver]) -
                       hint="point --source at the top of an apex or flash-attention checkout or sdist")
 
 
-# -- torch -------------------------------------------------------------------------------------
-
-def probe_torch(runner: Runner, python: str, tc: Toolchain) -> TorchInfo:
-    """What torch the build python has: torch.version.hip -> rocm, torch.version.cuda -> cuda, else cpu."""
-    quiet = replace(runner, echo=False)
-    runner.log.detail(f"asking {python} for its torch (torch.__version__, torch.version.hip / .cuda)")
-    res = quiet.run(tc.argv(python, "-c", TORCH_PROBE), env=toolchain_env(tc), check=False,
-                     hint=f"pass --python with the interpreter that has torch (tried {python})")
-    line = next((ln for ln in reversed(res.output.splitlines()) if ln.startswith("{")), "")
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError:
-        raise ToolError(f"could not ask {python} for its torch (exit code {res.returncode}): "
-                        f"{res.output.strip()[-300:] or 'no output'}",
-                        hint="pass --python with the interpreter that has torch") from None
-    if "error" in data:
-        raise ConfigError(f"{python} cannot import torch: {data['error']}",
-                          hint="the build needs torch in the build python (pip wheel --no-build-isolation); "
-                               "pass --python with the right interpreter")
-    kind = "rocm" if data.get("hip") else "cuda" if data.get("cuda") else "cpu"
-    return TorchInfo(str(data.get("version")), kind, data.get("hip"), data.get("cuda"))
-
-
-def check_torch(plan: BuildPlan, torch: TorchInfo, python: str) -> None:
-    if plan.needs_torch == "rocm" and torch.kind != "rocm":
-        raise ConfigError(
-            f"{plan.project} {plan.version} ({plan.backend or plan.regime} build for +{plan.label}) needs a ROCm build "
-            f"of torch, but {python} has torch {torch.version}, a {torch.kind} build "
-            f"(torch.version.hip is None" + (f", torch.version.cuda={torch.cuda}" if torch.cuda else "") + ")",
-            hint="install the ROCm torch wheel matching the profile's ROCm version into the build python, "
-                 "or pass --python with an interpreter that has it; --dry-run shows the plan without one")
-
-
 # -- the build -----------------------------------------------------------------------------------
 
 def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runner: Runner,
@@ -259,10 +205,17 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
     """
     log = log or quiet_logger()
     tc = request.toolchain
+    ex = tc.executor
+    py_ex, python = build_python(ex, tc.python, request.python)
     machine = machine or Machine.current()
-    scratch = tc.scratch_parent()
-    if scratch is not None:
+    if not dry_run:
+        ensure_writable_dir(request.output, what="wheelhouse")
+        ex.preflight()
+    scratch = ex.work_dir(Path(tempfile.gettempdir())) if ex.kind != "host" else None
+    if scratch is not None and not dry_run:
         scratch.mkdir(parents=True, exist_ok=True)
+    elif scratch is not None and not scratch.is_dir():
+        scratch = None
     with tempfile.TemporaryDirectory(prefix="porter-wheel-", dir=scratch) as tmp:
         work = Path(tmp)
         with log.step(f"reading {driver.title} source {source}"):
@@ -270,33 +223,37 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
             info = detect(driver, root, others or {})
         request = replace(request, source=root, sources={**provenance, **request.sources})
         plan = driver.plan(info, request, machine)
-        refusal: ConfigError | None = None
+        refused: PorterError | None = None
         torch: TorchInfo | None
         if request.torch_check:
-            torch = torch_info or probe_torch(runner, request.python, tc)
-            try:
-                check_torch(plan, torch, request.python)
-            except ConfigError as exc:
-                if not dry_run:
-                    raise
-                refusal = exc  # a dry run still shows the plan, then reports why the build would stop
+            torch = torch_info or probe_torch(python, replace(runner, echo=False), executor=py_ex)
+            refused = refusal(plan.needs_torch, torch, python,
+                              what=f"{plan.project} {plan.version} ({plan.backend or plan.regime} build for "
+                                   f"+{plan.label})")
+            if refused is not None and not dry_run:
+                raise refused
         else:
             torch = torch_info
             if plan.needs_torch:
                 log.warn(f"torch check skipped: this build needs a {plan.needs_torch} torch; "
                          "upstream's setup.py fails late if the build python has another")
+        if dry_run and refused is None:
+            try:
+                ex.preflight()
+            except PorterError as exc:
+                refused = exc
         tree = work / "tree"
         out = work / "out"
-        argv = tc.argv(request.python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                       "--disable-pip-version-check", "-w", tc.inside(out) if tc.launcher_root else str(out),
-                       tc.inside(tree) if tc.launcher_root else str(tree), *plan.pip_args)
+        argv = ex.argv(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                       "--disable-pip-version-check", "-w", ex.visible(out, stage=False),
+                       ex.visible(tree, stage=False), *plan.pip_args)
         env = toolchain_env(tc, plan.env)
         changes = env_changes(env)
         if dry_run:
             if request.patch_set is not None:
                 patch_hook(root, request.patch_set, info.version, log, dry_run=True)
             RecordingRunner(log).run(argv, env=env, cwd=tree)
-            return WheelResult(plan, argv, changes, torch, dry_run=True, refusal=refusal)
+            return WheelResult(plan, argv, changes, torch, dry_run=True, refusal=refused)
         with log.step(f"copying {root} to a work tree"):
             shutil.copytree(root, tree, ignore=_IGNORE, symlinks=True)
             out.mkdir()
@@ -313,49 +270,36 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         with log.step(f"verifying {built[0].name}"):
             entries = verify_wheel(built[0], plan.expect)
         with log.step(f"labelling +{plan.label}"):
-            final = relabel(built[0], plan.label, request.output)
-        manifest = _manifest(plan, request, final, entries, torch, info)
-        mpath = manifest_path(final)
-        atomic_write_json(mpath, manifest)
+            manifest = _manifest(plan, request, built[0], entries, torch, info)
+            final, mpath = relabel(built[0], plan.label, request.output, manifest)
         log.info(f"wrote {final} ({len(entries)} extension module(s)) and {mpath.name}")
         return WheelResult(plan, argv, changes, torch, wheel=final, manifest=mpath)
 
 
 def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, entries: list[ExtensionEntry],
               torch: TorchInfo | None, info: SourceInfo) -> Manifest:
+    """The manifest of the labelled wheel (its version and wheel section are set by :func:`relabel`)."""
     tc = request.toolchain
     tags = parse_wheel_filename(wheel.name)[3]
     python_tag = ".".join(sorted({t.interpreter for t in tags}))
-    target: dict[str, Any] = {"kind": tc.kind, "archs": list(tc.archs), "wavefront": tc.wavefront,
-                              "cpu_isa": tc.cpu_isa, "regime": plan.regime, "backend": plan.backend,
-                              "label": plan.label}
-    if tc.kind == "rocm":
-        target["rocm_version"] = tc.toolkit_version
-    elif tc.kind == "cuda":
-        target["cuda_version"] = tc.toolkit_version
     setup_py = info.root / "setup.py"
     sources: dict[str, str] = {"upstream_version": info.version, "setup.py_sha256": sha256_file(setup_py),
                                **request.sources}
-    for module in plan.expect.modules:
-        for entry in entries:
-            if entry["module"] == module:
-                op = next((o.name for o in plan.ops if o.module == module), None)
-                if op:
-                    entry["op"] = op
-    manifest: Manifest = {
-        "schema": "porter.manifest/1", "porter_version": __version__, "component": plan.project,
-        "version": wheel.name.split("-")[1], "wheel": {"filename": wheel.name, "sha256": sha256_file(wheel)},
-        "python_tag": python_tag, "toolchain": tc.to_dict(), "target": target,
-        "torch": torch.to_dict() if torch else {"version": None, "kind": None, "hip": None, "cuda": None},
-        "sources": sources, "extensions": entries,
-    }
+    for entry in entries:
+        op = next((o.name for o in plan.ops if o.module == entry["module"]), None)
+        if op:
+            entry["op"] = op
+        if entry["module"] in plan.expect.host_only:
+            entry["host_only"] = True
+    ops: list[OpEntry] | None = None
     if plan.ops:
         have = {e["module"] for e in entries}
-        ops: list[OpEntry] = []
+        ops = []
         for o in plan.ops:
             op_entry: OpEntry = {"name": o.name, "status": "built" if o.module in have else "skipped"}
             if o.module not in have:
                 op_entry["reason"] = "optional: upstream built it only under further conditions"
             ops.append(op_entry)
-        manifest["ops"] = ops
-    return manifest
+    return build_manifest(component=plan.project, version="", tc=tc, torch=torch, python_tag=python_tag,
+                          sources=sources, extensions=entries, ops=ops,
+                          target={"regime": plan.regime, "backend": plan.backend})

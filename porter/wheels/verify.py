@@ -1,29 +1,28 @@
 """Check a built wheel against what was asked for, and give it the target's local version label.
 
 Verification reads the wheel (a zip) in pure Python: which extension modules it holds, and, for GPU
-builds, which code objects each ``.so`` carries (:mod:`porter.codeobjects`). Labelling unpacks and
-repacks with the ``wheel`` library, which rewrites the ``.dist-info`` name, METADATA and RECORD.
+builds, which code objects each ``.so`` carries (:mod:`porter.codeobjects`). Labelling writes the wheel
+anew with porter's one wheel writer (:mod:`porter.artifacts.wheelfile`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import inspect
-import io
 import os
 import re
-import shutil
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
-from packaging.version import Version
 
+from porter.artifacts.labels import with_label
+from porter.artifacts.manifest import Manifest, carried, manifest_path, write_beside
+from porter.artifacts.wheelfile import rewrite_wheel
 from porter.codeobjects import archs_in
 from porter.errors import CheckFailed, ConfigError
-from porter.manifest import ExtensionEntry, sha256_bytes
+from porter.artifacts.manifest import ExtensionEntry
+from porter.fs import sha256_bytes
 from porter.wheels.base import Expectation
 
 _EXT_SUFFIX = re.compile(r"(\.cpython-[^.]+|\.abi3|\.cp\d+-[^.]+)?\.so$")
@@ -69,7 +68,7 @@ def verify_wheel(wheel: Path, expect: Expectation) -> list[ExtensionEntry]:
     with tempfile.TemporaryDirectory(prefix="porter-verify-") as tmp:
         for ext in exts:
             entry: ExtensionEntry = {"module": ext.module, "path": ext.path, "sha256": sha256_bytes(ext.data)}
-            if expect.archs:
+            if expect.archs and ext.module not in expect.host_only:
                 so = Path(tmp) / Path(ext.path).name
                 so.write_bytes(ext.data)
                 try:
@@ -91,52 +90,28 @@ def verify_wheel(wheel: Path, expect: Expectation) -> list[ExtensionEntry]:
     return entries
 
 
-# -- labelling -----------------------------------------------------------------------------------
+# -- labelling ----------------------------------------------------------------------------------
 
-def _wheel_commands() -> tuple[object, object]:
-    """unpack/pack from the ``wheel`` library (``wheel._commands`` since 0.46, ``wheel.cli`` before)."""
-    try:
-        from wheel._commands.pack import pack
-        from wheel._commands.unpack import unpack
-    except ImportError:  # pragma: no cover - older wheel
-        from wheel.cli.pack import pack
-        from wheel.cli.unpack import unpack
-    return unpack, pack
-
-
-def relabel(wheel: Path, label: str, dest_dir: Path) -> Path:
-    """Write ``wheel`` with the local version ``+label`` into ``dest_dir`` (atomically); return its path."""
-    unpack, pack = _wheel_commands()
-    dest_dir.mkdir(parents=True, exist_ok=True)
+def relabel(wheel: Path, label: str, dest_dir: Path, manifest: Manifest) -> tuple[Path, Path]:
+    """Write ``wheel`` with the local version ``+label`` (and the manifest it carries) into ``dest_dir``;
+    the manifest is written beside it first, then the wheel appears by an atomic rename."""
+    name, version, _build, tags = parse_wheel_filename(wheel.name)
+    new_version = with_label(str(version), label)
+    tag = wheel.name[:-len(".whl")].split("-", 2)[2]
+    if tag.count("-") > 2:  # a build tag sits before the python tag
+        tag = tag.split("-", 1)[1]
+    manifest["version"] = new_version
     with tempfile.TemporaryDirectory(prefix=".porter-label-", dir=dest_dir) as tmp:
-        unpacked, packed = Path(tmp) / "unpacked", Path(tmp) / "packed"
-        unpacked.mkdir()
-        packed.mkdir()
-        sink = io.StringIO()  # the wheel commands report on stdout, which porter keeps for results
-        with contextlib.redirect_stdout(sink):
-            unpack(str(wheel), str(unpacked))  # type: ignore[operator]
-            (root,) = list(unpacked.iterdir())
-            if "local_version" in inspect.signature(pack).parameters:  # type: ignore[arg-type]
-                pack(str(root), str(packed), None, local_version=label)  # type: ignore[operator]
-            else:  # pragma: no cover - wheel < 0.46 has no local_version: rename dist-info + METADATA first
-                _set_local_version(root, label)
-                pack(str(root), str(packed), None)  # type: ignore[operator]
-        (out,) = list(packed.glob("*.whl"))
-        want = Version(f"0+{label}").local
-        if parse_wheel_filename(out.name)[1].local != want:
-            raise CheckFailed(f"relabelled {wheel.name} as {out.name}, which does not carry +{label}")
+        out = rewrite_wheel(wheel, tmp, version=new_version, tag=tag, purelib=_purelib(wheel),
+                            add={"{dist_info}/porter.json": carried(manifest)})
         final = dest_dir / out.name
+        mpath = write_beside(out, manifest)
+        os.replace(mpath, manifest_path(final))
         os.replace(out, final)
-    return final
+    return final, manifest_path(final)
 
 
-def _set_local_version(root: Path, label: str) -> None:
-    """What ``pack(local_version=)`` does, for wheel < 0.46: rename the .dist-info, rewrite Version."""
-    (dist_info,) = [p for p in root.iterdir() if p.name.endswith(".dist-info")]
-    namever = dist_info.name[: -len(".dist-info")]
-    name, _, version = namever.partition("-")
-    new_version = f"{version.split('+', 1)[0]}+{label}"
-    meta = dist_info / "METADATA"
-    lines = meta.read_text().splitlines(keepends=True)
-    meta.write_text("".join(f"Version: {new_version}\n" if ln.startswith("Version:") else ln for ln in lines))
-    shutil.move(str(dist_info), str(root / f"{name}-{new_version}.dist-info"))
+def _purelib(wheel: Path) -> bool:
+    with zipfile.ZipFile(wheel) as zf:
+        info = next(n for n in zf.namelist() if n.endswith(".dist-info/WHEEL") and n.count("/") == 1)
+        return bool(re.search(r"(?mi)^Root-Is-Purelib:\s*true", zf.read(info).decode()))

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from porter.manifest import manifest_path
+from porter.artifacts.manifest import manifest_path
 from tests.fixtures.install.wheels import compile_ext, deepspeed_wheel, make_manifest, make_venv, make_wheel
 
-DS = "deepspeed-0.19.8+cpu.x86_64_v2-cp311-cp311-linux_x86_64.whl"
+DS = "deepspeed-0.19.8+cpu.x86.64.v2-cp311-cp311-linux_x86_64.whl"
 
 
 def porter(*args: str) -> subprocess.CompletedProcess[str]:
@@ -63,7 +63,7 @@ def test_cpu_op_wheel_installs_offline_and_verifies(tmp_path: Path, wheelhouse: 
     py = make_venv(tmp_path / "venv")
     res = porter("install", str(wheelhouse), "--python", str(py))
     assert res.returncode == 0, res.stderr
-    assert f"installed deepspeed 0.19.8+cpu.x86_64_v2 ({DS})" in res.stdout
+    assert f"installed deepspeed 0.19.8+cpu.x86.64.v2 ({DS})" in res.stdout
     assert "--no-index" in res.stderr and "--find-links" in res.stderr
     step = subprocess.run([str(py), "-c", "from deepspeed.ops.adam import cpu_adam_op as m; print(m.step(1.0, 0.5, 0.1))"],
                           capture_output=True, text=True)
@@ -75,7 +75,7 @@ def test_cpu_op_wheel_installs_offline_and_verifies(tmp_path: Path, wheelhouse: 
     assert comp["component"] == "deepspeed" and comp["mode"] == "prebuilt" and comp["installed_ops"] == {"cpu_adam": True}
     assert comp["modules"][0]["import"] == "ok" and comp["record"].endswith("share/porter/installed/deepspeed.json")
     rep = porter("report", "--python", str(py), "--json")
-    assert rep.returncode == 0 and json.loads(rep.stdout)["components"][0]["version"] == "0.19.8+cpu.x86_64_v2"
+    assert rep.returncode == 0 and json.loads(rep.stdout)["components"][0]["version"] == "0.19.8+cpu.x86.64.v2"
     again = porter("install", str(wheelhouse), "--python", str(py))
     assert again.returncode == 0 and "unchanged deepspeed" in again.stdout
 
@@ -114,9 +114,9 @@ def test_tampered_wheel_is_refused(tmp_path: Path, wheelhouse: Path, shared_venv
 
 def test_wheel_escaping_the_target_is_refused(tmp_path: Path, cpu_so: bytes, shared_venv: Path) -> None:
     wh = tmp_path / "wh"
-    whl = make_wheel(wh, "deepspeed", "0.19.8+cpu.x86_64_v2",
+    whl = make_wheel(wh, "deepspeed", "0.19.8+cpu.x86.64.v2",
                      {"deepspeed/__init__.py": b"", "deepspeed/../../../escaped.pth": b"import os\n"})
-    make_manifest(whl, component="deepspeed", version="0.19.8+cpu.x86_64_v2")
+    make_manifest(whl, component="deepspeed", version="0.19.8+cpu.x86.64.v2")
     res = porter("install", str(wh), "--python", str(shared_venv))
     assert res.returncode == 1 and "entries escape the install target: deepspeed/../../../escaped.pth" in res.stderr
     assert _not_installed(shared_venv)
@@ -157,7 +157,7 @@ def test_wheelhouse_index_serves_pip(tmp_path: Path, wheelhouse: Path, shared_ve
     dest = tmp_path / "dl"
     url = (wheelhouse / "simple").as_uri() + "/"
     got = subprocess.run([str(shared_venv), "-m", "pip", "download", "--no-deps", "--index-url", url, "-d", str(dest),
-                          "deepspeed==0.19.8+cpu.x86_64_v2", "hjson"], capture_output=True, text=True)
+                          "deepspeed==0.19.8+cpu.x86.64.v2", "hjson"], capture_output=True, text=True)
     assert got.returncode == 0, got.stdout + got.stderr
     assert sorted(p.name for p in dest.iterdir()) == sorted([DS, dep.name])
 

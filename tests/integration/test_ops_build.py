@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from porter.manifest import read_manifest, sha256_file
+from porter.artifacts.manifest import read_manifest
+
+from porter.fs import sha256_file
 from tests.conftest import fetch_sdist, require
 from tests.integration.conftest import CPU_OPS, run_porter
 
@@ -35,14 +37,14 @@ print("ADAM-OK", CPUAdamBuilder().absolute_name())
 
 def test_cpu_ops_wheel_manifest_and_layout(cpu_ops_wheelhouse: Path) -> None:
     (wheel,) = cpu_ops_wheelhouse.glob("*.whl")
-    assert wheel.name == "deepspeed-0.19.8+cpu.x86_64_v2-cp311-cp311-linux_x86_64.whl"
+    assert wheel.name == "deepspeed-0.19.8+cpu.x86.64.v2-cp311-cp311-linux_x86_64.whl"
     man = read_manifest(str(wheel) + ".porter.json")
     assert man["wheel"]["sha256"] == sha256_file(wheel)
     assert man["target"]["cpu_isa"] == "x86-64-v2" and man["torch"]["version"].startswith("2.13.0")
     assert sorted(o["name"] for o in man["ops"]) == sorted(CPU_OPS)
     with zipfile.ZipFile(wheel) as z:
         for ext in man["extensions"]:
-            from porter.manifest import sha256_bytes
+            from porter.fs import sha256_bytes
             assert sha256_bytes(z.read(ext["path"])) == ext["sha256"]
         info = z.read("deepspeed/git_version_info_installed.py").decode()
     assert all(f"'{op}': True" in info for op in CPU_OPS) and "'async_io': False" in info
@@ -80,7 +82,7 @@ def test_older_deepspeed_release_works_unchanged(tmp_path: Path) -> None:
     assert "cpu_adam" in names and "cpu_lion" not in names
     res = run_porter("ops", "build", "--source", str(sdist), "-t", "cpu", "--ops", "cpu_adam", "-o", str(tmp_path))
     assert res.returncode == 0, res.stderr[-3000:]
-    (wheel,) = tmp_path.glob("deepspeed-0.16.4+cpu.x86_64_v2-*.whl")
+    (wheel,) = tmp_path.glob("deepspeed-0.16.4+cpu.x86.64.v2-*.whl")
     with zipfile.ZipFile(wheel) as z:
         assert "deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so" in z.namelist()
 
@@ -153,7 +155,7 @@ def test_neither_project_and_missing_torch(tmp_path: Path, deepspeed_sdist: Path
     assert res.returncode == 2 and "not a DeepSpeed source tree" in res.stderr
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "bare")], check=True)
     res = run_porter("ops", "list", "--source", str(deepspeed_sdist), "--python", str(tmp_path / "bare/bin/python"))
-    assert res.returncode == 1 and "torch is not installed" in res.stderr
+    assert res.returncode == 2 and "torch is not installed" in res.stderr
 
 
 def test_rocm_profile_with_cpu_torch_plans_but_refuses_to_build(deepspeed_sdist: Path, tmp_path: Path) -> None:
@@ -166,8 +168,10 @@ def test_rocm_profile_with_cpu_torch_plans_but_refuses_to_build(deepspeed_sdist:
     assert "multi_tensor_adam.hip" in hipcc_lines[0]  # torch's hipify really ran on a copy
     real = run_porter("ops", "build", "--source", str(deepspeed_sdist), "-t", "frontier", "--ops", "fused_adam",
                       "-o", str(tmp_path))
-    assert real.returncode == 1 and "ROCm build of torch" in real.stderr
+    assert real.returncode == 2 and "ROCm build of torch" in real.stderr
     assert not list(tmp_path.glob("*.whl"))
+    assert "# a real run here would be refused: building DeepSpeed ops for frontier needs the ROCm build" \
+        in plan.stdout
 
 
 @pytest.mark.cuda

@@ -15,12 +15,13 @@ def test_wheel_of_porter_carries_presets_patch_sets_and_op_data(tmp_path: Path) 
     (wheel,) = tmp_path.glob("porter-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     presets = {f"porter/toolchain/presets/{p}.toml" for p in
-               ("frontier", "lumi-g", "mi300x", "debian-rocm", "debian-trixie-rocm", "cuda-h100", "cpu")}
+               ("frontier", "lumi-g", "mi300x", "mi355x", "debian-rocm", "debian-trixie-rocm", "debian-rocm7",
+                "cuda-h100", "cpu")}
     assert presets <= names
     shipped = {p.relative_to(ROOT / "patches").as_posix() for p in (ROOT / "patches").rglob("*.toml")}
     assert shipped and {f"porter/patchsets/{s}" for s in shipped} <= names
-    for needed in ("porter/hipify/extra_map.toml", "ops_prebuild/data/isa.toml", "ops_prebuild/_probe.py",
-                   "ops_prebuild/_torch_probe.py", "porter/py.typed"):
+    for needed in ("porter/hipify/extra_map.toml", "ops_prebuild/data/isa.toml", "porter/probes/ds_catalogue.py",
+                   "porter/probes/protocol.py", "porter/probes/torch_facts.py", "porter/py.typed"):
         assert needed in names, needed
     assert not any(n.startswith("tests/") for n in names)
 

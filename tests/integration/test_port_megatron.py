@@ -1,6 +1,7 @@
 """``porter port megatron-deepspeed`` as a process on a fixture tree: a real copy, real hipify (torch's
-hipify + porter's map), the real patch set; with the frontier profile and CPU torch it cannot link a ROCm
-extension here, so it must port the tree, print the exact plan and say it is a plan only."""
+hipify + porter's map), the real patch set. With the frontier profile and CPU torch it cannot link a ROCm
+extension here: a real run is refused before any work, a dry run prints the plan and that refusal, and
+--no-kernels ports the tree without building the kernels."""
 
 from __future__ import annotations
 
@@ -23,8 +24,13 @@ def test_port_rocm_profile_ports_tree_and_prints_plan(tmp_path: Path, porter_cli
     shutil.copytree(FIXTURES / "megatron-deepspeed", tree)
     original = digest(tree)
     out = tmp_path / "ported"
-    argv = [*porter_cli, "port", "megatron-deepspeed", str(tree), "--toolchain", "frontier", "-o", str(out),
-            "--wheelhouse", str(tmp_path / "wh")]
+    argv = [*porter_cli, "port", "megatron-deepspeed", str(tree), "--toolchain", "frontier", "--dest", str(out),
+            "-o", str(tmp_path / "wh")]
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and "needs the ROCm build of torch" in refused.stderr, refused.stderr
+    assert not out.exists() and not (tmp_path / "wh").exists()  # refused before any work
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ported")]
+    argv.append("--no-kernels")
     first = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr
     assert digest(tree) == original  # the user's tree is untouched
@@ -37,11 +43,7 @@ def test_port_rocm_profile_ports_tree_and_prints_plan(tmp_path: Path, porter_cli
     assert "def _porter_load_prebuilt(args):" in init and "porter port megatron-deepspeed" in init
     assert "hipified megatron/fused_kernels/scaled_softmax_cuda.cu" in first.stdout
     assert "patched megatron/fused_kernels/__init__.py" in first.stdout
-    assert "build plan (not run):" in first.stdout
-    hipcc_lines = [l for l in first.stdout.splitlines() if " -c " in l and "_cuda.cu " in l]
-    assert len(hipcc_lines) == 3
-    assert all("--offload-arch=gfx90a" in l and "-DROCM_WAVEFRONT_SIZE=64" in l for l in hipcc_lines)
-    assert "needs the ROCm build of torch" in first.stderr and "planned, not compiled" in first.stderr
+    assert "build plan" not in first.stdout
     assert not (tmp_path / "wh").exists() or not any((tmp_path / "wh").iterdir())
 
     ported = digest(out)
@@ -49,13 +51,23 @@ def test_port_rocm_profile_ports_tree_and_prints_plan(tmp_path: Path, porter_cli
     assert again.returncode == 0, again.stderr
     doc = json.loads(again.stdout)
     assert doc["patched"] == [] and doc["hipified"] == []
-    assert doc["plan_only"] and doc["wheel"] is None
+    assert not doc["kernels"] and doc["wheel"] is None
     assert digest(out) == ported  # a re-run changes nothing
 
     dry = subprocess.run([*porter_cli, "port", "megatron-deepspeed", str(tree), "--toolchain", "frontier",
                           "--dry-run", "--json"], capture_output=True, text=True, timeout=600)
     assert dry.returncode == 0, dry.stderr
-    assert "megatron/fused_kernels/__init__.py" in json.loads(dry.stdout)["patched"]
+    doc = json.loads(dry.stdout)
+    assert "megatron/fused_kernels/__init__.py" in doc["patched"]
+    assert "needs the ROCm build of torch" in doc["refusal"]
+    steps = doc["plan"]["steps"]
+    device = [s["argv"] for s in steps if s["kind"] == "compile" and s["argv"][-3].endswith("_cuda.cu")]
+    assert len(device) == 3
+    assert all("--offload-arch=gfx90a" in a and "-DROCM_WAVEFRONT_SIZE=64" in a for a in device)
+    text = subprocess.run([*porter_cli, "port", "megatron-deepspeed", str(tree), "--toolchain", "frontier",
+                           "--dry-run"], capture_output=True, text=True, timeout=600)
+    assert text.returncode == 0 and "build plan (not run):" in text.stdout
+    assert "# a real run here would be refused: building Megatron's fused kernels" in text.stdout
     assert digest(tree) == original
     assert not (tmp_path / "Megatron-DeepSpeed-frontier").exists()
 

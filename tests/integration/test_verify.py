@@ -29,7 +29,7 @@ def test_hipcc_multi_arch_and_single_arch_so(tmp_path: Path, hipcc: str) -> None
     assert archs_in(single) == ["gfx908"]
     wh = tmp_path / "wh"
     whl = deepspeed_wheel(wh, {"fused_adam": multi.read_bytes(), "fused_lamb": single.read_bytes()},
-                          label="rocm5.7.gfx90a_gfx908", kind="rocm", rocm_version="5.7", torch=ROCM_TORCH_BUILT,
+                          label="rocm5.7.gfx90a.gfx908", kind="rocm", rocm_version="5.7", torch=ROCM_TORCH_BUILT,
                           archs={"fused_adam": ["gfx90a", "gfx908"], "fused_lamb": ["gfx908"]})
     py = make_venv(tmp_path / "venv", torch="rocm-stub")
     res = porter("install", str(wh), "--python", str(py), "--arch", "gfx90a")
@@ -66,8 +66,8 @@ def test_a_jit_attempt_at_import_is_caught(tmp_path: Path) -> None:
         b"subprocess.run(['ninja', '--version'], capture_output=True)\n"
         b"d = os.path.join(os.environ.get('TORCH_EXTENSIONS_DIR', '/nonexistent'), 'cpu_adam')\n"
         b"os.makedirs(d, exist_ok=True)\n")
-    whl = wheels.make_wheel(wh, "deepspeed", "0.19.8+cpu.x86_64_v2", files)
-    wheels.make_manifest(whl, component="deepspeed", version="0.19.8+cpu.x86_64_v2",
+    whl = wheels.make_wheel(wh, "deepspeed", "0.19.8+cpu.x86.64.v2", files)
+    wheels.make_manifest(whl, component="deepspeed", version="0.19.8+cpu.x86.64.v2",
                          extensions=wheels.extensions_for(files))
     py = make_venv(tmp_path / "venv")
     assert porter("install", str(wh), "--python", str(py)).returncode == 0

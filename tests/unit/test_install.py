@@ -11,7 +11,7 @@ from porter.errors import CheckFailed, ConfigError, NothingToDo, ToolError
 from porter.install.engine import InstallOptions, install, parse_only
 from porter.install.env import Node, TargetEnv, detect_node, node_from_option, parse_nvidia_smi, parse_rocminfo
 from porter.install.records import read_records
-from porter.manifest import manifest_path
+from porter.artifacts.manifest import manifest_path
 from tests.fixtures.install.fakes import FakeRunner, env_json, slow_pip
 from tests.fixtures.install.wheels import deepspeed_wheel, make_manifest, make_wheel
 
@@ -40,14 +40,14 @@ def test_installs_a_checked_copy_offline_and_records_it(setup: tuple[Path, dict[
     assert pip[pip.index("--find-links") + 1] == str(wh.resolve())
     assert pip[pip.index("--only-binary") + 1] == ":all:"
     copy = Path(pip[-1])
-    assert copy.name == "deepspeed-0.19.8+cpu.x86_64_v2-cp311-cp311-linux_x86_64.whl"
+    assert copy.name == "deepspeed-0.19.8+cpu.x86.64.v2-cp311-cp311-linux_x86_64.whl"
     assert copy.parent != wh.resolve() and not copy.exists()  # a private copy, removed afterwards
     pip_env = next(e for a, e in runner.calls if a == pip)
     assert pip_env["PIP_CONFIG_FILE"] == "/dev/null"
-    assert [w.version_text for w in result.installed] == ["0.19.8+cpu.x86_64_v2"]
+    assert [w.version_text for w in result.installed] == ["0.19.8+cpu.x86.64.v2"]
     env = TargetEnv.from_json(state)
     rec = read_records(env)["deepspeed"].record
-    assert rec is not None and rec["manifest"]["component"] == "deepspeed" and rec["version"] == "0.19.8+cpu.x86_64_v2"
+    assert rec is not None and rec["manifest"]["component"] == "deepspeed" and rec["version"] == "0.19.8+cpu.x86.64.v2"
     assert (env.porter_dir / "install.lock").exists()
     assert result.lock["acquired_at"] <= result.lock["released_at"]
 
@@ -76,8 +76,8 @@ def test_tampered_wheel_never_reaches_pip(setup: tuple[Path, dict[str, object]])
 
 def test_escaping_wheel_never_reaches_pip(tmp_path: Path) -> None:
     wh = tmp_path / "wh"
-    whl = make_wheel(wh, "deepspeed", "0.19.8+cpu.x86_64_v2", {"deepspeed/__init__.py": b"", "../x.pth": b"import os"})
-    make_manifest(whl, component="deepspeed", version="0.19.8+cpu.x86_64_v2")
+    whl = make_wheel(wh, "deepspeed", "0.19.8+cpu.x86.64.v2", {"deepspeed/__init__.py": b"", "../x.pth": b"import os"})
+    make_manifest(whl, component="deepspeed", version="0.19.8+cpu.x86.64.v2")
     runner = FakeRunner(env_json(tmp_path / "venv"))
     with pytest.raises(CheckFailed, match=r"\.\./x\.pth"):
         install(opts(wh), runner)

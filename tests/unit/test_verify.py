@@ -7,10 +7,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from porter.probe import script_text
+from porter.probes.protocol import MARKER
 from porter.install.env import Node, TargetEnv
 from porter.install.records import write_record
 from porter.install.verify import collect, import_check, verify
-from porter.manifest import read_manifest, manifest_path, sha256_file
+from porter.artifacts.manifest import read_manifest, manifest_path
+from porter.fs import sha256_file
 from porter.run import Result
 from tests.fixtures.install.fakes import FakeRunner, ROCM_TORCH, env_json
 from tests.fixtures.install.wheels import SOABI_SUFFIX, deepspeed_wheel
@@ -30,7 +33,7 @@ def installed(tmp_path: Path, sos: Mapping[str, bytes], archs: Mapping[str, Sequ
               kind: str = "rocm", ops: Mapping[str, bool] | None = None, torch: Mapping[str, Any] = ROCM_TORCH,
               record: bool = True) -> TargetEnv:
     """Lay the wheel's files out as pip would, register the dist, write porter's record."""
-    label = "rocm5.7.gfx908_gfx90a" if kind == "rocm" else "cpu.x86_64_v2"
+    label = "rocm5.7.gfx908.gfx90a" if kind == "rocm" else "cpu.x86.64.v2"
     whl = deepspeed_wheel(tmp_path / "wh", sos, label=label, kind=kind, archs=archs,
                           rocm_version="5.7" if kind == "rocm" else None,
                           torch=ROCM_BUILT if kind == "rocm" else None, ops=ops)
@@ -121,7 +124,7 @@ class ImportRunner(FakeRunner):
 
     def run(self, argv: Sequence[str | os.PathLike[str]], **kw: Any) -> Result:
         env = kw["env"]
-        assert argv[1].endswith("probe_import.py")  # type: ignore[union-attr]
+        assert argv[1] == "-" and kw["input"] == script_text("imports")
         trap_bin = env["PATH"].split(os.pathsep)[0]
         assert {"g++", "hipcc", "nvcc", "ninja", "c++"} <= set(os.listdir(trap_bin))
         assert os.listdir(env["TORCH_EXTENSIONS_DIR"]) == [] and env["CXX"].startswith(trap_bin)
@@ -130,7 +133,7 @@ class ImportRunner(FakeRunner):
                 f.write("ninja --version\n")
             Path(env["TORCH_EXTENSIONS_DIR"], "cpu_adam").mkdir()
         self.calls.append(([str(a) for a in argv], dict(env)))
-        return Result([str(a) for a in argv], 0, "PORTER-IMPORT " + json.dumps(self.result), 0.1)
+        return Result([str(a) for a in argv], 0, "import noise\n" + MARKER + json.dumps(self.result), 0.1)
 
 
 def test_import_check_verdicts(tmp_path: Path) -> None:

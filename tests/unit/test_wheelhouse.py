@@ -10,7 +10,8 @@ from porter.errors import CheckFailed, ConfigError, NothingToDo
 from porter.install.env import Node
 from porter.install.wheelhouse import (INDEX_NAME, check_wheel, mismatches, runtime_mismatches, scan, select,
                                        unsafe_entries, write_index)
-from porter.manifest import manifest_path, read_manifest, sha256_file
+from porter.artifacts.manifest import manifest_path, read_manifest
+from porter.fs import sha256_file
 from tests.fixtures.install.wheels import deepspeed_wheel, make_manifest, make_wheel
 from tests.fixtures.install.fakes import ROCM_TORCH, target_env
 
@@ -20,7 +21,7 @@ ROCM_TORCH_BUILT = {"version": "2.13.0+rocm5.7", "kind": "rocm", "hip": "5.7.319
 
 
 def rocm_wheel(d: Path, archs: list[str], **kw: object) -> Path:
-    return deepspeed_wheel(d, {"fused_adam": SO}, label=f"rocm5.7.{'_'.join(archs)}", kind="rocm",
+    return deepspeed_wheel(d, {"fused_adam": SO}, label=f"rocm5.7.{'.'.join(archs)}", kind="rocm",
                            archs={"fused_adam": archs}, rocm_version="5.7", torch=ROCM_TORCH_BUILT, **kw)  # type: ignore[arg-type]
 
 
@@ -30,7 +31,7 @@ def test_scan_reads_manifest_and_keeps_the_written_version(tmp_path: Path) -> No
     wheels = {w.filename: w for w in scan(tmp_path)}
     ds = wheels[whl.name]
     assert ds.manifest is not None and ds.component == "deepspeed" and ds.is_porter
-    assert ds.version_text == "0.19.8+cpu.x86_64_v2"
+    assert ds.version_text == "0.19.8+cpu.x86.64.v2"
     assert not wheels[dep.name].is_porter  # a dependency: no manifest needed
 
 
@@ -52,7 +53,7 @@ def test_corrupt_manifest_is_refused(tmp_path: Path) -> None:
 def test_manifest_of_another_wheel_is_refused(tmp_path: Path) -> None:
     whl = deepspeed_wheel(tmp_path, {"cpu_adam": SO})
     m = read_manifest(manifest_path(whl))
-    m["wheel"]["filename"] = "deepspeed-0.19.7+cpu.x86_64_v2-cp311-cp311-linux_x86_64.whl"
+    m["wheel"]["filename"] = "deepspeed-0.19.7+cpu.x86.64.v2-cp311-cp311-linux_x86_64.whl"
     manifest_path(whl).write_text(json.dumps(m))
     [w] = scan(tmp_path)
     assert w.manifest is None and "describes 'deepspeed-0.19.7" in (w.manifest_error or "")
@@ -60,15 +61,15 @@ def test_manifest_of_another_wheel_is_refused(tmp_path: Path) -> None:
 
 def test_no_match_lists_what_the_wheelhouse_has(tmp_path: Path) -> None:
     deepspeed_wheel(tmp_path, {"cpu_adam": SO}, torch={"version": "2.12.0+cpu", "kind": "cpu"})
-    other = make_wheel(tmp_path, "apex", "1.0+cpu.x86_64_v2", {"apex/__init__.py": b""},
+    other = make_wheel(tmp_path, "apex", "1.0+cpu.x86.64.v2", {"apex/__init__.py": b""},
                        tag="cp312-cp312-linux_x86_64")
-    make_manifest(other, component="apex", version="1.0+cpu.x86_64_v2")
+    make_manifest(other, component="apex", version="1.0+cpu.x86.64.v2")
     with pytest.raises(NothingToDo) as err:
         select(scan(tmp_path), target_env(tmp_path), NO_GPU, wheelhouse=str(tmp_path))
     msg = err.value.message
-    assert "deepspeed-0.19.8+cpu.x86_64_v2-cp311-cp311-linux_x86_64.whl" in msg
+    assert "deepspeed-0.19.8+cpu.x86.64.v2-cp311-cp311-linux_x86_64.whl" in msg
     assert "torch: built for 2.12.0 (cpu), found 2.13.0 (cpu)" in msg
-    assert "apex-1.0+cpu.x86_64_v2-cp312-cp312-linux_x86_64.whl" in msg and "cp311" in msg
+    assert "apex-1.0+cpu.x86.64.v2-cp312-cp312-linux_x86_64.whl" in msg and "cp311" in msg
     assert err.value.exit_code == 4
 
 
@@ -76,7 +77,7 @@ def test_select_picks_the_fitting_wheel_per_component(tmp_path: Path) -> None:
     deepspeed_wheel(tmp_path, {"cpu_adam": SO})
     rocm_wheel(tmp_path, ["gfx90a"])
     sel = select(scan(tmp_path), target_env(tmp_path), NO_GPU)
-    assert [w.version_text for w in sel.chosen] == ["0.19.8+cpu.x86_64_v2"]
+    assert [w.version_text for w in sel.chosen] == ["0.19.8+cpu.x86.64.v2"]
     assert [w.version_text for w, _ in sel.rejected] == ["0.19.8+rocm5.7.gfx90a"]
     env = target_env(tmp_path, torch=ROCM_TORCH)
     sel = select(scan(tmp_path), env, Node(("gfx90a",), "--arch"))
@@ -117,9 +118,9 @@ def test_tampered_wheel_is_refused_with_both_hashes(tmp_path: Path) -> None:
 
 
 def test_wheel_escaping_the_target_is_refused(tmp_path: Path) -> None:
-    whl = make_wheel(tmp_path, "deepspeed", "0.19.8+cpu.x86_64_v2",
+    whl = make_wheel(tmp_path, "deepspeed", "0.19.8+cpu.x86.64.v2",
                      {"deepspeed/__init__.py": b"", "../../evil.py": b"print('owned')"})
-    m = make_manifest(whl, component="deepspeed", version="0.19.8+cpu.x86_64_v2")
+    m = make_manifest(whl, component="deepspeed", version="0.19.8+cpu.x86.64.v2")
     with pytest.raises(CheckFailed, match=r"escape the install target: \.\./\.\./evil\.py"):
         check_wheel(whl, m)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,11 +16,15 @@ from porter.errors import CheckFailed, ConfigError
 from porter.resources import default_jobs
 from porter.run import Result, Runner
 from porter.toolchain.profile import load_toolchain
-from porter.wheels import DRIVERS, Machine, WheelRequest, build_wheel, get_driver
+from porter.components import get_driver, wheel_drivers
+from porter.wheels import Machine, WheelRequest, build_wheel
 from porter.wheels.base import GiB, Expectation, choose_jobs
-from porter.wheels.engine import TORCH_PROBE
-from porter.wheels.verify import _set_local_version, _wheel_commands, module_name, relabel, verify_wheel
+from porter.probe import script_text
+from porter.probes.protocol import MARKER
+from porter.wheels.verify import module_name, relabel, verify_wheel
 from tests.conftest import FIXTURES
+
+DRIVERS = wheel_drivers()
 from tests.unit.test_codeobjects import bundle, elf_with_section
 
 
@@ -33,8 +38,8 @@ class FakeRunner(Runner):
     def run(self, argv: Sequence[Any], **kw: Any) -> Result:  # type: ignore[override]
         args = [str(a) for a in argv]
         self.calls.append(args)
-        if args[-2:] == ["-c", TORCH_PROBE]:
-            return Result(args, 0, json.dumps(dict(self.torch)) + "\n", 0.0)
+        if args[-1] == "-" and kw.get("input") == script_text("torch"):
+            return Result(args, 0, "noise\n" + MARKER + json.dumps(dict(self.torch)) + "\n", 0.0)
         raise AssertionError(f"unexpected command in a unit test: {args}")
 
 
@@ -43,7 +48,8 @@ ROCM_TORCH = {"version": "2.5.1+rocm6.2", "hip": "6.2.41133", "cuda": None}
 
 
 def req(source: Path, tc: str, **kw: Any) -> WheelRequest:
-    return WheelRequest(source=source, toolchain=load_toolchain(tc), output=Path("/nonexistent/wheelhouse"), **kw)
+    return WheelRequest(source=source, toolchain=load_toolchain(tc), output=Path(tempfile.mkdtemp()) / "house",
+                        **kw)
 
 
 # -- torch of the wrong kind -------------------------------------------------------------------
@@ -54,7 +60,7 @@ def test_rocm_build_refuses_a_cpu_torch_before_building() -> None:
     with pytest.raises(ConfigError) as exc:
         build_wheel(get_driver("flash-attn"), str(src), req(src, "mi300x"), runner=runner, others=DRIVERS,
                     machine=Machine(4, 64 * GiB))
-    assert "needs a ROCm build of torch" in exc.value.message and "2.13.0+cpu" in exc.value.message
+    assert "needs the ROCm build of torch" in exc.value.message and "2.13.0+cpu" in exc.value.message
     assert exc.value.exit_code == 2
     assert len(runner.calls) == 1  # only the probe ran; no pip
 
@@ -62,7 +68,7 @@ def test_rocm_build_refuses_a_cpu_torch_before_building() -> None:
 def test_cuda_torch_is_named_too() -> None:
     runner = FakeRunner(torch={"version": "2.14.1+cu130", "hip": None, "cuda": "13.0"})
     src = FIXTURES / "apex-env"
-    with pytest.raises(ConfigError, match=r"a cuda build .*torch.version.cuda=13.0"):
+    with pytest.raises(ConfigError, match=r"2.14.1\+cu130 \(cuda, CUDA 13.0\)"):
         build_wheel(get_driver("apex"), str(src), req(src, "frontier"), runner=runner, others=DRIVERS)
 
 
@@ -84,7 +90,7 @@ def test_dry_run_reports_the_torch_refusal_with_the_plan() -> None:
     src = FIXTURES / "flash-attn-mini"
     res = build_wheel(get_driver("flash-attn"), str(src), req(src, "mi300x"), runner=FakeRunner(torch=CPU_TORCH),
                       dry_run=True, others=DRIVERS)
-    assert res.refusal is not None and "needs a ROCm build of torch" in res.describe()
+    assert res.refusal is not None and "needs the ROCm build of torch" in res.describe()
 
 
 def test_torch_import_error_is_a_clear_config_error() -> None:
@@ -188,26 +194,22 @@ def test_missing_package_dir(tmp_path: Path) -> None:
 
 # -- labelling ---------------------------------------------------------------------------------
 
-def test_relabel_sets_the_local_version_in_name_and_metadata(tmp_path: Path) -> None:
+def test_relabel_sets_the_local_version_in_name_metadata_and_manifest(tmp_path: Path) -> None:
     whl = make_wheel(tmp_path / "apex-1.14.0a0-cp311-cp311-linux_x86_64.whl",
                      {"apex/__init__.py": b"x = 1\n"}, version="1.14.0a0")
-    out = relabel(whl, "rocm6.2.gfx942", tmp_path / "house")
+    (tmp_path / "house").mkdir()
+    manifest: Any = {"schema": "porter.manifest/1", "component": "apex", "version": "", "wheel": {}}
+    out, mpath = relabel(whl, "rocm6.2.gfx942", tmp_path / "house", manifest)
     assert out.name == "apex-1.14.0a0+rocm6.2.gfx942-cp311-cp311-linux_x86_64.whl"
+    assert json.loads(mpath.read_text())["wheel"]["filename"] == out.name
     with zipfile.ZipFile(out) as zf:
         meta = zf.read("apex-1.14.0a0+rocm6.2.gfx942.dist-info/METADATA").decode()
         assert "Version: 1.14.0a0+rocm6.2.gfx942" in meta
         assert zf.read("apex/__init__.py") == b"x = 1\n"
-    # a second label replaces the first
-    again = relabel(out, "cpu.x86_64_v2", tmp_path / "house2")
-    assert again.name.startswith("apex-1.14.0a0+cpu.x86_64_v2-")
+        carried = json.loads(zf.read("apex-1.14.0a0+rocm6.2.gfx942.dist-info/porter.json"))
+        assert carried["version"] == "1.14.0a0+rocm6.2.gfx942" and "wheel" not in carried
+    # a second label replaces the first, in normal form
+    (tmp_path / "house2").mkdir()
+    again, _ = relabel(out, "cpu.x86.64.v2", tmp_path / "house2", dict(manifest))
+    assert again.name.startswith("apex-1.14.0a0+cpu.x86.64.v2-")
     assert not list((tmp_path / "house").glob(".porter-label-*"))
-
-
-def test_fallback_relabel_for_old_wheel_library(tmp_path: Path) -> None:
-    unpack, pack = _wheel_commands()
-    whl = make_wheel(tmp_path / "fa-2.0-cp311-cp311-linux_x86_64.whl", {"fa/__init__.py": b""}, version="2.0")
-    unpack(str(whl), str(tmp_path / "u"))  # type: ignore[operator]
-    root = tmp_path / "u" / "fa-2.0"
-    _set_local_version(root, "rocm5.7.gfx90a")
-    pack(str(root), str(tmp_path), None)  # type: ignore[operator]
-    assert (tmp_path / "fa-2.0+rocm5.7.gfx90a-cp311-cp311-linux_x86_64.whl").is_file()

@@ -1,24 +1,20 @@
-"""Run in the build python: what a torch extension build needs to know about that python's torch.
+"""What a torch extension build needs to know about this python's torch (importable part)."""
 
-Standalone on purpose (the build python need not have porter): used as a script by
-``ops_prebuild.catalogue.probe_torch`` and imported by ``_probe.py``.
-"""
+from __future__ import annotations
 
-from __future__ import annotations  # the build python may be older than porter's
-
-import json
 import os
 import sys
 import sysconfig
 from typing import Any
 
-MARKER = "@@porter-torch@@"
-
 
 def torch_info() -> dict[str, Any]:
-    import torch
-    import torch.utils.cpp_extension as cpp
-
+    """Version, kind, include and library dirs, ABI and tags; ``{"error": ...}`` without torch."""
+    try:
+        import torch
+        import torch.utils.cpp_extension as cpp
+    except Exception as exc:  # ImportError, or a torch that fails to import
+        return {"error": f"{type(exc).__name__}: {exc}"}
     root = os.path.dirname(torch.__file__)
     return {
         "version": torch.__version__, "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None),
@@ -31,12 +27,3 @@ def torch_info() -> dict[str, Any]:
         "platform_tag": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
         "site_packages": sysconfig.get_paths()["purelib"],
     }
-
-
-if __name__ == "__main__":
-    doc: dict[str, Any]
-    try:
-        doc = torch_info()
-    except ImportError as exc:
-        doc = {"error": str(exc)}
-    sys.stdout.write("\n" + MARKER + json.dumps(doc) + "\n")

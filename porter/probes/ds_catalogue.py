@@ -5,20 +5,22 @@ releases need no porter change, and prints one JSON document after a marker line
 wavefront come from porter (argv), never from rocminfo: for ROCm, the builders' class-level caches
 are filled with the profile's values before any builder method runs.
 
-Usage: python _probe.py TREE KIND [ROCM_MAJOR.MINOR ARCHS WAVEFRONT]
+argv: TREE KIND [ROCM_MAJOR.MINOR ARCHS WAVEFRONT ROCM_HOME]
 """
 
-from __future__ import annotations  # the build python may be older than porter's
+from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import sys
 import traceback
 from typing import Any
 
-MARKER = "@@porter-probe@@"
+from porter.probes.protocol import emit  # porter: concatenated
+from porter.probes.torch_facts import torch_info  # porter: concatenated
+
+PARTS = ("torch_facts",)
 
 
 def main() -> None:
@@ -34,15 +36,7 @@ def main() -> None:
             out["errors"].append(f"torch not importable: {exc}")
             emit(out)
             return
-        # the same torch facts porter's other builds read; loaded by path (no sys.path change)
-        import importlib.util
-        spec = importlib.util.spec_from_file_location(
-            "_porter_torch_probe", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_probe.py"))
-        if spec is None or spec.loader is None:
-            raise ImportError("cannot load _torch_probe.py beside " + __file__)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        out["torch"] = mod.torch_info()
+        out["torch"] = torch_info()
         from op_builder.builder import OpBuilder, CUDAOpBuilder  # the tree's own builder
         if kind == "rocm":
             major, minor = sys.argv[3].split(".")[:2]
@@ -86,13 +80,4 @@ def main() -> None:
     emit(out)
 
 
-def emit(out: dict[str, Any]) -> None:
-    real = sys.__stdout__  # emit() may run inside redirect_stdout(); the document goes to the real stdout
-    if real is None:  # no stdout at all (pythonw, closed fd 1): nowhere to send the document
-        raise RuntimeError("the probe has no stdout to print its result to")
-    real.write("\n" + MARKER + "\n" + json.dumps(out) + "\n")
-    real.flush()
-
-
-if __name__ == "__main__":
-    main()
+main()

@@ -20,8 +20,15 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
+from porter.components import InstalledCheck, Recognised
 from porter.errors import ConfigError
 from porter.wheels.base import GiB, BuildPlan, Expectation, Machine, OpSpec, SourceInfo, WheelRequest, choose_jobs
+
+if TYPE_CHECKING:
+    from porter.artifacts.manifest import Manifest
+    from porter.install.env import InstalledDist
 
 CPP_GROUP_VAR = "APEX_BUILD_CPP_OPS"
 CUDA_GROUP_VAR = "APEX_BUILD_CUDA_OPS"
@@ -114,6 +121,7 @@ class ApexDriver:
             pip_args=tuple(pip_args), env=env, jobs=jobs, per_job_bytes=per_job,
             needs_torch="rocm" if tc.kind == "rocm" else None,
             expect=Expectation(modules=modules, optional=optional, prebuilt=True,
+                               host_only=tuple(op.module for op in selected if op.group == "cpp"),
                                archs=tc.arch_names if tc.kind == "rocm" else (), empty_hint=empty_hint),
             ops=selected, notes=tuple(notes))
 
@@ -251,3 +259,24 @@ def read_flag_extensions(text: str, where: str) -> tuple[OpSpec, ...]:
                     required = not nested or (prev is not None and prev.required)
                     found[name] = OpSpec(name, name, group, flag, required)
     return tuple(sorted(found.values(), key=lambda o: o.name))
+
+
+class ApexComponent:
+    """ROCm apex as a component: built by ``porter wheel apex`` with :class:`ApexDriver`."""
+
+    name = "apex"
+    title = "ROCm apex"
+    dists: tuple[str, ...] = ("apex",)
+    patch_project = ""
+    build_command = "porter wheel apex"
+    driver = ApexDriver()
+
+    def recognise(self, tree: Path) -> Recognised | None:
+        info = self.driver.detect(tree)
+        return Recognised(self.name, info.version, tree, info.regime) if info else None
+
+    def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
+        return InstalledCheck()
+
+
+APEX = ApexComponent()

@@ -1,21 +1,29 @@
-"""Run by the *target* interpreter (standard library only): prints one ``PORTER-ENV {json}`` line.
+"""Entry, run by the *target* interpreter: tags, install paths, torch (read from torch/version.py
+without importing torch) and the distributions porter cares about with their shared objects.
 
 argv[1]: JSON list of canonical distribution names to report on.
 """
-import os, sys
 
-if sys.path and os.path.abspath(sys.path[0] or '.') == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]   # porter's own folder must not shadow the target's modules
+from __future__ import annotations
 
-import json, os, re, sys, sysconfig
-import importlib.util
 import importlib.metadata as md
+import importlib.util
+import json
+import os
+import re
+import sys
+import sysconfig
+
+from porter.probes.protocol import emit  # porter: concatenated
+
+PARTS: tuple[str, ...] = ()
+
 
 want = set(json.loads(sys.argv[1]))
-out = {"executable": sys.executable, "version": list(sys.version_info[:3]),
+out: dict[str, object] = {"executable": sys.executable, "version": list(sys.version_info[:3]),
        "implementation": sys.implementation.name, "prefix": sys.prefix,
-       "paths": {k: sysconfig.get_path(k) for k in ("purelib", "platlib", "data", "scripts")}}  # type: dict[str, object]
-tags = []
+       "paths": {k: sysconfig.get_path(k) for k in ("purelib", "platlib", "data", "scripts")}}
+tags: list[str] = []
 try:
     try:
         from packaging import tags as _tags
@@ -30,11 +38,11 @@ try:
     out["pip"] = pip.__version__
 except Exception:
     out["pip"] = None
-torch = None  # type: object
+torch: object = None
 spec = importlib.util.find_spec("torch")
 if spec is not None and spec.submodule_search_locations:
     vf = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
-    ns = {}  # type: dict[str, object]
+    ns: dict[str, object] = {}
     try:
         with open(vf) as fh:
             exec(compile(fh.read(), vf, "exec"), ns)
@@ -43,7 +51,7 @@ if spec is not None and spec.submodule_search_locations:
     except Exception as exc:
         torch = {"version": None, "error": repr(exc), "path": os.path.dirname(vf)}
 out["torch"] = torch
-dists = {}
+dists: dict[str, object] = {}
 for d in md.distributions():
     name = d.metadata["Name"]
     if not name:
@@ -63,4 +71,4 @@ for d in md.distributions():
     dists[canon] = {"name": name, "version": d.version, "location": str(d.locate_file("")),
                     "shared_objects": files, "carried_manifest": carried}
 out["dists"] = dists
-print("PORTER-ENV " + json.dumps(out))
+emit(out)

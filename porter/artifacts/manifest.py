@@ -1,4 +1,4 @@
-"""Artifact manifests and the atomic writes behind every file that matters.
+"""The one typed manifest, and the one function that builds it.
 
 Every wheel porter produces gets a sidecar ``<wheel>.porter.json`` (schema below): what it was built
 for (toolchain, archs, wavefront, CPU ISA, torch), from what (source hashes) and what is inside
@@ -7,16 +7,19 @@ for (toolchain, archs, wavefront, CPU ISA, torch), from what (source hashes) and
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
+from porter import __version__
+from porter.artifacts import labels
 from porter.errors import ConfigError
+from porter.fs import atomic_write_json, sha256_file
+
+if TYPE_CHECKING:
+    from porter.toolchain.profile import Toolchain
+    from porter.torch_facts import TorchInfo
 
 SCHEMA = "porter.manifest/1"
 SUFFIX = ".porter.json"
@@ -28,6 +31,7 @@ class ExtensionEntry(TypedDict):
     sha256: str
     op: NotRequired[str]
     archs: NotRequired[list[str]]
+    host_only: NotRequired[bool]   # no device code: verify expects no code objects in it
 
 
 class OpEntry(TypedDict):
@@ -53,45 +57,42 @@ class Manifest(TypedDict):
     ops: NotRequired[list[OpEntry]]
 
 
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def target_of(tc: Toolchain, **extra: Any) -> dict[str, Any]:
+    """The one ``target`` section: what a wheel was built for."""
+    target: dict[str, Any] = {"kind": tc.kind, "archs": list(tc.arch_names), "arch_specs": list(tc.archs),
+                              "wavefront": tc.wavefront, "cpu_isa": tc.cpu_isa,
+                              "toolkit_version": tc.toolkit_version, "label": labels.make(tc)}
+    target.update(extra)
+    return target
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def build_manifest(*, component: str, version: str, tc: Toolchain, torch: TorchInfo | None, python_tag: str,
+                   sources: dict[str, str], extensions: list[ExtensionEntry], ops: list[OpEntry] | None = None,
+                   target: dict[str, Any] | None = None) -> Manifest:
+    """Every manifest porter writes (its ``wheel`` section is filled in by :func:`finish`)."""
+    manifest: Manifest = {
+        "schema": SCHEMA, "porter_version": __version__, "component": component, "version": version,
+        "wheel": {}, "python_tag": python_tag, "toolchain": tc.to_dict(),
+        "target": target_of(tc, **(target or {})),
+        "torch": torch.to_dict() if torch else {"version": None, "kind": None, "hip": None, "cuda": None},
+        "sources": dict(sources), "extensions": extensions,
+    }
+    if ops is not None:
+        manifest["ops"] = ops
+    return manifest
 
 
-@contextmanager
-def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temp path beside ``dest``; on success it replaces ``dest``, on error it is removed."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are meant to be read by others
-    try:
-        yield Path(tmp)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def carried(manifest: Manifest) -> bytes:
+    """The copy a wheel carries in its .dist-info (no ``wheel`` section: a wheel cannot hash itself)."""
+    return json.dumps({k: v for k, v in manifest.items() if k != "wheel"}, indent=2, sort_keys=True).encode()
 
 
-def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
-    with atomic_path(dest) as tmp:
-        tmp.write_bytes(data)
-
-
-def atomic_write_text(dest: str | os.PathLike[str], text: str) -> None:
-    atomic_write_bytes(dest, text.encode())
-
-
-def atomic_write_json(dest: str | os.PathLike[str], obj: Any) -> None:
-    atomic_write_text(dest, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+def write_beside(wheel: Path, manifest: Manifest) -> Path:
+    """Fill in the wheel section and write ``<wheel>.porter.json`` atomically."""
+    manifest["wheel"] = {"filename": wheel.name, "sha256": sha256_file(wheel)}
+    path = manifest_path(wheel)
+    atomic_write_json(path, manifest)
+    return path
 
 
 def manifest_path(wheel: str | os.PathLike[str]) -> Path:

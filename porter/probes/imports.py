@@ -1,23 +1,29 @@
-"""Run by the *target* interpreter (standard library only) under verify's trapped environment.
+"""Entry, run under verify's trapped environment: import each module, load DeepSpeed ops.
 
 argv[1]: JSON list of modules to import; argv[2]: JSON list of DeepSpeed ops to load through
-DeepSpeed's own op loader. Prints one ``PORTER-IMPORT {json}`` line.
+DeepSpeed's own op loader.
 """
-import os, sys
 
-if sys.path and os.path.abspath(sys.path[0] or '.') == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]   # porter's own folder must not shadow the target's modules
+from __future__ import annotations
 
-import importlib, json, sys, traceback
+import importlib
+import json
+import sys
+import traceback
+
+from porter.probes.protocol import emit  # porter: concatenated
+
+PARTS: tuple[str, ...] = ()
+
 modules, ds_ops = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-res = {}  # type: dict[str, object]
+res: dict[str, object] = {}
 for m in modules:
     try:
         importlib.import_module(m)
         res[m] = None
     except BaseException as exc:
         res[m] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-loader = {}  # type: dict[str, object]
+loader: dict[str, object] = {}
 if ds_ops:
     try:
         from deepspeed.ops.op_builder.all_ops import ALL_OPS
@@ -34,4 +40,4 @@ if ds_ops:
                     loader[op] = None
             except BaseException as exc:
                 loader[op] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-600:]
-print("PORTER-IMPORT " + json.dumps({"modules": res, "loader": loader}))
+emit({"modules": res, "loader": loader})

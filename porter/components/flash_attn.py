@@ -20,8 +20,15 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
+from porter.components import InstalledCheck, Recognised
 from porter.errors import ConfigError
 from porter.wheels.base import BACKENDS, GiB, BuildPlan, Expectation, Machine, SourceInfo, WheelRequest, choose_jobs
+
+if TYPE_CHECKING:
+    from porter.artifacts.manifest import Manifest
+    from porter.install.env import InstalledDist
 
 CK_GENERATOR = "csrc/composable_kernel/example/ck_tile/01_fmha/generate.py"
 EXTENSION = "flash_attn_2_cuda"
@@ -147,3 +154,24 @@ def allowed_archs(setup_text: str, version: str) -> tuple[str, ...]:
         if v >= Version(floor):
             return archs
     return _ALLOWED_BY_VERSION[-1][1]
+
+
+class FlashAttnComponent:
+    """FlashAttention 2 as a component: built by ``porter wheel flash-attn`` with :class:`FlashAttnDriver`."""
+
+    name = "flash-attn"
+    title = "FlashAttention"
+    dists: tuple[str, ...] = ("flash-attn",)
+    patch_project = ""
+    build_command = "porter wheel flash-attn"
+    driver = FlashAttnDriver()
+
+    def recognise(self, tree: Path) -> Recognised | None:
+        info = self.driver.detect(tree)
+        return Recognised(self.name, info.version, tree, info.regime) if info else None
+
+    def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
+        return InstalledCheck()
+
+
+FLASH_ATTN = FlashAttnComponent()

@@ -1,0 +1,169 @@
+"""The one wheel writer.
+
+Every wheel porter ships is written here: a new one (:func:`write_wheel`) or an upstream-built one
+with a new version, tag and extra files (:func:`rewrite_wheel`). Output is reproducible: entries
+sorted, dist-info last, fixed timestamps (``SOURCE_DATE_EPOCH`` when set, else 1980-01-01) and fixed
+permissions, so the same inputs give a byte-identical wheel. RECORD is computed here; file names and
+tags come from ``packaging``. The wheel appears in its folder only by an atomic rename.
+"""
+
+from __future__ import annotations
+
+import base64
+import email.parser
+import email.policy
+import hashlib
+import os
+import re
+import time
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.tags import parse_tag
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from porter import __version__
+from porter.errors import ConfigError
+from porter.fs import atomic_path
+
+Payload = bytes | Path
+EPOCH_1980 = 315532800
+
+
+def _date_time() -> tuple[int, int, int, int, int, int]:
+    raw = os.environ.get("SOURCE_DATE_EPOCH", "")
+    stamp = max(int(raw), EPOCH_1980) if raw.isdigit() else EPOCH_1980
+    return time.gmtime(stamp)[:6]
+
+
+def dist_filename_part(name: str) -> str:
+    """The distribution name as wheel file names and .dist-info folders spell it."""
+    return re.sub(r"[-_.]+", "_", canonicalize_name(name))
+
+
+def wheel_name(name: str, version: str, tag: str) -> str:
+    fname = f"{dist_filename_part(name)}-{Version(version)}-{tag}.whl"
+    parse_wheel_filename(fname)  # validates name, version and tag together
+    return fname
+
+
+@dataclass(frozen=True)
+class WheelSpec:
+    name: str
+    version: str
+    tag: str
+    """``cp311-cp311-linux_x86_64`` (compressed tag sets allowed), or ``py3-none-any``."""
+    purelib: bool = False
+
+
+def write_wheel(dest_dir: str | os.PathLike[str], spec: WheelSpec, files: Mapping[str, Payload], *,
+                metadata: bytes | None = None, summary: str = "") -> Path:
+    """Write ``files`` (archive name -> bytes or a host file) as a wheel into ``dest_dir``.
+
+    ``metadata`` is the METADATA body (its Name/Version are set here); default: a minimal one. Names
+    under ``{dist_info}/`` go into the wheel's .dist-info folder.
+    """
+    version = str(Version(spec.version))
+    tags = list(parse_tag(spec.tag))
+    if not tags:
+        raise ConfigError(f"wheel tag {spec.tag!r} names no tag")
+    dist_info = f"{dist_filename_part(spec.name)}-{version}.dist-info"
+    meta = _metadata(metadata, spec.name, version, summary)
+    wheel_txt = (f"Wheel-Version: 1.0\nGenerator: porter {__version__}\n"
+                 f"Root-Is-Purelib: {'true' if spec.purelib else 'false'}\n"
+                 + "".join(f"Tag: {t}\n" for t in tags)).encode()
+    entries: dict[str, Payload] = {}
+    for arc, payload in files.items():
+        arc = arc.replace("{dist_info}", dist_info)
+        if arc.startswith("/") or ".." in arc.split("/") or arc.endswith("/"):
+            raise ConfigError(f"wheel entry {arc!r} is not a relative file path")
+        entries[arc] = payload
+    entries[f"{dist_info}/METADATA"] = meta
+    entries[f"{dist_info}/WHEEL"] = wheel_txt
+    record_name = f"{dist_info}/RECORD"
+    entries.pop(record_name, None)
+    order = sorted(entries, key=lambda n: (n.startswith(dist_info + "/"), n))
+    fname = wheel_name(spec.name, version, spec.tag)
+    dest = Path(dest_dir) / fname
+    stamp = _date_time()
+    record: list[str] = []
+    with atomic_path(dest) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for arc in order:
+            payload = entries[arc]
+            data = payload.read_bytes() if isinstance(payload, Path) else payload
+            _add(zf, arc, data, stamp)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{_csv(arc)},sha256={digest},{len(data)}")
+        record.append(f"{_csv(record_name)},,")
+        _add(zf, record_name, ("\n".join(record) + "\n").encode(), stamp)
+    return dest
+
+
+def _csv(name: str) -> str:
+    return f'"{name}"' if "," in name or '"' in name else name
+
+
+def _add(zf: zipfile.ZipFile, arc: str, data: bytes, stamp: tuple[int, int, int, int, int, int]) -> None:
+    info = zipfile.ZipInfo(arc, date_time=stamp)
+    mode = 0o755 if arc.endswith(".so") or ".so." in arc.rsplit("/", 1)[-1] else 0o644
+    info.external_attr = (0o100000 | mode) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    zf.writestr(info, data)
+
+
+def _metadata(body: bytes | None, name: str, version: str, summary: str) -> bytes:
+    if body is None:
+        text = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        return (text + (f"Summary: {summary}\n" if summary else "")).encode()
+    text = body.decode("utf-8")
+    head, sep, rest = text.partition("\n\n")
+    head = re.sub(r"(?m)^Version: .*$", f"Version: {version}", head, count=1)
+    if not re.search(r"(?m)^Version: ", head):
+        head += f"\nVersion: {version}"
+    return (head + sep + rest).encode()
+
+
+@dataclass(frozen=True)
+class WheelIn:
+    """A wheel read back: its name, version and entries (RECORD and signatures dropped)."""
+
+    name: str
+    version: str
+    dist_info: str
+    files: dict[str, bytes]
+
+    @property
+    def metadata(self) -> bytes:
+        return self.files[f"{self.dist_info}/METADATA"]
+
+
+def read_wheel(path: str | os.PathLike[str]) -> WheelIn:
+    with zipfile.ZipFile(path) as zf:
+        names = [n for n in zf.namelist() if not n.endswith("/")]
+        infos = sorted({n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")})
+        if len(infos) != 1:
+            raise ConfigError(f"{path}: expected one .dist-info folder, found {len(infos)}")
+        dist_info = infos[0]
+        files = {n: zf.read(n) for n in names
+                 if n not in (f"{dist_info}/RECORD", f"{dist_info}/RECORD.jws", f"{dist_info}/RECORD.p7s")}
+    msg = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(files[f"{dist_info}/METADATA"])
+    return WheelIn(str(msg["Name"]), str(msg["Version"]), dist_info, files)
+
+
+def rewrite_wheel(src: str | os.PathLike[str], dest_dir: str | os.PathLike[str], *, version: str, tag: str,
+                  purelib: bool = False, add: Mapping[str, Payload] | None = None,
+                  edit: Callable[[str, bytes], bytes] | None = None) -> Path:
+    """``src`` written anew into ``dest_dir`` with another version (its .dist-info renamed), tag and
+    purelib flag, ``edit(name, data)`` applied to each upstream entry, and ``add`` entries added."""
+    w = read_wheel(src)
+    files: dict[str, Payload] = {}
+    for name, data in w.files.items():
+        if name in (f"{w.dist_info}/WHEEL", f"{w.dist_info}/METADATA"):
+            continue
+        new = "{dist_info}" + name[len(w.dist_info):] if name.startswith(w.dist_info + "/") else name
+        files[new] = edit(name, data) if edit else data
+    files.update(add or {})
+    return write_wheel(dest_dir, WheelSpec(w.name, version, tag, purelib), files, metadata=w.metadata)

@@ -1,0 +1,61 @@
+"""Megatron-DeepSpeed: ported by :mod:`porter.port` (``porter port megatron-deepspeed``).
+
+What porter knows about the tree: its fused softmax kernels (``megatron/fused_kernels``, each a
+``<name>.cpp`` + ``<name>_cuda.cu`` pair that Megatron JIT-builds on rank 0 and imports as the
+top-level module ``<name>_cuda``), the device flags Megatron's own loader passes, its patch sets,
+and the distribution the prebuilt kernels ship as.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from porter.components import InstalledCheck, Recognised
+
+if TYPE_CHECKING:
+    from porter.artifacts.manifest import Manifest
+    from porter.install.env import InstalledDist
+
+KERNEL_DIR = "megatron/fused_kernels"
+KERNELS = ("scaled_upper_triang_masked_softmax", "scaled_masked_softmax", "scaled_softmax")
+DIST = "megatron-fused-kernels"
+PACKAGE_INFO = "megatron/core/package_info.py"
+
+# Device-code flags Megatron's own loader passes (facts read from upstream's fused_kernels/__init__.py).
+ROCM_FLAGS = ("-O3", "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1")
+CUDA_FLAGS = ("-O3", "--use_fast_math", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+              "--expt-relaxed-constexpr", "--expt-extended-lambda")
+
+
+def is_tree(tree: Path) -> bool:
+    return (tree / KERNEL_DIR / "__init__.py").is_file() and all(
+        (tree / KERNEL_DIR / f"{k}_cuda.cu").is_file() for k in KERNELS)
+
+
+def tree_version(tree: Path) -> str:
+    """MAJOR.MINOR.PATCH from megatron/core/package_info.py; '' when the tree has no such file."""
+    info = tree / PACKAGE_INFO
+    if not info.is_file():
+        return ""
+    text = info.read_text(errors="replace")
+    parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.M) for k in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) for m in parts if m) if all(parts) else ""
+
+
+class MegatronComponent:
+    name = "megatron-deepspeed"
+    title = "Megatron-DeepSpeed"
+    dists: tuple[str, ...] = (DIST,)
+    patch_project = "megatron-deepspeed"
+    build_command = "porter port megatron-deepspeed"
+
+    def recognise(self, tree: Path) -> Recognised | None:
+        return Recognised(self.name, tree_version(tree), tree) if is_tree(tree) else None
+
+    def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
+        return InstalledCheck()
+
+
+MEGATRON = MegatronComponent()

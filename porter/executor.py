@@ -1,0 +1,185 @@
+"""Where commands run: the host, a chroot, or a container (apptainer / singularity).
+
+An :class:`Executor` owns the three things that differ between them, and nothing else does:
+
+- the argv prefix (``chroot ROOT``, ``apptainer exec --bind W:W IMAGE``);
+- the mapping from host paths to the paths the launched programs see (``inside``), and the files
+  porter must make visible there (``visible``: work files live under ``work_root``, anything else a
+  command needs is copied into ``work_root/staged`` once, keyed by its host path);
+- what the root needs before anything runs there (``preflight``: a chroot whose compiler reads
+  ``/proc/self/exe`` needs /proc mounted).
+
+Host paths are :class:`pathlib.Path`; paths as the launched programs see them are plain ``str``
+(POSIX), so the two cannot be mixed up silently. Every toolchain program and every build python is
+run through one executor: the toolchain's (:func:`for_toolchain`), or :data:`HOST`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+from porter.errors import ConfigError, ToolError
+
+Kind = Literal["host", "chroot", "container", "prefix"]
+CONTAINER_RUNTIMES = ("apptainer", "singularity")
+STAGED = "staged"
+_DONE = ".porter-staged"
+
+
+@dataclass(frozen=True)
+class Executor:
+    kind: Kind = "host"
+    prefix: tuple[str, ...] = ()
+    """argv prefix (empty on the host)."""
+    root: Path | None = None
+    """chroot: the host path of the root. Other kinds: None."""
+    work_root: Path | None = None
+    """Host folder for porter's work files that the launched programs see under the same name
+    (container: bound at its own path) or under ``inside()`` (chroot). None on the host (any path)."""
+    needs_proc: bool = False
+    """The programs read /proc (hipcc 7 resolves its own path through /proc/self/exe)."""
+    setup: str = ""
+    """The command that makes this root (named in errors): ``make chroot-trixie``."""
+    binds: tuple[str, ...] = field(default=())
+
+    # -- commands --------------------------------------------------------------------------------
+    def argv(self, program: str, *args: str) -> list[str]:
+        """A command for a program that lives where this executor runs things."""
+        return [*self.prefix, program, *args]
+
+    def describe(self) -> str:
+        if self.kind == "host":
+            return "the host"
+        if self.kind == "chroot":
+            return f"the chroot {self.root}"
+        return " ".join(self.prefix)
+
+    # -- paths -----------------------------------------------------------------------------------
+    def sees(self, host_path: str | os.PathLike[str]) -> bool:
+        """Whether the launched programs see ``host_path`` without staging."""
+        if self.kind in ("host", "prefix"):
+            return True
+        p = Path(os.path.abspath(host_path))
+        if self.kind == "chroot":
+            assert self.root is not None
+            return p.is_relative_to(Path(os.path.abspath(self.root)))
+        return self.work_root is not None and p.is_relative_to(Path(os.path.abspath(self.work_root)))
+
+    def inside(self, host_path: str | os.PathLike[str]) -> str:
+        """The path the launched programs see for a host path they can see (else ConfigError)."""
+        p = Path(os.path.abspath(host_path))
+        if self.kind != "chroot":
+            if not self.sees(p):
+                raise ConfigError(f"{p} is not visible in {self.describe()}",
+                                  hint=f"put it under {self.work_root} (porter does this for its own files)")
+            return str(p)
+        assert self.root is not None
+        root = Path(os.path.abspath(self.root))
+        if not p.is_relative_to(root):
+            raise ConfigError(f"{p} is not inside the chroot {root}",
+                              hint="porter stages files it needs into the root; pass paths under the root")
+        return str(PurePosixPath("/") / p.relative_to(root))
+
+    def staged_path(self, host_path: str | os.PathLike[str]) -> Path:
+        """Where ``host_path`` goes when staged: ``work_root/staged/<hash>-<name>``."""
+        assert self.work_root is not None
+        p = os.path.abspath(host_path)
+        key = hashlib.sha256(p.encode()).hexdigest()[:12]
+        return self.work_root / STAGED / f"{key}-{os.path.basename(p.rstrip('/')) or 'root'}"
+
+    def visible(self, host_path: str | os.PathLike[str], *, stage: bool = True) -> str:
+        """The path the launched programs use for ``host_path``: itself if they see it, else a copy
+        staged under ``work_root`` (made once; ``stage=False`` only names it: dry runs write nothing)."""
+        if self.sees(host_path):
+            return self.inside(host_path)
+        src = Path(os.path.abspath(host_path))
+        dest = self.staged_path(src)
+        if stage and not (dest / _DONE).is_file() and not (dest.is_file() and src.is_file()):
+            if not src.exists():
+                raise ConfigError(f"cannot stage {src} into {self.describe()}: it does not exist")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            if src.is_dir():
+                shutil.copytree(src, tmp, symlinks=True)
+                (tmp / _DONE).write_text(str(src) + "\n")
+                shutil.rmtree(dest, ignore_errors=True)
+            else:
+                shutil.copy2(src, tmp)
+            os.replace(tmp, dest)
+        return self.inside(dest)
+
+    def work_dir(self, host_default: Path) -> Path:
+        """The host folder for porter's work files of a build: ``host_default`` on the host, else
+        the same layout under ``work_root`` (inside the chroot / bound into the container)."""
+        if self.work_root is None:
+            return host_default
+        return self.work_root
+
+    # -- readiness -------------------------------------------------------------------------------
+    def preflight(self) -> None:
+        """Refuse, with the command that fixes it, a root that cannot run the toolchain."""
+        if self.kind != "chroot":
+            return
+        assert self.root is not None
+        fix = self.setup or "create the chroot"
+        if not self.root.is_dir():
+            raise ToolError(f"chroot {self.root} does not exist", hint=f"run '{fix}' (or fix the profile's launcher)")
+        if self.needs_proc and not (self.root / "proc" / "self").exists():
+            raise ToolError(f"chroot {self.root} has no /proc mounted; this compiler reads /proc/self/exe "
+                            "and fails without it",
+                            hint=f"run 'mount -t proc proc {self.root}/proc' as root (or '{fix}', which mounts it)")
+
+
+HOST = Executor()
+
+
+def make_executor(launcher: tuple[str, ...], launcher_root: str = "", *, work_root: Path | None = None,
+                  needs_proc: bool = False, setup: str = "") -> Executor:
+    """An executor from a profile's ``launcher`` (argv prefix) and ``launcher_root``."""
+    if not launcher:
+        return HOST
+    if launcher[0] == "chroot" or os.path.basename(launcher[0]) == "chroot":
+        if len(launcher) != 2:
+            raise ConfigError(f"launcher {list(launcher)!r}: a chroot launcher is [\"chroot\", ROOT]")
+        root = Path(launcher[1])
+        if launcher_root and os.path.abspath(launcher_root) != os.path.abspath(root):
+            raise ConfigError(f"launcher_root {launcher_root} differs from the chroot {root}",
+                              hint="leave launcher_root out for a chroot: the root is the chroot's folder")
+        return Executor("chroot", tuple(launcher), root, root / "var" / "cache" / "porter",
+                        needs_proc=needs_proc, setup=setup)
+    if os.path.basename(launcher[0]) in CONTAINER_RUNTIMES:
+        if len(launcher) < 3 or launcher[1] != "exec":
+            raise ConfigError(f"launcher {list(launcher)!r}: a container launcher is "
+                              "[\"apptainer\", \"exec\", (options...), IMAGE]")
+        if work_root is None:
+            raise ConfigError("a container executor needs a work folder to bind")
+        wr = str(work_root)
+        prefix = (launcher[0], "exec", "--bind", f"{wr}:{wr}", *launcher[2:])
+        return Executor("container", prefix, None, work_root, binds=(wr,))
+    # any other prefix (a wrapper script): with launcher_root, paths map like a chroot's
+    if launcher_root:
+        root = Path(launcher_root)
+        return Executor("chroot", tuple(launcher), root, root / "var" / "cache" / "porter",
+                        needs_proc=needs_proc, setup=setup)
+    return Executor("prefix", tuple(launcher))
+
+
+def build_python(executor: Executor, profile_python: str = "", python: str | None = None) -> tuple[Executor, str]:
+    """Where the build python runs, and its path as seen there.
+
+    ``--python`` (or ``PORTER_PYTHON``) and a profile's ``python`` name an interpreter *as the
+    toolchain's executor sees it*, in every command. With neither, porter's own interpreter runs on the
+    host, and files it names are staged into the executor's root when a command there needs them.
+    """
+    import sys
+
+    chosen = python or os.environ.get("PORTER_PYTHON") or profile_python
+    if chosen:
+        return executor, chosen
+    return HOST, sys.executable

@@ -1,0 +1,110 @@
+"""Files that matter: atomic writes (a temp file *beside* its destination, then a rename), hashes,
+porter's cache folder, and writability judged by trying.
+
+A temp file beside the destination is on the same filesystem, so the final ``os.replace`` never
+crosses devices (``TMPDIR=/dev/shm`` on a login node is the usual way to hit EXDEV otherwise).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from porter.errors import ConfigError
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def cache_dir() -> Path:
+    """porter's cache: ``$PORTER_CACHE_DIR``, else ``$XDG_CACHE_HOME/porter``, else ``~/.cache/porter``."""
+    base = os.environ.get("PORTER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "porter")
+    return Path(base)
+
+
+@contextmanager
+def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temp path beside ``dest``; on success it replaces ``dest``, on error it is removed."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are meant to be read by others
+    try:
+        yield Path(tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_dir(dest: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield an empty temp folder beside ``dest``; on success it becomes ``dest`` (an existing ``dest``
+    is replaced), on error it is removed and ``dest`` is left as it was."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        yield tmp
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+            os.replace(dest, old / "d")
+            os.replace(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
+    with atomic_path(dest) as tmp:
+        tmp.write_bytes(data)
+
+
+def atomic_write_text(dest: str | os.PathLike[str], text: str) -> None:
+    atomic_write_bytes(dest, text.encode())
+
+
+def atomic_write_json(dest: str | os.PathLike[str], obj: Any) -> None:
+    atomic_write_text(dest, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def ensure_writable_dir(path: str | os.PathLike[str], *, what: str = "output folder",
+                        option: str = "-o") -> Path:
+    """Create ``path`` if needed and prove it writable by writing a file in it (mode bits lie: root
+    writes into a 0555 folder, a read-only mount refuses even root). Raises ConfigError naming it."""
+    p = Path(path)
+    hint = f"pass {option} with a folder you can write"
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the {what} {p}: {exc.strerror}", hint=hint) from None
+    if not p.is_dir():
+        raise ConfigError(f"the {what} {p} is not a folder", hint=hint)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".porter-write-test.", dir=p)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"the {what} {p} is not writable: {exc.strerror}", hint=hint) from None
+    return p

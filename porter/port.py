@@ -1,0 +1,270 @@
+"""``porter port megatron-deepspeed``: one command from an upstream tree to a ROCm-ready tree.
+
+Steps, in order: check everything (tree, output, toolchain root, the build python's torch), copy
+the tree beside OUT (unless in place), hipify the fused kernels (ROCm profiles), apply the
+``megatron-deepspeed/rocm`` patch set (:mod:`porter.patching`: text edits only), plan the fused
+softmax kernels as one ninja graph (:mod:`ops_prebuild`'s planner), compile them and package one wheel
+(``megatron-fused-kernels``, top-level modules as Megatron imports them) with its manifest; then OUT
+appears by one rename. A torch of another kind than the profile's is refused before any work (a dry
+run prints the plan and the refusal); ``--no-kernels`` ports the tree without building the kernels.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from porter import __version__
+from porter.artifacts import labels
+from porter.artifacts.labels import with_label
+from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, manifest_path, write_beside
+from porter.artifacts.wheelfile import Payload, WheelSpec, write_wheel
+from porter.components.megatron import CUDA_FLAGS, DIST, KERNEL_DIR, KERNELS, ROCM_FLAGS, is_tree
+from porter.errors import CheckFailed, ConfigError, PorterError
+from porter.executor import build_python
+from porter.fs import atomic_write_json, atomic_write_text, cache_dir, ensure_writable_dir
+from porter.log import Logger, quiet_logger
+from porter.patching import PatchFailed, apply
+from porter.patching.model import load_shipped
+from porter.patching.engine import failure_message, plan as patch_plan
+from porter.run import Runner
+from porter.toolchain.profile import Toolchain, toolchain_env
+from porter.torch_facts import TorchInfo, need_for, probe_torch, refusal
+from ops_prebuild.build import OpResult, run_ninja
+from ops_prebuild.catalogue import Catalogue, OpSpec
+from ops_prebuild.plan import Plan, make_plan
+from ops_prebuild.source import Source
+
+PORT_RECORD = ".porter/port.json"
+
+
+@dataclass
+class PortResult:
+    source: Path
+    out: Path
+    toolchain: str
+    version: str
+    hipified: list[str] = field(default_factory=list)
+    patched: list[str] = field(default_factory=list)
+    patch_results: list[dict[str, Any]] = field(default_factory=list)
+    plan: Plan | None = None
+    refusal: PorterError | None = None
+    """Dry run only: why a real run here would be refused before any work."""
+    kernels: bool = True
+    built: list[dict[str, Any]] = field(default_factory=list)
+    wheel: Path | None = None
+    manifest: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": str(self.source), "out": str(self.out), "toolchain": self.toolchain,
+                "version": self.version, "hipified": self.hipified, "patched": self.patched,
+                "patch_results": self.patch_results, "kernels": self.kernels,
+                "refusal": self.refusal.message if self.refusal else None,
+                "plan": self.plan.to_dict() if self.plan is not None else None, "built": self.built,
+                "wheel": str(self.wheel) if self.wheel else None,
+                "manifest": str(self.manifest) if self.manifest else None}
+
+
+def check_tree(tree: Path) -> Path:
+    if not tree.is_dir():
+        raise ConfigError(f"tree not found: {tree}", hint="pass the top folder of a Megatron-DeepSpeed checkout")
+    tree = tree.resolve()
+    if not is_tree(tree):
+        raise ConfigError(f"{tree} is not a Megatron-DeepSpeed tree (no {KERNEL_DIR}/ with the softmax kernels)",
+                          hint="pass the top folder of a Megatron-DeepSpeed checkout")
+    return tree
+
+
+def output_dir(tree: Path, out: Path | None, in_place: bool, toolchain: Toolchain) -> Path:
+    """Where the ported tree goes: TREE itself (in place), or OUT (default TREE-<profile>), checked."""
+    tree = check_tree(tree)
+    if in_place:
+        if out is not None and out.resolve() != tree:
+            raise ConfigError("--in-place and -o exclude each other", hint="drop one of them")
+        return tree
+    dest = (out if out is not None else tree.with_name(f"{tree.name}-{toolchain.name}")).resolve()
+    if dest == tree or dest.is_relative_to(tree):
+        raise ConfigError(f"output {dest} is the tree or inside it", hint="put the ported copy next to the tree")
+    if dest.exists() and not (dest / PORT_RECORD).is_file():
+        raise ConfigError(f"{dest} exists and was not written by porter port",
+                          hint="pass a new -o folder, or remove this one")
+    return dest
+
+
+def prepare_tree(tree: Path, out: Path | None, in_place: bool, toolchain: Toolchain) -> Path:
+    """Copy TREE to OUT (atomically) and return it; in place: TREE. A re-run reuses its own port."""
+    dest = output_dir(tree, out, in_place, toolchain)
+    if in_place or dest.exists():
+        return dest
+    ensure_writable_dir(dest.parent, what="parent folder of the ported tree")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        shutil.copytree(tree.resolve(), tmp / "t", symlinks=True)
+        atomic_write_json(tmp / "t" / PORT_RECORD, {"source": str(tree.resolve()), "porter_version": __version__})
+        os.replace(tmp / "t", dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def kernel_ops(tc: Toolchain) -> list[OpSpec]:
+    """The three fused softmax kernels as ops_prebuild OpSpecs (top-level modules).
+
+    No -std here: the planner adds the C++ standard the build torch's headers need.
+    """
+    includes: tuple[str, ...] = (KERNEL_DIR,)
+    if tc.kind == "rocm":
+        nvcc: tuple[str, ...] = ROCM_FLAGS
+    else:
+        gencode = tuple(f"-gencode=arch=compute_{t.name[3:]},code={t.name}" for t in tc.targets)
+        nvcc = (*CUDA_FLAGS, *gencode)
+        if tc.root:  # the .cpp halves include cuda_fp16.h, compiled by the host compiler
+            includes += (f"{tc.root}/include",)
+    return [OpSpec(name=f"{k}_cuda", builder="megatron.fused_kernels", build_var="", module=f"{k}_cuda",
+                   sources=(f"{KERNEL_DIR}/{k}.cpp", f"{KERNEL_DIR}/{k}_cuda.cu"), include_paths=includes,
+                   device=True, compatible=True, cxx_args=("-O3",), nvcc_args=nvcc)
+            for k in KERNELS]
+
+
+def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.PathLike[str] | None = None,
+                  in_place: bool = False, wheelhouse: str | os.PathLike[str] | None = None,
+                  python: str | None = None, jobs: int | None = None, dry_run: bool = False,
+                  kernels: bool = True, target_version: str | None = None, log: Logger | None = None,
+                  runner: Runner | None = None) -> PortResult:
+    log = log or quiet_logger()
+    runner = runner or Runner(log)
+    if tc.kind not in ("rocm", "cuda"):
+        raise ConfigError(f"toolchain {tc.name} is a {tc.kind} profile; the fused kernels are GPU code",
+                          hint="pass a rocm profile (frontier, lumi-g, mi300x, debian-rocm, ...) or a cuda one")
+    src = check_tree(Path(tree))
+    dest = output_dir(src, Path(out) if out is not None else None, in_place, tc)
+    pset = load_shipped("megatron-deepspeed", "rocm")
+    ex = tc.executor
+    py_ex, python = build_python(ex, tc.python, python)
+    torch_info: TorchInfo | None = None
+    refused: PorterError | None = None
+    if kernels:
+        torch_info = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
+        refused = refusal(need_for(tc.kind), torch_info, python,
+                          what=f"building Megatron's fused kernels for {tc.name}")
+        try:
+            ex.preflight()
+        except PorterError as exc:
+            refused = refused or exc
+    if dry_run:
+        pp = patch_plan(src, [pset], target_version=target_version)  # checked against the tree; nothing written
+        if pp.failed:
+            raise PatchFailed(failure_message(pp.failed), pp.failed)
+        result = PortResult(src, dest, tc.name, pp.sets[0].version, patched=[c.path for c in pp.changes],
+                            patch_results=[r.to_dict() for r in pp.sets[0].results], kernels=kernels,
+                            refusal=refused)
+        if torch_info is not None:
+            with log.step("planning the fused kernels"):
+                result.plan = _plan(dest, tc, torch_info, result.version, stage=False)
+            if refused is not None:
+                result.plan.notes.append(f"a real run here would be refused: {refused.message}")
+        return result
+    if refused is not None:
+        raise refused
+    if kernels:
+        if wheelhouse is None:
+            raise ConfigError("building the fused kernels needs --wheelhouse DIR",
+                              hint="pass --wheelhouse ./wheelhouse, or --no-kernels to port the tree only")
+        ensure_writable_dir(Path(wheelhouse), option="--wheelhouse")
+    if in_place:
+        work = dest
+        return _port_into(work, src, dest, tc, pset, torch_info, wheelhouse, jobs, target_version, log, runner)
+    ensure_writable_dir(dest.parent, what="parent folder of the ported tree")
+    with log.step("copying the tree"):
+        staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        work = staging / "t"
+        shutil.copytree(dest if dest.exists() else src, work, symlinks=True)
+        atomic_write_json(work / PORT_RECORD, {"source": str(src), "porter_version": __version__})
+        result = _port_into(work, src, dest, tc, pset, torch_info, wheelhouse, jobs, target_version, log, runner)
+        if dest.exists():  # a re-run: the earlier port is replaced in one step
+            old = staging / "old"
+            os.replace(dest, old)
+        os.replace(work, dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
+def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, pset: Any, torch_info: TorchInfo | None,
+               wheelhouse: str | os.PathLike[str] | None, jobs: int | None, target_version: str | None,
+               log: Logger, runner: Runner) -> PortResult:
+    result = PortResult(src, dest, tc.name, "", kernels=torch_info is not None)
+    if tc.kind == "rocm":
+        from porter.hipify import engine as hip
+
+        with log.step(f"hipifying {KERNEL_DIR}"):
+            report = hip.hipify_tree(work / KERNEL_DIR, in_place=True, log=log, use_cache=False)
+        result.hipified = [f"{KERNEL_DIR}/{f.path}" for f in report.written]
+        for finding in report.unsupported:
+            log.warn(f"no HIP equivalent: {KERNEL_DIR}/{finding.path}:{finding.line}: {finding.identifier}")
+    with log.step(f"applying {pset.ref}"):
+        done = apply(work, [pset], target_version=target_version)
+    result.version = done.plan.sets[0].version
+    result.patched = list(done.changed)
+    result.patch_results = [r.to_dict() for r in done.plan.sets[0].results]
+    if torch_info is None:
+        return result
+    with log.step("planning the fused kernels"):
+        plan = _plan(work, tc, torch_info, result.version, stage=True)
+    result.plan = plan
+    from porter.resources import default_jobs
+
+    plan.build_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(plan.build_dir / "build.ninja", plan.ninja())
+    ops = run_ninja(plan, jobs or default_jobs(6 << 30), runner=runner, log=log, env=toolchain_env(tc))
+    result.built = [o.__dict__ for o in ops]
+    failed = [o for o in ops if o.status == "failed"]
+    if failed:
+        raise CheckFailed(f"fused kernel(s) failed to build: {', '.join(o.name for o in failed)}; "
+                          "no wheel was written and the output folder was left as it was",
+                          hint=f"read the logs: {', '.join(o.log for o in failed)}")
+    assert wheelhouse is not None
+    with log.step("packaging the fused kernels"):
+        result.wheel, result.manifest = package_kernels(ops, tc, torch_info, result.version, Path(wheelhouse),
+                                                        source=str(src))
+    return result
+
+
+def _plan(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, stage: bool) -> Plan:
+    cat = Catalogue(source=Source("megatron-deepspeed", version or "0", work, str(work)), torch=torch_info,
+                    accelerator="cuda", ops=tuple(kernel_ops(tc)))
+    key = labels.make(tc)
+    build_dir = tc.executor.work_dir(cache_dir()) / "port" / f"{work.name}-{tc.name}-{key}" \
+        if tc.executor.kind != "host" else work / ".porter" / "build" / tc.name
+    return make_plan(cat, tc, list(cat.ops), build_dir, stage=stage)
+
+
+def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, version: str, wheelhouse: Path, *,
+                    source: str) -> tuple[Path, Path]:
+    """One wheel with the three top-level extension modules, and its porter manifest beside it."""
+    full_version = with_label(version or "0", labels.make(tc))
+    tag = f"{torch_info.python_tag}-{torch_info.python_tag}-{torch_info.platform_tag}"
+    entries: list[ExtensionEntry] = [{"module": o.name, "path": Path(o.so).name, "sha256": o.sha256, "op": o.name,
+                                      "archs": list(tc.arch_names)} for o in ops]
+    manifest = build_manifest(
+        component="megatron-deepspeed", version=full_version, tc=tc, torch=torch_info,
+        python_tag=torch_info.python_tag, sources={"origin": source, "version": version}, extensions=entries,
+        ops=[{"name": o.name, "status": o.status, "seconds": round(o.seconds, 2), "log": o.log} for o in ops])
+    files: dict[str, Payload] = {Path(o.so).name: Path(o.so) for o in ops}
+    files["{dist_info}/porter.json"] = carried(manifest)
+    with tempfile.TemporaryDirectory(prefix=".porter-", dir=wheelhouse) as tmpdir:
+        tmp = write_wheel(tmpdir, WheelSpec(DIST, full_version, tag), files,
+                          summary="Megatron-DeepSpeed fused softmax kernels, prebuilt by porter")
+        dest = wheelhouse / tmp.name
+        mpath = write_beside(tmp, manifest)
+        os.replace(mpath, manifest_path(dest))
+        os.replace(tmp, dest)
+    return dest, manifest_path(dest)
+
+
+__all__ = ["PortResult", "kernel_ops", "output_dir", "package_kernels", "port_megatron", "prepare_tree"]
