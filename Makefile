@@ -5,10 +5,12 @@ CUDA_VENV   ?= .venv-cuda
 TORCH_CPU   ?= torch==2.13.0
 TORCH_CUDA  ?= torch==2.14.1
 TRIXIE_ROOT ?= $(or $(PORTER_TRIXIE_ROOT),/var/lib/porter/trixie-rocm)
+ROCM7_ROOT  ?= $(or $(PORTER_ROCM7_ROOT),/var/lib/porter/sid-rocm7)
 PY          := $(VENV)/bin/python
 export HIP_PLATFORM := amd
 
 .PHONY: help venv demo test test-unit test-integration typecheck rocm-debian chroot-trixie cuda-venv clean
+.PHONY: chroot-rocm7
 
 help:
 	@echo "make demo           install porter in $(VENV); prebuild DeepSpeed's CPU ops into ./wheelhouse;"
@@ -16,6 +18,7 @@ help:
 	@echo "make test           run all tests (unit + integration)"
 	@echo "make rocm-debian    apt-get install Debian 12's hipcc (HIP 5.2.3)"
 	@echo "make chroot-trixie  debootstrap a Debian trixie chroot with ROCm 5.7.1 at $(TRIXIE_ROOT)"
+	@echo "make chroot-rocm7   debootstrap a Debian sid chroot with ROCm 7.2 (experimental) at $(ROCM7_ROOT)"
 	@echo "make cuda-venv      a venv with the CUDA build of torch ($(TORCH_CUDA)) for the cuda tier"
 
 $(VENV)/.stamp: pyproject.toml setup.py
@@ -65,6 +68,31 @@ chroot-trixie:
 	  debootstrap --variant=minbase trixie "$(TRIXIE_ROOT)" >/dev/null && \
 	  chroot "$(TRIXIE_ROOT)" apt-get install -y -qq hipcc libamdhip64-dev rocm-device-libs-17 g++ >/dev/null && \
 	  echo "trixie chroot ready at $(TRIXIE_ROOT)"; fi
+
+# ROCm 7.2 (hipcc 7, clang 22: gfx90a, gfx942, gfx950) from Debian experimental on top of sid, used
+# through the debian-rocm7 profile's launcher. The experimental line reuses the mirror debootstrap wrote
+# into the chroot's own sources.list. Release files of sid/experimental may be past Valid-Until on a
+# snapshot mirror, hence Check-Valid-Until=false. hipcc 7 resolves its own path through /proc/self/exe,
+# so /proc is mounted on every run (a reboot unmounts it), also when the chroot already exists.
+ROCM7_APT      := apt-get -o Acquire::Check-Valid-Until=false
+ROCM7_PACKAGES ?= hipcc libamdhip64-dev rocm-device-libs-21 g++ librccl-dev libhipblaslt-dev librocblas-dev \
+                  libhipblas-dev librocthrust-dev libhipcub-dev rocminfo
+
+chroot-rocm7:
+	@set -e; root="$(ROCM7_ROOT)"; \
+	if [ -x "$$root/usr/bin/hipcc" ]; then echo "sid ROCm 7 chroot already at $$root"; else \
+	  command -v debootstrap >/dev/null 2>&1 || { apt-get update -qq; apt-get install -y -qq debootstrap; }; \
+	  if [ ! -f "$$root/etc/apt/sources.list" ] || [ -d "$$root/debootstrap" ]; then \
+	    mkdir -p "$$root"; debootstrap --variant=minbase sid "$$root" >/dev/null; fi; \
+	  mirror=$$(awk '$$1 == "deb" && $$3 == "sid" { print $$2; exit }' "$$root/etc/apt/sources.list"); \
+	  [ -n "$$mirror" ] || { echo "no 'deb MIRROR sid' line in $$root/etc/apt/sources.list" >&2; exit 1; }; \
+	  echo "deb $$mirror experimental main" > "$$root/etc/apt/sources.list.d/experimental.list"; \
+	  [ -e "$$root/proc/self" ] || mount -t proc proc "$$root/proc"; \
+	  chroot "$$root" $(ROCM7_APT) update -qq; \
+	  DEBIAN_FRONTEND=noninteractive chroot "$$root" $(ROCM7_APT) install -y -qq -t experimental \
+	    $(ROCM7_PACKAGES) >/dev/null; \
+	  echo "sid ROCm 7 chroot ready at $$root"; fi; \
+	[ -e "$$root/proc/self" ] || mount -t proc proc "$$root/proc"
 
 $(CUDA_VENV)/.stamp: pyproject.toml setup.py
 	$(PYTHON) -m venv $(CUDA_VENV)

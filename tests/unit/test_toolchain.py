@@ -11,7 +11,8 @@ from porter.errors import ConfigError
 from porter.toolchain.archs import parse_target, wavefront_of
 from porter.toolchain.profile import Toolchain, load_toolchain, preset_names
 
-PRESETS = {"frontier", "lumi-g", "mi300x", "debian-rocm", "debian-trixie-rocm", "cuda-h100", "cpu"}
+PRESETS = {"frontier", "lumi-g", "mi300x", "mi355x", "debian-rocm", "debian-trixie-rocm", "debian-rocm7", "cuda-h100",
+           "cpu"}
 
 
 def test_all_required_presets_ship_and_load() -> None:
