@@ -101,7 +101,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             if source is None:
                 scratch = cache
                 if dry_run:  # a dry run downloads and unpacks into a temp folder, never into the cache
-                    parent = cache if ex.kind != "host" and cache.is_dir() else None
+                    parent = cache if py_ex.kind != "host" and cache.is_dir() else None  # its python sees it
                     scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="porter-dry-", dir=parent)))
                 source = resolve_source(source_spec, runner=runner, cache=scratch)
             cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose), executor=py_ex)

@@ -147,6 +147,13 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     py_ex, python = build_python(ex, tc.python, python)
     torch_info: TorchInfo | None = None
     refused: PorterError | None = None
+    if kernels and not dry_run:
+        if wheelhouse is None:
+            raise ConfigError("building the fused kernels needs --wheelhouse DIR",
+                              hint="pass --wheelhouse ./wheelhouse, or --no-kernels to port the tree only")
+        ensure_writable_dir(Path(wheelhouse), what="wheelhouse")
+    if not dry_run and not in_place:
+        ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest")
     if kernels:
         torch_info = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
         refused = refusal(need_for(tc.kind), torch_info, python,
@@ -170,15 +177,9 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         return result
     if refused is not None:
         raise refused
-    if kernels:
-        if wheelhouse is None:
-            raise ConfigError("building the fused kernels needs --wheelhouse DIR",
-                              hint="pass --wheelhouse ./wheelhouse, or --no-kernels to port the tree only")
-        ensure_writable_dir(Path(wheelhouse), option="--wheelhouse")
     if in_place:
         work = dest
         return _port_into(work, src, dest, tc, pset, torch_info, wheelhouse, jobs, target_version, log, runner)
-    ensure_writable_dir(dest.parent, what="parent folder of the ported tree")
     with log.step("copying the tree"):
         staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:

@@ -27,6 +27,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
+def _hermetic_porter_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No PORTER_* setting of the caller's shell (PORTER_ARCHS, PORTER_TOOLCHAIN, ...) reaches a test;
+    the test-suite's own knobs (which chroot, which CUDA python, require-all) stay."""
+    keep = {"PORTER_REQUIRE_ALL", "PORTER_TRIXIE_ROOT", "PORTER_ROCM7_ROOT", "PORTER_CUDA_PYTHON",
+            "PORTER_TEST_CACHE"}
+    for name in list(os.environ):
+        if name.startswith("PORTER_") and name not in keep:
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
 def _no_subprocess_in_unit_tests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if "tests/unit" not in str(request.node.path).replace(os.sep, "/"):
         return
