@@ -46,7 +46,11 @@ def list_cmd(project: str | None, as_json: bool) -> None:
         for set_name in proj.sets:
             s = load_shipped(name, set_name)
             rows.append({"set": s.ref, "description": s.description, "versions": s.versions or "any",
-                         "patches": [{"id": p.id, "why": p.why, "files": list(p.files) or [p.diff_name]}
+                         "decides_need": s.decides_need,
+                         "patches": [{"id": p.id, "why": p.why, "files": list(p.files) or [p.diff_name],
+                                      "needed_if": ({"regex": p.needed_if.regex, "files": list(p.needed_if.files)}
+                                                    if p.needed_if else None),
+                                      "versions": p.versions}
                                      for p in s.patches],
                          "verified": [{"ref": v.ref, "commit": v.commit, "date": v.date, "note": v.note}
                                       for v in s.verified]})
@@ -59,6 +63,12 @@ def list_cmd(project: str | None, as_json: bool) -> None:
             click.echo(f"{'':<30} verified: {v['ref']} {v['commit'][:12]} {v['date']}".rstrip())
 
 
+def _warn_notes(log: Logger, sets: Any) -> None:
+    for s in sets:
+        for note in s.notes:
+            log.warn(f"{s.ref}: {note}")
+
+
 @patch.command("check")
 @tree_arg
 @set_opt
@@ -67,7 +77,8 @@ def list_cmd(project: str | None, as_json: bool) -> None:
 @click.pass_obj
 def check_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version: str | None,
               as_json: bool) -> None:
-    """Report, edit by edit, whether the sets would apply to TREE (changes nothing). Exit 1 if any fails."""
+    """Report, edit by edit, whether the sets would apply to TREE, are applied, or are not needed there
+    (changes nothing). Exit 1 if a needed patch cannot be applied."""
     from porter.patching import PatchFailed, plan
     from porter.patching.engine import failure_message
 
@@ -76,14 +87,15 @@ def check_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version
         emit_json({**p.to_dict(), "ok": not p.failed})
     else:
         for s in p.sets:
-            click.echo(f"{s.ref} (version {s.version or 'unchecked'}):")
+            click.echo(f"{s.ref} (version {s.version or 'unknown'}): {s.state}")
             for r in s.results:
                 click.echo("  " + r.describe().split(": ", 1)[1].replace("\n", "\n  "))
+    _warn_notes(log, p.sets)
     if p.failed:
         raise PatchFailed(failure_message(p.failed), p.failed,
                           hint="update the anchor in the set, or check the tree is the project and version "
                                "the set is for")
-    log.info("all patches would apply (or are already applied)")
+    log.info("; ".join(f"{s.ref}: {s.state}" for s in p.sets))
 
 
 @patch.command("apply")
@@ -95,7 +107,8 @@ def check_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version
 @click.pass_obj
 def apply_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version: str | None, dry_run: bool,
               as_json: bool) -> None:
-    """Apply the sets to TREE: all patches or none; a second apply changes nothing."""
+    """Apply the needed patches of the sets to TREE, all or none; a patch whose problem is absent is
+    reported as not needed. Exit 4 when there is nothing to do (already applied, or not needed)."""
     from porter.patching import apply
 
     done = apply(tree, _sets(set_refs), target_version=target_version, dry_run=dry_run)
@@ -108,10 +121,17 @@ def apply_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version
     else:
         for path in done.changed:
             click.echo(f"patched {path}")
+    _warn_notes(log, done.plan.sets)
+    for s in done.plan.sets:
+        for r in s.results:
+            if r.status == "not-needed" and r.file:
+                log.info(f"{s.ref}: {r.patch} not needed in {r.file} ({r.reason})")
     refs = ", ".join(s.ref for s in done.plan.sets)
     if not changes:
-        log.info(f"{refs}: already applied to {tree}; nothing changed")
-    elif dry_run:
+        states = "; ".join(f"{s.ref}: {s.state}" for s in done.plan.sets)
+        raise NothingToDo(f"nothing to do in {tree} ({states}); nothing changed",
+                          hint=f"'porter patch status {tree}' shows what is applied")
+    if dry_run:
         log.info(f"{refs}: would change {len(changes)} file(s) (dry run, nothing written)")
     else:
         log.info(f"{refs}: changed {len(changes)} file(s); revert with 'porter patch revert {tree}'")
@@ -120,14 +140,15 @@ def apply_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version
 @patch.command("revert")
 @tree_arg
 @click.option("-s", "--set", "set_refs", multiple=True, metavar="PROJECT/NAME",
-              help="Revert only these applied sets (default: all, newest first).")
+              help="Revert only these applied sets (default: all, newest first). Sets applied on top of one "
+                   "on the same file are re-applied after it.")
 @click.option("--force", is_flag=True, help="Restore originals even over files changed since the patch.")
 @click.option("--dry-run", is_flag=True, help="Print the diff that reverting would apply; write nothing.")
 @json_option
 @click.pass_obj
 def revert_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], force: bool, dry_run: bool,
                as_json: bool) -> None:
-    """Restore the original bytes of every file the applied sets changed (journal in TREE/.porter)."""
+    """Restore the bytes from before the applied sets on every file they changed (journal in TREE/.porter)."""
     from porter.patching import revert
 
     from porter.patching.model import resolve_sets
@@ -139,7 +160,7 @@ def revert_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], force: bool, 
     done = revert(tree, refs or None, force=force, dry_run=dry_run)
     if as_json:
         emit_json({"tree": str(tree), "reverted": list(done.sets), "restored": list(done.restored),
-                   "forced": list(done.forced), "dry_run": dry_run,
+                   "reapplied": list(done.reapplied), "forced": list(done.forced), "dry_run": dry_run,
                    **({"diff": done.diff()} if dry_run else {})})
     elif dry_run:
         click.echo(done.diff(), nl=False)
@@ -148,6 +169,8 @@ def revert_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], force: bool, 
             click.echo(f"restored {path}")
     for path in done.forced:
         log.warn(f"--force: {path} had changed since it was patched; its later edits were discarded")
+    for ref in done.reapplied:
+        log.info(f"{'would re-apply' if dry_run else 're-applied'} {ref}, which was applied on top of it")
     log.info(f"{'would revert' if dry_run else 'reverted'} {', '.join(done.sets)}")
 
 
@@ -155,28 +178,22 @@ def revert_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], force: bool, 
 @tree_arg
 @json_option
 def status_cmd(tree: Path, as_json: bool) -> None:
-    """Show the sets applied to TREE (from its journal) and whether their files are unchanged since."""
-    from porter.fs import sha256_file
-    from porter.patching import read_journal
-    from porter.patching.engine import tree_root
+    """Show the sets applied to TREE (from its journal), oldest first, and whether each file is as porter
+    left it. A set applied later on the same file is porter's own layer, not a change."""
+    from porter.patching.engine import journal_status, tree_root
 
     root = tree_root(tree)
-    entries = read_journal(root)["sets"]
-    rows = []
-    for e in entries:
-        files = []
-        for rec in e["files"]:
-            p = root / rec["path"]
-            now = sha256_file(p) if p.is_file() else None
-            files.append({"path": rec["path"], "unchanged": now == rec["after"]})
-        rows.append({"set": e["set"], "version": e.get("version", ""), "applied_at": e.get("applied_at", ""),
-                     "files": files})
+    rows = journal_status(root)
     if as_json:
-        emit_json({"tree": str(root), "sets": rows})
+        emit_json({"tree": str(root), "sets": [r.to_dict() for r in rows]})
         return
     if not rows:
         raise NothingToDo(f"no patch sets are applied to {root}")
     for r in rows:
-        click.echo(f"{r['set']} (version {r['version'] or '-'}, applied {r['applied_at']})")
-        for f in r["files"]:
-            click.echo(f"  {'ok     ' if f['unchanged'] else 'CHANGED'} {f['path']}")
+        click.echo(f"{r.set} (version {r.version or '-'}, applied {r.applied_at}): {r.state}")
+        if r.not_needed:
+            click.echo(f"  not needed here: {', '.join(r.not_needed)}")
+        for f in r.files:
+            layers = f"  (then {', '.join(f.above)})" if f.above else ""
+            word = {"ok": "ok     ", "changed": "CHANGED", "missing": "MISSING"}[f.state]
+            click.echo(f"  {word} {f.path}{layers}" + (f": {f.detail}" if f.detail else ""))

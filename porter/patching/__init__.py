@@ -1,11 +1,15 @@
 """Patch sets: data in ``patches/<project>/``, applied atomically with a journal, idempotent and reversible.
 
 ``model`` holds the frozen models and the TOML loader, ``text`` the line model and anchored edits,
-``udiff`` plain unified diffs, ``engine`` plan / apply / revert.
+``udiff`` plain unified diffs, ``engine`` plan / apply / revert / status (layered sets understood).
+Each patch names its problem (``needed_if``); where the problem is absent it is "not needed", not a failure.
 """
 
-from porter.patching.engine import Applied, Plan, PatchFailed, PatchResult, Reverted, apply, plan, read_journal, revert
-from porter.patching.model import Edit, Patch, PatchSet, load_project, project_names, resolve_sets
+from porter.patching.engine import (Applied, Plan, PatchFailed, PatchResult, Reverted, SetState, apply,
+                                    failure_message, journal_status, plan, read_journal, revert)
+from porter.patching.model import (Edit, Need, Patch, PatchSet, load_project, load_shipped, project_names,
+                                   resolve_sets)
 
-__all__ = ["Applied", "Edit", "Patch", "PatchFailed", "PatchResult", "PatchSet", "Plan", "Reverted", "apply",
-           "load_project", "plan", "project_names", "read_journal", "resolve_sets", "revert"]
+__all__ = ["Applied", "Edit", "Need", "Patch", "PatchFailed", "PatchResult", "PatchSet", "Plan", "Reverted",
+           "SetState", "apply", "failure_message", "journal_status", "load_project", "load_shipped", "plan",
+           "project_names", "read_journal", "resolve_sets", "revert"]

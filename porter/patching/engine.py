@@ -1,9 +1,16 @@
-"""Apply, check and revert patch sets on a tree: all or nothing, idempotent, journaled, reversible.
+"""Apply, check and revert patch sets on a tree: all or nothing, idempotent, journaled, reversible, layered.
 
-Every patch of every requested set is first applied in memory. Only when all of them succeed are the
-files written (each atomically, original bytes kept under ``.porter/originals/``), and the journal
-``.porter/patches.json`` records sha256 before and after per file. If anything fails while writing, the
-files already written are put back, so the tree is byte-identical to before.
+Every patch of every requested set is first applied in memory. A patch whose problem (``needed_if``) is
+absent from a file is "not needed" there and leaves that file alone; that is reported, not an error.
+Only when every needed edit succeeds are the files written (each atomically, original bytes kept under
+``.porter/originals/``); the journal ``.porter/patches.json`` records sha256 before and after per file,
+and a sequence number per file record, so it knows the order of the sets layered on one file. If anything
+fails while writing, the files already written are put back, so the tree is byte-identical to before.
+
+Layers: a set below another on the same file is intact when each later layer starts from the bytes the
+one below left and the file holds what the top layer left. Reverting a lower set restores the bytes from
+before it and re-applies the sets above it; when one of those cannot be re-applied, the revert is refused
+and names it.
 """
 
 from __future__ import annotations
@@ -14,8 +21,8 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,18 +30,24 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from porter import __version__
-from porter.errors import CheckFailed, ConfigError, PorterError
+from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError
 from porter.fs import atomic_path, atomic_write_json, sha256_bytes
 from porter.patching import udiff
 from porter.patching.model import Patch, PatchSet, VersionSource, check_relpath
-from porter.patching.text import EditFailed, Lines, apply_edit
+from porter.patching.text import EditFailed, Lines, apply_edit, find_line
 
 JOURNAL_DIR = ".porter"
 JOURNAL = f"{JOURNAL_DIR}/patches.json"
 ORIGINALS = f"{JOURNAL_DIR}/originals"
 SCHEMA = "porter.patches/1"
 
-Status = Literal["applied", "already", "skipped", "failed"]
+Status = Literal["would-apply", "applied", "already", "not-needed", "skipped", "failed"]
+"""One edit of one file: ``would-apply`` (planned, not written), ``applied`` (written), ``already`` (in place),
+``not-needed`` (the patch's problem is absent there), ``skipped`` (outside a patch's version gate), ``failed``."""
+
+WORDS: dict[str, str] = {"would-apply": "would apply", "applied": "applied", "already": "already applied",
+                         "not-needed": "not needed here", "skipped": "skipped", "failed": "failed"}
+_RANK = ("failed", "would-apply", "applied", "already", "not-needed", "skipped")
 
 
 class PatchFailed(CheckFailed):
@@ -57,13 +70,17 @@ class PatchResult:
     anchor: str = ""
     closest: str = ""
     closest_line: int = 0
+    evidence: str = ""
+    """Where the patch's problem (``needed_if``) was found: ``line N: 'text'`` (with the file for globs)."""
 
     def describe(self) -> str:
         head = f"{self.set}: patch {self.patch!r}" + (f" edit {self.edit}" if self.edit else "")
         head += f", file {self.file}" if self.file else ""
         if self.status != "failed":
-            return f"{head}: {self.status}" + (f" ({self.reason})" if self.reason else "")
+            return f"{head}: {WORDS[self.status]}" + (f" ({self.reason})" if self.reason else "")
         text = f"{head}: {self.reason}"
+        if self.evidence:
+            text += f"\n    problem: {self.evidence} (so the patch is needed)"
         if self.anchor:
             text += f"\n    anchor:  {self.anchor!r}"
         if self.closest:
@@ -74,7 +91,7 @@ class PatchResult:
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"set": self.set, "patch": self.patch, "file": self.file, "status": self.status}
-        for key in ("edit", "reason", "anchor", "closest", "closest_line"):
+        for key in ("edit", "reason", "anchor", "closest", "closest_line", "evidence"):
             if getattr(self, key):
                 d[key] = getattr(self, key)
         return d
@@ -109,10 +126,37 @@ class SetPlan:
     version: str
     results: tuple[PatchResult, ...]
     changes: tuple[FileChange, ...]
+    notes: tuple[str, ...] = ()
+    """Facts worth a warning: a version outside the verified range, a version that could not be read."""
+    journaled: bool = False
+    """The journal records this set (same data) and its files are intact: nothing was re-planned."""
 
     @property
     def failed(self) -> tuple[PatchResult, ...]:
         return tuple(r for r in self.results if r.status == "failed")
+
+    @property
+    def state(self) -> str:
+        """``would fail``, ``would apply``, ``applied``, ``already in place`` (not by porter) or ``not needed``."""
+        statuses = {r.status for r in self.results}
+        if "failed" in statuses:
+            return "would fail"
+        if "would-apply" in statuses:
+            return "would apply"
+        if "applied" in statuses or self.journaled:
+            return "applied"
+        if statuses <= {"not-needed", "skipped"}:
+            return "not needed"
+        return "already in place"
+
+    def patch_states(self) -> dict[str, str]:
+        """Per patch id, its most telling status over all its files and edits (failed first)."""
+        out: dict[str, str] = {}
+        for r in self.results:
+            prev = out.get(r.patch)
+            if prev is None or _RANK.index(r.status) < _RANK.index(prev):
+                out[r.patch] = r.status
+        return out
 
 
 @dataclass(frozen=True)
@@ -140,8 +184,9 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"tree": str(self.tree), "sets": [
-            {"set": s.ref, "version": s.version, "origin": s.origin,
-             "changed": [c.path for c in s.changes], "results": [r.to_dict() for r in s.results]}
+            {"set": s.ref, "version": s.version, "origin": s.origin, "state": s.state, "notes": list(s.notes),
+             "patches": s.patch_states(), "changed": [c.path for c in s.changes],
+             "results": [r.to_dict() for r in s.results]}
             for s in self.sets]}
 
 
@@ -183,6 +228,32 @@ def _encode(lines: Lines) -> bytes:
     return lines.render().encode("utf-8", "surrogateescape")
 
 
+def _sha(data: bytes | None) -> str | None:
+    return sha256_bytes(data) if data is not None else None
+
+
+@dataclass
+class _Work:
+    """The tree as a plan sees it: each file read once, then edited in memory."""
+
+    root: Path
+    state: dict[str, bytes | None] = field(default_factory=dict)
+    modes: dict[str, int | None] = field(default_factory=dict)
+
+    def read(self, rel: str, real: Path) -> bytes | None:
+        if rel not in self.state:
+            data = _read(real)
+            self.state[rel] = data
+            self.modes[rel] = real.stat().st_mode & 0o7777 if data is not None else None
+        return self.state[rel]
+
+    def peek(self, rel: str) -> bytes | None:
+        """The file as the plan has it so far, without taking it into the plan."""
+        if rel in self.state:
+            return self.state[rel]
+        return _read(safe_path(self.root, rel, "journal")[1])
+
+
 # --------------------------------------------------------------------------------------------
 # versions
 
@@ -207,7 +278,16 @@ def _in_range(version: str, spec: str) -> bool:
                           hint="pass --target-version with a version such as 0.19.8") from None
 
 
+def _maybe_in_range(version: str, spec: str) -> bool | None:
+    """Like ``_in_range``; None when ``version`` is not a PEP 440 version."""
+    try:
+        return SpecifierSet(spec).contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return None
+
+
 def resolve_version(root: Path, pset: PatchSet, target_version: str | None) -> str:
+    """The tree's version for a set whose range is a gate (some patch cannot tell need by itself)."""
     if target_version:
         _in_range(target_version, ">=0")  # validates it
         if pset.versions and not _in_range(target_version, pset.versions):
@@ -231,6 +311,37 @@ def resolve_version(root: Path, pset: PatchSet, target_version: str | None) -> s
     return version
 
 
+def set_version(root: Path, pset: PatchSet, target_version: str | None) -> tuple[str, list[str]]:
+    """The version recorded for ``pset`` on this tree, and notes.
+
+    A set whose every patch names its problem (``needed_if``) decides need by itself: its range is what it
+    was verified on, so a version outside it, or none found, is a note, not an error. Other sets are gated.
+    """
+    if not pset.decides_need:
+        return resolve_version(root, pset, target_version), []
+    verified = f"{pset.ref} was verified on {pset.project} {pset.versions}" if pset.versions else ""
+    if target_version:
+        _in_range(target_version, ">=0")  # validates it
+        version, source = target_version, "--target-version"
+    else:
+        found = detect_version(root, pset.version_from)
+        if found is None:
+            if not pset.version_from:
+                return "", []
+            files = ", ".join(s.file for s in pset.version_from)
+            return "", [f"no {pset.project} version found in the tree (looked in {files}); "
+                        "each patch decides by its needed_if whether it is needed"]
+        version, source = found
+    inside = _maybe_in_range(version, pset.versions) if pset.versions else True
+    if inside is None:
+        return version, [f"version {version!r} (from {source}) is not a PEP 440 version; "
+                         "each patch decides by its needed_if whether it is needed"]
+    if not inside:
+        return version, [f"{verified}; the tree is {version} (from {source}): each patch decides by its "
+                         "needed_if whether it is needed"]
+    return version, []
+
+
 def _example(spec: str) -> str:
     for s in SpecifierSet(spec):
         if s.operator in (">=", "==", "~="):
@@ -241,15 +352,60 @@ def _example(spec: str) -> str:
 # --------------------------------------------------------------------------------------------
 # planning
 
-def _plan_patch(root: Path, pset: PatchSet, patch: Patch, state: dict[str, bytes | None],
-                modes: dict[str, int | None]) -> list[PatchResult]:
-    results: list[PatchResult] = []
+def _evidence(pattern: re.Pattern[str], data: bytes) -> str | None:
+    found = find_line(pattern, data.decode("utf-8", "surrogateescape"))
+    if found is None:
+        return None
+    number, line = found
+    return f"line {number}: {line.strip()[:120]!r}"
 
-    def load(rel: str, real: Path) -> bytes | None:
-        if rel not in state:
-            state[rel] = _read(real)
-            modes[rel] = real.stat().st_mode & 0o7777 if state[rel] is not None else None
-        return state[rel]
+
+def _glob_evidence(work: _Work, patch: Patch, pattern: re.Pattern[str], where: str) -> str | None:
+    """The first place, in the files ``needed_if.files`` selects, where the patch's problem shows."""
+    assert patch.needed_if is not None
+    for glob in patch.needed_if.files:
+        for path in sorted(work.root.glob(glob)):
+            if not path.is_file():
+                continue
+            try:
+                rel, real = safe_path(work.root, path.relative_to(work.root).as_posix(), where)
+            except ConfigError:  # a symlink leading out of the tree: not the tree's evidence
+                continue
+            data = work.state[rel] if rel in work.state else _read(real)
+            ev = _evidence(pattern, data) if data is not None else None
+            if ev:
+                return f"{rel} {ev}"
+    return None
+
+
+def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None = None) -> list[PatchResult]:
+    """One patch on the in-memory tree. ``only``: restrict it to these files (re-applying on a revert)."""
+    results: list[PatchResult] = []
+    where = f"{pset.ref} patch {patch.id}"
+    need = patch.needed_if
+    pattern = need.pattern() if need is not None else None
+    patch_evidence = ""
+    if need is not None and pattern is not None and not need.per_file:
+        patch_evidence = _glob_evidence(work, patch, pattern, where) or ""
+
+    def needed_in(data: bytes | None) -> tuple[bool, str]:
+        """(is the problem present for this file, where it was seen)."""
+        if need is None or pattern is None:
+            return True, ""
+        if not need.per_file:
+            return bool(patch_evidence), patch_evidence
+        ev = _evidence(pattern, data) if data is not None else None
+        return ev is not None, ev or ""
+
+    def absent(data: bytes | None) -> str:
+        assert need is not None
+        if need.per_file and data is None:
+            return "file absent, so the problem is too"
+        return f"problem not present: no match for {need.describe()}"
+
+    def failed(rel: str, n: int, exc: EditFailed, evidence: str) -> PatchResult:
+        return PatchResult(pset.ref, patch.id, rel, "failed", edit=n, reason=exc.reason, anchor=exc.anchor,
+                           closest=exc.closest, closest_line=exc.closest_line, evidence=evidence)
 
     if patch.kind == "diff":
         try:
@@ -257,91 +413,134 @@ def _plan_patch(root: Path, pset: PatchSet, patch: Patch, state: dict[str, bytes
         except udiff.DiffError as exc:
             return [PatchResult(pset.ref, patch.id, patch.diff_name, "failed", reason=f"bad diff: {exc}")]
         for n, fd in enumerate(files, 1):
-            rel, real = safe_path(root, fd.path, f"{pset.ref} patch {patch.id}")
-            data = load(rel, real)
+            rel, real = safe_path(work.root, fd.path, where)
+            if only is not None and rel not in only:
+                continue
+            data = work.read(rel, real)
             lines = _decode(data) if data is not None else None
             if udiff.already_applied(fd, lines):
                 results.append(PatchResult(pset.ref, patch.id, rel, "already", edit=n))
                 continue
+            needed, evidence = needed_in(data)
+            if not needed:
+                results.append(PatchResult(pset.ref, patch.id, rel, "not-needed", edit=n, reason=absent(data)))
+                continue
             try:
                 new, _ = udiff.apply_file(fd, lines)
             except EditFailed as exc:
-                results.append(PatchResult(pset.ref, patch.id, rel, "failed", edit=n, reason=exc.reason,
-                                           anchor=exc.anchor, closest=exc.closest, closest_line=exc.closest_line))
+                results.append(failed(rel, n, exc, evidence))
                 continue
-            state[rel] = _encode(new) if new is not None else None
-            if modes.get(rel) is None and new is not None:
-                modes[rel] = 0o644
-            results.append(PatchResult(pset.ref, patch.id, rel, "applied", edit=n))
+            work.state[rel] = _encode(new) if new is not None else None
+            if work.modes.get(rel) is None and new is not None:
+                work.modes[rel] = 0o644
+            results.append(PatchResult(pset.ref, patch.id, rel, "would-apply", edit=n, evidence=evidence))
         return results
 
     seen: set[str] = set()
     for name in patch.files:
-        rel, real = safe_path(root, name, f"{pset.ref} patch {patch.id}")
+        rel, real = safe_path(work.root, name, where)
         if rel in seen:  # a symlink alias of a file this patch already edits
             continue
         seen.add(rel)
-        data = load(rel, real)
+        if only is not None and rel not in only:
+            continue
+        data = work.read(rel, real)
+        needed, evidence = needed_in(data)
         if data is None:
-            results.append(PatchResult(pset.ref, patch.id, rel, "failed", reason="file not found"))
+            if needed:
+                results.append(PatchResult(pset.ref, patch.id, rel, "failed", reason="file not found",
+                                           evidence=evidence))
+            else:
+                results.append(PatchResult(pset.ref, patch.id, rel, "not-needed", reason=absent(data)))
             continue
         lines = _decode(data)
+        trial: list[PatchResult] = []
         changed = False
         for n, edit in enumerate(patch.edits, 1):
             try:
                 did = apply_edit(edit, lines)
             except EditFailed as exc:
-                results.append(PatchResult(pset.ref, patch.id, rel, "failed", edit=n, reason=exc.reason,
-                                           anchor=exc.anchor, closest=exc.closest, closest_line=exc.closest_line))
+                trial.append(failed(rel, n, exc, evidence))
                 continue
             changed = changed or did
-            results.append(PatchResult(pset.ref, patch.id, rel, "applied" if did else "already", edit=n))
+            trial.append(PatchResult(pset.ref, patch.id, rel, "would-apply" if did else "already", edit=n,
+                                     evidence=evidence if did else ""))
+        if not needed and not all(r.status == "already" for r in trial):
+            # the problem is absent (and the fix is not what removed it): leave the file alone
+            results.append(PatchResult(pset.ref, patch.id, rel, "not-needed", reason=absent(data)))
+            continue
+        results.extend(trial)
         if changed:
-            state[rel] = _encode(lines)
+            work.state[rel] = _encode(lines)
     return results
 
 
-def plan(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_version: str | None = None) -> Plan:
-    """Apply ``sets`` in memory, in order; report every edit (applied / already / skipped / failed)."""
-    root = tree_root(tree)
-    _check_journal_dir(root)
-    state: dict[str, bytes | None] = {}
-    modes: dict[str, int | None] = {}
-    set_plans: list[SetPlan] = []
-    journal = {e["set"]: e for e in read_journal(root)["sets"]}
-    for pset in sets:
-        version = resolve_version(root, pset, target_version)
-        entry = journal.get(pset.ref)
-        if entry is not None and entry.get("digest") == pset.digest and _matches_after(root, entry, state):
-            results_j = tuple(PatchResult(pset.ref, pid, "", "already", reason="recorded in the journal")
-                              for pid in entry.get("patches", []))
-            set_plans.append(SetPlan(pset.ref, pset.origin, pset.digest, version, results_j, ()))
-            continue
-        before = dict(state)
-        results: list[PatchResult] = []
-        for patch in pset.patches:
-            if patch.versions and version and not _in_range(version, patch.versions):
+def _plan_set(work: _Work, pset: PatchSet, version: str,
+              only: set[str] | None = None) -> tuple[list[PatchResult], list[str]]:
+    results: list[PatchResult] = []
+    notes: list[str] = []
+    for patch in pset.patches:
+        inside = _maybe_in_range(version, patch.versions) if patch.versions and version else True
+        if patch.needed_if is None:
+            if inside is None:
+                _in_range(version, patch.versions)  # raises, naming the version
+            if not inside:
                 results.append(PatchResult(pset.ref, patch.id, "", "skipped",
                                            reason=f"for {pset.project} {patch.versions}, tree is {version}"))
                 continue
-            results.extend(_plan_patch(root, pset, patch, state, modes))
+        elif inside is False and only is None:
+            notes.append(f"patch {patch.id} was verified on {pset.project} {patch.versions}, the tree is "
+                         f"{version}: its needed_if decides")
+        results.extend(_plan_patch(work, pset, patch, only))
+    return results, notes
+
+
+def _check_target(work: _Work, pset: PatchSet) -> None:
+    """Refuse a tree that holds none of the files a set edits: it is not the project's tree."""
+    names = [f for p in pset.patches if p.kind == "edits" for f in p.files]
+    if not names:
+        return
+    for name in names:
+        rel, real = safe_path(work.root, name, f"{pset.ref}")
+        if (work.state[rel] is not None) if rel in work.state else real.is_file():
+            return
+    shown = ", ".join(dict.fromkeys(names))
+    raise ConfigError(f"none of the files {pset.ref} patches exists in {work.root} ({shown})",
+                      hint=f"is this a {pset.project} tree? Pass its top folder")
+
+
+def plan(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_version: str | None = None) -> Plan:
+    """Apply ``sets`` in memory, in order; report every edit (would-apply / already / not-needed / skipped /
+    failed). Nothing is written."""
+    root = tree_root(tree)
+    _check_journal_dir(root)
+    work = _Work(root)
+    set_plans: list[SetPlan] = []
+    entries = read_journal(root)["sets"]
+    layers = _layers(entries)
+    journal = {e["set"]: e for e in entries}
+    for pset in sets:
+        version, notes = set_version(root, pset, target_version)
+        entry = journal.get(pset.ref)
+        if entry is not None and entry.get("digest") == pset.digest and _entry_intact(work, layers, entry):
+            results_j = tuple(PatchResult(pset.ref, pid, "", "already", reason="recorded in the journal")
+                              for pid in entry.get("patches", []))
+            results_j += tuple(PatchResult(pset.ref, pid, "", "not-needed", reason="recorded in the journal")
+                               for pid in entry.get("not_needed", []))
+            set_plans.append(SetPlan(pset.ref, pset.origin, pset.digest, version, results_j, (), tuple(notes),
+                                     journaled=True))
+            continue
+        _check_target(work, pset)
+        before = dict(work.state)
+        results, more = _plan_set(work, pset, version)
         changes = []
-        for rel, data in state.items():
+        for rel, data in work.state.items():
             prev = before[rel] if rel in before else _read(root / rel)
             if data != prev:
-                changes.append(FileChange(rel, prev, data, modes.get(rel)))
-        set_plans.append(SetPlan(pset.ref, pset.origin, pset.digest, version, tuple(results), tuple(changes)))
+                changes.append(FileChange(rel, prev, data, work.modes.get(rel)))
+        set_plans.append(SetPlan(pset.ref, pset.origin, pset.digest, version, tuple(results), tuple(changes),
+                                 tuple(notes + more)))
     return Plan(root, tuple(set_plans))
-
-
-def _matches_after(root: Path, entry: dict[str, Any], state: dict[str, bytes | None]) -> bool:
-    """Every file the journal entry changed still has the bytes it had right after applying."""
-    for rec in entry.get("files", []):
-        rel, real = safe_path(root, rec["path"], "journal")
-        data = state[rel] if rel in state else _read(real)
-        if (sha256_bytes(data) if data is not None else None) != rec.get("after"):
-            return False
-    return True
 
 
 def _check_journal_dir(root: Path) -> None:
@@ -357,7 +556,7 @@ def failure_message(failures: Sequence[PatchResult]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# journal
+# journal and layers
 
 def read_journal(tree: str | os.PathLike[str]) -> dict[str, Any]:
     root = tree_root(tree)
@@ -372,6 +571,112 @@ def read_journal(tree: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("sets"), list):
         raise ConfigError(f"{path} is not a {SCHEMA} journal", hint="do not edit the journal by hand")
     return data
+
+
+Layer = tuple[dict[str, Any], dict[str, Any]]
+"""(journal entry of a set, its record of one file)."""
+
+
+def _layers(entries: list[dict[str, Any]]) -> dict[str, list[Layer]]:
+    """Per file, the sets that changed it, oldest first (by the record's ``seq``; older journals: entry order)."""
+    out: dict[str, list[tuple[int, int, Layer]]] = {}
+    for index, entry in enumerate(entries):
+        for rec in entry["files"]:
+            out.setdefault(rec["path"], []).append((int(rec.get("seq", 0)), index, (entry, rec)))
+    return {path: [layer for _, _, layer in sorted(items, key=lambda t: (t[0], t[1]))]
+            for path, items in out.items()}
+
+
+def _next_seq(entries: list[dict[str, Any]]) -> int:
+    return 1 + max((int(rec.get("seq", 0)) for e in entries for rec in e["files"]), default=0)
+
+
+def _layer_state(layers: list[Layer], index: int, now: str | None) -> tuple[str, str]:
+    """State of layer ``index`` of a file whose bytes now have sha256 ``now``: ``ok``, ``changed`` or
+    ``missing``, and why. The sets above it count as porter's own edits, not as changes."""
+    for j in range(index, len(layers) - 1):
+        (low, low_rec), (high, high_rec) = layers[j], layers[j + 1]
+        if high_rec.get("before") != low_rec.get("after"):
+            return "changed", f"edited after {low['set']} was applied and before {high['set']} was"
+    top, top_rec = layers[-1]
+    if now != top_rec.get("after"):
+        if now is None:
+            return "missing", "the file is gone"
+        return "changed", f"edited since {top['set']} was applied"
+    return "ok", ""
+
+
+def _entry_intact(work: _Work, layers: dict[str, list[Layer]], entry: dict[str, Any]) -> bool:
+    for rec in entry["files"]:
+        rel = safe_path(work.root, rec["path"], "journal")[0]
+        stack = layers[rec["path"]]
+        index = next(i for i, (e, _) in enumerate(stack) if e is entry)
+        if _layer_state(stack, index, _sha(work.peek(rel)))[0] != "ok":
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class FileState:
+    path: str
+    state: Literal["ok", "changed", "missing"]
+    detail: str = ""
+    below: tuple[str, ...] = ()
+    """Sets applied earlier to this file."""
+    above: tuple[str, ...] = ()
+    """Sets applied later to this file (their edits are porter's, not changes)."""
+
+    @property
+    def unchanged(self) -> bool:
+        return self.state == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "state": self.state, "unchanged": self.unchanged, "detail": self.detail,
+                "below": list(self.below), "above": list(self.above)}
+
+
+@dataclass(frozen=True)
+class SetState:
+    set: str
+    version: str
+    applied_at: str
+    origin: str
+    patches: tuple[str, ...]
+    not_needed: tuple[str, ...]
+    files: tuple[FileState, ...]
+
+    @property
+    def state(self) -> str:
+        """``applied`` (every file as porter left it) or ``changed``."""
+        return "applied" if all(f.unchanged for f in self.files) else "changed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"set": self.set, "state": self.state, "version": self.version, "applied_at": self.applied_at,
+                "origin": self.origin, "patches": list(self.patches), "not_needed": list(self.not_needed),
+                "files": [f.to_dict() for f in self.files]}
+
+
+def journal_status(tree: str | os.PathLike[str]) -> tuple[SetState, ...]:
+    """Each applied set, oldest first, with each of its files' state, layers understood."""
+    root = tree_root(tree)
+    _check_journal_dir(root)
+    entries = read_journal(root)["sets"]
+    layers = _layers(entries)
+    out = []
+    for entry in entries:
+        files = []
+        for rec in entry["files"]:
+            stack = layers[rec["path"]]
+            index = next(i for i, (e, _) in enumerate(stack) if e is entry)
+            _, real = safe_path(root, rec["path"], "journal")
+            state, detail = _layer_state(stack, index, _sha(_read(real)))
+            files.append(FileState(rec["path"], state, detail,  # type: ignore[arg-type]
+                                   tuple(e["set"] for e, _ in stack[:index]),
+                                   tuple(e["set"] for e, _ in stack[index + 1:])))
+        out.append(SetState(entry["set"], entry.get("version", ""), entry.get("applied_at", ""),
+                            entry.get("origin", ""), tuple(entry.get("patches", [])),
+                            tuple(entry.get("not_needed", [])), tuple(files)))
+    return tuple(out)
 
 
 def _slug(ref: str) -> str:
@@ -403,6 +708,7 @@ def _write(path: Path, data: bytes | None, mode: int | None) -> None:
     if data is None:
         path.unlink(missing_ok=True)
         return
+    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
         os.chmod(tmp, mode if mode is not None else 0o644)
@@ -417,6 +723,9 @@ def _cleanup_journal_dir(root: Path) -> None:
             pass
 
 
+# --------------------------------------------------------------------------------------------
+# apply
+
 @dataclass(frozen=True)
 class Applied:
     plan: Plan
@@ -424,19 +733,39 @@ class Applied:
     """Files written (tree-relative)."""
 
 
+def _written(p: Plan) -> Plan:
+    """The plan as done: its would-apply edits were written."""
+    sets = tuple(replace(s, results=tuple(replace(r, status="applied") if r.status == "would-apply" else r
+                                          for r in s.results)) for s in p.sets)
+    return replace(p, sets=sets)
+
+
 def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_version: str | None = None,
           dry_run: bool = False) -> Applied:
-    """Apply all ``sets`` or none. Returns the plan and the files written (none when already applied)."""
+    """Apply all needed patches of ``sets`` or none. Returns the plan and the files written (none when
+    already applied or not needed, and in a dry run, whose results stay ``would-apply``)."""
     p = plan(tree, sets, target_version=target_version)
     if p.failed:
         raise PatchFailed(failure_message(p.failed), p.failed,
-                          hint="the upstream file changed: update the anchor in the set, or check the tree "
-                               "is the project and version the set is for")
+                          hint="the upstream file changed where the problem is present: update the anchor in "
+                               "the set, or check the tree is the project and version the set is for")
     if dry_run or not any(s.changes for s in p.sets):
         return Applied(p, ())
     root = p.tree
     journal = read_journal(root)
     entries: list[dict[str, Any]] = journal["sets"]
+    layers = _layers(entries)
+    for sp in p.sets:  # a set cannot change a file again underneath a set applied on top of it there
+        for c in sp.changes:
+            stack = layers.get(c.path, [])
+            mine = [i for i, (e, _) in enumerate(stack) if e["set"] == sp.ref]
+            if mine and mine[-1] < len(stack) - 1:
+                above = [e["set"] for e, _ in stack[mine[-1] + 1:]]
+                raise CheckFailed(f"{sp.ref} would change {c.path} again, but {', '.join(above)} was applied on "
+                                  "top of it there; nothing was changed",
+                                  hint=f"revert the set(s) above first (porter patch revert {root} --set "
+                                       f"{above[-1]}), then apply them again after {sp.ref}")
+    seq = _next_seq(entries)
     txn = _Txn(root)
     created_dirs = [d for d in (root / JOURNAL_DIR, root / ORIGINALS) if not d.exists()]
     try:
@@ -447,10 +776,12 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
             if entry is None:
                 entry = {"set": sp.ref, "files": []}
                 entries.append(entry)
+            states = sp.patch_states()
             entry.update({"origin": sp.origin, "digest": sp.digest, "version": sp.version,
                           "applied_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                           "porter_version": __version__,
-                          "patches": sorted({r.patch for r in sp.results if r.status in ("applied", "already")})})
+                          "patches": sorted(k for k, v in states.items() if v in ("would-apply", "already")),
+                          "not_needed": sorted(k for k, v in states.items() if v == "not-needed")})
             known = {f["path"]: f for f in entry["files"]}
             for c in sp.changes:
                 rec = known.get(c.path)
@@ -459,11 +790,10 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
                     if c.before is not None:
                         backup = f"{ORIGINALS}/{_slug(sp.ref)}/{c.path}"
                         txn.write(root / backup, c.before, 0o644)
-                    rec = {"path": c.path, "before": sha256_bytes(c.before) if c.before is not None else None,
-                           "backup": backup, "mode": c.mode}
+                    rec = {"path": c.path, "before": _sha(c.before), "backup": backup, "mode": c.mode, "seq": seq}
+                    seq += 1
                     entry["files"].append(rec)
-                rec["after"] = sha256_bytes(c.after) if c.after is not None else None
-                (root / c.path).parent.mkdir(parents=True, exist_ok=True)
+                rec["after"] = _sha(c.after)
                 txn.write(root / c.path, c.after, c.mode)
         with_journal = {"schema": SCHEMA, "sets": entries}
         txn.undo.append((root / JOURNAL, _read(root / JOURNAL), 0o644))
@@ -473,7 +803,7 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
         for d in reversed(created_dirs):
             shutil.rmtree(d, ignore_errors=True)
         raise
-    return Applied(p, tuple(c.path for c in p.changes))
+    return Applied(_written(p), tuple(c.path for c in p.changes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -485,14 +815,55 @@ class Reverted:
     restored: tuple[str, ...]
     changes: tuple[FileChange, ...]
     forced: tuple[str, ...] = ()
+    reapplied: tuple[str, ...] = ()
+    """Sets applied on top of a reverted one on a shared file, re-applied there after the revert."""
 
     def diff(self) -> str:
         return "".join(c.diff() for c in self.changes)
 
 
+SetLoader = Callable[[dict[str, Any]], "PatchSet | None"]
+
+
+def load_recorded(entry: dict[str, Any]) -> PatchSet | None:
+    """The set a journal entry records, when porter can still load it with the very data it applied."""
+    from porter.patching.model import load_file, load_shipped
+
+    origin = entry.get("origin", "shipped")
+    try:
+        if origin == "shipped":
+            project, _, name = entry["set"].partition("/")
+            pset = load_shipped(project, name)
+        else:
+            path = Path(origin)
+            if not path.is_file():
+                return None
+            pset = load_file(path)
+    except ConfigError:
+        return None
+    return pset if pset.digest == entry.get("digest") else None
+
+
+def _backup(root: Path, rel: str, rec: dict[str, Any]) -> bytes | None:
+    """The bytes a journal record saved from before its set (None: its set created the file)."""
+    if rec["before"] is None:
+        return None
+    _, backup = safe_path(root, rec["backup"], "journal backup")
+    original = _read(backup)
+    if original is None or sha256_bytes(original) != rec["before"]:
+        raise CheckFailed(f"the saved original of {rel} ({rec['backup']}) is missing or damaged",
+                          hint="restore the file from version control; the journal cannot")
+    return original
+
+
 def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, force: bool = False,
-           dry_run: bool = False) -> Reverted:
-    """Restore the original bytes of every file the named sets (default: all) changed, newest first."""
+           dry_run: bool = False, load_set: SetLoader | None = None) -> Reverted:
+    """Restore the bytes from before the named sets (default: all) on every file they changed.
+
+    On a file where another set was applied on top of a reverted one, that set is re-applied (loaded by
+    ``load_set``, default: from where the journal says it came, with the same data) on the restored bytes.
+    When it cannot be loaded or no longer applies, nothing is changed and the error names it.
+    """
     root = tree_root(tree)
     _check_journal_dir(root)
     journal = read_journal(root)
@@ -511,47 +882,66 @@ def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, f
     else:
         chosen = list(entries)
     if not chosen:
-        from porter.errors import NothingToDo
-
         raise NothingToDo(f"no patch sets are applied to {root}", hint="nothing to revert")
-    # newest first; for each file the oldest chosen entry's original is what ends up restored
-    restore: dict[str, tuple[bytes | None, int | None]] = {}
-    changes: dict[str, FileChange] = {}
-    forced: list[str] = []
+    chosen_ids = {id(e) for e in chosen}
+    chosen_names = ", ".join(e["set"] for e in chosen)
+    layers = _layers(entries)
+    loader = load_set or load_recorded
+    loaded: dict[int, PatchSet] = {}
+    paths = list(dict.fromkeys(rec["path"] for e in reversed(chosen) for rec in e["files"]))
     current: dict[str, bytes | None] = {}
-    for entry in reversed(chosen):
-        for rec in entry["files"]:
-            rel, real = safe_path(root, rec["path"], f"journal entry {entry['set']}")
-            if rel not in current:
-                current[rel] = _read(real)
-                now = current[rel]
-                now_sha = sha256_bytes(now) if now is not None else None
-                if now_sha != rec["after"]:
-                    if not force:
-                        raise CheckFailed(
-                            f"{rel} changed since {entry['set']} was applied (sha256 {_short(now_sha)}, "
-                            f"journal says {_short(rec['after'])}); not reverting anything",
-                            hint="keep your edits and revert by hand, or pass --force to restore the "
-                                 "original anyway (your later edits to that file are lost)")
-                    forced.append(rel)
-            original: bytes | None = None
-            if rec["before"] is not None:
-                _, backup = safe_path(root, rec["backup"], "journal backup")
-                original = _read(backup)
-                if original is None or sha256_bytes(original) != rec["before"]:
-                    raise CheckFailed(f"the saved original of {rel} ({rec['backup']}) is missing or damaged",
-                                      hint="restore the file from version control; the journal cannot")
-            restore[rel] = (original, rec.get("mode"))
-    for rel, (data, _) in restore.items():
-        changes[rel] = FileChange(rel, current[rel], data, None)
+    restore: dict[str, tuple[bytes | None, int | None]] = {}
+    forced: list[str] = []
+    reapplied: list[str] = []
+    upper: list[tuple[dict[str, Any], dict[str, Any], bytes | None, bytes | None]] = []
+    for path in paths:
+        rel, real = safe_path(root, path, "journal")
+        stack = layers[path]
+        now = current[rel] = _read(real)
+        top, top_rec = stack[-1]
+        if _sha(now) != top_rec.get("after"):
+            if not force:
+                raise CheckFailed(
+                    f"{rel} changed since {top['set']} was applied (sha256 {_short(_sha(now))}, journal says "
+                    f"{_short(top_rec.get('after'))}); not reverting anything",
+                    hint="keep your edits and revert by hand, or pass --force to restore the original anyway "
+                         "(your later edits to that file are lost)")
+            forced.append(rel)
+        low = min(i for i, (e, _) in enumerate(stack) if id(e) in chosen_ids)
+        data = _backup(root, rel, stack[low][1])
+        mode = stack[low][1].get("mode")
+        for entry, rec in stack[low + 1:]:
+            if id(entry) in chosen_ids:
+                continue
+            before = data
+            data = _reapply(root, rel, entry, data, mode, loader, loaded, chosen_names)
+            upper.append((entry, rec, before, data))
+            if entry["set"] not in reapplied:
+                reapplied.append(entry["set"])
+        restore[rel] = (data, mode)
+    changes = tuple(FileChange(rel, current[rel], data, None) for rel, (data, _) in restore.items())
     reverted_refs = tuple(e["set"] for e in reversed(chosen))
+    result = Reverted(reverted_refs, tuple(restore), changes, tuple(forced), tuple(reapplied))
     if dry_run:
-        return Reverted(reverted_refs, tuple(restore), tuple(changes.values()), tuple(forced))
+        return result
+    keep = [e for e in entries if id(e) not in chosen_ids]
+    dropped: list[Path] = []
     txn = _Txn(root)
-    keep = [e for e in entries if e not in chosen]
     try:
         for rel, (data, mode) in restore.items():
             txn.write(root / rel, data, mode)
+        for entry, rec, before, after in upper:
+            if before == after:  # no longer changes this file: it is not a layer there any more
+                entry["files"].remove(rec)
+                if rec.get("backup"):
+                    dropped.append(root / rec["backup"])
+                continue
+            backup = f"{ORIGINALS}/{_slug(entry['set'])}/{rec['path']}" if before is not None else None
+            if backup is not None:
+                txn.write(root / backup, before, 0o644)
+            elif rec.get("backup"):
+                dropped.append(root / rec["backup"])
+            rec.update({"before": _sha(before), "after": _sha(after), "backup": backup})
         if keep:
             txn.undo.append((root / JOURNAL, _read(root / JOURNAL), 0o644))
             atomic_write_json(root / JOURNAL, {"schema": SCHEMA, "sets": keep})
@@ -562,13 +952,38 @@ def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, f
         raise
     for e in chosen:
         shutil.rmtree(root / ORIGINALS / _slug(e["set"]), ignore_errors=True)
+    for path in dropped:
+        path.unlink(missing_ok=True)
     _cleanup_journal_dir(root)
-    return Reverted(reverted_refs, tuple(restore), tuple(changes.values()), tuple(forced))
+    return result
+
+
+def _reapply(root: Path, rel: str, entry: dict[str, Any], data: bytes | None, mode: int | None,
+             loader: SetLoader, loaded: dict[int, PatchSet], reverting: str) -> bytes | None:
+    """Re-apply the set of ``entry`` to one file whose bytes are now ``data``; its new bytes."""
+    ref = entry["set"]
+    hint = (f"revert it too (porter patch revert {root} --set {ref} --set {reverting.split(', ')[0]}), "
+            f"then apply {ref} again if you want it")
+    pset = loaded.get(id(entry)) or loader(entry)
+    if pset is None:
+        raise CheckFailed(f"cannot revert {reverting} alone: {ref} was applied on top of it on {rel}, and porter "
+                          f"cannot load {ref} as it was applied (its set data changed or its file is gone); "
+                          "nothing was changed", hint=hint)
+    loaded[id(entry)] = pset
+    work = _Work(root, state={rel: data}, modes={rel: mode})
+    results, _ = _plan_set(work, pset, entry.get("version", ""), only={rel})
+    failures = [r for r in results if r.status == "failed"]
+    if failures:
+        raise CheckFailed(f"cannot revert {reverting} alone: {ref}, applied on top of it on {rel}, does not "
+                          "apply without it; nothing was changed\n"
+                          + "\n".join("  " + f.describe().replace("\n", "\n  ") for f in failures), hint=hint)
+    return work.state[rel]
 
 
 def _short(sha: str | None) -> str:
     return sha[:12] if sha else "(no file)"
 
 
-__all__ = ["Applied", "FileChange", "Plan", "PatchFailed", "PatchResult", "PorterError", "Reverted", "SetPlan",
-           "apply", "plan", "read_journal", "revert", "safe_path", "detect_version"]
+__all__ = ["Applied", "FileChange", "FileState", "Plan", "PatchFailed", "PatchResult", "PorterError", "Reverted",
+           "SetPlan", "SetState", "apply", "detect_version", "failure_message", "journal_status", "load_recorded",
+           "plan", "read_journal", "revert", "safe_path", "set_version"]

@@ -7,6 +7,12 @@ either carries anchored edits or names a plain unified-diff ``.patch`` file.
 An anchored edit finds the lines that contain a literal string (or match a regex), checks that the
 number of matching lines is the expected ``count``, then replaces the matched text, inserts lines
 before or after each matching line, or deletes the matching lines. Line numbers are never used.
+
+A patch names the problem it fixes as something detectable (``needed_if``: a regex, searched in each
+of the patch's own files or in the files some globs select). Where the problem is absent the patch is
+"not needed here", which is reported and is not an error; so a fork without the problem does not fail
+the set. A set whose every patch has ``needed_if`` decides need by itself: its version range is then a
+recorded fact (what it was verified on), not a gate.
 """
 
 from __future__ import annotations
@@ -53,6 +59,28 @@ class Edit:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Need:
+    """The problem a patch fixes, as something detectable: a regex that matches while the problem is present."""
+
+    regex: str
+    """Python regex, searched (MULTILINE) in the whole text of a file."""
+    files: tuple[str, ...] = ()
+    """Tree-relative globs of the files to search. Empty: each of the patch's own files, decided per file
+    (a file where the regex does not match, or that is absent, is not edited)."""
+
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile(self.regex, re.MULTILINE)
+
+    @property
+    def per_file(self) -> bool:
+        return not self.files
+
+    def describe(self) -> str:
+        where = f" in {', '.join(self.files)}" if self.files else ""
+        return f"needed_if {self.regex!r}{where}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Patch:
     """One named change: anchored edits applied to each file in ``files``, or a unified diff."""
 
@@ -67,7 +95,10 @@ class Patch:
     strip: int | None = None
     """Leading path components to drop from diff headers (None: 1 when they start with a/ and b/)."""
     versions: str = ""
-    """PEP 440 specifier of the project versions this patch is for (empty: the set's range)."""
+    """PEP 440 specifier of the project versions this patch was verified for (empty: the set's range). A
+    gate only for a patch without ``needed_if``; otherwise a recorded fact."""
+    needed_if: Need | None = None
+    """The problem this patch fixes; None: always needed (the version ranges decide)."""
 
     @property
     def kind(self) -> str:
@@ -110,6 +141,11 @@ class PatchSet:
     @property
     def ref(self) -> str:
         return f"{self.project}/{self.name}"
+
+    @property
+    def decides_need(self) -> bool:
+        """Every patch names its problem (``needed_if``): the version range is a recorded fact, not a gate."""
+        return bool(self.patches) and all(p.needed_if is not None for p in self.patches)
 
 
 # --------------------------------------------------------------------------------------------
@@ -184,14 +220,36 @@ def _edit(data: Mapping[str, Any], where: str) -> Edit:
                 applied_if=applied_if)
 
 
+def _need(raw: Any, where: str) -> Need:
+    """``needed_if = 'regex'`` or ``needed_if = { regex = '...', files = ['glob', ...] }``."""
+    where = f"{where} needed_if"
+    if isinstance(raw, str):
+        raw = {"regex": raw}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a regex string or a table {{ regex = '...', files = [...] }}")
+    _keys(raw, {"regex", "files"}, where)
+    rx = _str(raw, "regex", where)
+    if not rx.strip():
+        raise ConfigError(f"{where}: empty regex", hint="match a short distinctive line that shows the problem")
+    try:
+        re.compile(rx, re.MULTILINE)
+    except re.error as exc:
+        raise ConfigError(f"{where}: invalid regex: {exc}") from None
+    files = raw.get("files", [])
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise ConfigError(f"{where}: files must be a list of tree-relative globs")
+    return Need(regex=rx, files=tuple(check_relpath(f, where) for f in files))
+
+
 def _patch(data: Mapping[str, Any], where: str, base: Traversable | Path | None) -> Patch:
-    _keys(data, {"id", "why", "files", "edit", "diff", "strip", "versions"}, where)
+    _keys(data, {"id", "why", "files", "edit", "diff", "strip", "versions", "needed_if"}, where)
     pid = _str(data, "id", where)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", pid):
         raise ConfigError(f"{where}: patch id {pid!r} must be letters, digits, '.', '_' or '-'")
     where = f"{where} (patch {pid})"
     why = _str(data, "why", where)
     versions = _spec(_str(data, "versions", where, ""), where)
+    need = _need(data["needed_if"], where) if "needed_if" in data else None
     if "diff" in data:
         if "edit" in data or "files" in data:
             raise ConfigError(f"{where}: a patch has either a diff or files + edits, not both")
@@ -205,7 +263,8 @@ def _patch(data: Mapping[str, Any], where: str, base: Traversable | Path | None)
         strip = data.get("strip")
         if strip is not None and (not isinstance(strip, int) or strip < 0):
             raise ConfigError(f"{where}: strip must be a non-negative integer")
-        return Patch(id=pid, why=why, diff=diff_text, diff_name=name, strip=strip, versions=versions)
+        return Patch(id=pid, why=why, diff=diff_text, diff_name=name, strip=strip, versions=versions,
+                     needed_if=need)
     files = data.get("files")
     if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
         raise ConfigError(f"{where}: files must be a non-empty list of tree-relative paths")
@@ -213,7 +272,8 @@ def _patch(data: Mapping[str, Any], where: str, base: Traversable | Path | None)
     if not isinstance(edits, list) or not edits:
         raise ConfigError(f"{where}: no [[patch.edit]] entries", hint="add at least one edit, or diff = \"x.patch\"")
     return Patch(id=pid, why=why, files=tuple(check_relpath(f, where) for f in files),
-                 edits=tuple(_edit(e, f"{where} edit {i + 1}") for i, e in enumerate(edits)), versions=versions)
+                 edits=tuple(_edit(e, f"{where} edit {i + 1}") for i, e in enumerate(edits)), versions=versions,
+                 needed_if=need)
 
 
 def parse_set(text: str, *, project: str, name: str, where: str, base: Traversable | Path | None,

@@ -77,6 +77,16 @@ def text_lines(text: str) -> list[str]:
     return text.splitlines()
 
 
+def find_line(pattern: re.Pattern[str], text: str) -> tuple[int, str] | None:
+    """The 1-based number and text of the line where ``pattern`` first matches ``text``; None if it does not."""
+    m = pattern.search(text)
+    if m is None:
+        return None
+    start = text.rfind("\n", 0, m.start()) + 1
+    end = text.find("\n", m.start())
+    return text.count("\n", 0, m.start()) + 1, text[start:end if end >= 0 else len(text)].rstrip("\r")
+
+
 def closest(lines: list[str], needle: str) -> tuple[str, int]:
     """The line most like ``needle`` (difflib ratio), and its 1-based number; ("", 0) if none."""
     target = needle.strip()

@@ -42,7 +42,8 @@ def test_check_apply_dry_run_apply_revert(tree: Path) -> None:
     code, out, _ = run("patch", "check", str(tree), "--set", "deepspeed/no-jit", "--json")
     assert code == 0
     doc = json.loads(out)
-    assert doc["ok"] and {r["status"] for r in doc["sets"][0]["results"]} == {"applied"}
+    assert doc["ok"] and {r["status"] for r in doc["sets"][0]["results"]} == {"would-apply"}
+    assert doc["sets"][0]["state"] == "would apply"
 
     before = (tree / "op_builder" / "builder.py").read_bytes()
     code, out, _ = run("patch", "apply", str(tree), "--set", "deepspeed/no-jit", "--dry-run")
@@ -62,19 +63,24 @@ def test_check_apply_dry_run_apply_revert(tree: Path) -> None:
 
 
 def test_check_failure_is_a_patch_failure(tree: Path) -> None:
-    (tree / "op_builder" / "builder.py").write_text("nothing to anchor on\n")
+    # the problem (a JIT path) is present, the anchor (the class line) is not
+    for f in ("op_builder/builder.py", "deepspeed/ops/op_builder/builder.py"):
+        (tree / f).write_text("class Builder:\n    def jit_load(self, verbose=True):\n        pass\n")
     code, out, exc = run("patch", "check", str(tree), "--set", "deepspeed/no-jit")
     assert isinstance(exc, PatchFailed)
-    assert "anchor not found" in out
+    assert "deepspeed/no-jit (version 0.19.8): would fail" in out
+    assert "anchor not found" in out and "problem: line 2: 'def jit_load(self, verbose=True):'" in out
     assert exc.exit_code == 1
 
 
-def test_version_refusal_and_override(tree: Path) -> None:
+def test_version_outside_the_verified_range_is_a_warning(tree: Path) -> None:
     (tree / "version.txt").write_text("0.10.0\n")
-    _, _, exc = run("patch", "apply", str(tree), "--set", "deepspeed/no-jit")
-    assert isinstance(exc, ConfigError) and "0.10.0" in exc.message and exc.exit_code == 2
-    code, _, exc = run("patch", "apply", str(tree), "--set", "deepspeed/no-jit", "--target-version", "0.19.8")
-    assert code == 0, exc
+    result = CliRunner().invoke(cli, ["patch", "apply", str(tree), "--set", "deepspeed/no-jit"])
+    assert result.exit_code == 0, result.exception
+    assert "WARNING: deepspeed/no-jit: deepspeed/no-jit was verified on deepspeed >=0.14,<0.20; the tree is " \
+           "0.10.0" in result.stderr
+    _, _, exc = run("patch", "apply", str(tree), "--set", "deepspeed/no-jit", "--target-version", "latest")
+    assert isinstance(exc, ConfigError) and exc.exit_code == 2
 
 
 def test_apply_needs_a_set(tree: Path) -> None:

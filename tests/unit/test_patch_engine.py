@@ -219,27 +219,71 @@ text = "y"
 # ---------------------------------------------------------------------------------------------
 # versions
 
-def test_version_outside_range_names_both(ds_tree: Path) -> None:
+GATED = """
+[set]
+description = "a set whose patch cannot tell need by itself, so its range is a gate"
+versions = ">=0.14,<0.20"
+version_from = [{ file = "version.txt", regex = '^(\\d+\\.\\d+\\.\\d+)' }]
+
+[[patch]]
+id = "gated"
+why = "x"
+files = ["op_builder/builder.py"]
+[[patch.edit]]
+action = "insert_after"
+anchor = "import os"
+text = "import sys"
+"""
+
+
+def test_gated_version_outside_range_names_both(ds_tree: Path, tmp_path: Path) -> None:
+    (tmp_path / "gated.toml").write_text(GATED)
+    gated = load_file(tmp_path / "gated.toml")
+    assert not gated.decides_need
     (ds_tree / "version.txt").write_text("0.12.6\n")
     with pytest.raises(ConfigError) as err:
-        plan(ds_tree, resolve_sets("deepspeed/no-jit"))
+        plan(ds_tree, [gated])
     assert ">=0.14,<0.20" in err.value.message and "0.12.6" in err.value.message
     assert "--target-version" in (err.value.hint or "")
-    done = apply(ds_tree, resolve_sets("deepspeed/no-jit"), target_version="0.19.0")
+    done = apply(ds_tree, [gated], target_version="0.19.0")
     assert done.changed
     assert read_journal(ds_tree)["sets"][0]["version"] == "0.19.0"
 
 
-def test_target_version_outside_range_is_refused(ds_tree: Path) -> None:
+def test_gated_target_version_outside_range_is_refused(ds_tree: Path, tmp_path: Path) -> None:
+    (tmp_path / "gated.toml").write_text(GATED)
     with pytest.raises(ConfigError, match="--target-version 0.20.1 is outside"):
-        plan(ds_tree, resolve_sets("deepspeed/no-jit"), target_version="0.20.1")
+        plan(ds_tree, [load_file(tmp_path / "gated.toml")], target_version="0.20.1")
 
 
-def test_unreadable_version_asks_for_target_version(ds_tree: Path) -> None:
+def test_gated_unreadable_version_asks_for_target_version(ds_tree: Path, tmp_path: Path) -> None:
+    (tmp_path / "gated.toml").write_text(GATED)
     (ds_tree / "version.txt").unlink()
-    with pytest.raises(ConfigError, match="cannot read the deepspeed version") as err:
-        plan(ds_tree, resolve_sets("deepspeed/no-jit"))
+    with pytest.raises(ConfigError, match="cannot read the local version") as err:
+        plan(ds_tree, [load_file(tmp_path / "gated.toml")])
     assert "--target-version" in (err.value.hint or "")
+
+
+def test_shipped_sets_record_versions_instead_of_gating(ds_tree: Path) -> None:
+    # every shipped patch names its problem, so the set's range is a recorded fact
+    (ds_tree / "version.txt").write_text("0.12.6\n")
+    p = plan(ds_tree, resolve_sets("deepspeed/no-jit"))
+    (note,) = p.sets[0].notes
+    assert "verified on deepspeed >=0.14,<0.20" in note and "the tree is 0.12.6" in note
+    assert p.sets[0].state == "would apply"
+    assert plan(ds_tree, resolve_sets("deepspeed/no-jit"), target_version="0.20.1").sets[0].version == "0.20.1"
+    with pytest.raises(ConfigError, match="not a PEP 440 version"):
+        plan(ds_tree, resolve_sets("deepspeed/no-jit"), target_version="latest")
+    apply(ds_tree, resolve_sets("deepspeed/no-jit"))
+    assert read_journal(ds_tree)["sets"][0]["version"] == "0.12.6"
+
+
+def test_shipped_set_on_tree_without_version(ds_tree: Path) -> None:
+    (ds_tree / "version.txt").unlink()
+    p = plan(ds_tree, resolve_sets("deepspeed/no-jit"))
+    assert p.sets[0].version == ""
+    assert "no deepspeed version found in the tree (looked in version.txt)" in p.sets[0].notes[0]
+    assert p.sets[0].state == "would apply"
 
 
 def test_patch_level_range_skips_patch(ds_tree: Path, tmp_path: Path) -> None:
@@ -425,9 +469,7 @@ def test_revert_one_set_keeps_the_other(ds_tree: Path) -> None:
     apply(ds_tree, resolve_sets("deepspeed/explicit-arch"))
     after_arch = snapshot(ds_tree)
     apply(ds_tree, resolve_sets("deepspeed/no-jit"))
-    with pytest.raises(CheckFailed, match="changed since deepspeed/explicit-arch"):
-        revert(ds_tree, ["deepspeed/explicit-arch"])  # no-jit changed the same file later
-    revert(ds_tree, ["deepspeed/no-jit"])
+    revert(ds_tree, ["deepspeed/no-jit"])  # the upper set: a plain restore
     assert {k: v for k, v in snapshot(ds_tree).items() if not k.startswith(".porter")} == \
         {k: v for k, v in after_arch.items() if not k.startswith(".porter")}
     assert [e["set"] for e in read_journal(ds_tree)["sets"]] == ["deepspeed/explicit-arch"]
