@@ -75,12 +75,13 @@ chroot-trixie:
 # snapshot mirror, hence Check-Valid-Until=false. hipcc 7 resolves its own path through /proc/self/exe,
 # so /proc is mounted on every run (a reboot unmounts it), also when the chroot already exists.
 ROCM7_APT      := apt-get -o Acquire::Check-Valid-Until=false
-ROCM7_PACKAGES ?= hipcc libamdhip64-dev rocm-device-libs-21 g++ librccl-dev libhipblaslt-dev librocblas-dev \
+ROCM7_PACKAGES ?= hipcc libamdhip64-dev rocm-device-libs-21 g++ librccl-dev libhipblaslt-dev librocblas-dev libhipsparse-dev libhipsolver-dev \
                   libhipblas-dev librocthrust-dev libhipcub-dev rocminfo
 
 chroot-rocm7:
 	@set -e; root="$(ROCM7_ROOT)"; \
-	if [ -x "$$root/usr/bin/hipcc" ]; then echo "sid ROCm 7 chroot already at $$root"; else \
+	if [ -x "$$root/usr/bin/hipcc" ] && chroot "$$root" dpkg -s $(ROCM7_PACKAGES) >/dev/null 2>&1; then \
+	  echo "sid ROCm 7 chroot already at $$root"; else \
 	  command -v debootstrap >/dev/null 2>&1 || { apt-get update -qq; apt-get install -y -qq debootstrap; }; \
 	  if [ ! -f "$$root/etc/apt/sources.list" ] || [ -d "$$root/debootstrap" ]; then \
 	    mkdir -p "$$root"; debootstrap --variant=minbase sid "$$root" >/dev/null; fi; \

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from porter import torch_hip_view as hip_view
 from porter.artifacts import labels
 from porter.artifacts.labels import with_label
 from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, manifest_path, write_beside
+from porter.codeobjects import read_code_objects
 from porter.errors import CheckFailed, ConfigError, PorterError
 from porter.executor import Executor, build_python
 from porter.fs import atomic_write_text, cache_dir, ensure_writable_dir, sha256_file
@@ -42,6 +44,8 @@ class OpResult:
     log: str = ""
     so: str = ""
     sha256: str = ""
+    error: str = ""
+    """The compiler's first error line (failed ops)."""
 
 
 @dataclass
@@ -55,6 +59,11 @@ class BuildResult:
     seconds: float = 0.0
     refusal: PorterError | None = None
     """Dry run only: why a real run here would be refused before any work."""
+    compile_only: bool = False
+    compiled: list[dict[str, Any]] = field(default_factory=list)
+    """--compile-only: per op, per arch, per translation unit (:func:`compile_report`)."""
+    hip_view: str = ""
+    """--compile-only without a ROCm torch: the torch HIP header view the compiles used."""
 
     @property
     def failed(self) -> list[OpResult]:
@@ -65,7 +74,10 @@ class BuildResult:
                 "manifest": str(self.manifest) if self.manifest else None,
                 "jobs": self.jobs, "seconds": round(self.seconds, 2),
                 "ops": [o.__dict__ for o in self.ops], "plan": self.plan.to_dict(),
-                "refusal": self.refusal.message if self.refusal else None}
+                "refusal": self.refusal.message if self.refusal else None,
+                **({"compile_only": True, "linked": False, "note": "compiled, not linked: no ROCm torch to link "
+                    "against here" if self.hip_view else "compiled, not linked", "hip_view": self.hip_view or None,
+                    "compiled": self.compiled} if self.compile_only else {})}
 
 
 def _key(*parts: Any) -> str:
@@ -75,7 +87,7 @@ def _key(*parts: Any) -> str:
 def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, all_compatible: bool = False,
               wheelhouse: Path, jobs: int | None = None, dry_run: bool = False, python: str | None = None,
               with_deps: bool = False, log: Logger | None = None, runner: Runner | None = None,
-              cache: Path | None = None) -> BuildResult:
+              cache: Path | None = None, compile_only: bool = False) -> BuildResult:
     """source -> catalogue -> plan -> one ninja run -> one wheel + manifest.
 
     Everything is checked before any work (output folder writable, toolchain root ready, torch of the
@@ -84,17 +96,24 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     """
     log = log or quiet_logger()
     runner = runner or Runner(log)
+    if compile_only and tc.kind == "cpu":
+        raise ConfigError(f"--compile-only compiles GPU code for every arch of a rocm or cuda profile; "
+                          f"toolchain {tc.name} is a cpu profile",
+                          hint="pick a GPU profile (-t debian-rocm7, -t cuda-h100, ...), or drop --compile-only "
+                               "to build the CPU ops into a wheel")
     ex = tc.executor
     py_ex, python = build_python(ex, tc.python, python)
     cache = cache or ex.work_dir(cache_dir())
     start = time.monotonic()
     if not dry_run:
-        ensure_writable_dir(wheelhouse, what="wheelhouse")
+        if not compile_only:
+            ensure_writable_dir(wheelhouse, what="wheelhouse")
         ex.preflight()
-        torch = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
-        refused = refusal(need_for(tc.kind), torch, python, what=f"building DeepSpeed ops for {tc.name}")
-        if refused is not None:
-            raise refused
+        if not compile_only:  # compiling needs no torch of the profile's kind: linking does
+            torch = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
+            refused = refusal(need_for(tc.kind), torch, python, what=f"building DeepSpeed ops for {tc.name}")
+            if refused is not None:
+                raise refused
     with ExitStack() as stack:
         with log.step("reading the source and its op catalogue"):
             source = cached_source(source_spec, cache) if dry_run else None
@@ -106,15 +125,26 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                 source = resolve_source(source_spec, runner=runner, cache=scratch)
             cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose), executor=py_ex)
         selected = cat.select(ops, all_compatible)
-        refused = refusal(need_for(tc.kind), cat.torch, python, what=f"building DeepSpeed ops for {tc.name}")
+        refused = None if compile_only else refusal(need_for(tc.kind), cat.torch, python,
+                                                    what=f"building DeepSpeed ops for {tc.name}")
         build_dir = cache / "ops" / f"{source.project}-{source.version}-{tc.name}-" \
-            f"{_key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag)}"
+            f"{_key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag, compile_only)}"
         hip_map = hipify_for_rocm(cat, tc, selected, build_dir, python=python, runner=runner, log=log,
                                   executor=py_ex, dry_run=dry_run) if tc.kind == "rocm" else None
-        plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not dry_run)
+        view: tuple[Path, ...] = ()
+        if compile_only and tc.kind == "rocm" and hip_view.needed(cat.torch):
+            with log.step(f"a HIP view of torch {cat.torch.version}'s headers (compile checks only)"):
+                view = (hip_view.make_view(cat.torch, cache, python=python, runner=Runner(log, echo=log.verbose),
+                                           executor=py_ex, dry_run=dry_run),)
+        plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not dry_run,
+                         compile_only=compile_only, extra_includes=view)
+        if view:
+            plan.notes.append(f"torch {cat.torch.version} is a {cat.torch.kind} build: its headers are seen through "
+                              f"a generated HIP view ({view[0]}); objects are compiled, never linked")
         per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]
         n_jobs = jobs or default_jobs(per_job)
-        result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused)
+        result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, compile_only=compile_only,
+                             hip_view=str(view[0]) if view else "")
         if dry_run:
             try:
                 ex.preflight()
@@ -130,6 +160,10 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     with FileLock(str(build_dir) + ".lock"):  # two builds of the same target take turns
         atomic_write_text(build_dir / "build.ninja", plan.ninja())
         result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc))
+        if compile_only:
+            result.compiled = compile_report(plan, result.ops, tc)
+            result.seconds = time.monotonic() - start
+            return result
         built = [o for o in result.ops if o.status != "failed"]
         for o in result.failed:
             log.error(f"op {o.name} failed to build; log: {o.log}")
@@ -188,7 +222,8 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
     ninja_bin = str(Path(ninja.BIN_DIR) / "ninja")
     ninja_log = plan.build_dir / ".ninja_log"
     before = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
-    with log.step(f"compiling {len(plan.outputs)} op(s) in one ninja graph with {jobs} job(s)"):
+    with log.step(f"compiling {len(plan.objects)} op(s) in one ninja graph with {jobs} job(s)"
+                  + (" (compile only: no link)" if plan.compile_only else "")):
         res = runner.run([ninja_bin, "-C", str(plan.build_dir), "-k", "0", "-j", str(jobs)], env=env,
                          timeout=4 * 3600, check=False)
     after = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
@@ -196,7 +231,8 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
         else [l.split("\t") for l in after if not l.startswith("#")]
     blocks = _failure_blocks(res.output)
     results = []
-    for op, so in plan.outputs.items():
+    for op in plan.objects:
+        so = plan.outputs.get(op, "")
         odir = str(plan.build_dir / op) + os.sep
         entries = [e for e in new if len(e) >= 4 and (str(plan.build_dir / e[3]).startswith(odir)
                                                        or e[3].startswith(odir))]
@@ -206,11 +242,49 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
         log_path.parent.mkdir(parents=True, exist_ok=True)
         text = "\n".join(own) if own else "\n".join(l for l in res.output.splitlines() if odir in l)
         atomic_write_text(log_path, text + "\n")
-        ok = Path(so).is_file() and not own
-        status = "failed" if not ok else ("built" if entries else "cached")
-        results.append(OpResult(op, status, seconds, str(log_path), so if ok else "",
-                                sha256_file(so) if ok else ""))
+        done = all(Path(o).is_file() for o in plan.objects[op]) if plan.compile_only else Path(so).is_file()
+        ok = done and not own
+        status = "failed" if not ok else (("compiled" if plan.compile_only else "built") if entries else "cached")
+        results.append(OpResult(op, status, seconds, str(log_path), so if ok and so else "",
+                                sha256_file(so) if ok and so else "", first_error(text) if not ok else ""))
     return results
+
+
+def compile_report(plan: Plan, results: list[OpResult], tc: Toolchain) -> list[dict[str, Any]]:
+    """Per op: status, first error, per-arch verdict; per translation unit: time, peak memory and the
+    code objects found in its object file (porter's ELF reader)."""
+    by_name = {r.name: r for r in results}
+    out: list[dict[str, Any]] = []
+    for op, objs in plan.objects.items():
+        r = by_name[op]
+        tus: list[dict[str, Any]] = []
+        device_archs: list[set[str]] = []
+        for step in (s for s in plan.steps if s.op == op and s.kind == "compile"):
+            tu: dict[str, Any] = {"source": step.inputs[0], "object": step.output}
+            cost = Path(f"{step.output}.cost.json")
+            if cost.is_file():
+                c = json.loads(cost.read_text())
+                tu.update(seconds=c["seconds"], peak_rss_mib=round(c["peak_rss_kib"] / 1024, 1),
+                          returncode=c["returncode"])
+            device = any(a.startswith(("--offload-arch=", "-gencode")) for a in step.argv)
+            if device and Path(step.output).is_file():
+                objects = read_code_objects(step.output)
+                tu["code_objects"] = sorted({o.target for o in objects})
+                device_archs.append({o.arch for o in objects})
+            tus.append(tu)
+        ok = r.status != "failed"
+        archs = {a: "compiled" if ok and device_archs and all(a in d for d in device_archs) else "failed"
+                 for a in tc.arch_names}
+        out.append({"name": op, "status": r.status, "error": r.error, "log": r.log, "archs": archs, "tus": tus,
+                    "seconds": round(r.seconds, 2)})
+    return out
+
+
+def first_error(text: str) -> str:
+    """The compiler's own first error line, else the last non-empty line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return next((ln for ln in lines if "error" in ln.lower() and not ln.startswith("FAILED:")),
+                lines[-1] if lines else "failed with no output")[:400]
 
 
 def _failure_blocks(output: str) -> list[str]:
@@ -260,6 +334,7 @@ def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list
         extensions=entries, target={"accelerator": cat.accelerator},
         ops=[{"name": r.name, "status": r.status, "seconds": round(r.seconds, 2), "log": r.log} for r in results])
     # the wheel appears in the wheelhouse only by an atomic rename, after its manifest
+    wheelhouse.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".porter-", dir=wheelhouse) as tmpdir:
         tmp = compose(base, Path(tmpdir), version=version, tag=tag, extensions=extensions, installed_ops=installed,
                       extra_files={"{dist_info}/porter.json": carried(manifest)})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from porter.errors import ConfigError
+from porter.toolchain.archs import BF16_AMD
 from porter.toolchain.profile import Toolchain
 from ops_prebuild.catalogue import Catalogue, OpSpec
 
@@ -52,6 +54,8 @@ class Step:
     output: str
     inputs: tuple[str, ...]
     depfile: str = ""
+    wrapper: tuple[str, ...] = ()
+    """What ninja puts before ``argv`` (the compile-only cost recorder); not part of the command."""
 
 
 @dataclass
@@ -62,6 +66,8 @@ class Plan:
     outputs: dict[str, str] = field(default_factory=dict)   # op -> .so path
     env: dict[str, str] = field(default_factory=dict)       # env changes the commands need
     notes: list[str] = field(default_factory=list)
+    compile_only: bool = False
+    objects: dict[str, list[str]] = field(default_factory=dict)  # op -> its object files
 
     def ninja(self) -> str:
         """The ninja file: one graph over all ops, so every core stays busy."""
@@ -70,15 +76,16 @@ class Plan:
                  "  deps = gcc", "", "rule link", "  command = $cmd", "  description = $desc", ""]
         for s in self.steps:
             lines.append(f"build {_esc(s.output)}: {s.kind} {' '.join(_esc(i) for i in s.inputs)}")
-            lines.append(f"  cmd = {shlex.join(s.argv)}")
+            lines.append(f"  cmd = {shlex.join((*s.wrapper, *s.argv))}")
             lines.append(f"  desc = {s.kind.upper()} {s.op}: {os.path.basename(s.output)}")
         lines.append("")
-        lines.append(f"default {' '.join(_esc(o) for o in self.outputs.values())}")
+        targets = [o for objs in self.objects.values() for o in objs] if self.compile_only else self.outputs.values()
+        lines.append(f"default {' '.join(_esc(o) for o in targets)}")
         return "\n".join(lines) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
         return {"build_dir": str(self.build_dir), "env": self.env, "notes": self.notes,
-                "outputs": self.outputs,
+                "outputs": self.outputs, "compile_only": self.compile_only, "objects": self.objects,
                 "steps": [{"op": s.op, "kind": s.kind, "argv": list(s.argv), "output": s.output} for s in self.steps]}
 
 
@@ -104,9 +111,10 @@ Visible = Callable[[str | Path], str]
 """A host path -> the path the toolchain's programs see (the executor's mapping, staging included)."""
 
 
-def _includes(op: OpSpec, cat: Catalogue, tree: Path, tc: Toolchain, v: Visible) -> list[str]:
+def _includes(op: OpSpec, cat: Catalogue, tree: Path, tc: Toolchain, v: Visible,
+              extra: tuple[Path, ...] = ()) -> list[str]:
     inc = [f"-I{v(tree / p)}" for p in op.include_paths]
-    torch_dirs = [v(d) for d in cat.torch.include_dirs]
+    torch_dirs = [v(d) for d in extra if op.device] + [v(d) for d in cat.torch.include_dirs]
     if tc.kind == "rocm" and op.device and tc.root not in ("", "/", "/usr"):
         torch_dirs.append(f"{tc.root}/include")
     if tc.kind == "cuda":
@@ -118,12 +126,24 @@ def _includes(op: OpSpec, cat: Catalogue, tree: Path, tc: Toolchain, v: Visible)
     return inc
 
 
+def bf16(op: OpSpec, tc: Toolchain) -> bool:
+    """Whether the op's device code is built with ``-DBF16_AVAILABLE``: DeepSpeed's own verdict on CUDA
+    (compute capability 8+); on ROCm, where DeepSpeed never passes it (its issue #4717), when every arch
+    of the profile has bf16 in hardware."""
+    if tc.kind == "rocm":
+        return op.device and all(t.name in BF16_AMD for t in tc.targets)
+    return op.bf16
+
+
 def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
-              *, sources: dict[str, dict[str, str]] | None = None, stage: bool = True) -> Plan:
+              *, sources: dict[str, dict[str, str]] | None = None, stage: bool = True,
+              compile_only: bool = False, extra_includes: tuple[Path, ...] = ()) -> Plan:
     """Plan every command. ``sources`` maps op -> {original: hipified path} for ROCm builds.
 
     Commands run through the toolchain's executor: every path in them is one its programs see
     (files outside a chroot are staged into it; ``stage=False`` only names where: dry runs write nothing).
+    ``compile_only``: the same compiles, each recording its time and peak memory, and no link.
+    ``extra_includes`` come first on device ops' include path (the torch HIP view).
     """
     tree = cat.source.tree
     ex = tc.executor
@@ -131,8 +151,9 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     def v(path: str | Path) -> str:
         return ex.visible(path, stage=stage)
 
-    plan = Plan(build_dir, tc)
+    plan = Plan(build_dir, tc, compile_only=compile_only)
     plan.env = {k: v for k, v in tc.env.items()}
+    measure = (sys.executable, "-m", "ops_prebuild.measure")
     for op in ops:
         hipified = (sources or {}).get(op.name)
         inc_root = build_dir / "hip" if hipified else tree
@@ -142,9 +163,14 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
             src = Path((hipified or {}).get(rel) or tree / rel)
             obj = odir / (rel.replace("/", "__") + ".o")
             dev = src.suffix in DEVICE_SUFFIXES and op.device
-            argv = _compile_argv(op, cat, tc, v(src), v(obj), dev, inc_root, v)
-            plan.steps.append(Step(op.name, "compile", tuple(argv), str(obj), (str(src),), str(obj) + ".d"))
+            argv = _compile_argv(op, cat, tc, v(src), v(obj), dev, inc_root, v, extra_includes)
+            wrapper = (*measure, f"{obj}.cost.json", "--") if compile_only else ()
+            plan.steps.append(Step(op.name, "compile", tuple(argv), str(obj), (str(src),), str(obj) + ".d",
+                                   wrapper))
             objs.append(str(obj))
+        plan.objects[op.name] = objs
+        if compile_only:
+            continue
         so = odir / f"{op.leaf}{cat.torch.ext_suffix}"
         plan.steps.append(Step(op.name, "link", tuple(_link_argv(op, cat, tc, [v(o) for o in objs], v(so), v)),
                                str(so), tuple(objs)))
@@ -153,16 +179,17 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
 
 
 def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str, device: bool,
-                  tree: Path, v: Visible) -> list[str]:
+                  tree: Path, v: Visible, extra: tuple[Path, ...] = ()) -> list[str]:
     ex = tc.executor
-    common = [*_defines(op, cat), *_includes(op, cat, tree, tc, v), *tc.cflags, *(f"-D{d}" for d in tc.defines)]
+    common = [*_defines(op, cat), *_includes(op, cat, tree, tc, v, extra), *tc.cflags,
+              *(f"-D{d}" for d in tc.defines)]
+    half = ["-DBF16_AVAILABLE"] if bf16(op, tc) else []
     if device and tc.kind == "cuda":
         march = [a for a in host_args(op.cxx_args, tc) if a.startswith("-march=")]
         # torch's own CUDA extension flags first, so the builder's -U flags can undo them, as in torch
         return ex.argv(tc.compiler, "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                        "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
-                       "--expt-relaxed-constexpr", *op.nvcc_args, *cxx_standard(op.nvcc_args, cat),
-                       *(["-DBF16_AVAILABLE"] if op.bf16 else []),
+                       "--expt-relaxed-constexpr", *op.nvcc_args, *cxx_standard(op.nvcc_args, cat), *half,
                        "--compiler-options", "-fPIC", *(x for m in march for x in ("--compiler-options", m)),
                        *common, "--generate-dependencies-with-compile", "--dependency-output", f"{obj}.d",
                        "-c", src, "-o", obj)
@@ -172,18 +199,17 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str,
         args = ["-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2", "-DCUDA_HAS_FP16=1",
                 "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1", *op.nvcc_args,
                 *cxx_standard(op.nvcc_args, cat),
-                f"-DROCM_WAVEFRONT_SIZE={wave}",
-                *(["-DBF16_AVAILABLE"] if op.bf16 else []), "-fno-gpu-rdc",
+                f"-DROCM_WAVEFRONT_SIZE={wave}", *half, "-fno-gpu-rdc",
                 *(f"--offload-arch={t.spec}" for t in tc.targets), *common,
                 "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj]
         return ex.argv(tc.compiler, *args)
-    extra: list[str] = []
+    host: list[str] = []
     if tc.kind == "rocm" and op.device:
-        extra = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}"]
-    if tc.kind == "cuda" and op.device and op.bf16:
-        extra = ["-DBF16_AVAILABLE"]
+        host = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}", *half]
+    if tc.kind == "cuda" and op.device:
+        host = half
     cxx = tc.compiler if tc.kind == "cpu" else tc.cxx
-    return ex.argv(cxx, *host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *extra, *common,
+    return ex.argv(cxx, *host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *host, *common,
                    "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj)
 
 

@@ -90,21 +90,27 @@ def atomic_write_json(dest: str | os.PathLike[str], obj: Any) -> None:
 
 
 def ensure_writable_dir(path: str | os.PathLike[str], *, what: str = "output folder",
-                        option: str = "-o") -> Path:
-    """Create ``path`` if needed and prove it writable by writing a file in it (mode bits lie: root
-    writes into a 0555 folder, a read-only mount refuses even root). Raises ConfigError naming it."""
+                        option: str = "-o", create: bool = False) -> Path:
+    """Prove ``path`` is (or can be made) a writable folder by writing a file in it, or in its nearest
+    existing parent when it does not exist yet (mode bits lie: root writes into a 0555 folder, a
+    read-only mount refuses even root). Nothing is left behind unless ``create``. ConfigError names it."""
     p = Path(path)
     hint = f"pass {option} with a folder you can write"
+    probe_dir = p
+    while not probe_dir.exists() and probe_dir.parent != probe_dir:
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise ConfigError(f"cannot create the {what} {p}: {probe_dir} is not a folder", hint=hint)
     try:
-        p.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the {what} {p}: {exc.strerror}", hint=hint) from None
-    if not p.is_dir():
-        raise ConfigError(f"the {what} {p} is not a folder", hint=hint)
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".porter-write-test.", dir=p)
+        fd, probe = tempfile.mkstemp(prefix=".porter-write-test.", dir=probe_dir)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise ConfigError(f"the {what} {p} is not writable: {exc.strerror}", hint=hint) from None
+        verb = "is not writable" if probe_dir == p else f"cannot be created ({probe_dir} is not writable)"
+        raise ConfigError(f"the {what} {p} {verb}: {exc.strerror}", hint=hint) from None
+    if create:
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the {what} {p}: {exc.strerror}", hint=hint) from None
     return p

@@ -258,6 +258,7 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
         ops=[{"name": o.name, "status": o.status, "seconds": round(o.seconds, 2), "log": o.log} for o in ops])
     files: dict[str, Payload] = {Path(o.so).name: Path(o.so) for o in ops}
     files["{dist_info}/porter.json"] = carried(manifest)
+    wheelhouse.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".porter-", dir=wheelhouse) as tmpdir:
         tmp = write_wheel(tmpdir, WheelSpec(DIST, full_version, tag), files,
                           summary="Megatron-DeepSpeed fused softmax kernels, prebuilt by porter")

@@ -11,7 +11,7 @@ import click
 from porter.cli import emit_json
 from porter.cli.options import (dry_run_option, jobs_option, json_option, python_option, resolve_toolchain,
                                 toolchain_options, wheelhouse_option)
-from porter.errors import PartialSuccess
+from porter.errors import CheckFailed, PartialSuccess
 from porter.errors import refusal_line
 from porter.log import Logger
 from porter.run import Runner
@@ -68,6 +68,11 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
 @wheelhouse_option
 @jobs_option
 @dry_run_option
+@click.option("--compile-only", is_flag=True,
+              help="Compile every translation unit of the selected ops for every arch of the (rocm or cuda) "
+                   "profile, through the same ninja graph, and report per op and arch: compiled or the first "
+                   "error, code objects per object file, time and peak memory per unit. Nothing is linked or "
+                   "packaged. Without a ROCm torch, a HIP view of the build python's torch headers stands in.")
 @click.option("--with-deps", is_flag=True,
               help="Also download the wheel's runtime dependencies (all but torch) into the wheelhouse, "
                    "for offline installs on compute nodes.")
@@ -76,7 +81,7 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
 @click.pass_obj
 def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
               op_names: str | None, all_compatible: bool, wheelhouse: Path, jobs: int | None, dry_run: bool,
-              with_deps: bool, python: str | None, as_json: bool) -> None:
+              compile_only: bool, with_deps: bool, python: str | None, as_json: bool) -> None:
     """Compile the selected ops in one ninja graph and package one DeepSpeed wheel in which they are
     prebuilt (installed_ops), plus a manifest. An op that fails is reported and left out (exit 3)."""
     from ops_prebuild.build import build_ops
@@ -85,8 +90,10 @@ def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[
         raise click.UsageError("--ops and --all-compatible exclude each other")
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     names = [n.strip() for n in op_names.split(",") if n.strip()] if op_names else None
+    if compile_only and with_deps:
+        raise click.UsageError("--with-deps downloads a wheel's dependencies; --compile-only makes no wheel")
     result = build_ops(source, tc, ops=names, all_compatible=all_compatible, wheelhouse=wheelhouse, jobs=jobs,
-                       dry_run=dry_run, python=python, with_deps=with_deps, log=log)
+                       dry_run=dry_run, python=python, with_deps=with_deps, log=log, compile_only=compile_only)
     if as_json:
         emit_json(result.to_dict())
     elif dry_run:
@@ -101,12 +108,25 @@ def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[
             click.echo(shlex.join(step.argv))
         if result.refusal is not None:
             click.echo(refusal_line(result.refusal.message))
+    elif compile_only:
+        names = list(tc.arch_names)
+        click.echo(f"# compiled, not linked: {len(result.compiled)} op(s) for {', '.join(names)} with {tc.name}")
+        click.echo(f"  {'op':<28} " + " ".join(f"{a:<9}" for a in names) + "  seconds  peak MiB")
+        for rec in result.compiled:
+            peak = max((t.get("peak_rss_mib", 0) for t in rec["tus"]), default=0)
+            click.echo(f"  {rec['name']:<28} " + " ".join(f"{rec['archs'][a]:<9}" for a in names)
+                       + f"  {rec['seconds']:7.1f}  {peak:8.0f}" + (f"  {rec['error']}" if rec["error"] else ""))
     else:
         for o in result.ops:
             click.echo(f"  {o.name:<22} {o.status:<7} {o.seconds:6.1f}s  {o.log if o.status == 'failed' else ''}")
         click.echo(f"wheel: {result.wheel}")
         click.echo(f"manifest: {result.manifest}")
+    if compile_only and not dry_run and result.failed and len(result.failed) == len(result.ops):
+        raise CheckFailed(f"no op compiled ({', '.join(o.name for o in result.failed)} failed)",
+                          hint="the first error of each op is in the report; its full log is in 'log'")
     if result.failed:
-        raise PartialSuccess(f"{len(result.failed)} op(s) failed and were left out of the wheel: "
-                             f"{', '.join(o.name for o in result.failed)}",
-                             hint="the other ops shipped; read the failed ops' logs")
+        raise PartialSuccess(f"{len(result.failed)} op(s) failed"
+                             + (" to compile: " if compile_only else " and were left out of the wheel: ")
+                             + ", ".join(o.name for o in result.failed),
+                             hint="the other ops " + ("compiled" if compile_only else "shipped")
+                                  + "; read the failed ops' logs")

@@ -45,6 +45,12 @@ _CUDA: dict[str, tuple[str, ...]] = {
     "sm_100": ("B200",), "sm_100a": ("B200 (arch-specific)",), "sm_120": ("RTX 50xx",),
 }
 
+# AMD targets with bf16 in hardware (CDNA2 and later, RDNA3 and later): DeepSpeed gates its bf16 kernels
+# on -DBF16_AVAILABLE, which it passes only on CUDA (compute capability 8+); porter passes it on ROCm
+# when every arch of the profile is here.
+BF16_AMD = frozenset({"gfx90a", "gfx940", "gfx941", "gfx942", "gfx950", "gfx1100", "gfx1101", "gfx1102",
+                      "gfx1200", "gfx1201"})
+
 ARCHS: dict[str, GpuArch] = {
     **{n: GpuArch(n, "amd", w, p, f) for n, (w, p, f) in _AMD.items()},
     **{n: GpuArch(n, "nvidia", 32, p) for n, p in _CUDA.items()},

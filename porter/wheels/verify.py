@@ -101,6 +101,7 @@ def relabel(wheel: Path, label: str, dest_dir: Path, manifest: Manifest) -> tupl
     if tag.count("-") > 2:  # a build tag sits before the python tag
         tag = tag.split("-", 1)[1]
     manifest["version"] = new_version
+    dest_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".porter-label-", dir=dest_dir) as tmp:
         out = rewrite_wheel(wheel, tmp, version=new_version, tag=tag, purelib=_purelib(wheel),
                             add={"{dist_info}/porter.json": carried(manifest)})

@@ -1,0 +1,39 @@
+"""Entry: a HIP view of this python's torch headers, made with torch's own hipify (pytorch mode).
+
+argv[1]: torch's include folder; argv[2]: the (new, empty) folder to fill. Copies ``ATen/cuda`` and
+``c10/cuda`` into a work folder inside it, hipifies them as ROCm torch's own build does
+(``ATen/hip/HIPContext.h``, ``c10/hip/HIPGuard.h``, ...), keeps only the generated ``*/hip`` trees.
+Emits {"files": N} or {"error": why}.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+from porter.probes.protocol import emit  # porter: concatenated
+
+PARTS: tuple[str, ...] = ()
+
+include, dest = sys.argv[1], sys.argv[2]
+subdirs = [d for d in ("ATen/cuda", "c10/cuda") if os.path.isdir(os.path.join(include, d))]
+if len(subdirs) < 2:
+    emit({"error": f"{include} has no ATen/cuda and c10/cuda headers to hipify"})
+    sys.exit(0)
+work = os.path.join(dest, ".work")
+for d in subdirs:
+    shutil.copytree(os.path.join(include, d), os.path.join(work, d))
+from torch.utils.hipify import hipify_python  # noqa: E402
+
+hipify_python.hipify(project_directory=work, output_directory=work,
+                     includes=[os.path.join(work, d, "*") for d in subdirs], show_detailed=False,
+                     is_pytorch_extension=False, show_progress=False)
+count = 0
+for top in ("ATen", "c10"):
+    src = os.path.join(work, top, "hip")
+    if os.path.isdir(src):
+        shutil.move(src, os.path.join(dest, top, "hip"))
+        count += sum(len(files) for _, _, files in os.walk(os.path.join(dest, top, "hip")))
+shutil.rmtree(work)
+emit({"files": count})

@@ -1,0 +1,78 @@
+"""A HIP view of a CPU or CUDA torch's headers: a stand-in for compile checks only.
+
+A ROCm build of a torch extension includes ``ATen/hip/HIPContext.h``, ``c10/hip/HIPGuard.h`` and
+friends, which only ROCm builds of torch ship. torch's own hipify, run in pytorch mode on a CPU/CUDA
+wheel's ``ATen/cuda`` and ``c10/cuda`` headers, generates them the way ROCm torch's build does; the
+few headers ROCm torch's CMake writes are added here (:data:`EXTRA`, as small as possible). With
+that view first on the include path, a hipified extension *compiles* for gfx targets; it never
+*links*: there is no libtorch_hip here. The view is never used when the build python has a real
+ROCm torch (:func:`needed`). Made once per torch version, in porter's work folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+
+from porter.errors import ConfigError
+from porter.executor import HOST, Executor
+from porter.fs import atomic_write_text
+from porter.probe import run_probe
+from porter.run import Runner, make_env
+from porter.torch_facts import TorchInfo
+
+DONE = ".porter-view"
+
+# Headers ROCm torch's CMake generates (no CUDA counterpart to hipify): what they define here is
+# what a ROCm build of torch defines for an extension that includes them.
+EXTRA: dict[str, str] = {
+    "c10/hip/impl/hip_cmake_macros.h": (
+        "// written by porter: stands in for the file ROCm torch's CMake generates\n"
+        "#pragma once\n"
+        "#ifndef C10_HIP_BUILD_SHARED_LIBS\n#define C10_HIP_BUILD_SHARED_LIBS\n#endif\n"),
+}
+
+
+def needed(torch: TorchInfo) -> bool:
+    """Only a torch that is not a ROCm build needs the view (a ROCm torch ships the real headers)."""
+    return torch.kind != "rocm"
+
+
+def view_dir(torch: TorchInfo, work: Path) -> Path:
+    key = hashlib.sha256(f"{torch.version}|{torch.root}".encode()).hexdigest()[:12]
+    return work / "torch-hip-view" / f"torch-{torch.version.replace('+', '-')}-{key}"
+
+
+def make_view(torch: TorchInfo, work: Path, *, python: str, runner: Runner, executor: Executor = HOST,
+              dry_run: bool = False) -> Path:
+    """The view's folder (made once per torch; a dry run only names it)."""
+    if not needed(torch):
+        raise ConfigError(f"torch {torch.version} is a ROCm build: it has the real HIP headers, no view is made")
+    dest = view_dir(torch, work)
+    if dry_run or (dest / DONE).is_file():
+        return dest
+    include = next((d for d in torch.include_dirs if (Path(d) / "ATen").is_dir()), "")
+    if not include or not (Path(include) / "ATen" / "cuda").is_dir() or not (Path(include) / "c10" / "cuda").is_dir():
+        raise ConfigError(f"torch {torch.version} at {torch.root} ships no ATen/cuda and c10/cuda headers, so no "
+                          "HIP view of it can be made",
+                          hint="use a build python whose torch wheel has them (the CPU and CUDA wheels from PyPI do)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        doc = run_probe("torch_hip_view", [executor.inside(include) if executor.kind != "host" else include,
+                                           executor.inside(tmp) if executor.kind != "host" else str(tmp)],
+                        python=python, runner=runner, executor=executor, env=make_env(), timeout=600,
+                        what="to make a HIP view of its torch headers")
+        if "error" in doc:
+            raise ConfigError(f"no HIP view of torch {torch.version}: {doc['error']}")
+        for rel, text in EXTRA.items():
+            atomic_write_text(tmp / rel, text)
+        atomic_write_text(tmp / DONE, f"torch {torch.version}: {doc['files']} hipified headers + "
+                                      f"{len(EXTRA)} written by porter\n")
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
