@@ -31,14 +31,15 @@ from porter import __version__
 from porter.errors import ConfigError, NothingToDo, PorterError
 from porter.hipify import torch_engine
 from porter.hipify.maps import CompiledMap, ExtraMap, combined_map
-from porter.hipify.scan import Finding, mask, scan
+from porter.hipify.scan import SCAN_VERSION, Finding, mask, scan, uses_name
 from porter.log import Logger, quiet_logger
 from porter.fs import atomic_path, atomic_write_text, sha256_bytes
 
 CACHE_NAME = ".porter-hipify.json"
-CACHE_SCHEMA = "porter.hipify-cache/1"
+CACHE_SCHEMA = "porter.hipify-cache/2"
 
 CHANGED, UNCHANGED, COPIED, SKIPPED = "changed", "unchanged", "copied", "skipped"
+ALREADY_HIPIFIED = "already hipified (starts with torch's hipify breadcrumb)"
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ def _validate(src: Path, out: Path | None, in_place: bool, check: bool) -> tuple
 
 
 def _cache_key(cmap_digest: str, in_place: bool) -> str:
-    return sha256_bytes(json.dumps([__version__, torch_engine.torch_hipify_version(), cmap_digest,
+    return sha256_bytes(json.dumps([__version__, SCAN_VERSION, torch_engine.torch_hipify_version(), cmap_digest,
                                     in_place]).encode())
 
 
@@ -237,6 +238,7 @@ class _State:
     unsupported: list[Finding] = field(default_factory=list)
     warp32: list[Finding] = field(default_factory=list)
     defined: set[str] = field(default_factory=set)
+    pending_masks: list[tuple[str, Finding]] = field(default_factory=list)
 
 
 def _write(dest: Path, data: bytes, mode: int, atomic: bool) -> None:
@@ -279,6 +281,7 @@ def _process_file(s: _State, rel: str, path: Path) -> None:
         s.unsupported.extend(Finding.from_dict(d) for d in rec.get("unsupported", []))
         s.warp32.extend(Finding.from_dict(d) for d in rec.get("warp32", []))
         s.defined.update(rec.get("defines", []))
+        s.pending_masks.extend((str(n), Finding.from_dict(d)) for n, d in rec.get("pending_masks", []))
         return
 
     counts: Counter[str] = Counter()
@@ -296,7 +299,7 @@ def _process_file(s: _State, rel: str, path: Path) -> None:
             # torch reads with universal newlines; so does porter, to produce the same text.
             norm = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
             if norm.startswith(s.breadcrumb):
-                status, reason = SKIPPED, "already hipified (starts with torch's hipify breadcrumb)"
+                status, reason = SKIPPED, ALREADY_HIPIFIED
                 scan_text = norm
             else:
                 new = torch_engine.transform_text(norm, rel, counts)
@@ -314,13 +317,15 @@ def _process_file(s: _State, rel: str, path: Path) -> None:
     unsupported: list[Finding] = []
     warp: list[Finding] = []
     defines: list[str] = []
+    pending: list[tuple[str, Finding]] = []
     if scan_text is not None:
-        found: set[str] = set()
-        unsupported, warp = scan(scan_text, rel, s.cmap, mask(scan_text), found)
-        defines = sorted(found)
+        found = scan(scan_text, rel, s.cmap, mask(scan_text))
+        unsupported, warp, pending = found.unsupported, found.warp32, found.pending_masks
+        defines = sorted(found.defines)
     s.unsupported.extend(unsupported)
     s.warp32.extend(warp)
     s.defined.update(defines)
+    s.pending_masks.extend(pending)
 
     if s.in_place:
         write = out_data is not data
@@ -342,13 +347,50 @@ def _process_file(s: _State, rel: str, path: Path) -> None:
         cached_status, cached_reason, src_digest = status, reason, digest
         if s.in_place and status == CHANGED:
             # The tree now holds the output: a re-run reads it back as an already hipified file.
-            cached_status, cached_reason = SKIPPED, "already hipified (starts with torch's hipify breadcrumb)"
+            cached_status, cached_reason = SKIPPED, ALREADY_HIPIFIED
             src_digest = sha256_bytes(out_data)
             counts = Counter()
         s.new_cache[rel] = {"src": src_digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
                             "status": cached_status, "reason": cached_reason, "replacements": dict(counts),
                             "unsupported": [f.to_dict() for f in unsupported],
-                            "warp32": [f.to_dict() for f in warp], "defines": defines}
+                            "warp32": [f.to_dict() for f in warp], "defines": defines,
+                            "pending_masks": [[n, f.to_dict()] for n, f in pending]}
+
+
+def _hipified_text(s: _State, rel: str, data: bytes) -> str | None:
+    """What hipify makes of a source file's bytes (None when it is not UTF-8)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    norm = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+    if norm.startswith(s.breadcrumb):
+        return norm
+    return s.cmap.apply(torch_engine.transform_text(norm, rel))
+
+
+def _settle_pending_masks(s: _State, entries: list[tuple[str, Path, str]]) -> list[Finding]:
+    """The full masks bound to a name their own file no longer uses (``#define FULL_MASK``) that
+    another file still uses after hipify. Rare: only files whose source names one are translated
+    again."""
+    if not s.pending_masks:
+        return []
+    names = {n for n, _ in s.pending_masks}
+    used: set[str] = set()
+    for rel, path, kind in entries:
+        if kind != "file" or not rel.endswith(torch_engine.SOURCE_EXTENSIONS):
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        present = [n for n in names - used if n.encode() in data]
+        if not present:
+            continue
+        text = _hipified_text(s, rel, data)
+        if text is not None:
+            used.update(n for n in present if uses_name(text, n))
+    return [f for n, f in s.pending_masks if n in used]
 
 
 def _process_link(s: _State, rel: str, path: Path) -> None:
@@ -432,8 +474,12 @@ def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None 
             atomic_write_text(out_path / CACHE_NAME, json.dumps(doc, separators=(",", ":")))
 
     unsupported = tuple(f for f in state.unsupported if f.identifier not in state.defined)
+    # A mask macro (or file-scope constant) its own file no longer uses counts if another file does.
+    order = {f.path: i for i, f in enumerate(state.results)}
+    warp32 = sorted(state.warp32 + _settle_pending_masks(state, entries),
+                    key=lambda f: (order.get(f.path, len(order)), f.line, f.column))
     report = HipifyReport(src=src_path, out=out_path, in_place=in_place, check=check, files=tuple(state.results),
-                          unsupported=unsupported, warp32=tuple(state.warp32),
+                          unsupported=unsupported, warp32=tuple(warp32),
                           seconds=time.perf_counter() - start,
                           torch_hipify_version=torch_engine.torch_hipify_version(),
                           maps=emap.sources, removed=tuple(removed))

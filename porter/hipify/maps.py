@@ -49,6 +49,7 @@ class ExtraMap:
     unsupported_patterns: tuple[PatternHint, ...] = ()
     unsupported_names: tuple[tuple[str, str], ...] = ()
     warp_file_pattern: str | None = None
+    warp_file_words: tuple[str, ...] = ()  # lower case; a file containing one in any case is warp code
     warp_rules: tuple[WarpRule, ...] = ()
     sources: tuple[str, ...] = ()
 
@@ -67,13 +68,15 @@ class ExtraMap:
                         unsupported_patterns=tuple(pats.values()),
                         unsupported_names=merge(self.unsupported_names, other.unsupported_names),
                         warp_file_pattern=other.warp_file_pattern or self.warp_file_pattern,
+                        warp_file_words=self.warp_file_words + tuple(w for w in other.warp_file_words
+                                                                     if w not in self.warp_file_words),
                         warp_rules=tuple(rules.values()),
                         sources=self.sources + other.sources)
 
     def digest(self) -> str:
         """A hash of the mapping content (part of the incremental cache key)."""
         doc = json.dumps([self.identifiers, self.calls, [(p.pattern, p.hint) for p in self.unsupported_patterns],
-                          self.unsupported_names, self.warp_file_pattern,
+                          self.unsupported_names, self.warp_file_pattern, self.warp_file_words,
                           [(r.id, r.pattern, r.message, r.context) for r in self.warp_rules]])
         return hashlib.sha256(doc.encode()).hexdigest()
 
@@ -149,8 +152,11 @@ def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
     warp = data.get("warp32", {})
     if not isinstance(warp, dict):
         raise _fail(path, "[warp32] must be a table")
-    _check_keys(path, "[warp32]", warp, {"file_pattern", "rules"})
+    _check_keys(path, "[warp32]", warp, {"file_pattern", "file_words", "rules"})
     file_pattern = _regex(path, "[warp32] file_pattern", warp["file_pattern"]) if "file_pattern" in warp else None
+    file_words = warp.get("file_words", [])
+    if not isinstance(file_words, list) or not all(isinstance(w, str) and w for w in file_words):
+        raise _fail(path, "[warp32] file_words must be an array of non-empty strings")
     rules: list[WarpRule] = []
     for i, item in enumerate(warp.get("rules", [])):
         where = f"[[warp32.rules]] #{i + 1}"
@@ -162,7 +168,9 @@ def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
 
     return ExtraMap(identifiers=tuple(identifiers.items()), calls=tuple(calls.items()),
                     unsupported_patterns=tuple(pats), unsupported_names=tuple(names.items()),
-                    warp_file_pattern=file_pattern, warp_rules=tuple(rules), sources=(str(path),))
+                    warp_file_pattern=file_pattern, warp_file_words=tuple(w.lower() for w in file_words),
+                    warp_rules=tuple(rules),
+                    sources=(str(path),))
 
 
 def load_map(path: str | Path) -> ExtraMap:
@@ -272,6 +280,7 @@ class CompiledMap:
     unsupported_patterns: tuple[tuple[re.Pattern[str], str], ...]  # full patterns, to pick the hint
     warp_file_re: re.Pattern[str] | None
     warp_rules: tuple[Rule, ...] = field(default=())
+    warp_file_words: tuple[str, ...] = field(default=())
 
     @staticmethod
     def build(m: ExtraMap) -> CompiledMap:
@@ -296,7 +305,18 @@ class CompiledMap:
             pat, boundary = _fast(r.pattern)
             rules.append(Rule(r, re.compile(pat), boundary, re.compile(r.context) if r.context else None))
         return CompiledMap(idents, ident_re, calls, call_re, tuple(res), names_re, names, full, warp_file_re,
-                           tuple(rules))
+                           tuple(rules), m.warp_file_words)
+
+    def is_warp_code(self, masked: str) -> bool:
+        """Whether the warp32 rules apply to a file: it contains one of ``file_words`` (in any case)
+        or matches ``file_pattern``; every file when the map has neither."""
+        if self.warp_file_re is None and not self.warp_file_words:
+            return True
+        if self.warp_file_words:
+            low = masked.lower()
+            if any(w in low for w in self.warp_file_words):
+                return True
+        return self.warp_file_re is not None and self.warp_file_re.search(masked) is not None
 
     def hint_for(self, ident: str) -> str | None:
         """The hint for a candidate name, or None when it is not one after all."""
