@@ -11,9 +11,8 @@ from porter.cli import emit_json
 from porter.cli.options import json_option
 from porter.errors import CheckFailed
 from porter.hipify import Finding, HipifyReport, hipify_tree
+from porter.hipify.engine import ALREADY_HIPIFIED, FindingGroup
 from porter.log import Logger
-
-_SHOW_LOCATIONS = 3
 
 
 @click.command()
@@ -33,10 +32,11 @@ def hipify(log: Logger, src: Path, out: Path | None, in_place: bool, check: bool
     """Translate the CUDA sources under SRC to HIP with torch's own hipify plus porter's extra map.
 
     \b
-    Reports CUDA APIs left without a HIP equivalent (file:line:column, name, hint) and
-    warp-size-32 assumptions (flagged, never rewritten). Files are kept at the same relative
-    paths; non-source and non-UTF-8 files are copied byte-identical; symlinks are not followed.
-    A re-run on an unchanged tree reuses OUT/.porter-hipify.json and translates nothing.
+    Reports CUDA APIs left without a HIP equivalent and warp-size-32 assumptions (flagged,
+    never rewritten), grouped per op folder or file with counts and a one-line verdict; --json
+    has every location and hint. Files are kept at the same relative paths; non-source and
+    non-UTF-8 files are copied byte-identical; symlinks are not followed. A re-run on an
+    unchanged tree reuses OUT/.porter-hipify.json and translates nothing.
     """
     report = hipify_tree(src, out, in_place=in_place, check=check, extra_maps=maps, log=log,
                          use_cache=not no_cache)
@@ -56,32 +56,83 @@ def hipify(log: Logger, src: Path, out: Path | None, in_place: bool, check: bool
                           hint="port them by hand, guard them, or add mappings with --map FILE")
 
 
+_TOP_NAMES = 6
+_TOP_FILES = 4
+_SHOW_LINES = 4
+
+
+def _counts(counter: Counter[str], top: int, what: str, strip: str = "") -> str:
+    items = counter.most_common()
+    text = ", ".join(f"{k.removeprefix(strip)} {v}" for k, v in items[:top])
+    return text + (f" (+{len(items) - top} more {what})" if len(items) > top else "")
+
+
+def _lines_of(findings: tuple[Finding, ...], ident: str) -> str:
+    lines = list(dict.fromkeys(str(f.line) for f in findings if f.identifier == ident))
+    shown = ", ".join(lines[:_SHOW_LINES]) + (", ..." if len(lines) > _SHOW_LINES else "")
+    return f" (line{'s' if len(lines) > 1 else ''} {shown})"
+
+
+def _group_lines(g: FindingGroup) -> list[str]:
+    """A group's head (counts), its verdict, and what it holds: names and files by count; for a
+    group of one file, the lines of each name."""
+    files = g.files
+    parts = [f"{len(g.unsupported)} CUDA API use(s)" if g.unsupported else "",
+             f"{len(g.warp32)} warp-32 flag(s)" if g.warp32 else ""]
+    head = (f"{len(files)} file(s): " if g.is_dir else "") + ", ".join(p for p in parts if p)
+    out = [f"{g.name}  {head}", f"  verdict: {g.verdict}"]
+    if len(files) > 1:
+        if g.unsupported:
+            out.append(f"  CUDA API: {_counts(g.names, _TOP_NAMES, 'names')}")
+        if g.warp32:
+            out.append(f"  warp-32: {_counts(g.rules, _TOP_NAMES, 'rules')}")
+        out.append(f"  files: {_counts(files, _TOP_FILES, 'files', g.folder)}")
+        return out
+    if g.is_dir:
+        out.append(f"  file: {next(iter(files)).removeprefix(g.folder)}")
+    if g.unsupported:
+        names = g.names.most_common()
+        out.append("  CUDA API: " + ", ".join(f"{n} {c}{_lines_of(g.unsupported, n)}" for n, c in names[:_TOP_NAMES])
+                   + (f" (+{len(names) - _TOP_NAMES} more names)" if len(names) > _TOP_NAMES else ""))
+    if g.warp32:
+        out.append("  warp-32: " + ", ".join(f"{r} {c}{_lines_of(g.warp32, r)}" for r, c in g.rules.most_common()))
+    return out
+
+
 def _print_text(report: HipifyReport) -> None:
     echo = click.echo
+    already = 0
     for f in report.skipped:
-        echo(f"skipped {f.path}: {f.reason}")
-    if report.unsupported:
-        by_name: dict[str, list[Finding]] = {}
+        if f.reason == ALREADY_HIPIFIED:
+            already += 1
+        else:
+            echo(f"skipped {f.path}: {f.reason}")
+    groups = report.groups()
+    if groups:
+        counts = [f"{len(report.unsupported)} use(s) of CUDA APIs without a HIP equivalent" if report.unsupported
+                  else "", f"{len(report.warp32)} warp-size-32 assumption(s) (flagged, not rewritten)"
+                  if report.warp32 else ""]
+        echo(f"findings: {', '.join(c for c in counts if c)} in {len(groups)} group(s); "
+             "every location and hint: --json")
+        for g in groups:
+            for line in _group_lines(g):
+                echo(line)
+        hints: dict[str, list[str]] = {}
         for u in report.unsupported:
-            by_name.setdefault(u.identifier, []).append(u)
-        echo(f"unsupported CUDA APIs ({len(report.unsupported)} uses of {len(by_name)} names):")
-        for name, uses in sorted(by_name.items(), key=lambda kv: -len(kv[1])):
-            first = uses[0]
-            echo(f"  {name} ({len(uses)}x): {first.message}")
-            for u in uses[:_SHOW_LOCATIONS]:
-                echo(f"    {u.path}:{u.line}:{u.column}")
-            if len(uses) > _SHOW_LOCATIONS:
-                echo(f"    ... {len(uses) - _SHOW_LOCATIONS} more (see --json)")
-    if report.warp32:
-        echo(f"warp-size-32 assumptions ({len(report.warp32)}, flagged, not rewritten):")
-        for w in report.warp32:
-            echo(f"  {w.format()}")
-            echo(f"      {w.text}")
+            names = hints.setdefault(u.message, [])
+            if u.identifier not in names:
+                names.append(u.identifier)
+        if hints:
+            echo("what to do:")
+            for hint, names in hints.items():
+                echo(f"  {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}: {hint}")
     reps = report.replacements
     if reps:
         top = ", ".join(f"{k} {v}" for k, v in reps.most_common(10))
         echo(f"replacements ({sum(reps.values())}): {top}" + (" ..." if len(reps) > 10 else ""))
     verb = "would write" if report.check else "wrote"
+    skipped = f"{len(report.skipped)} skipped" + (f" ({already} already hipified)" if already else "")
+    target = f"{report.out} (checked in place)" if report.check and report.in_place else str(report.out)
     echo(f"{len(report.files)} files scanned: {len(report.changed)} changed, {len(report.unchanged)} unchanged, "
-         f"{len(report.copied)} copied, {len(report.skipped)} skipped; {verb} {len(report.written)}"
-         f" ({report.cached} from cache) in {report.seconds:.2f}s -> {report.out}")
+         f"{len(report.copied)} copied, {skipped}; {verb} {len(report.written)}"
+         f" ({report.cached} from cache) in {report.seconds:.2f}s -> {target}")

@@ -13,16 +13,21 @@ Every regular file under SRC gets a counterpart at the same relative path under 
 
 The cache ``OUT/.porter-hipify.json`` records, per file, the sha256 of the source, the stat of what
 was written and the findings; a re-run hashes the sources, and redoes only what changed.
+
+The report's findings are also grouped per op folder or file (:meth:`HipifyReport.groups`), each
+group with counts and a one-line verdict from the map's ``[[verdicts]]``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import posixpath
+import re
 import stat
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +35,7 @@ from typing import Any
 from porter import __version__
 from porter.errors import ConfigError, NothingToDo, PorterError
 from porter.hipify import torch_engine
-from porter.hipify.maps import CompiledMap, ExtraMap, combined_map
+from porter.hipify.maps import CompiledMap, ExtraMap, Verdict, combined_map
 from porter.hipify.scan import SCAN_VERSION, Finding, mask, scan, uses_name
 from porter.log import Logger, quiet_logger
 from porter.fs import atomic_path, atomic_write_text, sha256_bytes
@@ -60,6 +65,115 @@ class FileResult:
         return d
 
 
+UNMAPPED_VERDICT = ("unmapped", "CUDA names without a HIP mapping: port them by hand or add them with --map")
+WARP32_VERDICT = ("warp32", "translates; warp-size-32 assumptions to review for 64-lane wavefronts (gfx90a, gfx942)")
+# More files than this directly in one folder (a flat folder of kernel instantiations) are grouped
+# by verdict instead of one group each.
+MAX_FILE_GROUPS = 8
+
+
+@dataclass(frozen=True)
+class FindingGroup:
+    """The findings of one op folder, one file, or the files of a flat folder that share a verdict."""
+
+    name: str       # "ops/attn/" (a folder), "ops/norm.cu" (a file), "src/ [cutlass]" (files of src/)
+    folder: str     # the folder its files are shown relative to ("" at the top), ending with "/"
+    is_dir: bool    # more than one file can belong to it
+    unsupported: tuple[Finding, ...]
+    warp32: tuple[Finding, ...]
+    verdict_id: str
+    verdict: str
+
+    @property
+    def files(self) -> Counter[str]:
+        """Findings per file (tree-relative paths), most first."""
+        return Counter(f.path for f in self.unsupported + self.warp32)
+
+    @property
+    def names(self) -> Counter[str]:
+        """Unsupported uses per CUDA name."""
+        return Counter(f.identifier for f in self.unsupported)
+
+    @property
+    def rules(self) -> Counter[str]:
+        """warp32 flags per rule id."""
+        return Counter(f.identifier for f in self.warp32)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "verdict_id": self.verdict_id, "verdict": self.verdict,
+                "unsupported": len(self.unsupported), "warp32": len(self.warp32),
+                "files": dict(self.files.most_common()), "names": dict(self.names.most_common()),
+                "rules": dict(self.rules.most_common())}
+
+
+def _verdict(uses: Sequence[Finding], verdicts: Sequence[tuple[Verdict, re.Pattern[str]]]) -> tuple[int, str, str]:
+    """(rank, id, text): the first verdict matching one of the unsupported names; else "unmapped"
+    for unsupported names no verdict matches, "warp32" for warp flags only."""
+    if not uses:
+        return len(verdicts) + 1, *WARP32_VERDICT
+    idents = {u.identifier for u in uses}
+    for i, (v, rx) in enumerate(verdicts):
+        if any(rx.search(n) for n in idents):
+            return i, v.id, v.verdict
+    return len(verdicts), *UNMAPPED_VERDICT
+
+
+def _folder(path: str) -> str:
+    d = posixpath.dirname(path)
+    return d + "/" if d else ""
+
+
+def group_findings(unsupported: Sequence[Finding], warp32: Sequence[Finding],
+                   verdicts: Sequence[tuple[Verdict, re.Pattern[str]]] = ()) -> list[FindingGroup]:
+    """Findings grouped per op. Below the deepest folder that holds every finding, each sub-folder
+    is one group (narrowed to the deepest folder holding all of its findings) and each file there
+    is one group -- unless more than :data:`MAX_FILE_GROUPS` files lie there, which are then grouped
+    by verdict. Most decisive verdict first, then most findings."""
+    by_file: dict[str, tuple[list[Finding], list[Finding]]] = {}
+    for u in unsupported:
+        by_file.setdefault(u.path, ([], []))[0].append(u)
+    for w in warp32:
+        by_file.setdefault(w.path, ([], []))[1].append(w)
+    if not by_file:
+        return []
+    folders = [_folder(p) for p in by_file]
+    common = posixpath.commonpath([f.rstrip("/") for f in folders]) if all(folders) else ""
+    common = common + "/" if common else ""
+
+    # group name -> (folder, is_dir, files)
+    members: dict[str, tuple[str, bool, list[str]]] = {}
+    loose: list[str] = []
+    sub: dict[str, list[str]] = {}
+    for path in sorted(by_file):
+        rest = path[len(common):]
+        if "/" in rest:
+            sub.setdefault(rest.split("/", 1)[0], []).append(path)
+        else:
+            loose.append(path)
+    for files in sub.values():
+        folder = posixpath.commonpath([_folder(f).rstrip("/") for f in files]) + "/"
+        members[folder] = (folder, True, files)
+    if len(loose) > MAX_FILE_GROUPS:
+        buckets: dict[str, list[str]] = {}
+        for path in loose:
+            buckets.setdefault(_verdict(by_file[path][0], verdicts)[1], []).append(path)
+        base = common or "./"
+        for vid, files in buckets.items():
+            members[base if len(buckets) == 1 else f"{base} [{vid}]"] = (common, True, files)
+    else:
+        for path in loose:
+            members[path] = (common, False, [path])
+
+    ranked: list[tuple[int, int, str, FindingGroup]] = []
+    for name, (folder, is_dir, files) in members.items():
+        uses = [u for f in files for u in by_file[f][0]]
+        flags = [w for f in files for w in by_file[f][1]]
+        rank, vid, text = _verdict(uses, verdicts)
+        ranked.append((rank, -(len(uses) + len(flags)), name,
+                       FindingGroup(name, folder, is_dir, tuple(uses), tuple(flags), vid, text)))
+    return [g for *_, g in sorted(ranked, key=lambda r: r[:3])]
+
+
 @dataclass(frozen=True)
 class HipifyReport:
     src: Path
@@ -73,6 +187,7 @@ class HipifyReport:
     torch_hipify_version: str
     maps: tuple[str, ...]
     removed: tuple[str, ...] = field(default=())  # stale outputs removed (their source is gone)
+    verdicts: tuple[tuple[Verdict, re.Pattern[str]], ...] = field(default=(), repr=False)
 
     def _with(self, status: str) -> list[FileResult]:
         return [f for f in self.files if f.status == status]
@@ -112,6 +227,10 @@ class HipifyReport:
     def output_path(self, rel: str) -> Path:
         return self.out / rel
 
+    def groups(self) -> list[FindingGroup]:
+        """The findings per op folder or file, each group with its verdict (see :func:`group_findings`)."""
+        return group_findings(self.unsupported, self.warp32, self.verdicts)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": "porter.hipify-report/1",
@@ -125,6 +244,7 @@ class HipifyReport:
             "skipped": [{"path": f.path, "reason": f.reason} for f in self.skipped],
             "unsupported": [f.to_dict() for f in self.unsupported],
             "warp32": [f.to_dict() for f in self.warp32],
+            "groups": [g.to_dict() for g in self.groups()],
             "files": [f.to_dict() for f in self.files],
             "removed": list(self.removed),
         }
@@ -482,5 +602,5 @@ def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None 
                           unsupported=unsupported, warp32=tuple(warp32),
                           seconds=time.perf_counter() - start,
                           torch_hipify_version=torch_engine.torch_hipify_version(),
-                          maps=emap.sources, removed=tuple(removed))
+                          maps=emap.sources, removed=tuple(removed), verdicts=cmap.verdicts)
     return report

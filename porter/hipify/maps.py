@@ -23,7 +23,7 @@ BUILTIN_MAP = Path(__file__).with_name("extra_map.toml")
 
 _TEMPLATE_REF = re.compile(r"\{(\d+)(\.\.\.)?\}")
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
-_TABLES = {"identifiers", "calls", "unsupported", "warp32"}
+_TABLES = {"identifiers", "calls", "unsupported", "warp32", "verdicts"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,14 @@ class WarpRule:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """The one-line verdict of a report group whose unsupported names match ``match``."""
+    id: str
+    match: str    # a regex searched in each unsupported finding's identifier
+    verdict: str
+
+
+@dataclass(frozen=True)
 class ExtraMap:
     """One mapping file. Merge several with :meth:`merged`; later entries win on the same key."""
 
@@ -51,6 +59,7 @@ class ExtraMap:
     warp_file_pattern: str | None = None
     warp_file_words: tuple[str, ...] = ()  # lower case; a file containing one in any case is warp code
     warp_rules: tuple[WarpRule, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()  # in priority order: a group gets the first that matches
     sources: tuple[str, ...] = ()
 
     def merged(self, other: ExtraMap) -> ExtraMap:
@@ -63,6 +72,9 @@ class ExtraMap:
         rules.update({r.id: r for r in other.warp_rules})
         pats = {p.pattern: p for p in self.unsupported_patterns}
         pats.update({p.pattern: p for p in other.unsupported_patterns})
+        # The later file's verdicts come first (they win a group); an id it repeats replaces the earlier one.
+        ids = {v.id for v in other.verdicts}
+        verdicts = other.verdicts + tuple(v for v in self.verdicts if v.id not in ids)
         return ExtraMap(identifiers=merge(self.identifiers, other.identifiers),
                         calls=merge(self.calls, other.calls),
                         unsupported_patterns=tuple(pats.values()),
@@ -70,11 +82,12 @@ class ExtraMap:
                         warp_file_pattern=other.warp_file_pattern or self.warp_file_pattern,
                         warp_file_words=self.warp_file_words + tuple(w for w in other.warp_file_words
                                                                      if w not in self.warp_file_words),
-                        warp_rules=tuple(rules.values()),
+                        warp_rules=tuple(rules.values()), verdicts=verdicts,
                         sources=self.sources + other.sources)
 
     def digest(self) -> str:
-        """A hash of the mapping content (part of the incremental cache key)."""
+        """A hash of the mapping content (part of the incremental cache key). Verdicts are left out:
+        they only label the report's groups, which are made fresh on every run."""
         doc = json.dumps([self.identifiers, self.calls, [(p.pattern, p.hint) for p in self.unsupported_patterns],
                           self.unsupported_names, self.warp_file_pattern, self.warp_file_words,
                           [(r.id, r.pattern, r.message, r.context) for r in self.warp_rules]])
@@ -166,10 +179,21 @@ def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
         context = _regex(path, where, item["context"]) if "context" in item else None
         rules.append(WarpRule(str(item["id"]), _regex(path, where, item["pattern"]), str(item["message"]), context))
 
+    verdict_items = data.get("verdicts", [])
+    if not isinstance(verdict_items, list):
+        raise _fail(path, "verdicts must be an array of tables: [[verdicts]] with id, match and verdict")
+    verdicts: list[Verdict] = []
+    for i, item in enumerate(verdict_items):
+        where = f"[[verdicts]] #{i + 1}"
+        if not isinstance(item, dict):
+            raise _fail(path, f"{where} must be a table with id, match and verdict")
+        _check_keys(path, where, item, {"id", "match", "verdict"}, {"id", "match", "verdict"})
+        verdicts.append(Verdict(str(item["id"]), _regex(path, where, item["match"]), str(item["verdict"])))
+
     return ExtraMap(identifiers=tuple(identifiers.items()), calls=tuple(calls.items()),
                     unsupported_patterns=tuple(pats), unsupported_names=tuple(names.items()),
                     warp_file_pattern=file_pattern, warp_file_words=tuple(w.lower() for w in file_words),
-                    warp_rules=tuple(rules),
+                    warp_rules=tuple(rules), verdicts=tuple(verdicts),
                     sources=(str(path),))
 
 
@@ -281,6 +305,7 @@ class CompiledMap:
     warp_file_re: re.Pattern[str] | None
     warp_rules: tuple[Rule, ...] = field(default=())
     warp_file_words: tuple[str, ...] = field(default=())
+    verdicts: tuple[tuple[Verdict, re.Pattern[str]], ...] = field(default=())
 
     @staticmethod
     def build(m: ExtraMap) -> CompiledMap:
@@ -304,8 +329,9 @@ class CompiledMap:
         for r in m.warp_rules:
             pat, boundary = _fast(r.pattern)
             rules.append(Rule(r, re.compile(pat), boundary, re.compile(r.context) if r.context else None))
+        verdicts = tuple((v, re.compile(v.match)) for v in m.verdicts)
         return CompiledMap(idents, ident_re, calls, call_re, tuple(res), names_re, names, full, warp_file_re,
-                           tuple(rules), m.warp_file_words)
+                           tuple(rules), m.warp_file_words, verdicts)
 
     def is_warp_code(self, masked: str) -> bool:
         """Whether the warp32 rules apply to a file: it contains one of ``file_words`` (in any case)

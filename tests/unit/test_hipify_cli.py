@@ -30,8 +30,13 @@ def test_text_report(tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[s
     code, out, err = run(["hipify", str(tree), "-o", str(tmp_path / "out")], capsys)
     assert code == 0
     assert "5 files scanned: 3 changed, 1 unchanged, 1 copied, 0 skipped; wrote 5" in out
-    assert "csrc/ops/scale.cu:" in out and "__nanosleep" in out
-    assert "csrc/includes/reduce.cuh:6:9: warp-size-32" in out
+    # Grouped per op folder, with counts, a verdict, and for one file the lines.
+    assert "in 2 group(s)" in out
+    assert "csrc/ops/  1 file(s): 1 CUDA API use(s)\n  verdict: CUDA intrinsics without a HIP equivalent" in out
+    assert "  file: scale.cu\n  CUDA API: __nanosleep 1 (line 19)\n" in out
+    assert "csrc/includes/  1 file(s): 2 warp-32 flag(s)" in out
+    assert "warp-32: warp-size-32 1 (line 6), reduction-from-16 1 (line 13)" in out
+    assert "__nanosleep: no __nanosleep in HIP; use __builtin_amdgcn_s_sleep" in out  # the hint, once
     assert "replacements (" in out and "__shfl_xor_sync 2" in out
     assert "==> hipify" in err
 

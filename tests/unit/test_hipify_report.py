@@ -1,18 +1,21 @@
 """Report quality on fixtures written here: what counts as CUDA API, warp-32 flags in warp code,
-masks the extra map already dropped."""
+masks the extra map already dropped, the grouped report."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from porter.cli import main
 from porter.errors import ConfigError
 from porter.hipify import hipify_tree
-from porter.hipify.maps import builtin_map, load_map
-from porter.hipify.scan import scan
+from porter.hipify.engine import MAX_FILE_GROUPS, FindingGroup, group_findings
+from porter.hipify.maps import builtin_map, combined_map, load_map
+from porter.hipify.scan import Finding, scan
 from porter.hipify.torch_engine import torch_hipify
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hipify"
@@ -24,6 +27,13 @@ OWN_FUNCTIONS = {"cuOnlineMean", "cuMergeMeans", "cuRowMean", "cuApplyNorm", "cu
 def ops(tmp_path: Path) -> Path:
     shutil.copytree(FIXTURES / "ops", tmp_path / "src")
     return tmp_path / "src"
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    out, err = capsys.readouterr()
+    return int(info.value.code or 0), out, err
 
 
 def scan_text(text: str, path: str = "k.cu") -> tuple[list[str], list[tuple[int, str]]]:
@@ -163,4 +173,103 @@ def test_bad_file_words(tmp_path: Path) -> None:
     f = tmp_path / "bad.toml"
     f.write_text('[warp32]\nfile_words = "warp"\n')
     with pytest.raises(ConfigError, match="file_words must be an array"):
+        load_map(f)
+
+
+# --- grouped text report, full --json -------------------------------------------------------------
+
+def test_grouped_text_report(ops: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["hipify", str(ops), "-o", str(tmp_path / "out")], capsys)
+    assert code == 0
+    assert ("findings: 11 use(s) of CUDA APIs without a HIP equivalent, 7 warp-size-32 assumption(s) (flagged, "
+            "not rewritten) in 5 group(s)") in out
+    assert "in 5 group(s)" in out
+    heads = [line for line in out.splitlines() if re.match(r"^csrc/\S+/  ", line)]
+    assert heads == ["csrc/attention/  1 file(s): 5 CUDA API use(s), 2 warp-32 flag(s)",
+                     "csrc/gds/  1 file(s): 5 CUDA API use(s)",
+                     "csrc/layer_norm/  1 file(s): 1 CUDA API use(s), 2 warp-32 flag(s)",
+                     "csrc/softmax/  1 file(s): 2 warp-32 flag(s)",
+                     "csrc/includes/  1 file(s): 1 warp-32 flag(s)"]
+    verdicts = [line for line in out.splitlines() if line.startswith("  verdict: ")]
+    assert len(verdicts) == len(heads)
+    assert verdicts[0].startswith("  verdict: CUTLASS/CuTe: NVIDIA-only, use CK")
+    assert verdicts[1].startswith("  verdict: GPUDirect Storage (cuFile): NVIDIA-only")
+    assert verdicts[2].startswith("  verdict: CUDA driver API without a mapping")
+    assert "  CUDA API: cutlass::half_t 2 (lines 13, 15), cutlass::gemm 1 (line 5)" in out
+    assert "  warp-32: lane-arithmetic 1 (line 36), block-x-32 1 (line 55)" in out
+    # No per-finding lines: the whole report stays short.
+    assert len(out.splitlines()) < 40
+
+
+def test_json_keeps_every_finding_and_adds_the_groups(ops: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["-q", "hipify", str(ops), "-o", str(tmp_path / "out"), "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert len(doc["unsupported"]) == 11 and len(doc["warp32"]) == 7
+    assert all({"path", "line", "column", "identifier", "message", "text"} <= set(u) for u in doc["unsupported"])
+    groups = {g["name"]: g for g in doc["groups"]}
+    assert groups["csrc/gds/"]["verdict_id"] == "gpudirect-storage"
+    assert groups["csrc/gds/"]["names"]["cuFileRead"] == 1
+    assert groups["csrc/attention/"]["files"] == {"csrc/attention/attention.cu": 7}
+    assert sum(g["unsupported"] for g in doc["groups"]) == 11
+    assert sum(g["warp32"] for g in doc["groups"]) == 7
+
+
+def finding(path: str, ident: str, kind: str = "unsupported") -> Finding:
+    return Finding(kind, path, 1, 1, ident, "m", "t")
+
+
+def test_groups_per_op_folder_and_file() -> None:
+    verdicts = builtin_map().compiled.verdicts
+    groups = group_findings(
+        [finding("csrc/attn/kernels/fwd.h", "asm"), finding("csrc/attn/kernels/bwd.h", "cutlass::gemm"),
+         finding("csrc/attn/kernels/bwd.h", "cutlass::arch"), finding("csrc/gds/py/op.cpp", "cuFileRead"),
+         finding("csrc/top.cu", "cudaFooBar")],
+        [finding("csrc/attn/kernels/fwd.h", "full-mask", "warp32"), finding("csrc/norm/ln.cu", "block-x-32", "warp32")],
+        verdicts)
+    assert [(g.name, g.verdict_id) for g in groups] == [
+        ("csrc/attn/kernels/", "cutlass"),        # CUTLASS wins over PTX in the same op
+        ("csrc/gds/py/", "gpudirect-storage"),    # narrowed to the folder that holds its findings
+        ("csrc/top.cu", "runtime-api"),           # a file at the top level is its own group
+        ("csrc/norm/", "warp32")]
+    attn: FindingGroup = groups[0]
+    assert attn.files == {"csrc/attn/kernels/bwd.h": 2, "csrc/attn/kernels/fwd.h": 2}
+    assert attn.names == {"asm": 1, "cutlass::gemm": 1, "cutlass::arch": 1} and attn.rules == {"full-mask": 1}
+    assert group_findings([], []) == []
+
+
+def test_a_flat_folder_of_many_files_is_grouped_by_verdict() -> None:
+    verdicts = builtin_map().compiled.verdicts
+    kernels = [finding(f"src/fwd_hdim{d}_sm80.cu", "cutlass::half_t") for d in range(32, 32 * 11, 32)]
+    groups = group_findings(kernels + [finding("src/philox.cuh", "asm")],
+                            [finding("src/mask.h", "lane-arithmetic", "warp32")], verdicts)
+    assert [(g.name, g.verdict_id, len(g.files)) for g in groups] == [
+        ("src/ [cutlass]", "cutlass", 10), ("src/ [ptx]", "ptx", 1), ("src/ [warp32]", "warp32", 1)]
+    assert all(g.is_dir and g.folder == "src/" for g in groups)
+    # As many files as MAX_FILE_GROUPS stay one group each.
+    assert [g.name for g in group_findings(kernels[:MAX_FILE_GROUPS], [], verdicts)] == \
+        sorted(k.path for k in kernels[:MAX_FILE_GROUPS])
+    [one] = group_findings(kernels, [], verdicts)
+    assert one.name == "src/" and len(one.unsupported) == 10
+
+
+def test_a_user_map_verdict_comes_first(tmp_path: Path) -> None:
+    m = tmp_path / "m.toml"
+    m.write_text('[[verdicts]]\nid = "ours"\nmatch = "^asm$"\nverdict = "our PTX: see docs/rocm.md"\n')
+    verdicts = combined_map([m]).compiled.verdicts
+    [g] = group_findings([finding("a/x.cu", "asm"), finding("a/x.cu", "cutlass::gemm")], [], verdicts)
+    assert (g.verdict_id, g.verdict) == ("ours", "our PTX: see docs/rocm.md")
+    assert [v.id for v, _ in verdicts][:2] == ["ours", "cutlass"]
+
+
+@pytest.mark.parametrize("body, words", [
+    ('[[verdicts]]\nid = "x"\nmatch = "("\nverdict = "v"\n', "bad regex"),
+    ('[[verdicts]]\nid = "x"\nmatch = "a"\n', "missing key 'verdict'"),
+    ('verdicts = "x"\n', "array of tables"),
+])
+def test_bad_verdicts(tmp_path: Path, body: str, words: str) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text(body)
+    with pytest.raises(ConfigError, match=words):
         load_map(f)
