@@ -20,7 +20,9 @@ from porter.log import Logger
 @click.option("-o", "--output", "out", type=click.Path(path_type=Path), default=None,
               help="Output directory (default: SRC-hip next to SRC). SRC is never touched.")
 @click.option("--in-place", is_flag=True, help="Rewrite SRC itself instead of writing a copy.")
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 when any file would change (for CI).")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 when any file would change (for CI). Without -o it checks SRC "
+                   "itself (0 on a tree porter already hipified); with -o, whether OUT is up to date.")
 @click.option("--map", "maps", multiple=True, type=click.Path(path_type=Path),
               help="TOML file with extra mappings (repeatable); added on top of porter's built-in map.")
 @click.option("--fail-on-unsupported", is_flag=True, help="Exit 1 when CUDA APIs without a HIP equivalent remain.")
@@ -45,10 +47,13 @@ def hipify(log: Logger, src: Path, out: Path | None, in_place: bool, check: bool
     else:
         _print_text(report)
     if check and report.written:
-        raise CheckFailed(f"{len(report.written)} file(s) would change: "
-                          + ", ".join(f.path for f in report.written[:5])
-                          + (" ..." if len(report.written) > 5 else ""),
-                          hint="run porter hipify without --check to write them")
+        listed = ", ".join(f.path for f in report.written[:5]) + (" ..." if len(report.written) > 5 else "")
+        if report.in_place:
+            raise CheckFailed(f"{len(report.written)} file(s) would change: {listed}",
+                              hint="run porter hipify --in-place to change them, or porter hipify SRC -o OUT "
+                                   "for a hipified copy")
+        raise CheckFailed(f"{len(report.written)} file(s) of {report.out} would be written (missing or out of "
+                          f"date): {listed}", hint="run porter hipify without --check to write them")
     if fail_on_unsupported and report.unsupported:
         names = Counter(f.identifier for f in report.unsupported)
         raise CheckFailed(f"{len(report.unsupported)} use(s) of {len(names)} CUDA API(s) without a HIP "

@@ -14,6 +14,9 @@ Every regular file under SRC gets a counterpart at the same relative path under 
 The cache ``OUT/.porter-hipify.json`` records, per file, the sha256 of the source, the stat of what
 was written and the findings; a re-run hashes the sources, and redoes only what changed.
 
+``check`` without an output directory checks SRC itself: would hipify change any of its files? On a
+tree porter already hipified the answer is no (0 files would change).
+
 The report's findings are also grouped per op folder or file (:meth:`HipifyReport.groups`), each
 group with counts and a one-line verdict from the map's ``[[verdicts]]``.
 """
@@ -547,10 +550,14 @@ def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None 
 
     ``extra_maps``: TOML files (or :class:`ExtraMap` objects) added on top of porter's built-in map.
     ``check``: compute everything, write nothing; the report's ``written`` lists what would change.
+    Without ``out``, a check is of ``src`` itself (as with ``in_place``): which of its files would
+    hipify change? ``-o OUT`` checks instead whether OUT is up to date.
     Raises :class:`ConfigError` for bad input and :class:`NothingToDo` for a tree without files.
     """
     log = log or quiet_logger()
     start = time.perf_counter()
+    if check and out is None:
+        in_place = True
     src_path, out_path = _validate(Path(src), Path(out) if out is not None else None, in_place, check)
     emap = combined_map([m if isinstance(m, ExtraMap) else Path(m) for m in extra_maps])
     cmap = emap.compiled

@@ -1,5 +1,5 @@
 """Report quality on fixtures written here: what counts as CUDA API, warp-32 flags in warp code,
-masks the extra map already dropped, the grouped report."""
+masks the extra map already dropped, idempotence on porter's own output, the grouped report."""
 
 from __future__ import annotations
 
@@ -273,3 +273,30 @@ def test_bad_verdicts(tmp_path: Path, body: str, words: str) -> None:
     f.write_text(body)
     with pytest.raises(ConfigError, match=words):
         load_map(f)
+
+
+# --- idempotent on its own output -----------------------------------------------------------------
+
+def test_second_hipify_check_says_nothing_would_change(ops: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert run(["hipify", str(ops), "-o", str(out)], capsys)[0] == 0
+    # A check of the CUDA tree itself: it would change (and nothing is written).
+    before = {p: p.read_bytes() for p in ops.rglob("*") if p.is_file()}
+    code, _, err = run(["hipify", str(ops), "--check"], capsys)
+    assert code == 1 and "7 file(s) would change" in err
+    assert {p: p.read_bytes() for p in ops.rglob("*") if p.is_file()} == before
+    # A check of porter's output: nothing would change, and no SRC-hip is asked for.
+    code, stdout, err = run(["hipify", str(out), "--check"], capsys)
+    assert code == 0 and "would change" not in err
+    assert "would write 0" in stdout and "(checked in place)" in stdout
+    assert not out.with_name("out-hip").exists()
+
+
+def test_in_place_without_cache_then_check_changes_nothing(ops: Path) -> None:
+    """As port does it: in place, no cache; a later check reads the tree itself."""
+    first = hipify_tree(ops, in_place=True, use_cache=False)
+    assert len(first.written) == 7
+    again = hipify_tree(ops, check=True)
+    assert again.in_place and again.written == []
+    assert {f.path for f in again.skipped} == {f.path for f in first.written}
