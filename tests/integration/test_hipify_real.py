@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from porter.cli import main
 from porter.hipify import hipify_tree
 from porter.hipify.maps import builtin_map
 from porter.hipify.torch_engine import SOURCE_EXTENSIONS, torch_hipify
@@ -72,9 +73,48 @@ def test_deepspeed_csrc(deepspeed_sdist: Path, tmp_path: Path) -> None:
     assert "hw_warp_size = 32" in flag.text
     assert "hw_warp_size = 32" in (out / "includes/ds_kernel_utils.h").read_text()
 
+    # Only CUDA's own names: DeepSpeed's own cuFileGetErrorString (a template in gds/) is not CUDA API.
+    assert "std::string cuFileGetErrorString(T status)" in (src / "gds/py_lib/deepspeed_gds_utils.h").read_text()
+    assert "cuFileGetErrorString" not in names
+    assert not [n for n in names if n.startswith("cu") and n[2:3].isupper() and not n.startswith("cuFile")]
+    # Lane math written as `& 0x1f` is flagged too.
+    assert any(w.path == "transformer/softmax_kernels.cu" and "threadIdx.x & 0x1f" in w.text for w in report.warp32)
+
+    # Grouped per op, with a verdict each; the groups hold every finding.
+    groups = {g.name: g for g in report.groups()}
+    assert groups["deepspeed4science/evoformer_attn/"].verdict_id == "cutlass"
+    assert groups["gds/py_lib/"].verdict_id == "gpudirect-storage"
+    assert 4 <= len(groups) <= 10
+    assert sum(len(g.unsupported) for g in groups.values()) == len(report.unsupported)
+    assert sum(len(g.warp32) for g in groups.values()) == len(report.warp32)
+    assert len(groups["deepspeed4science/evoformer_attn/"].unsupported) > 0.8 * len(report.unsupported)
+
     again = hipify_tree(src, out)
     assert again.written == [] and again.cached == 174
     assert hipify_tree(out, in_place=True, check=True).written == []
+    # `porter hipify OUT --check` checks OUT itself: nothing would change.
+    assert hipify_tree(out, check=True).written == []
+
+
+def test_deepspeed_text_report_is_grouped(deepspeed_sdist: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    src = unpack(deepspeed_sdist, tmp_path / "ds", "csrc")
+    with pytest.raises(SystemExit) as info:
+        main(["hipify", str(src), "-o", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert info.value.code in (0, None)
+    lines = out.splitlines()
+    heads = [line for line in lines if line and not line.startswith(" ") and "  " in line]
+    verdicts = [line for line in lines if line.startswith("  verdict: ")]
+    assert len(heads) == len(verdicts) >= 4
+    assert "deepspeed4science/evoformer_attn/" in heads[0]
+    assert verdicts[0] == "  verdict: CUTLASS/CuTe: NVIDIA-only, use CK (composable_kernel) or a Triton kernel " \
+                          "instead of porting"
+    assert len(lines) < 60  # 500+ findings, grouped
+    with pytest.raises(SystemExit) as info:
+        main(["hipify", str(tmp_path / "out"), "--check"])
+    assert info.value.code in (0, None)
+    assert "would write 0" in capsys.readouterr().out
 
 
 def test_flash_attn_csrc(flash_attn_sdist: Path, tmp_path: Path) -> None:
@@ -107,7 +147,8 @@ def test_kernel_compiles_after_porter_but_not_after_torch_alone(hipcc: str, tmp_
     proc = subprocess.run(porter_cli + ["hipify", str(src), "-o", str(tmp_path / "porter-out")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "warp_reduce.cu:22:" in proc.stdout  # threadIdx.x % 32 flagged
+    assert "warp_reduce.cu  1 warp-32 flag(s)" in proc.stdout
+    assert "lane-arithmetic 1 (line 22)" in proc.stdout  # threadIdx.x % 32 flagged
     ported = tmp_path / "porter-out" / "warp_reduce.cu"
     text = ported.read_text()
     assert "__HIP_PLATFORM_AMD__" in text and "_sync(" not in text and "hip/hip_fp16.h" in text
