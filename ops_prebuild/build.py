@@ -25,6 +25,7 @@ from porter.fs import atomic_write_text, cache_dir, ensure_writable_dir, sha256_
 from porter.log import Logger, quiet_logger
 from porter.resources import default_jobs
 from porter.run import Runner, make_env
+from porter.toolchain.check import require_toolchain
 from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import need_for, probe_torch, refusal
 from ops_prebuild.catalogue import Catalogue, OpSpec, read_catalogue
@@ -109,6 +110,9 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         if not compile_only:
             ensure_writable_dir(wheelhouse, what="wheelhouse")
         ex.preflight()
+        if tc.kind != "cpu":  # a compiler that rejects an arch stops the build in seconds, not after hipify
+            with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
+                require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log)
         if not compile_only:  # compiling needs no torch of the profile's kind: linking does
             torch = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
             refused = refusal(need_for(tc.kind), torch, python, what=f"building DeepSpeed ops for {tc.name}")

@@ -25,16 +25,18 @@ from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, m
 from porter.artifacts.wheelfile import Payload, WheelSpec, write_wheel
 from porter.components.megatron import CUDA_FLAGS, DIST, KERNEL_DIR, KERNELS, ROCM_FLAGS, is_tree
 from porter.errors import CheckFailed, ConfigError, PorterError
-from porter.executor import build_python
+from porter import torch_hip_view as hip_view
+from porter.executor import HOST, Executor, build_python
 from porter.fs import atomic_write_json, atomic_write_text, cache_dir, ensure_writable_dir
 from porter.log import Logger, quiet_logger
 from porter.patching import PatchFailed, apply
 from porter.patching.model import load_shipped
 from porter.patching.engine import failure_message, plan as patch_plan
 from porter.run import Runner
+from porter.toolchain.check import require_toolchain
 from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import TorchInfo, need_for, probe_torch, refusal
-from ops_prebuild.build import OpResult, run_ninja
+from ops_prebuild.build import OpResult, compile_report, run_ninja
 from ops_prebuild.catalogue import Catalogue, OpSpec
 from ops_prebuild.plan import Plan, make_plan
 from ops_prebuild.source import Source
@@ -55,6 +57,9 @@ class PortResult:
     refusal: PorterError | None = None
     """Dry run only: why a real run here would be refused before any work."""
     kernels: bool = True
+    compile_only: bool = False
+    compiled: list[dict[str, Any]] = field(default_factory=list)
+    """--compile-only: per kernel, per arch, per translation unit (compiled, not linked)."""
     built: list[dict[str, Any]] = field(default_factory=list)
     wheel: Path | None = None
     manifest: Path | None = None
@@ -65,6 +70,8 @@ class PortResult:
                 "patch_results": self.patch_results, "kernels": self.kernels,
                 "refusal": self.refusal.message if self.refusal else None,
                 "plan": self.plan.to_dict() if self.plan is not None else None, "built": self.built,
+                **({"compile_only": True, "linked": False, "note": "compiled, not linked",
+                    "compiled": self.compiled} if self.compile_only else {}),
                 "wheel": str(self.wheel) if self.wheel else None,
                 "manifest": str(self.manifest) if self.manifest else None}
 
@@ -133,8 +140,8 @@ def kernel_ops(tc: Toolchain) -> list[OpSpec]:
 def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.PathLike[str] | None = None,
                   in_place: bool = False, wheelhouse: str | os.PathLike[str] | None = None,
                   python: str | None = None, jobs: int | None = None, dry_run: bool = False,
-                  kernels: bool = True, target_version: str | None = None, log: Logger | None = None,
-                  runner: Runner | None = None) -> PortResult:
+                  kernels: bool = True, compile_only: bool = False, target_version: str | None = None,
+                  log: Logger | None = None, runner: Runner | None = None) -> PortResult:
     log = log or quiet_logger()
     runner = runner or Runner(log)
     if tc.kind not in ("rocm", "cuda"):
@@ -147,17 +154,23 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     py_ex, python = build_python(ex, tc.python, python)
     torch_info: TorchInfo | None = None
     refused: PorterError | None = None
-    if kernels and not dry_run:
+    if compile_only and not kernels:
+        raise ConfigError("--compile-only compiles the kernels; --no-kernels skips them", hint="drop one of them")
+    if kernels and not dry_run and not compile_only:
         if wheelhouse is None:
             raise ConfigError("building the fused kernels needs --wheelhouse DIR",
                               hint="pass --wheelhouse ./wheelhouse, or --no-kernels to port the tree only")
         ensure_writable_dir(Path(wheelhouse), what="wheelhouse")
     if not dry_run and not in_place:
         ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest")
+    if kernels and not dry_run:
+        ex.preflight()
+        with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
+            require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log)
     if kernels:
         torch_info = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
-        refused = refusal(need_for(tc.kind), torch_info, python,
-                          what=f"building Megatron's fused kernels for {tc.name}")
+        refused = None if compile_only else refusal(need_for(tc.kind), torch_info, python,
+                                                    what=f"building Megatron's fused kernels for {tc.name}")
         try:
             ex.preflight()
         except PorterError as exc:
@@ -168,10 +181,12 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
             raise PatchFailed(failure_message(pp.failed), pp.failed)
         result = PortResult(src, dest, tc.name, pp.sets[0].version, patched=[c.path for c in pp.changes],
                             patch_results=[r.to_dict() for r in pp.sets[0].results], kernels=kernels,
-                            refusal=refused)
+                            refusal=refused, compile_only=compile_only)
         if torch_info is not None:
             with log.step("planning the fused kernels"):
-                result.plan = _plan(dest, tc, torch_info, result.version, stage=False)
+                view = _view(tc, torch_info, python, py_ex, log, dry_run=True) if compile_only else ()
+                result.plan = _plan(dest, tc, torch_info, result.version, stage=False, compile_only=compile_only,
+                                    extra_includes=view, name=dest.name)
             if refused is not None:
                 result.plan.notes.append(f"a real run here would be refused: {refused.message}")
         return result
@@ -179,14 +194,16 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         raise refused
     if in_place:
         work = dest
-        return _port_into(work, src, dest, tc, pset, torch_info, wheelhouse, jobs, target_version, log, runner)
+        return _port_into(work, src, dest, tc, pset, torch_info, wheelhouse, jobs, target_version, log, runner,
+                          compile_only=compile_only, python=python, py_ex=py_ex)
     with log.step("copying the tree"):
         staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         work = staging / "t"
         shutil.copytree(dest if dest.exists() else src, work, symlinks=True)
         atomic_write_json(work / PORT_RECORD, {"source": str(src), "porter_version": __version__})
-        result = _port_into(work, src, dest, tc, pset, torch_info, wheelhouse, jobs, target_version, log, runner)
+        result = _port_into(work, src, dest, tc, pset, torch_info, wheelhouse, jobs, target_version, log, runner,
+                            compile_only=compile_only, python=python, py_ex=py_ex)
         if dest.exists():  # a re-run: the earlier port is replaced in one step
             old = staging / "old"
             os.replace(dest, old)
@@ -198,8 +215,9 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
 
 def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, pset: Any, torch_info: TorchInfo | None,
                wheelhouse: str | os.PathLike[str] | None, jobs: int | None, target_version: str | None,
-               log: Logger, runner: Runner) -> PortResult:
-    result = PortResult(src, dest, tc.name, "", kernels=torch_info is not None)
+               log: Logger, runner: Runner, *, compile_only: bool = False, python: str = "",
+               py_ex: Executor = HOST) -> PortResult:
+    result = PortResult(src, dest, tc.name, "", kernels=torch_info is not None, compile_only=compile_only)
     if tc.kind == "rocm":
         from porter.hipify import engine as hip
 
@@ -216,7 +234,9 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, pset: Any, torc
     if torch_info is None:
         return result
     with log.step("planning the fused kernels"):
-        plan = _plan(work, tc, torch_info, result.version, stage=True)
+        view = _view(tc, torch_info, python, py_ex, log, dry_run=False) if compile_only else ()
+        plan = _plan(work, tc, torch_info, result.version, stage=True, compile_only=compile_only,
+                     extra_includes=view, name=dest.name)
     result.plan = plan
     from porter.resources import default_jobs
 
@@ -225,6 +245,12 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, pset: Any, torc
     ops = run_ninja(plan, jobs or default_jobs(6 << 30), runner=runner, log=log, env=toolchain_env(tc))
     result.built = [o.__dict__ for o in ops]
     failed = [o for o in ops if o.status == "failed"]
+    if compile_only:
+        result.compiled = compile_report(plan, ops, tc)
+        if len(failed) == len(ops):
+            raise CheckFailed(f"no fused kernel compiled ({', '.join(o.name for o in failed)}); first error: "
+                              f"{failed[0].error}", hint=f"read the logs: {', '.join(o.log for o in failed)}")
+        return result
     if failed:
         raise CheckFailed(f"fused kernel(s) failed to build: {', '.join(o.name for o in failed)}; "
                           "no wheel was written and the output folder was left as it was",
@@ -236,13 +262,35 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, pset: Any, torc
     return result
 
 
-def _plan(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, stage: bool) -> Plan:
-    cat = Catalogue(source=Source("megatron-deepspeed", version or "0", work, str(work)), torch=torch_info,
+def _view(tc: Toolchain, torch_info: TorchInfo, python: str, py_ex: Executor, log: Logger, *,
+          dry_run: bool) -> tuple[Path, ...]:
+    """The torch HIP view for a compile-only ROCm port without a ROCm torch (else none)."""
+    if tc.kind != "rocm" or not hip_view.needed(torch_info):
+        return ()
+    with log.step(f"a HIP view of torch {torch_info.version}'s headers (compile checks only)"):
+        return (hip_view.make_view(torch_info, tc.executor.work_dir(cache_dir()), python=python,
+                                   runner=Runner(log, echo=log.verbose), executor=py_ex, dry_run=dry_run),)
+
+
+def _plan(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, stage: bool,
+          compile_only: bool = False, extra_includes: tuple[Path, ...] = (), name: str = "") -> Plan:
+    """The kernels' plan. On the host it builds in the ported tree (``.porter/build``); through a chroot or
+    container, the ported kernel folder is copied under the executor's work root (``stage=False``
+    only names it), so every source and header is where the compiler sees it."""
+    ex = tc.executor
+    tree = work
+    if ex.kind == "host":
+        build_dir = work / ".porter" / "build" / tc.name
+    else:
+        root = ex.work_dir(cache_dir()) / "port" / f"{name or work.name}-{tc.name}-{labels.make(tc)}"
+        tree, build_dir = root / "src", root / "build"
+        if stage:
+            shutil.rmtree(tree, ignore_errors=True)
+            shutil.copytree(work / KERNEL_DIR, tree / KERNEL_DIR)
+    cat = Catalogue(source=Source("megatron-deepspeed", version or "0", tree, str(work)), torch=torch_info,
                     accelerator="cuda", ops=tuple(kernel_ops(tc)))
-    key = labels.make(tc)
-    build_dir = tc.executor.work_dir(cache_dir()) / "port" / f"{work.name}-{tc.name}-{key}" \
-        if tc.executor.kind != "host" else work / ".porter" / "build" / tc.name
-    return make_plan(cat, tc, list(cat.ops), build_dir, stage=stage)
+    return make_plan(cat, tc, list(cat.ops), build_dir, stage=stage, compile_only=compile_only,
+                     extra_includes=extra_includes)
 
 
 def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, version: str, wheelhouse: Path, *,

@@ -78,6 +78,20 @@ def trixie() -> Path:
     return root
 
 
+def rocm7_root() -> Path:
+    return Path(os.environ.get("PORTER_ROCM7_ROOT") or "/var/lib/porter/sid-rocm7")
+
+
+@pytest.fixture
+def rocm7() -> Path:
+    """The sid/experimental ROCm 7.2 chroot (``make chroot-rocm7``), with /proc mounted (hipcc 7 needs it)."""
+    root = rocm7_root()
+    require("sid ROCm 7 chroot", (root / "usr/bin/hipcc").exists(), "run 'make chroot-rocm7'")
+    require(f"/proc inside {root}", (root / "proc/self").exists(),
+            "run 'make chroot-rocm7' (it mounts /proc there; hipcc 7 fails without it)")
+    return root
+
+
 @pytest.fixture
 def porter_cli() -> list[str]:
     """argv prefix that runs this checkout's CLI in the current interpreter."""

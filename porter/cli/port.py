@@ -29,6 +29,10 @@ def port() -> None:
 @wheelhouse_option
 @click.option("--no-kernels", is_flag=True,
               help="Port the tree only (hipify, patch); do not build the fused kernels (no torch needed).")
+@click.option("--compile-only", is_flag=True,
+              help="Port the tree and compile the kernels for every arch of the profile, reporting per kernel "
+                   "and arch; nothing is linked or packaged (a HIP view of torch's headers stands in for a "
+                   "ROCm torch).")
 @python_option
 @jobs_option
 @click.option("--target-version", default=None, help="Treat the tree as this Megatron version for the patch set.")
@@ -37,6 +41,7 @@ def port() -> None:
 @click.pass_obj
 def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs: tuple[str, ...],
                        cpu_isa: str | None, dest: Path | None, in_place: bool, wheelhouse: Path, no_kernels: bool,
+                       compile_only: bool,
                        python: str | None, jobs: int | None, target_version: str | None, dry_run: bool,
                        as_json: bool) -> None:
     """Port a Megatron-DeepSpeed TREE: hipify its fused kernels, apply megatron-deepspeed/rocm, and build
@@ -47,7 +52,8 @@ def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs
 
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     res = port_megatron(tree, tc, out=dest, in_place=in_place, wheelhouse=wheelhouse, python=python, jobs=jobs,
-                        dry_run=dry_run, kernels=not no_kernels, target_version=target_version, log=log)
+                        dry_run=dry_run, kernels=not no_kernels, compile_only=compile_only,
+                        target_version=target_version, log=log)
     if as_json:
         emit_json(res.to_dict())
         return
@@ -60,6 +66,12 @@ def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs
     already = sorted({r['patch'] for r in res.patch_results if r['status'] == 'already'})
     if already:
         click.echo(f"already applied: {', '.join(already)}")
+    if res.compiled:
+        for rec in res.compiled:
+            verdicts = " ".join(f"{a}={v}" for a, v in rec["archs"].items())
+            click.echo(f"compiled, not linked: {rec['name']} {verdicts}"
+                       + (f"  {rec['error']}" if rec["error"] else ""))
+        return
     if res.wheel:
         for op in res.built:
             click.echo(f"built {op['name']} ({op['status']}, {op['seconds']:.1f}s)")

@@ -104,7 +104,7 @@ def detect_cmd(log: Logger, as_json: bool, output: Path | None) -> None:
 def check_cmd(log: Logger, ref: str, archs: tuple[str, ...], keep: Path | None, as_json: bool) -> None:
     """Compile a small kernel for every target arch with the real compiler, link one multi-arch
     shared object, and list the code objects inside it. Exits 1 if any arch fails."""
-    from porter.toolchain.check import check_toolchain
+    from porter.toolchain.check import ARCH_HINT, check_toolchain
 
     split = tuple(a for spec in archs for a in spec.split(",") if a)
     tc = load_toolchain(ref, overrides={"archs": split})
@@ -135,6 +135,4 @@ def check_cmd(log: Logger, ref: str, archs: tuple[str, ...], keep: Path | None, 
             f"toolchain {tc.name}: "
             + (f"{', '.join(failed)} failed with {report.compiler.path} {report.compiler.version}" if failed
                else report.version_problem or report.link_error or "code objects missing"),
-            hint="drop the failing archs from the profile, or use a ROCm that knows them (debian-trixie-rocm, "
-                 "ROCm 5.7: gfx942; debian-rocm7, ROCm 7.2: gfx942 and gfx950)" if failed
-            else "fix the profile or the toolchain install")
+            hint=ARCH_HINT if failed else "fix the profile or the toolchain install")

@@ -16,7 +16,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from porter.codeobjects import CodeObject, read_code_objects
-from porter.errors import ConfigError
+from porter.errors import ConfigError, ToolError
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
 from porter.toolchain.archs import Target
@@ -195,3 +195,23 @@ def _first_error(output: str) -> str:
     lines = [l for l in output.splitlines() if l.strip()]
     errors = [l for l in lines if "error" in l.lower()]
     return "\n".join((errors or lines)[:5]) or "failed with no output"
+
+
+ARCH_HINT = ("drop the failing archs from the profile, or use a ROCm that knows them (debian-trixie-rocm, "
+             "ROCm 5.7: gfx942; debian-rocm7, ROCm 7.2: gfx942 and gfx950)")
+
+
+def require_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger | None = None) -> CheckReport:
+    """The toolchain check as a gate before a long build: a compiler that rejects an arch of the profile
+    (or has another version than it asks) stops the build in seconds, naming the arch and the version."""
+    report = check_toolchain(tc, runner=runner, log=log)
+    failed = [a for a in report.archs if not a.ok]
+    if failed:
+        first = failed[0]
+        raise ToolError(f"{tc.compiler} {report.compiler.version} ({tc.name}) cannot compile for "
+                        f"{', '.join(a.arch for a in failed)}: {first.message.splitlines()[0] if first.message else ''}",
+                        hint=ARCH_HINT)
+    if report.version_problem:
+        raise ToolError(f"toolchain {tc.name}: {report.version_problem}",
+                        hint="fix compiler_version in the profile, or point it at the compiler it names")
+    return report

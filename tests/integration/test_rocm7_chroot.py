@@ -16,24 +16,10 @@ from pathlib import Path
 import pytest
 
 from porter.codeobjects import archs_in
-from tests.conftest import require
 
 pytestmark = [pytest.mark.integration, pytest.mark.rocm7]
 
 ROCM7_ARCHS = ["gfx90a", "gfx942", "gfx950"]
-
-
-def rocm7_root() -> Path:
-    return Path(os.environ.get("PORTER_ROCM7_ROOT") or "/var/lib/porter/sid-rocm7")
-
-
-@pytest.fixture
-def rocm7() -> Path:
-    root = rocm7_root()
-    require("sid ROCm 7 chroot", (root / "usr/bin/hipcc").exists(), "run 'make chroot-rocm7'")
-    require(f"/proc inside {root}", (root / "proc/self").exists(),
-            "run 'make chroot-rocm7' (it mounts /proc there; hipcc 7 fails without it)")
-    return root
 
 
 def porter(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -184,3 +184,59 @@ def test_builder_flags_come_after_torchs_so_their_undefines_win(tmp_path: Path) 
     dev = make_plan(catalogue(), load_toolchain("frontier", environ={}), [op], tmp_path).steps[1].argv
     assert dev.index("-D__HIP_NO_HALF_OPERATORS__=1") < dev.index("-U__HIP_NO_HALF_OPERATORS__")
 
+
+
+def test_compile_only_plan_has_no_link_and_records_each_compile(tmp_path: Path) -> None:
+    tc = load_toolchain("frontier", environ={})
+    view = tmp_path / "view"
+    plan = make_plan(catalogue(), tc, [FUSED_ADAM, CPU_ADAM], tmp_path, compile_only=True, extra_includes=(view,),
+                     stage=False)
+    assert plan.compile_only and all(s.kind == "compile" for s in plan.steps) and not plan.outputs
+    assert plan.objects["fused_adam"] == [s.output for s in plan.steps if s.op == "fused_adam"]
+    for step in plan.steps:
+        assert step.wrapper[1:3] == ("-m", "ops_prebuild.measure") and step.wrapper[-1] == "--"
+        assert step.wrapper[-2] == f"{step.output}.cost.json" and step.argv[0] in ("hipcc", "g++")
+    text = plan.ninja()
+    assert "ops_prebuild.measure" in text and "rule link" in text and " link " not in text.split("default")[0]
+    assert text.rstrip().splitlines()[-1].startswith("default ") and ".o" in text.rstrip().splitlines()[-1]
+    dev = next(s for s in plan.steps if s.op == "fused_adam" and s.argv[0] == "hipcc").argv
+    assert dev[dev.index("-isystem") + 1] == str(view)  # the HIP view comes before torch's own headers
+    host = next(s for s in plan.steps if s.op == "cpu_adam").argv
+    assert str(view) not in host  # host-only ops never see it
+
+
+def test_bf16_on_rocm_follows_the_profile_archs(tmp_path: Path) -> None:
+    def flags(tc_name: str, archs: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+        tc = load_toolchain(tc_name, environ={}, overrides={"archs": archs})
+        return tuple(s.argv for s in make_plan(catalogue(), tc, [FUSED_ADAM, CPU_ADAM], tmp_path).steps
+                     if s.kind == "compile")
+
+    frontend, kernel, cpu = flags("frontier", ("gfx90a", "gfx942"))
+    assert "-DBF16_AVAILABLE" in kernel and "-DBF16_AVAILABLE" in frontend  # DeepSpeed never passes it on ROCm
+    assert "-DBF16_AVAILABLE" not in cpu
+    frontend, kernel, _ = flags("frontier", ("gfx908",))  # MI100: no bf16 in hardware
+    assert "-DBF16_AVAILABLE" not in kernel and "-DBF16_AVAILABLE" not in frontend
+
+
+def test_compile_only_is_for_gpu_profiles(tmp_path: Path) -> None:
+    from ops_prebuild.build import build_ops
+
+    with pytest.raises(ConfigError, match="--compile-only compiles GPU code") as exc:
+        build_ops("deepspeed==0.19.8", load_toolchain("cpu", environ={}), ops=["cpu_adam"], wheelhouse=tmp_path,
+                  compile_only=True)
+    assert exc.value.exit_code == 2 and "debian-rocm7" in (exc.value.hint or "")
+
+
+def test_torch_hip_view_is_only_for_a_torch_without_hip(tmp_path: Path) -> None:
+    from porter import torch_hip_view as view
+    from porter.run import Runner
+
+    assert view.needed(TORCH) and not view.needed(TorchInfo("2.9.1+rocm6.4", hip="6.4"))
+    with pytest.raises(ConfigError, match="ROCm build"):
+        view.make_view(TorchInfo("2.9.1+rocm6.4", hip="6.4"), tmp_path, python="py", runner=Runner())
+    named = view.make_view(TORCH, tmp_path, python="py", runner=Runner(), dry_run=True)
+    assert named.parent == tmp_path / "torch-hip-view" and not named.exists()  # a dry run only names it
+    bare = TorchInfo("2.13.0+cpu", root=str(tmp_path / "t"), include_dirs=(str(tmp_path / "t" / "include"),))
+    (tmp_path / "t" / "include" / "ATen").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="no ATen/cuda and c10/cuda headers"):
+        view.make_view(bare, tmp_path, python="py", runner=Runner())

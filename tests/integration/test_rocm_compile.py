@@ -1,0 +1,71 @@
+"""ROCm for real: DeepSpeed ops and Megatron-style kernels compiled for gfx90a, gfx942 and gfx950 with
+ROCm 7.2 (the sid/experimental chroot), compile-only: a CPU torch's headers seen through porter's HIP
+view, every object checked for its code objects. Nothing is linked (no ROCm torch exists here)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from porter.codeobjects import archs_in
+from tests.conftest import FIXTURES
+from tests.integration.conftest import run_porter
+
+pytestmark = [pytest.mark.integration, pytest.mark.rocm7, pytest.mark.slow]
+ARCHS = ["gfx90a", "gfx942", "gfx950"]
+
+
+def test_deepspeed_ops_compile_for_three_archs(rocm7: Path, deepspeed_sdist: Path) -> None:
+    res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "-t", "debian-rocm7", "--ops",
+                     "fused_adam,fused_lamb", "--compile-only", "--json", env={"PORTER_ROCM7_ROOT": str(rocm7)})
+    assert res.returncode == 0, res.stderr[-4000:]
+    doc = json.loads(res.stdout)
+    assert doc["compile_only"] and not doc["linked"] and "compiled, not linked" in doc["note"]
+    assert doc["hip_view"] and doc["wheel"] is None and doc["plan"]["outputs"] == {}
+    assert sorted(r["name"] for r in doc["compiled"]) == ["fused_adam", "fused_lamb"]
+    for rec in doc["compiled"]:
+        assert rec["archs"] == {a: "compiled" for a in ARCHS}, rec
+        device = [t for t in rec["tus"] if "code_objects" in t]
+        assert device, rec["tus"]
+        for tu in rec["tus"]:
+            assert tu["seconds"] > 0 and tu["peak_rss_mib"] > 50 and tu["returncode"] == 0
+        for tu in device:
+            assert tu["code_objects"] == ARCHS and archs_in(tu["object"]) == ARCHS
+    steps = doc["plan"]["steps"]
+    assert all(s["kind"] == "compile" and s["argv"][:2] == ["chroot", str(rocm7)] for s in steps)
+    kernel = next(s["argv"] for s in steps if "--offload-arch=gfx950" in s["argv"])
+    assert "-DBF16_AVAILABLE" in kernel and "-DROCM_WAVEFRONT_SIZE=64" in kernel
+
+
+def test_megatron_kernels_port_and_compile_for_three_archs(rocm7: Path, tmp_path: Path) -> None:
+    tree = tmp_path / "Megatron-DeepSpeed"
+    shutil.copytree(FIXTURES / "megatron-kernels", tree)
+    res = run_porter("port", "megatron-deepspeed", str(tree), "-t", "debian-rocm7", "--compile-only", "--json",
+                     env={"PORTER_ROCM7_ROOT": str(rocm7)})
+    assert res.returncode == 0, res.stderr[-4000:]
+    doc = json.loads(res.stdout)
+    assert doc["compile_only"] and not doc["linked"] and doc["wheel"] is None
+    assert len(doc["compiled"]) == 3
+    for rec in doc["compiled"]:
+        assert rec["archs"] == {a: "compiled" for a in ARCHS}, rec
+    ported = tmp_path / "Megatron-DeepSpeed-debian-rocm7"
+    cu = (ported / "megatron/fused_kernels/scaled_softmax_cuda.cu").read_text()
+    assert "ATen/hip/HIPContext.h" in cu and "__HIP_PLATFORM_HCC__" not in cu
+
+
+def test_an_arch_the_compiler_rejects_stops_in_seconds(trixie: Path, deepspeed_sdist: Path) -> None:
+    start = time.monotonic()
+    res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "-t", "debian-trixie-rocm", "--arch",
+                     "gfx90a,gfx950", "--ops", "fused_adam", "--compile-only", env={"PORTER_TRIXIE_ROOT": str(trixie)})
+    assert res.returncode == 1 and time.monotonic() - start < 60
+    assert "cannot compile for gfx950" in res.stderr and "hipcc 5.7." in res.stderr and "debian-rocm7" in res.stderr
+
+
+def test_a_missing_chroot_names_its_make_target(tmp_path: Path, deepspeed_sdist: Path) -> None:
+    res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "-t", "debian-rocm7", "--ops", "fused_adam",
+                     "--compile-only", env={"PORTER_ROCM7_ROOT": str(tmp_path / "no-chroot")})
+    assert res.returncode == 1 and "does not exist" in res.stderr and "make chroot-rocm7" in res.stderr
