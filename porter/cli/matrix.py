@@ -1,0 +1,173 @@
+"""porter matrix run | status | cell | finish: many builds from one file, here or as a Slurm job array."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from porter.cli import emit_json
+from porter.cli.options import dry_run_option, json_option
+from porter.log import Logger
+from porter.run import Runner, make_env
+
+
+@click.group()
+def matrix() -> None:
+    """Build a matrix of wheels (toolchains x components x versions) here or as one Slurm job array.
+
+    \b
+    The matrix file (TOML) lists toolchains and [[component]] entries with versions or sources; each
+    combination is a cell built by porter's own command (ops build, wheel apex, wheel flash-attn).
+    Results live in the matrix folder on the shared filesystem: one result file per cell, the wheels
+    in the wheelhouse, then an index and report.json. Format and policies: docs/cluster.md.
+    """
+
+
+def _slurm_options(f: Any) -> Any:
+    opts = [
+        click.option("--partition", default=None, envvar="PORTER_SLURM_PARTITION", show_envvar=True,
+                     help="Partition of every job."),
+        click.option("--account", default=None, envvar="PORTER_SLURM_ACCOUNT", show_envvar=True,
+                     help="Account to charge."),
+        click.option("--qos", default=None, envvar="PORTER_SLURM_QOS", show_envvar=True, help="QOS of every job."),
+        click.option("--time", "time_limit", default=None, envvar="PORTER_SLURM_TIME", show_envvar=True,
+                     help="Time limit of each cell task (2:00:00)."),
+        click.option("--cpus-per-task", type=click.IntRange(min=1), default=None,
+                     envvar="PORTER_SLURM_CPUS_PER_TASK", show_envvar=True, help="CPUs of each cell task."),
+        click.option("--mem", default=None, envvar="PORTER_SLURM_MEM", show_envvar=True,
+                     help="Memory of each cell task (16G)."),
+        click.option("--max-parallel", type=click.IntRange(min=1), default=None,
+                     envvar="PORTER_SLURM_MAX_PARALLEL", show_envvar=True,
+                     help="At most this many cells at once (the array's %N; default 8)."),
+        click.option("--index-time", default=None, help="Time limit of the index job."),
+        click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="OPTION",
+                     help="One more sbatch option for every job (repeat): --constraint=nvme."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _show(doc: dict[str, Any]) -> None:
+    from porter.cluster.jobs import describe
+
+    for line in describe(doc):
+        click.echo(line)
+
+
+def _exit_for(doc: dict[str, Any]) -> None:
+    from porter.cluster.jobs import outcome
+
+    err = outcome(doc)
+    if err is not None:
+        raise err
+
+
+@matrix.command("run")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--local", "mode", flag_value="local", help="Run the cells here, one after another, then index.")
+@click.option("--slurm", "mode", flag_value="slurm",
+              help="Submit one job array (one task per cell) and an index job that waits on it (afterok).")
+@click.option("-d", "--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The matrix folder, on a filesystem every node sees (default: the file's 'dir').")
+@click.option("-o", "--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the wheels and the index go (default: the file's 'wheelhouse', else DIR/wheelhouse).")
+@click.option("--force", is_flag=True, help="Reuse a matrix folder: its plan, results and report are replaced "
+                                            "(wheels are kept).")
+@click.option("--wait", is_flag=True, help="With --slurm: wait for the index job's report, then exit as --local does.")
+@_slurm_options
+@dry_run_option
+@json_option
+@click.pass_obj
+def run_cmd(log: Logger, /, file: Path, mode: str | None, directory: Path | None, wheelhouse: Path | None,
+            force: bool, wait: bool, dry_run: bool, as_json: bool, time_limit: str | None, **slurm: Any) -> None:
+    """Build every cell of the matrix FILE.
+
+    \b
+    Exit codes: 0 all cells built and indexed (or, --slurm without --wait, submitted); 3 some cells
+    failed, the other wheels shipped; 1 nothing built; 2 a bad matrix (nothing is written or submitted).
+    """
+    from porter.cluster.jobs import run_matrix
+    from porter.cluster.matrix import load_matrix
+
+    if mode is None:
+        raise click.UsageError("pass --local (the cells here, one after another) or --slurm (a Slurm job array)")
+    if wait and mode != "slurm":
+        raise click.UsageError("--wait goes with --slurm (--local always waits)")
+    env = make_env()
+    m = load_matrix(file, directory=directory, wheelhouse=wheelhouse, environ=env)
+    settings = m.slurm.merged({**slurm, "time": time_limit})
+    result = run_matrix(m, mode=mode, force=force, runner=Runner(log, echo=not dry_run), env=env,
+                        settings=settings, wait=wait, dry_run=dry_run, log=log)
+    if as_json:
+        emit_json(result.to_dict())
+    elif result.dry_run is not None:
+        click.echo("\n".join(result.dry_run))
+    elif result.report is not None:
+        _show(result.report)
+    else:
+        sub = result.submission or {}
+        click.echo(f"array job {sub.get('array_job')} ({len(m.cells)} cells), index job {sub.get('index_job')}")
+        log.tip(f"porter matrix status {m.dir}")
+    if result.report is not None:
+        _exit_for(result.report)
+
+
+@matrix.command("status")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@json_option
+def status_cmd(directory: Path, as_json: bool) -> None:
+    """Every cell of the matrix in DIRECTORY: its status, wheel or log, read from the result files.
+
+    Once the index step ran, exits as 'run' does (0, 3 or 1); before that, 0.
+    """
+    from porter.cluster.jobs import status
+
+    doc = status(directory)
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(f"[{doc['state']}]" + (f" array job {doc['submission']['array_job']}, index job "
+                                          f"{doc['submission']['index_job']}" if doc["submission"] else ""))
+        _show(doc)
+    if doc["state"] == "finished":
+        _exit_for(doc)
+
+
+@matrix.command("cell")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("index", type=click.IntRange(min=0))
+@json_option
+@click.pass_obj
+def cell_cmd(log: Logger, directory: Path, index: int, as_json: bool) -> None:
+    """Build cell INDEX of the matrix in DIRECTORY (what each array task runs).
+
+    A failed build is recorded in the cell's result.json and still exits 0; a non-zero exit means the
+    outcome could not be recorded.
+    """
+    from porter.cluster.jobs import run_cell
+
+    doc = run_cell(directory, index, runner=Runner(log), env=make_env(), log=log)
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(f"{doc['id']}: {doc['status']}" + (f" {doc['wheel_path']}" if doc.get("wheel_path") else
+                                                      f" (log {doc['log']})"))
+
+
+@matrix.command("finish")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@json_option
+def finish_cmd(directory: Path, as_json: bool) -> None:
+    """Index the wheelhouse and write report.json from the cells' results (what the index job runs;
+    by hand, it indexes what was built after a cell was lost)."""
+    from porter.cluster.jobs import finish
+
+    doc = finish(directory)
+    if as_json:
+        emit_json(doc)
+    else:
+        _show(doc)
+    _exit_for(doc)

@@ -1,0 +1,251 @@
+"""Slurm through its own commands: one job array (one task per cell), submitted held, an index job that
+waits on it with ``afterok``, then one ``scontrol release``.
+
+Everything goes through :class:`porter.run.Runner` (argv lists, an explicit env). Nothing here reads
+Slurm's accounting: results are files the jobs write on the shared filesystem (:mod:`porter.cluster.jobs`);
+``squeue`` is asked only whether the index job is still alive while ``--wait`` waits for the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from porter.errors import CommandFailed, ConfigError, PorterError, ToolError
+from porter.log import Logger, quiet_logger
+from porter.run import Runner, which
+
+_TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$")     # minutes, m:s, h:m:s, d-h, d-h:m, d-h:m:s
+_MEM = re.compile(r"^\d+[KMGT]?$")
+_NAME = re.compile(r"^[A-Za-z0-9_.,+-]+$")
+# sbatch options porter sets itself: the array, the dependency, the hold, where logs go
+OWNED_SBATCH = ("--array", "--dependency", "--hold", "--output", "--error", "--parsable", "--chdir",
+                "--job-name", "--kill-on-invalid-dep", "-a", "-d", "-H", "-o", "-e", "-D", "-J")
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+         "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmSettings:
+    """What each job asks Slurm for. Precedence: command line > ``PORTER_SLURM_*`` > the matrix file's
+    ``[slurm]`` table > these defaults."""
+
+    partition: str | None = None
+    """``--partition`` of every job (default: the cluster's default partition)."""
+    account: str | None = None
+    """``--account`` to charge."""
+    qos: str | None = None
+    """``--qos``."""
+    time: str | None = None
+    """``--time`` of each cell task (Slurm's formats: ``90``, ``2:00:00``, ``1-12``)."""
+    cpus_per_task: int | None = None
+    """``--cpus-per-task`` of each cell task."""
+    mem: str | None = None
+    """``--mem`` of each cell task (``16G``)."""
+    max_parallel: int = 8
+    """At most this many cells run at once (the array's ``%N``)."""
+    index_time: str | None = None
+    """``--time`` of the index job (default: the partition's default)."""
+    sbatch_args: tuple[str, ...] = ()
+    """More sbatch options for every job (``--constraint=nvme``, ``--gres=gpu:1``)."""
+
+    def __post_init__(self) -> None:
+        for key in ("partition", "account", "qos"):
+            value = getattr(self, key)
+            if value is not None and not _NAME.match(value):
+                raise ConfigError(f"slurm {key} {value!r} is not a Slurm name",
+                                  hint="letters, digits, '_', '.', '-' (several partitions: comma-separated)")
+        for key in ("time", "index_time"):
+            value = getattr(self, key)
+            if value is not None and not _TIME.match(value):
+                raise ConfigError(f"slurm {key} {value!r} is not a Slurm time",
+                                  hint="minutes (90), hours:minutes:seconds (2:00:00) or days-hours (1-12)")
+        if self.mem is not None and not _MEM.match(self.mem):
+            raise ConfigError(f"slurm mem {self.mem!r} is not a Slurm memory size", hint="e.g. 16G or 4000M")
+        for key in ("cpus_per_task", "max_parallel"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigError(f"slurm {key} must be a whole number >= 1, not {value!r}")
+        for arg in self.sbatch_args:
+            if not isinstance(arg, str) or not arg.startswith("-"):
+                raise ConfigError(f"slurm sbatch_args: {arg!r} is not an sbatch option",
+                                  hint="give options as '--name=value' strings")
+            if arg.split("=", 1)[0] in OWNED_SBATCH:
+                raise ConfigError(f"slurm sbatch_args: porter sets {arg.split('=', 1)[0]} itself",
+                                  hint="leave it out; porter writes the array, the dependency and the log paths")
+
+    @classmethod
+    def from_table(cls, data: Mapping[str, Any], where: str) -> SlurmSettings:
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                raise ConfigError(f"{where}: unknown key {key!r} in [slurm]"
+                                  + (f" (did you mean {close[0]!r}?)" if close else ""),
+                                  hint=f"known keys: {', '.join(sorted(known))}")
+        values = dict(data)
+        if "sbatch_args" in values:
+            args = values["sbatch_args"]
+            if not isinstance(args, list):
+                raise ConfigError(f"{where}: [slurm] sbatch_args must be a list of strings")
+            values["sbatch_args"] = tuple(args)
+        for key in ("partition", "account", "qos", "time", "mem", "index_time"):
+            if key in values and not isinstance(values[key], str):
+                raise ConfigError(f"{where}: [slurm] {key} must be a string, not {values[key]!r}")
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc.message}", hint=exc.hint) from None
+
+    def merged(self, overrides: Mapping[str, Any]) -> SlurmSettings:
+        """These settings with every override that is not None (or empty) applied."""
+        changes: dict[str, Any] = {k: (tuple(v) if k == "sbatch_args" else v) for k, v in overrides.items()
+                                   if v is not None and v != ()}
+        if "sbatch_args" in changes:
+            changes["sbatch_args"] = self.sbatch_args + changes["sbatch_args"]
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["sbatch_args"] = list(self.sbatch_args)
+        return d
+
+    def common_args(self) -> list[str]:
+        """Options every job gets: where it runs and who pays."""
+        out = [f"--{k}={v}" for k, v in (("partition", self.partition), ("account", self.account),
+                                          ("qos", self.qos)) if v]
+        return out + list(self.sbatch_args)
+
+
+@dataclass(frozen=True)
+class Programs:
+    sbatch: Path
+    scontrol: Path
+    squeue: Path | None
+    scancel: Path | None
+
+
+def find_programs(env: Mapping[str, str]) -> Programs:
+    """Slurm's commands on the env's PATH; sbatch or scontrol missing is an error that names --local."""
+    path = env.get("PATH")
+    found = {name: which(name, path=path) for name in ("sbatch", "scontrol", "squeue", "scancel")}
+    missing = [n for n in ("sbatch", "scontrol") if found[n] is None]
+    if missing:
+        raise ToolError(f"{' and '.join(missing)} not found on PATH: --slurm submits the matrix with Slurm's "
+                        "own commands",
+                        hint="run the cells on this machine one after another with --local, or run porter on "
+                             "a Slurm login node (module load slurm)")
+    sbatch, scontrol = found["sbatch"], found["scontrol"]
+    assert sbatch is not None and scontrol is not None
+    return Programs(sbatch, scontrol, found["squeue"], found["scancel"])
+
+
+def array_argv(sbatch: str | Path, *, name: str, cells: int, directory: Path, script: Path,
+               settings: SlurmSettings) -> list[str]:
+    """The cells: one array task per cell, at most ``max_parallel`` at once, submitted held."""
+    cap = min(settings.max_parallel, cells)
+    argv = [str(sbatch), "--parsable", "--hold", f"--job-name={name}", f"--array=0-{cells - 1}%{cap}",
+            f"--chdir={directory}", f"--output={directory / 'logs' / 'cell-%a.log'}",
+            *settings.common_args()]
+    argv += [f"--{k.replace('_', '-')}={v}" for k, v in (("time", settings.time),
+                                                         ("cpus_per_task", settings.cpus_per_task),
+                                                         ("mem", settings.mem)) if v]
+    return argv + [str(script)]
+
+
+def index_argv(sbatch: str | Path, *, name: str, array_job: str, directory: Path, script: Path,
+               settings: SlurmSettings) -> list[str]:
+    """The index job: starts once every cell task ended with exit 0 (each records a failed build in its
+    result file and still exits 0); cancelled by Slurm when a task was lost (killed, timed out)."""
+    argv = [str(sbatch), "--parsable", f"--job-name={name}-index", f"--dependency=afterok:{array_job}",
+            "--kill-on-invalid-dep=yes", f"--chdir={directory}", f"--output={directory / 'logs' / 'index.log'}",
+            "--cpus-per-task=1", *settings.common_args()]
+    if settings.index_time:
+        argv.append(f"--time={settings.index_time}")
+    return argv + [str(script)]
+
+
+def _job_id(output: str, argv: list[str]) -> str:
+    """sbatch --parsable prints ``JOBID`` or ``JOBID;CLUSTER`` (after any warnings)."""
+    for line in reversed(output.strip().splitlines()):
+        first = line.strip().split(";", 1)[0]
+        if first.isdigit():
+            return first
+    raise CommandFailed(argv, 0, output, hint="sbatch --parsable printed no job id")
+
+
+@dataclass(frozen=True)
+class Submission:
+    array_job: str
+    index_job: str
+    array_argv: list[str]
+    index_argv: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def submit(*, name: str, cells: int, directory: Path, cell_script: Path, index_script: Path,
+           settings: SlurmSettings, programs: Programs, runner: Runner, env: Mapping[str, str]) -> Submission:
+    """Submit the array held, the index job after it, then release the array. A step that fails cancels
+    what was already submitted, so nothing is left queued by half."""
+    first = array_argv(programs.sbatch, name=name, cells=cells, directory=directory, script=cell_script,
+                       settings=settings)
+    res = runner.run(first, env=env, hint="check the partition, account and limits in the [slurm] table")
+    array_job = _job_id(res.output, first)
+    submitted = [array_job]
+    try:
+        second = index_argv(programs.sbatch, name=name, array_job=array_job, directory=directory,
+                            script=index_script, settings=settings)
+        index_job = _job_id(runner.run(second, env=env).output, second)
+        submitted.append(index_job)
+        runner.run([str(programs.scontrol), "release", array_job], env=env)
+    except PorterError:
+        if programs.scancel is not None:
+            runner.run([str(programs.scancel), *submitted], env=env, check=False)
+        raise
+    return Submission(array_job, index_job, first, second)
+
+
+def job_state(job: str, *, programs: Programs, runner: Runner, env: Mapping[str, str]) -> str | None:
+    """The job's state while slurmctld still knows it (``PENDING``, ``COMPLETED``...); None when it has
+    forgotten it or cannot be asked (no squeue)."""
+    if programs.squeue is None:
+        return None
+    res = runner.run([str(programs.squeue), "-h", "-t", "all", "-j", job, "-o", "%T"], env=env, check=False)
+    states = res.output.split() if res.ok else []
+    return states[0] if states else None
+
+
+def wait_for(report: Path, *, submission: Submission, programs: Programs, runner: Runner, env: Mapping[str, str],
+             log: Logger | None = None, poll: float = 0.5, check_every: float = 10.0,
+             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
+    """Wait until the index job wrote ``report``. Slurm is asked (squeue) only every ``check_every``
+    seconds, and only whether the index job is still queued or running: when it ended, or Slurm forgot
+    it, without a report, waiting stops with an error."""
+    log = log or quiet_logger()
+    last_check = clock()
+    while not report.exists():
+        sleep(poll)
+        if clock() - last_check < check_every:
+            continue
+        last_check = clock()
+        state = job_state(submission.index_job, programs=programs, runner=runner, env=env)
+        if state is not None and state not in ENDED:
+            log.detail(f"index job {submission.index_job}: {state}")
+            continue
+        sleep(poll)  # the report may land just after the job ends
+        if report.exists():
+            return
+        raise ToolError(f"the index job {submission.index_job} ended ({state or 'no longer known to Slurm'}) "
+                        f"without writing {report}",
+                        hint=f"a cell task was lost (killed, timed out, out of memory) so afterok:"
+                             f"{submission.array_job} never held; read 'porter matrix status {report.parent}' "
+                             f"and the logs in {report.parent / 'logs'}, then 'porter matrix finish "
+                             f"{report.parent}' indexes what was built")
