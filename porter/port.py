@@ -7,14 +7,21 @@ softmax kernels as one ninja graph (:mod:`ops_prebuild`'s planner), compile them
 (``megatron-fused-kernels``, top-level modules as Megatron imports them) with its manifest; then OUT
 appears by one rename. A torch of another kind than the profile's is refused before any work (a dry
 run prints the plan and the refusal); ``--no-kernels`` ports the tree without building the kernels.
+
+The same wheel carries Megatron's dataset index helpers (``megatron/data/helpers.cpp``, a host-only
+pybind11 module that upstream builds with ``make`` at start-up) as ``megatron_fused_kernels.helpers``;
+a cpu profile builds only those. Each patch reports its own state (applied, not needed here, already
+applied, skipped by ``--skip``, failed): a fork without a patch's problem is not a failed port.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +30,16 @@ from porter.artifacts import labels
 from porter.artifacts.labels import with_label
 from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, manifest_path, write_beside
 from porter.artifacts.wheelfile import Payload, WheelSpec, write_wheel
-from porter.components.megatron import CUDA_FLAGS, DIST, KERNEL_DIR, KERNELS, ROCM_FLAGS, is_tree
+from porter.components.megatron import (CUDA_FLAGS, DIST, HELPERS_MODULE, HELPERS_SOURCE, KERNEL_DIR, KERNELS,
+                                        PACKAGE_INFO, PATCH_PROJECT, ROCM_FLAGS, is_tree)
 from porter.errors import CheckFailed, ConfigError, PorterError
 from porter import torch_hip_view as hip_view
 from porter.executor import HOST, Executor, build_python
 from porter.fs import atomic_write_json, atomic_write_text, cache_dir, ensure_writable_dir
 from porter.log import Logger, quiet_logger
 from porter.patching import PatchFailed, apply
-from porter.patching.model import load_shipped
-from porter.patching.engine import failure_message, plan as patch_plan
+from porter.patching.model import PatchSet, resolve_sets
+from porter.patching.engine import Plan as PatchPlan, PatchResult, failure_message, plan as patch_plan
 from porter.run import Runner
 from porter.toolchain.check import require_toolchain
 from porter.toolchain.profile import Toolchain, toolchain_env
@@ -42,6 +50,46 @@ from ops_prebuild.plan import Plan, make_plan
 from ops_prebuild.source import Source
 
 PORT_RECORD = ".porter/port.json"
+HELPERS_OP = "helpers"
+
+
+@dataclass(frozen=True)
+class PatchSummary:
+    """One patch of one set, as the port saw it: its state over all its files, and each file's."""
+
+    set: str
+    patch: str
+    state: str
+    """applied | would-apply | already | not-needed | skipped | failed (the engine's statuses)."""
+    files: tuple[tuple[str, str, str], ...] = ()
+    """(file, status, reason) per file the patch looked at."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"set": self.set, "patch": self.patch, "state": self.state,
+                "files": [{"file": f, "status": st, **({"reason": r} if r else {})} for f, st, r in self.files]}
+
+
+def summarize(plan: PatchPlan, skipped: Mapping[str, Sequence[str]] = {}) -> list[PatchSummary]:
+    """Per set and patch, its state (the engine's :meth:`SetPlan.patch_states`) and its files."""
+    out: list[PatchSummary] = []
+    for sp in plan.sets:
+        states = sp.patch_states()
+        per: dict[str, dict[str, tuple[str, str]]] = {}
+        for r in sp.results:
+            files = per.setdefault(r.patch, {})
+            if r.file and (r.file not in files or _worse(r, files[r.file][0])):
+                files[r.file] = (r.status, r.reason)
+        for pid, state in states.items():
+            out.append(PatchSummary(sp.ref, pid, state, tuple((f, st, why) for f, (st, why) in per[pid].items())))
+        out += [PatchSummary(sp.ref, pid, "skipped", (("", "skipped", "--skip"),)) for pid in skipped.get(sp.ref, ())]
+    return out
+
+
+_ORDER = ("failed", "would-apply", "applied", "already", "not-needed", "skipped")
+
+
+def _worse(r: PatchResult, status: str) -> bool:
+    return _ORDER.index(r.status) < _ORDER.index(status)
 
 
 @dataclass
@@ -53,6 +101,13 @@ class PortResult:
     hipified: list[str] = field(default_factory=list)
     patched: list[str] = field(default_factory=list)
     patch_results: list[dict[str, Any]] = field(default_factory=list)
+    patches: list[PatchSummary] = field(default_factory=list)
+    """Per set and patch: applied / would-apply / already / not-needed / skipped (failures raise)."""
+    sets: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Facts worth a warning: no version file in the tree, a version outside what a set was verified on."""
+    hipify_groups: list[dict[str, Any]] = field(default_factory=list)
+    """The hipify report's findings, grouped per file or op folder, each with its verdict."""
     plan: Plan | None = None
     refusal: PorterError | None = None
     """Dry run only: why a real run here would be refused before any work."""
@@ -67,7 +122,9 @@ class PortResult:
     def to_dict(self) -> dict[str, Any]:
         return {"source": str(self.source), "out": str(self.out), "toolchain": self.toolchain,
                 "version": self.version, "hipified": self.hipified, "patched": self.patched,
-                "patch_results": self.patch_results, "kernels": self.kernels,
+                "patch_results": self.patch_results, "sets": self.sets,
+                "patches": [p.to_dict() for p in self.patches], "notes": self.notes,
+                "hipify_findings": self.hipify_groups, "kernels": self.kernels,
                 "refusal": self.refusal.message if self.refusal else None,
                 "plan": self.plan.to_dict() if self.plan is not None else None, "built": self.built,
                 **({"compile_only": True, "linked": False, "note": "compiled, not linked",
@@ -137,19 +194,100 @@ def kernel_ops(tc: Toolchain) -> list[OpSpec]:
             for k in KERNELS]
 
 
+def helpers_op(tc: Toolchain) -> OpSpec:
+    """Megatron's dataset helpers as a host-only OpSpec: the profile's host compiler with torch's bundled pybind11
+    headers. The planner links every op against torch's libraries, which re-export some libstdc++ symbols:
+    ``-Wl,--as-needed -lstdc++`` first makes the module depend on libstdc++ alone, so it imports without torch."""
+    from porter.components.megatron import HELPERS_FLAGS
+
+    return OpSpec(name=HELPERS_OP, builder="megatron.data", build_var="", module=HELPERS_MODULE,
+                  sources=(HELPERS_SOURCE,), include_paths=(), device=False, compatible=True, cxx_args=HELPERS_FLAGS,
+                  extra_ldflags=("-Wl,--as-needed", "-lstdc++"))
+
+
+def prebuilt_ops(tc: Toolchain, tree: Path) -> list[OpSpec]:
+    """What the wheel carries for this profile and tree: the fused kernels (GPU profiles) and the dataset
+    helpers (every profile, when the tree has ``megatron/data/helpers.cpp``)."""
+    ops = kernel_ops(tc) if tc.kind in ("rocm", "cuda") else []
+    if (tree / HELPERS_SOURCE).is_file():
+        ops.append(helpers_op(tc))
+    return ops
+
+
+def patch_sets(refs: Sequence[str] = (), skip: Sequence[str] = ()) -> tuple[list[PatchSet], dict[str, list[str]]]:
+    """The sets a port applies (default: every ``megatron-deepspeed`` set, in order), each without the patches
+    ``skip`` names; returns them and, per set, the ids left out. A set with patches left out gets its own digest,
+    so the journal never mistakes it for the whole set."""
+    sets = [ps for ref in (refs or [PATCH_PROJECT]) for ps in resolve_sets(ref)]
+    known = {p.id for ps in sets for p in ps.patches}
+    unknown = [pid for pid in skip if pid not in known]
+    if unknown:
+        raise ConfigError(f"--skip {unknown[0]}: no such patch in {', '.join(ps.ref for ps in sets)}",
+                          hint=f"patches: {', '.join(sorted(known))}")
+    out: list[PatchSet] = []
+    skipped: dict[str, list[str]] = {}
+    for ps in sets:
+        left = [p.id for p in ps.patches if p.id in skip]
+        if not left:
+            out.append(ps)
+            continue
+        kept = tuple(p for p in ps.patches if p.id not in skip)
+        if not kept:
+            skipped[ps.ref] = left
+            continue
+        digest = hashlib.sha256(f"{ps.digest} without {','.join(sorted(left))}".encode()).hexdigest()
+        out.append(replace(ps, patches=kept, digest=digest))
+        skipped[ps.ref] = left
+    if not out:
+        raise ConfigError("--skip leaves no patch to apply", hint="skip fewer patches, or use 'porter hipify' alone")
+    return out, skipped
+
+
+def _version_notes(tree: Path, plan: PatchPlan) -> list[str]:
+    notes = [n for sp in plan.sets for n in sp.notes]
+    if not (tree / PACKAGE_INFO).is_file():  # said once, naming the file a fork lacks (not the kernels folder)
+        notes = [n for n in notes if not n.startswith(f"no {PATCH_PROJECT} version found")]
+        notes.insert(0, f"the tree has no {PACKAGE_INFO}, so its Megatron version is unknown: each patch decides "
+                        "by the problem it fixes (needed_if) whether it is needed, and the wheel is versioned 0")
+    return list(dict.fromkeys(notes))
+
+
+def _check_patches(src: Path, sets: list[PatchSet], skipped: Mapping[str, Sequence[str]], target_version: str | None,
+                   dest: Path) -> PatchPlan:
+    """The patch plan on ``src``; a failure stops the port before anything is written, with every patch's state."""
+    pp = patch_plan(src, sets, target_version=target_version)
+    if pp.failed:
+        lines = [f"  {STATE_WORDS.get(p.state, p.state):<12} {p.set}: {p.patch}" for p in summarize(pp, skipped)]
+        raise PatchFailed(f"the port stops before writing anything ({dest} is as it was); per patch:\n"
+                          + "\n".join(lines) + "\n" + failure_message(pp.failed), pp.failed,
+                          hint="the tree differs where a patch's problem is present: update the anchor in the set, "
+                               "or leave that patch out with --skip PATCH and fix that file by hand")
+    return pp
+
+
+STATE_WORDS = {"would-apply": "would apply", "applied": "applied", "already": "already", "not-needed": "not needed",
+          "skipped": "skipped", "failed": "FAILED"}
+
+
 def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.PathLike[str] | None = None,
                   in_place: bool = False, wheelhouse: str | os.PathLike[str] | None = None,
                   python: str | None = None, jobs: int | None = None, dry_run: bool = False,
                   kernels: bool = True, compile_only: bool = False, target_version: str | None = None,
+                  sets: Sequence[str] = (), skip: Sequence[str] = (),
                   log: Logger | None = None, runner: Runner | None = None) -> PortResult:
     log = log or quiet_logger()
     runner = runner or Runner(log)
-    if tc.kind not in ("rocm", "cuda"):
-        raise ConfigError(f"toolchain {tc.name} is a {tc.kind} profile; the fused kernels are GPU code",
-                          hint="pass a rocm profile (frontier, lumi-g, mi300x, debian-rocm, ...) or a cuda one")
     src = check_tree(Path(tree))
+    if tc.kind not in ("rocm", "cuda") and kernels and not (src / HELPERS_SOURCE).is_file():
+        raise ConfigError(f"toolchain {tc.name} is a {tc.kind} profile; the fused kernels are GPU code and {src} "
+                          f"has no {HELPERS_SOURCE} (the host-only part a {tc.kind} profile builds)",
+                          hint="pass a rocm profile (frontier, lumi-g, mi300x, debian-rocm, ...) or a cuda one, "
+                               "or --no-kernels to port the tree only")
+    if compile_only and tc.kind not in ("rocm", "cuda"):
+        raise ConfigError(f"--compile-only compiles GPU code for every arch; {tc.name} is a {tc.kind} profile",
+                          hint="pass a rocm or cuda profile, or drop --compile-only")
     dest = output_dir(src, Path(out) if out is not None else None, in_place, tc)
-    pset = load_shipped("megatron-deepspeed", "rocm")
+    psets, skipped = patch_sets(sets, skip)
     ex = tc.executor
     py_ex, python = build_python(ex, tc.python, python)
     torch_info: TorchInfo | None = None
@@ -164,9 +302,11 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     if not dry_run and not in_place:
         ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest")
     if kernels and not dry_run:
+        _check_patches(src, psets, skipped, target_version, dest)  # fail before any compile or copy
         ex.preflight()
-        with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
-            require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log)
+        if tc.kind in ("rocm", "cuda"):
+            with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
+                require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log)
     if kernels:
         torch_info = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
         refused = None if compile_only else refusal(need_for(tc.kind), torch_info, python,
@@ -176,12 +316,11 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         except PorterError as exc:
             refused = refused or exc
     if dry_run:
-        pp = patch_plan(src, [pset], target_version=target_version)  # checked against the tree; nothing written
-        if pp.failed:
-            raise PatchFailed(failure_message(pp.failed), pp.failed)
+        pp = _check_patches(src, psets, skipped, target_version, dest)  # checked against the tree; nothing written
         result = PortResult(src, dest, tc.name, pp.sets[0].version, patched=[c.path for c in pp.changes],
-                            patch_results=[r.to_dict() for r in pp.sets[0].results], kernels=kernels,
-                            refusal=refused, compile_only=compile_only)
+                            patch_results=[r.to_dict() for sp in pp.sets for r in sp.results], kernels=kernels,
+                            refusal=refused, compile_only=compile_only, sets=[ps.ref for ps in psets],
+                            patches=summarize(pp, skipped), notes=_version_notes(src, pp))
         if torch_info is not None:
             with log.step("planning the fused kernels"):
                 view = _view(tc, torch_info, python, py_ex, log, dry_run=True) if compile_only else ()
@@ -194,16 +333,16 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         raise refused
     if in_place:
         work = dest
-        return _port_into(work, src, dest, tc, pset, torch_info, wheelhouse, jobs, target_version, log, runner,
-                          compile_only=compile_only, python=python, py_ex=py_ex)
+        return _port_into(work, src, dest, tc, psets, skipped, torch_info, wheelhouse, jobs, target_version, log,
+                          runner, compile_only=compile_only, python=python, py_ex=py_ex)
     with log.step("copying the tree"):
         staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         work = staging / "t"
         shutil.copytree(dest if dest.exists() else src, work, symlinks=True)
         atomic_write_json(work / PORT_RECORD, {"source": str(src), "porter_version": __version__})
-        result = _port_into(work, src, dest, tc, pset, torch_info, wheelhouse, jobs, target_version, log, runner,
-                            compile_only=compile_only, python=python, py_ex=py_ex)
+        result = _port_into(work, src, dest, tc, psets, skipped, torch_info, wheelhouse, jobs, target_version, log,
+                            runner, compile_only=compile_only, python=python, py_ex=py_ex)
         if dest.exists():  # a re-run: the earlier port is replaced in one step
             old = staging / "old"
             os.replace(dest, old)
@@ -213,24 +352,37 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     return result
 
 
-def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, pset: Any, torch_info: TorchInfo | None,
+def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[PatchSet],
+               skipped: Mapping[str, Sequence[str]], torch_info: TorchInfo | None,
                wheelhouse: str | os.PathLike[str] | None, jobs: int | None, target_version: str | None,
                log: Logger, runner: Runner, *, compile_only: bool = False, python: str = "",
                py_ex: Executor = HOST) -> PortResult:
-    result = PortResult(src, dest, tc.name, "", kernels=torch_info is not None, compile_only=compile_only)
+    result = PortResult(src, dest, tc.name, "", kernels=torch_info is not None, compile_only=compile_only,
+                        sets=[ps.ref for ps in psets])
     if tc.kind == "rocm":
         from porter.hipify import engine as hip
 
         with log.step(f"hipifying {KERNEL_DIR}"):
             report = hip.hipify_tree(work / KERNEL_DIR, in_place=True, log=log, use_cache=False)
         result.hipified = [f"{KERNEL_DIR}/{f.path}" for f in report.written]
-        for finding in report.unsupported:
-            log.warn(f"no HIP equivalent: {KERNEL_DIR}/{finding.path}:{finding.line}: {finding.identifier}")
-    with log.step(f"applying {pset.ref}"):
-        done = apply(work, [pset], target_version=target_version)
+        groups = report.groups()
+        result.hipify_groups = [{**g.to_dict(), "name": f"{KERNEL_DIR}/{g.name}"} for g in groups]
+        for g in groups:  # one line per group, not one per finding
+            counts = ", ".join(c for c in (f"{len(g.unsupported)} CUDA API use(s) without a HIP equivalent"
+                                           if g.unsupported else "",
+                                           f"{len(g.warp32)} warp-size-32 assumption(s)" if g.warp32 else "") if c)
+            log.warn(f"hipify: {KERNEL_DIR}/{g.name}: {counts}: {g.verdict} "
+                     f"(porter hipify {KERNEL_DIR} --json lists each)")
+    refs = ", ".join(ps.ref for ps in psets)
+    with log.step(f"applying {refs}" + (f" (skipping {', '.join(p for v in skipped.values() for p in v)})"
+                                        if skipped else "")):
+        _check_patches(work, psets, skipped, target_version, dest)
+        done = apply(work, psets, target_version=target_version)
     result.version = done.plan.sets[0].version
     result.patched = list(done.changed)
-    result.patch_results = [r.to_dict() for r in done.plan.sets[0].results]
+    result.patch_results = [r.to_dict() for sp in done.plan.sets for r in sp.results]
+    result.patches = summarize(done.plan, skipped)
+    result.notes = _version_notes(src, done.plan)
     if torch_info is None:
         return result
     with log.step("planning the fused kernels"):
@@ -258,7 +410,7 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, pset: Any, torc
     assert wheelhouse is not None
     with log.step("packaging the fused kernels"):
         result.wheel, result.manifest = package_kernels(ops, tc, torch_info, result.version, Path(wheelhouse),
-                                                        source=str(src))
+                                                        source=str(src), specs=plan_specs(work, tc))
     return result
 
 
@@ -286,25 +438,52 @@ def _plan(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, sta
         tree, build_dir = root / "src", root / "build"
         if stage:
             shutil.rmtree(tree, ignore_errors=True)
-            shutil.copytree(work / KERNEL_DIR, tree / KERNEL_DIR)
+            if tc.kind in ("rocm", "cuda"):
+                shutil.copytree(work / KERNEL_DIR, tree / KERNEL_DIR)
+            if (work / HELPERS_SOURCE).is_file():
+                (tree / HELPERS_SOURCE).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(work / HELPERS_SOURCE, tree / HELPERS_SOURCE)
+    ops = prebuilt_ops(tc, work)
+    if compile_only:  # the GPU compile check; the host-only helpers are not part of it
+        ops = [o for o in ops if o.device]
     cat = Catalogue(source=Source("megatron-deepspeed", version or "0", tree, str(work)), torch=torch_info,
-                    accelerator="cuda", ops=tuple(kernel_ops(tc)))
+                    accelerator="cuda" if tc.kind != "cpu" else "cpu", ops=tuple(ops))
     return make_plan(cat, tc, list(cat.ops), build_dir, stage=stage, compile_only=compile_only,
                      extra_includes=extra_includes)
 
 
+def plan_specs(tree: Path, tc: Toolchain) -> dict[str, OpSpec]:
+    return {o.name: o for o in prebuilt_ops(tc, tree)}
+
+
+_PACKAGE_INIT = b'"""Modules prebuilt by porter for Megatron-DeepSpeed (the dataset index helpers)."""\n'
+
+
 def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, version: str, wheelhouse: Path, *,
-                    source: str) -> tuple[Path, Path]:
-    """One wheel with the three top-level extension modules, and its porter manifest beside it."""
+                    source: str, specs: Mapping[str, OpSpec] | None = None) -> tuple[Path, Path]:
+    """One wheel with the fused kernels (top-level modules, as Megatron imports them) and the dataset helpers
+    (``megatron_fused_kernels.helpers``, host-only), and its porter manifest beside it."""
     full_version = with_label(version or "0", labels.make(tc))
     tag = f"{torch_info.python_tag}-{torch_info.python_tag}-{torch_info.platform_tag}"
-    entries: list[ExtensionEntry] = [{"module": o.name, "path": Path(o.so).name, "sha256": o.sha256, "op": o.name,
-                                      "archs": list(tc.arch_names)} for o in ops]
+    entries: list[ExtensionEntry] = []
+    files: dict[str, Payload] = {}
+    for o in ops:
+        spec = (specs or {}).get(o.name)
+        module = spec.module if spec is not None else o.name
+        arc = "/".join([*module.split(".")[:-1], Path(o.so).name])
+        files[arc] = Path(o.so)
+        entry: ExtensionEntry = {"module": module, "path": arc, "sha256": o.sha256, "op": o.name,
+                                 "archs": list(tc.arch_names) if spec is None or spec.device else []}
+        if spec is not None and not spec.device:
+            entry["host_only"] = True
+            package = "/".join(module.split(".")[:-1])
+            if package:
+                files[f"{package}/__init__.py"] = _PACKAGE_INIT
+        entries.append(entry)
     manifest = build_manifest(
         component="megatron-deepspeed", version=full_version, tc=tc, torch=torch_info,
         python_tag=torch_info.python_tag, sources={"origin": source, "version": version}, extensions=entries,
         ops=[{"name": o.name, "status": o.status, "seconds": round(o.seconds, 2), "log": o.log} for o in ops])
-    files: dict[str, Payload] = {Path(o.so).name: Path(o.so) for o in ops}
     files["{dist_info}/porter.json"] = carried(manifest)
     wheelhouse.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".porter-", dir=wheelhouse) as tmpdir:
@@ -317,4 +496,5 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
     return dest, manifest_path(dest)
 
 
-__all__ = ["PortResult", "kernel_ops", "output_dir", "package_kernels", "port_megatron", "prepare_tree"]
+__all__ = ["STATE_WORDS", "PatchSummary", "PortResult", "helpers_op", "kernel_ops", "output_dir", "package_kernels", "patch_sets",
+           "port_megatron", "prebuilt_ops", "prepare_tree", "summarize"]

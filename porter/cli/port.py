@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +13,36 @@ from porter.cli.options import (dry_run_option, jobs_option, json_option, python
                                 resolve_toolchain, toolchain_options, wheelhouse_option)
 from porter.errors import refusal_line
 from porter.log import Logger
+
+if TYPE_CHECKING:
+    from porter.port import PatchSummary
+
+
+def summary_lines(patches: list[PatchSummary]) -> list[str]:
+    """Per patch: its state, its id, and its files (each file's own state where they differ)."""
+    from porter.port import STATE_WORDS as _WORDS
+
+    if not patches:
+        return []
+    width = max(len(p.patch) for p in patches)
+    out = []
+    current = ""
+    for p in patches:
+        if p.set != current:
+            current = p.set
+            out.append(f"patches ({p.set}):")
+        files = [f for f in p.files if f[0]]
+        if p.state == "skipped":
+            detail = "(--skip)"
+        elif files and all(st == files[0][1] for _, st, _ in files):
+            shown = [f for f, _, _ in files]
+            detail = ", ".join(shown) if len(shown) <= 3 else f"{len(shown)} files"
+            if p.state == "not-needed" and files[0][2]:
+                detail += f" ({files[0][2]})"
+        else:
+            detail = ", ".join(f"{f}: {_WORDS.get(st, st)}" for f, st, _ in files)
+        out.append(f"  {_WORDS.get(p.state, p.state):<12} {p.patch:<{width}}  {detail}".rstrip())
+    return out
 
 
 @click.group()
@@ -36,14 +67,19 @@ def port() -> None:
 @python_option
 @jobs_option
 @click.option("--target-version", default=None, help="Treat the tree as this Megatron version for the patch set.")
+@click.option("--set", "sets", multiple=True, metavar="SET",
+              help="Patch set(s) to apply instead of every megatron-deepspeed set: a shipped set "
+                   "(megatron-deepspeed/rocm), a project, or a set file of your own. Repeatable.")
+@click.option("--skip", multiple=True, metavar="PATCH",
+              help="Leave this patch (by id, see 'porter patch list') out of the port. Repeatable.")
 @dry_run_option
 @json_option
 @click.pass_obj
 def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs: tuple[str, ...],
                        cpu_isa: str | None, dest: Path | None, in_place: bool, wheelhouse: Path, no_kernels: bool,
                        compile_only: bool,
-                       python: str | None, jobs: int | None, target_version: str | None, dry_run: bool,
-                       as_json: bool) -> None:
+                       python: str | None, jobs: int | None, target_version: str | None, sets: tuple[str, ...],
+                       skip: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
     """Port a Megatron-DeepSpeed TREE: hipify its fused kernels, apply megatron-deepspeed/rocm, and build
     the kernels ahead of time into a wheel in the wheelhouse. A build python whose torch is not of the
     profile's kind (ROCm profiles need a ROCm torch) is refused before any work; --dry-run prints the
@@ -53,19 +89,20 @@ def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     res = port_megatron(tree, tc, out=dest, in_place=in_place, wheelhouse=wheelhouse, python=python, jobs=jobs,
                         dry_run=dry_run, kernels=not no_kernels, compile_only=compile_only,
-                        target_version=target_version, log=log)
+                        target_version=target_version, sets=sets, skip=skip, log=log)
     if as_json:
         emit_json(res.to_dict())
         return
     click.echo(f"ported tree: {res.out}{' (dry run: not written)' if dry_run else ''}")
-    click.echo(f"megatron version: {res.version or '-'}   toolchain: {res.toolchain}")
+    click.echo(f"megatron version: {res.version or 'unknown'}   toolchain: {res.toolchain}")
     for path in res.hipified:
         click.echo(f"hipified {path}")
     for path in res.patched:
         click.echo(f"{'would patch' if dry_run else 'patched'} {path}")
-    already = sorted({r['patch'] for r in res.patch_results if r['status'] == 'already'})
-    if already:
-        click.echo(f"already applied: {', '.join(already)}")
+    for line in summary_lines(res.patches):
+        click.echo(line)
+    for note in res.notes:
+        click.echo(f"note: {note}")
     if res.compiled:
         for rec in res.compiled:
             verdicts = " ".join(f"{a}={v}" for a, v in rec["archs"].items())

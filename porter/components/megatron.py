@@ -22,6 +22,14 @@ KERNEL_DIR = "megatron/fused_kernels"
 KERNELS = ("scaled_upper_triang_masked_softmax", "scaled_masked_softmax", "scaled_softmax")
 DIST = "megatron-fused-kernels"
 PACKAGE_INFO = "megatron/core/package_info.py"
+PATCH_PROJECT = "megatron-deepspeed"
+# Megatron's dataset index helpers: a host-only pybind11 module (PYBIND11_MODULE(helpers, ...)) that upstream
+# builds with make at start-up (megatron/data/dataset_utils.py: compile_helper()) and imports as
+# megatron.data.helpers. porter ships it in the fused-kernels wheel under this name (the extension's
+# init function is named after the last component, so the module keeps its own name).
+HELPERS_SOURCE = "megatron/data/helpers.cpp"
+HELPERS_MODULE = "megatron_fused_kernels.helpers"
+HELPERS_FLAGS = ("-O3", "-Wall", "-std=c++17")
 
 # Device-code flags Megatron's own loader passes (facts read from upstream's fused_kernels/__init__.py).
 ROCM_FLAGS = ("-O3", "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1")
@@ -48,7 +56,7 @@ class MegatronComponent:
     name = "megatron-deepspeed"
     title = "Megatron-DeepSpeed"
     dists: tuple[str, ...] = (DIST,)
-    patch_project = "megatron-deepspeed"
+    patch_project = PATCH_PROJECT
     build_command = "porter port megatron-deepspeed"
 
     def recognise(self, tree: Path) -> Recognised | None:

@@ -36,6 +36,17 @@ def states(done_or_plan: object) -> dict[str, str]:
     return sets[0].patch_states()  # type: ignore[no-any-return]
 
 
+# the patches these stand-ins (tests/fixtures/patch) have the problems of; the set's later patches fix files the
+# stand-ins do not have (apex optimizers, dataset helpers: see tests/fixtures/training), so they are not needed here
+STAND_IN = ("fused-kernels-prebuilt", "hip-platform-amd", "apex-layer-norm-clear-error", "apex-rmsnorm-clear-error")
+
+
+def stand_in_states(done_or_plan: object) -> dict[str, str]:
+    all_states = states(done_or_plan)
+    assert {v for k, v in all_states.items() if k not in STAND_IN} == {"not-needed"}
+    return {k: v for k, v in all_states.items() if k in STAND_IN}
+
+
 def by_file(results: object, patch: str) -> dict[str, str]:
     return {r.file: r.status for r in results if r.patch == patch}  # type: ignore[attr-defined]
 
@@ -59,7 +70,7 @@ def test_every_shipped_patch_names_its_problem() -> None:
 def test_upstream_like_tree_needs_every_patch(tmp_path: Path) -> None:
     t = tree(tmp_path, "megatron-deepspeed")
     p = plan(t, resolve_sets("megatron-deepspeed/rocm"))
-    assert set(states(p).values()) == {"would-apply"}
+    assert set(stand_in_states(p).values()) == {"would-apply"}
     hcc = [r for r in p.sets[0].results if r.patch == "hip-platform-amd"]
     assert all(r.evidence == "line 3: '#ifndef __HIP_PLATFORM_HCC__'" for r in hcc)
 
@@ -68,7 +79,7 @@ def test_fork_without_apex_rmsnorm_import(tmp_path: Path) -> None:
     t = tree(tmp_path, "megatron-no-rmsnorm")
     before = (t / "megatron/model/__init__.py").read_bytes()
     done = apply(t, resolve_sets("megatron-deepspeed/rocm"))
-    assert states(done) == {"fused-kernels-prebuilt": "applied", "hip-platform-amd": "applied",
+    assert stand_in_states(done) == {"fused-kernels-prebuilt": "applied", "hip-platform-amd": "applied",
                             "apex-layer-norm-clear-error": "applied", "apex-rmsnorm-clear-error": "not-needed"}
     (r,) = [r for r in done.plan.sets[0].results if r.patch == "apex-rmsnorm-clear-error"]
     assert r.file == "megatron/model/__init__.py"
@@ -78,7 +89,7 @@ def test_fork_without_apex_rmsnorm_import(tmp_path: Path) -> None:
     assert "megatron/model/__init__.py" not in done.changed
     assert "porter: apex is required here" in (t / "megatron/model/fused_layer_norm.py").read_text()
     entry = read_journal(t)["sets"][0]
-    assert entry["not_needed"] == ["apex-rmsnorm-clear-error"]
+    assert "apex-rmsnorm-clear-error" in entry["not_needed"]
     assert "apex-rmsnorm-clear-error" not in entry["patches"]
     again = plan(t, resolve_sets("megatron-deepspeed/rocm"))
     assert again.sets[0].state == "applied"
@@ -107,7 +118,7 @@ def test_no_kernel_has_the_guard_then_the_patch_is_not_needed(tmp_path: Path) ->
     done = apply(t, resolve_sets("megatron-deepspeed/rocm"))
     assert states(done)["hip-platform-amd"] == "not-needed"
     assert not any(c.startswith("megatron/fused_kernels/scaled") for c in done.changed)
-    assert read_journal(t)["sets"][0]["not_needed"] == ["hip-platform-amd"]
+    assert "hip-platform-amd" in read_journal(t)["sets"][0]["not_needed"]
 
 
 def test_fork_without_package_info_still_applies_with_a_note(tmp_path: Path) -> None:
@@ -116,7 +127,7 @@ def test_fork_without_package_info_still_applies_with_a_note(tmp_path: Path) -> 
     assert done.plan.sets[0].version == ""
     assert "no megatron-deepspeed version found in the tree (looked in megatron/core/package_info.py)" in \
         done.plan.sets[0].notes[0]
-    assert set(states(done).values()) == {"applied"}
+    assert set(stand_in_states(done).values()) == {"applied"}
 
 
 def test_problem_present_anchor_missing_fails_precisely_and_writes_nothing(tmp_path: Path) -> None:
