@@ -61,13 +61,18 @@ rocm-debian:
 	  apt-get install -y -qq hipcc libamdhip64-dev rocm-device-libs rocminfo; }
 
 # ROCm 5.7.1 (Frontier's line) from Debian trixie, used through the debian-trixie-rocm profile's launcher.
+TRIXIE_PACKAGES ?= hipcc libamdhip64-dev rocm-device-libs-17 g++ ccache
+
 chroot-trixie:
-	@if [ -x "$(TRIXIE_ROOT)/usr/bin/hipcc" ]; then echo "trixie chroot already at $(TRIXIE_ROOT)"; else \
-	  command -v debootstrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq debootstrap; }; \
-	  mkdir -p "$(TRIXIE_ROOT)" && \
-	  debootstrap --variant=minbase trixie "$(TRIXIE_ROOT)" >/dev/null && \
-	  chroot "$(TRIXIE_ROOT)" apt-get install -y -qq hipcc libamdhip64-dev rocm-device-libs-17 g++ >/dev/null && \
-	  echo "trixie chroot ready at $(TRIXIE_ROOT)"; fi
+	@set -e; root="$(TRIXIE_ROOT)"; \
+	if [ -x "$$root/usr/bin/hipcc" ] && chroot "$$root" dpkg -s $(TRIXIE_PACKAGES) >/dev/null 2>&1; then \
+	  echo "trixie chroot already at $$root"; else \
+	  command -v debootstrap >/dev/null 2>&1 || { apt-get update -qq; apt-get install -y -qq debootstrap; }; \
+	  if [ ! -x "$$root/usr/bin/apt-get" ]; then mkdir -p "$$root"; \
+	    debootstrap --variant=minbase trixie "$$root" >/dev/null; fi; \
+	  chroot "$$root" apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive chroot "$$root" apt-get install -y -qq $(TRIXIE_PACKAGES) >/dev/null; \
+	  echo "trixie chroot ready at $$root"; fi
 
 # ROCm 7.2 (hipcc 7, clang 22: gfx90a, gfx942, gfx950) from Debian experimental on top of sid, used
 # through the debian-rocm7 profile's launcher. The experimental line reuses the mirror debootstrap wrote
@@ -75,7 +80,7 @@ chroot-trixie:
 # snapshot mirror, hence Check-Valid-Until=false. hipcc 7 resolves its own path through /proc/self/exe,
 # so /proc is mounted on every run (a reboot unmounts it), also when the chroot already exists.
 ROCM7_APT      := apt-get -o Acquire::Check-Valid-Until=false
-ROCM7_PACKAGES ?= hipcc libamdhip64-dev rocm-device-libs-21 g++ librccl-dev libhipblaslt-dev librocblas-dev libhipsparse-dev libhipsolver-dev \
+ROCM7_PACKAGES ?= hipcc libamdhip64-dev rocm-device-libs-21 g++ librccl-dev libhipblaslt-dev librocblas-dev libhipsparse-dev libhipsolver-dev ccache \
                   libhipblas-dev librocthrust-dev libhipcub-dev rocminfo
 
 chroot-rocm7:

@@ -18,6 +18,7 @@ from porter import torch_hip_view as hip_view
 from porter.artifacts import labels
 from porter.artifacts.labels import with_label
 from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, manifest_path, write_beside
+from porter.ccache import CacheRequest, CompilerCache, read_stats, setup_cache
 from porter.codeobjects import read_code_objects
 from porter.errors import CheckFailed, ConfigError, PorterError
 from porter.executor import Executor, build_python
@@ -26,10 +27,11 @@ from porter.log import Logger, quiet_logger
 from porter.resources import default_jobs
 from porter.run import Runner, make_env
 from porter.toolchain.check import require_toolchain
+from porter.toolchain.discover import probe
 from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import need_for, probe_torch, refusal
 from ops_prebuild.catalogue import Catalogue, OpSpec, read_catalogue
-from ops_prebuild.plan import Plan, make_plan
+from ops_prebuild.plan import CCACHE_STATS, Plan, make_plan
 from ops_prebuild.source import cached_source, resolve_source
 from ops_prebuild.wheel import base_wheel, compose, dist_version
 
@@ -65,6 +67,9 @@ class BuildResult:
     """--compile-only: per op, per arch, per translation unit (:func:`compile_report`)."""
     hip_view: str = ""
     """--compile-only without a ROCm torch: the torch HIP header view the compiles used."""
+    ccache: CompilerCache | None = None
+    cache_stats: dict[str, int] = field(default_factory=dict)
+    """ccache hits / misses / uncacheable of this build's compiles."""
 
     @property
     def failed(self) -> list[OpResult]:
@@ -76,6 +81,7 @@ class BuildResult:
                 "jobs": self.jobs, "seconds": round(self.seconds, 2),
                 "ops": [o.__dict__ for o in self.ops], "plan": self.plan.to_dict(),
                 "refusal": self.refusal.message if self.refusal else None,
+                "cache": {**self.ccache.to_dict(), **self.cache_stats} if self.ccache else None,
                 **({"compile_only": True, "linked": False, "note": "compiled, not linked: no ROCm torch to link "
                     "against here" if self.hip_view else "compiled, not linked", "hip_view": self.hip_view or None,
                     "compiled": self.compiled} if self.compile_only else {})}
@@ -88,7 +94,8 @@ def _key(*parts: Any) -> str:
 def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, all_compatible: bool = False,
               wheelhouse: Path, jobs: int | None = None, dry_run: bool = False, python: str | None = None,
               with_deps: bool = False, log: Logger | None = None, runner: Runner | None = None,
-              cache: Path | None = None, compile_only: bool = False) -> BuildResult:
+              cache: Path | None = None, compile_only: bool = False,
+              compiler_cache: CacheRequest = CacheRequest()) -> BuildResult:
     """source -> catalogue -> plan -> one ninja run -> one wheel + manifest.
 
     Everything is checked before any work (output folder writable, toolchain root ready, torch of the
@@ -106,13 +113,17 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     py_ex, python = build_python(ex, tc.python, python)
     cache = cache or ex.work_dir(cache_dir())
     start = time.monotonic()
+    compiler_version = ""
     if not dry_run:
         if not compile_only:
             ensure_writable_dir(wheelhouse, what="wheelhouse")
         ex.preflight()
         if tc.kind != "cpu":  # a compiler that rejects an arch stops the build in seconds, not after hipify
             with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
-                require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log)
+                compiler_version = require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log).compiler.version
+        else:
+            compiler_version = probe(tc.compiler, Runner(log, echo=log.verbose), launcher=ex.prefix,
+                                     env=toolchain_env(tc)).version
         if not compile_only:  # compiling needs no torch of the profile's kind: linking does
             torch = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
             refused = refusal(need_for(tc.kind), torch, python, what=f"building DeepSpeed ops for {tc.name}")
@@ -140,14 +151,17 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             with log.step(f"a HIP view of torch {cat.torch.version}'s headers (compile checks only)"):
                 view = (hip_view.make_view(cat.torch, cache, python=python, runner=Runner(log, echo=log.verbose),
                                            executor=py_ex, dry_run=dry_run),)
+        ccache = setup_cache(tc, work=cache_dir(), compiler_version_text=compiler_version,
+                             enabled=compiler_cache.enabled, cache_dir=compiler_cache.dir,
+                             remote=compiler_cache.remote, log=log, dry_run=dry_run)
         plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not dry_run,
-                         compile_only=compile_only, extra_includes=view)
+                         compile_only=compile_only, extra_includes=view, cache=ccache)
         if view:
             plan.notes.append(f"torch {cat.torch.version} is a {cat.torch.kind} build: its headers are seen through "
                               f"a generated HIP view ({view[0]}); objects are compiled, never linked")
         per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]
         n_jobs = jobs or default_jobs(per_job)
-        result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, compile_only=compile_only,
+        result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, compile_only=compile_only, ccache=ccache,
                              hip_view=str(view[0]) if view else "")
         if dry_run:
             try:
@@ -163,7 +177,12 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
 
     with FileLock(str(build_dir) + ".lock"):  # two builds of the same target take turns
         atomic_write_text(build_dir / "build.ninja", plan.ninja())
-        result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc))
+        (build_dir / CCACHE_STATS).unlink(missing_ok=True)
+        result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env))
+        if ccache is not None:
+            result.cache_stats = read_stats(build_dir / CCACHE_STATS)
+            log.info(f"compiler cache: {result.cache_stats['hits']} hit(s), {result.cache_stats['misses']} miss(es)"
+                     f" ({ccache.dir})")
         if compile_only:
             result.compiled = compile_report(plan, result.ops, tc)
             result.seconds = time.monotonic() - start
@@ -176,7 +195,9 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                               hint=f"read the logs under {build_dir}")
         with log.step("packaging the wheel"):
             result.wheel, result.manifest = package(cat, tc, selected, result.ops, wheelhouse, python=python,
-                                                    runner=runner, cache=cache, executor=py_ex)
+                                                    runner=runner, cache=cache, executor=py_ex,
+                                                    build={"cache": {**ccache.to_dict(), **result.cache_stats}
+                                                           if ccache else None})
     if with_deps:
         with log.step("downloading the wheel's dependencies (all but torch) into the wheelhouse"):
             download_dependencies(result.wheel, wheelhouse, python=sys.executable, runner=runner)
@@ -311,7 +332,8 @@ def _failure_blocks(output: str) -> list[str]:
 
 
 def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list[OpResult], wheelhouse: Path,
-            *, python: str, runner: Runner, cache: Path, executor: Executor) -> tuple[Path, Path]:
+            *, python: str, runner: Runner, cache: Path, executor: Executor,
+            build: dict[str, Any] | None = None) -> tuple[Path, Path]:
     src = cat.source
     base = base_wheel(src.tree, cache / "base" / f"{src.project}-{src.version}-"
                       f"{_key(str(src.tree), cat.accelerator, cat.torch.version)}",
@@ -337,6 +359,8 @@ def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list
         sources={"sdist_sha256": src.sha256, "origin": src.origin, "version": src.version},
         extensions=entries, target={"accelerator": cat.accelerator},
         ops=[{"name": r.name, "status": r.status, "seconds": round(r.seconds, 2), "log": r.log} for r in results])
+    if build:
+        manifest["build"] = build
     # the wheel appears in the wheelhouse only by an atomic rename, after its manifest
     wheelhouse.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".porter-", dir=wheelhouse) as tmpdir:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from porter.errors import ConfigError
+from porter.ccache import CompilerCache
 from porter.toolchain.archs import BF16_AMD
 from porter.toolchain.profile import Toolchain
 from ops_prebuild.catalogue import Catalogue, OpSpec
@@ -24,6 +25,7 @@ from ops_prebuild.catalogue import Catalogue, OpSpec
 _SIMD_DEFINES = {"-D__AVX512__", "-D__AVX256__", "-D__SCALAR__", "-D__SVE__", "-D__NEON__"}
 _HOST_DETECTED = ("-march=", "-mcpu=native", "-mtune=native")
 DEVICE_SUFFIXES = (".cu", ".hip")
+CCACHE_STATS = "ccache-stats.log"
 
 
 def simd_define(isa: str) -> str | None:
@@ -137,13 +139,15 @@ def bf16(op: OpSpec, tc: Toolchain) -> bool:
 
 def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
               *, sources: dict[str, dict[str, str]] | None = None, stage: bool = True,
-              compile_only: bool = False, extra_includes: tuple[Path, ...] = ()) -> Plan:
+              compile_only: bool = False, extra_includes: tuple[Path, ...] = (),
+              cache: CompilerCache | None = None) -> Plan:
     """Plan every command. ``sources`` maps op -> {original: hipified path} for ROCm builds.
 
     Commands run through the toolchain's executor: every path in them is one its programs see
     (files outside a chroot are staged into it; ``stage=False`` only names where: dry runs write nothing).
     ``compile_only``: the same compiles, each recording its time and peak memory, and no link.
     ``extra_includes`` come first on device ops' include path (the torch HIP view).
+    ``cache``: every compile goes through ccache where the compiler runs (links are not cached).
     """
     tree = cat.source.tree
     ex = tc.executor
@@ -154,6 +158,9 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     plan = Plan(build_dir, tc, compile_only=compile_only)
     plan.env = {k: v for k, v in tc.env.items()}
     measure = (sys.executable, "-m", "ops_prebuild.measure")
+    if cache is not None:
+        plan.env.update(cache.env(tc, build_dir / CCACHE_STATS))
+    at = len(ex.prefix)
     for op in ops:
         hipified = (sources or {}).get(op.name)
         inc_root = build_dir / "hip" if hipified else tree
@@ -164,6 +171,8 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
             obj = odir / (rel.replace("/", "__") + ".o")
             dev = src.suffix in DEVICE_SUFFIXES and op.device
             argv = _compile_argv(op, cat, tc, v(src), v(obj), dev, inc_root, v, extra_includes)
+            if cache is not None:
+                argv = [*argv[:at], *cache.prefix(), *argv[at:]]
             wrapper = (*measure, f"{obj}.cost.json", "--") if compile_only else ()
             plan.steps.append(Step(op.name, "compile", tuple(argv), str(obj), (str(src),), str(obj) + ".d",
                                    wrapper))

@@ -55,6 +55,7 @@ class Manifest(TypedDict):
     sources: dict[str, str]
     extensions: list[ExtensionEntry]
     ops: NotRequired[list[OpEntry]]
+    build: NotRequired[dict[str, Any]]   # how it was built (compiler cache: identity, hits, misses)
 
 
 def target_of(tc: Toolchain, **extra: Any) -> dict[str, Any]:
@@ -83,8 +84,14 @@ def build_manifest(*, component: str, version: str, tc: Toolchain, torch: TorchI
 
 
 def carried(manifest: Manifest) -> bytes:
-    """The copy a wheel carries in its .dist-info (no ``wheel`` section: a wheel cannot hash itself)."""
-    return json.dumps({k: v for k, v in manifest.items() if k != "wheel"}, indent=2, sort_keys=True).encode()
+    """The copy a wheel carries in its .dist-info: what the wheel *is*, nothing about one build of it, so
+    the same inputs give the same bytes. Left out: the ``wheel`` section (a wheel cannot hash itself), the
+    ``build`` section (cache hits), and per-op times, logs and built-vs-cached (the sidecar keeps them)."""
+    doc: dict[str, Any] = {k: v for k, v in manifest.items() if k not in ("wheel", "build")}
+    if "ops" in doc:
+        doc["ops"] = [{"name": o["name"], "status": "built" if o["status"] in ("built", "cached") else o["status"],
+                       **({"reason": o["reason"]} if "reason" in o else {})} for o in doc["ops"]]
+    return json.dumps(doc, indent=2, sort_keys=True).encode()
 
 
 def write_beside(wheel: Path, manifest: Manifest) -> Path:

@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (dry_run_option, jobs_option, json_option, python_option, resolve_toolchain,
+from porter.cli.options import (cache_options, cache_request, dry_run_option, jobs_option, json_option,
+                                python_option, resolve_toolchain,
                                 toolchain_options, wheelhouse_option)
 from porter.errors import CheckFailed, PartialSuccess
 from porter.errors import refusal_line
@@ -76,12 +77,14 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
 @click.option("--with-deps", is_flag=True,
               help="Also download the wheel's runtime dependencies (all but torch) into the wheelhouse, "
                    "for offline installs on compute nodes.")
+@cache_options
 @python_option
 @json_option
 @click.pass_obj
 def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
               op_names: str | None, all_compatible: bool, wheelhouse: Path, jobs: int | None, dry_run: bool,
-              compile_only: bool, with_deps: bool, python: str | None, as_json: bool) -> None:
+              compile_only: bool, with_deps: bool, no_cache: bool, cache_dir: Path | None, cache_remote: str,
+              python: str | None, as_json: bool) -> None:
     """Compile the selected ops in one ninja graph and package one DeepSpeed wheel in which they are
     prebuilt (installed_ops), plus a manifest. An op that fails is reported and left out (exit 3)."""
     from ops_prebuild.build import build_ops
@@ -93,7 +96,8 @@ def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[
     if compile_only and with_deps:
         raise click.UsageError("--with-deps downloads a wheel's dependencies; --compile-only makes no wheel")
     result = build_ops(source, tc, ops=names, all_compatible=all_compatible, wheelhouse=wheelhouse, jobs=jobs,
-                       dry_run=dry_run, python=python, with_deps=with_deps, log=log, compile_only=compile_only)
+                       dry_run=dry_run, python=python, with_deps=with_deps, log=log, compile_only=compile_only,
+                       compiler_cache=cache_request(no_cache, cache_dir, cache_remote))
     if as_json:
         emit_json(result.to_dict())
     elif dry_run:
@@ -121,6 +125,8 @@ def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[
             click.echo(f"  {o.name:<22} {o.status:<7} {o.seconds:6.1f}s  {o.log if o.status == 'failed' else ''}")
         click.echo(f"wheel: {result.wheel}")
         click.echo(f"manifest: {result.manifest}")
+    if result.cache_stats and not as_json:
+        click.echo(f"compiler cache: {result.cache_stats['hits']} hit(s), {result.cache_stats['misses']} miss(es)")
     if compile_only and not dry_run and result.failed and len(result.failed) == len(result.ops):
         raise CheckFailed(f"no op compiled ({', '.join(o.name for o in result.failed)} failed)",
                           hint="the first error of each op is in the report; its full log is in 'log'")

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
+from porter.ccache import CacheRequest
 from porter.toolchain.profile import Toolchain, load_toolchain
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,6 +32,22 @@ wheelhouse_option = click.option(
 jobs_option = click.option(
     "-j", "--jobs", type=click.IntRange(min=1), default=None,
     help="Parallel compile jobs (default: from cores and free memory).")
+
+
+def cache_options(f: F) -> F:
+    """The compiler cache: ccache keyed to the toolchain, on by default when found where the compiler runs."""
+    f = click.option("--cache-remote", default="", metavar="URL", envvar="PORTER_CACHE_REMOTE",
+                     help="ccache remote storage shared by many nodes or CI: file:///shared/dir or redis://host.")(f)
+    f = click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                     envvar="PORTER_CCACHE_DIR",
+                     help="ccache folder (default: ccache/ under porter's cache, inside the chroot for chroot "
+                          "profiles).")(f)
+    f = click.option("--no-cache", is_flag=True, help="Compile without ccache.")(f)
+    return f
+
+
+def cache_request(no_cache: bool, cache_dir: Path | None, cache_remote: str) -> CacheRequest:
+    return CacheRequest(enabled=not no_cache, dir=cache_dir.resolve() if cache_dir else None, remote=cache_remote)
 
 
 def toolchain_options(f: F) -> F:

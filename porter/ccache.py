@@ -1,0 +1,136 @@
+"""The compiler cache: ccache in front of every compile porter plans, keyed to the toolchain.
+
+ccache runs where the compiler runs (on the host, or inside the chroot / container: the command is
+``chroot ROOT ccache hipcc ...``), so the compiler it sees and hashes is the real one. Its default
+compiler check looks only at the *wrapper's* mtime (hipcc is a script calling clang by absolute path),
+so porter sets ``compiler_check=string:<identity>``: a hash of the profile (compiler, archs in
+canonical order, flags, defines, ISA, where it runs) and of the compiler's own ``--version`` text
+(HIP and clang versions). Another arch list or another compiler version is another identity, so two
+profiles never share a stale object. The cache folder is porter's (``<work>/ccache``) unless given;
+``remote`` is ccache's remote storage (``file:///shared/dir``, ``redis://host``) for many nodes and CI.
+Per-build hits and misses come from ccache's stats log, one file per build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from porter.errors import ConfigError
+from porter.log import Logger
+from porter.toolchain.profile import Toolchain
+
+REMOTE_SCHEMES = ("file://", "redis://", "redis+unix://", "http://", "https://")
+
+
+@dataclass(frozen=True)
+class CacheRequest:
+    """What the user asked for (``--no-cache``, ``--cache-dir``, ``--cache-remote``)."""
+
+    enabled: bool = True
+    dir: Path | None = None
+    remote: str = ""
+
+
+@dataclass(frozen=True)
+class CompilerCache:
+    program: str
+    """ccache as the executor sees it."""
+    dir: Path
+    """Host path of the cache folder."""
+    identity: str
+    remote: str = ""
+
+    def prefix(self) -> tuple[str, ...]:
+        return (self.program,)
+
+    def env(self, tc: Toolchain, stats_log: Path) -> dict[str, str]:
+        """What ccache reads, with paths as the launched programs see them."""
+        ex = tc.executor
+        env = {"CCACHE_DIR": ex.inside(self.dir), "CCACHE_COMPILERCHECK": f"string:{self.identity}",
+               "CCACHE_STATSLOG": ex.inside(stats_log), "CCACHE_NOHASHDIR": "1"}
+        if self.remote:
+            env["CCACHE_REMOTE_STORAGE"] = self.remote
+        return env
+
+    def to_dict(self) -> dict[str, str]:
+        return {"dir": str(self.dir), "identity": self.identity, "remote": self.remote}
+
+
+def identity(tc: Toolchain, compiler_version_text: str) -> str:
+    """The toolchain identity the cache is keyed to (16 hex digits)."""
+    doc = {"kind": tc.kind, "compiler": tc.compiler, "cxx": tc.cxx, "root": tc.root,
+           "archs": sorted(tc.archs), "cpu_isa": tc.cpu_isa, "cflags": list(tc.cflags),
+           "defines": sorted(tc.defines), "env": dict(sorted(tc.env.items())), "launcher": list(tc.launcher),
+           "compiler_version": " ".join(compiler_version_text.split())}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def find_ccache(tc: Toolchain) -> str | None:
+    """ccache where the toolchain's programs run, or None."""
+    ex = tc.executor
+    if ex.kind == "chroot" and ex.root is not None:
+        return next((f"/usr/{d}/ccache" for d in ("bin", "local/bin") if (ex.root / "usr" / d / "ccache").is_file()),
+                    None)
+    if ex.kind == "host":
+        return shutil.which("ccache")
+    return "ccache"  # a container or wrapper: ccache is expected on its PATH
+
+
+def setup_cache(tc: Toolchain, *, work: Path, compiler_version_text: str, enabled: bool = True,
+                cache_dir: Path | None = None, remote: str = "", log: Logger | None = None,
+                dry_run: bool = False) -> CompilerCache | None:
+    """The cache for a build, or None (disabled, ccache missing, or its folder unusable: then the build
+    goes on uncached, with a warning that says why)."""
+    if remote and not remote.startswith(REMOTE_SCHEMES):
+        raise ConfigError(f"--cache-remote {remote!r} is not a ccache remote storage URL",
+                          hint="use file:///shared/dir or redis://host[:port]")
+    if remote and not enabled:
+        raise ConfigError("--cache-remote and --no-cache exclude each other", hint="drop one of them")
+    if not enabled:
+        return None
+    program = find_ccache(tc)
+    if program is None:
+        if log is not None:
+            log.warn("ccache not found where the compiler runs: building uncached "
+                     "(apt-get install ccache, or --no-cache to say so)")
+        return None
+    folder = cache_dir or tc.executor.work_dir(work) / "ccache"
+    if not tc.executor.sees(folder):
+        raise ConfigError(f"cache folder {folder} is not visible in {tc.executor.describe()}",
+                          hint="leave --cache-dir out (porter puts it under the root), or pick a folder inside it")
+    if not dry_run:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".porter-write-test.", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            if log is not None:
+                log.warn(f"compiler cache {folder} is not usable ({exc.strerror}): building uncached")
+            return None
+    return CompilerCache(program, folder, identity(tc, compiler_version_text), remote)
+
+
+def read_stats(stats_log: Path) -> dict[str, int]:
+    """Hits and misses of one build, from ccache's stats log (one record per compile)."""
+    hits = misses = other = 0
+    if not stats_log.is_file():
+        return {"hits": 0, "misses": 0, "uncacheable": 0}
+    records = stats_log.read_text(errors="replace").split("\n# ")
+    for rec in records:
+        ids = set(rec.splitlines()[1:]) if rec.strip() else set()
+        if not ids:
+            continue
+        if ids & {"direct_cache_hit", "preprocessed_cache_hit", "remote_storage_hit"}:
+            hits += 1
+        elif "cache_miss" in ids:
+            misses += 1
+        else:
+            other += 1
+    return {"hits": hits, "misses": misses, "uncacheable": other}
