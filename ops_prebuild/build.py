@@ -365,7 +365,8 @@ def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list
     wheelhouse.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".porter-", dir=wheelhouse) as tmpdir:
         tmp = compose(base, Path(tmpdir), version=version, tag=tag, extensions=extensions, installed_ops=installed,
-                      extra_files={"{dist_info}/porter.json": carried(manifest)})
+                      extra_files={"{dist_info}/porter.json": carried(manifest)},
+                      feature_probes=dict(cat.feature_probes))
         dest = wheelhouse / tmp.name
         mpath = write_beside(tmp, manifest)
         os.replace(mpath, manifest_path(dest))

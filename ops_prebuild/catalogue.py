@@ -47,6 +47,9 @@ class Catalogue:
     torch: TorchInfo
     accelerator: str
     ops: tuple[OpSpec, ...] = field(default_factory=tuple)
+    feature_probes: tuple[tuple[str, bool], ...] = ()
+    """Answers of the tree's load-time feature probes (``has_function``: ``"io_submit:aio"`` -> bool) in the build
+    python, recorded into the wheel so that a node with no compiler gets the build host's answer."""
 
     def by_name(self) -> dict[str, OpSpec]:
         return {o.name: o for o in self.ops}
@@ -131,4 +134,5 @@ def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner
                           compatible=not reason, reason=reason, cxx_args=tuple(e["cxx_args"]),
                           nvcc_args=tuple(e["nvcc_args"]), extra_ldflags=tuple(e["extra_ldflags"]),
                           libraries=tuple(e["libraries"]), bf16=bool(e.get("bf16"))))
-    return Catalogue(source, torch, doc.get("accelerator", accelerator_for(tc)), tuple(ops))
+    probes = tuple(sorted((str(k), bool(v)) for k, v in (doc.get("feature_probes") or {}).items()))
+    return Catalogue(source, torch, doc.get("accelerator", accelerator_for(tc)), tuple(ops), probes)

@@ -45,10 +45,15 @@ def base_wheel(tree: Path, cache: Path, *, python: str, accelerator: str, runner
 
 
 def compose(base: Path, dest_dir: Path, *, version: str, tag: str, extensions: Mapping[str, Path],
-            installed_ops: Mapping[str, bool], extra_files: Mapping[str, bytes]) -> Path:
-    """Write the final wheel into ``dest_dir`` (atomically); return its path."""
+            installed_ops: Mapping[str, bool], extra_files: Mapping[str, bytes],
+            feature_probes: Mapping[str, bool] | None = None) -> Path:
+    """Write the final wheel into ``dest_dir`` (atomically); return its path. ``feature_probes`` (the build
+    python's answers to the tree's load-time ``has_function`` probes) are recorded beside ``installed_ops`` as
+    ``porter_feature_probes``, where porter's deepspeed/no-jit patch reads them when PORTER_NO_JIT is set."""
     def edit(name: str, data: bytes) -> bytes:
-        return _installed_ops(data.decode(), installed_ops).encode() if name == VERSION_INFO else data
+        if name != VERSION_INFO:
+            return data
+        return _feature_probes(_installed_ops(data.decode(), installed_ops), feature_probes or {}).encode()
 
     add: dict[str, Payload] = {**extensions, **extra_files}
     return rewrite_wheel(base, dest_dir, version=version, tag=tag, purelib=False, add=add, edit=edit)
@@ -58,6 +63,13 @@ def _installed_ops(text: str, installed: Mapping[str, bool]) -> str:
     line = "installed_ops=" + repr(dict(sorted(installed.items())))
     if re.search(r"(?m)^installed_ops\s*=", text):
         return re.sub(r"(?m)^installed_ops\s*=.*$", line.replace("\\", "\\\\"), text, count=1)
+    return text.rstrip("\n") + "\n" + line + "\n"
+
+
+def _feature_probes(text: str, probes: Mapping[str, bool]) -> str:
+    line = "porter_feature_probes=" + repr(dict(sorted(probes.items())))
+    if re.search(r"(?m)^porter_feature_probes\s*=", text):
+        return re.sub(r"(?m)^porter_feature_probes\s*=.*$", line.replace("\\", "\\\\"), text, count=1)
     return text.rstrip("\n") + "\n" + line + "\n"
 
 

@@ -100,6 +100,8 @@ def verify_cmd(log: Logger, python: str | None, archs: tuple[str, ...], no_impor
                            f"import {m.get('import', 'not tried')}")
         if not rep.components:
             click.echo("nothing porter checks is installed (no DeepSpeed, APEX, FlashAttention, Megatron kernels)")
+        for note in rep.notes:
+            click.echo(f"note: {note}")
     if rep.problems:
         for p in rep.problems:
             log.error(str(p))

@@ -12,12 +12,19 @@ found through ``importlib.metadata`` in the target interpreter plus porter's ins
 - every ``.so``'s embedded GPU code objects (:mod:`porter.codeobjects`) cover the node's arch, and
   agree with the archs the manifest claims;
 - wavefront, torch version and kind, ROCm / CUDA version match what the wheel was built for.
+
+A trapped compiler call is either a JIT build (ninja, an extension's sources, torch's extension defines: a
+problem) or a *feature probe* (DeepSpeed's ``has_function`` compiling a lone ``test.c`` to ask whether a library
+is there): that one is reported apart, as a note, not as a failure. It builds nothing, but a node without a
+compiler answers it differently from the build host; porter's deepspeed/no-jit patch answers it from what the
+wheel recorded at build time when ``PORTER_NO_JIT=1``, which the import check sets, as nodes should.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import struct
@@ -46,6 +53,21 @@ echo "porter verify: compiler call refused: $(basename "$0")" >&2
 exit 97
 """
 
+# A feature probe compiles or links a lone test program (DeepSpeed's has_function: test.c -> test.o -> a.out);
+# a JIT build runs ninja, compiles an extension's C++/CUDA/HIP sources or passes torch's extension defines.
+_PROBE_FILE = re.compile(r"(^|/)(test\.c|test\.o|a\.out)$")
+_BUILD_MARK = re.compile(r"TORCH_EXTENSION_NAME|torch_extensions|\.(cpp|cc|cxx|cu|hip)$")
+
+
+def classify_call(line: str) -> str:
+    """``probe`` or ``build`` for one trapped call (``PROGRAM ARGS...``, as the trap logs it)."""
+    program, _, rest = line.partition(" ")
+    args = rest.split()
+    if program == "ninja" or any(_BUILD_MARK.search(a) for a in args):
+        return "build"
+    return "probe" if any(_PROBE_FILE.search(a) for a in args) else "build"
+
+
 @dataclass(frozen=True)
 class Problem:
     component: str
@@ -72,6 +94,17 @@ class ComponentReport:
     loader_ops: list[str] = field(default_factory=list)           # ops to load through the project's loader
     import_env: dict[str, str] = field(default_factory=dict)      # what the import probe needs (component's)
     problems: list[Problem] = field(default_factory=list)
+    feature_probes: list[str] = field(default_factory=list)        # trapped feature-probe calls (not builds)
+
+    @property
+    def notes(self) -> list[str]:
+        if not self.feature_probes:
+            return []
+        return [f"{self.component}: {len(self.feature_probes)} load-time feature probe call(s), not a JIT build: "
+                f"{'; '.join(self.feature_probes[:3])}. Nothing is built, but a node without a compiler answers "
+                "'feature absent' where the build host may have said present: build from a tree patched with "
+                "deepspeed/no-jit ('porter patch apply TREE --set deepspeed') so the wheel's recorded answers are "
+                "used under PORTER_NO_JIT=1"]
 
     @property
     def mode(self) -> str:
@@ -95,6 +128,10 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def notes(self) -> list[str]:
+        return [n for c in self.components for n in c.notes]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok, "python": self.env.executable, "python_tag": self.env.python_tag,
@@ -103,8 +140,9 @@ class VerifyReport:
             "components": [{"component": c.component, "project": c.project, "version": c.version,
                             "record": c.record, "kind": c.kind, "label": c.label, "mode": c.mode,
                             "installed_ops": c.installed_ops, "loader": c.loader, "modules": c.modules,
+                            "feature_probes": c.feature_probes,
                             "problems": [asdict(p) for p in c.problems]} for c in self.components],
-            "problems": [asdict(p) for p in self.problems],
+            "problems": [asdict(p) for p in self.problems], "notes": self.notes,
         }
 
 
@@ -267,6 +305,7 @@ def import_check(env: TargetEnv, reps: Iterable[ComponentReport], runner: Runner
                 "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
                 "TORCH_EXTENSIONS_DIR": str(ext_dir), "CC": str(bin_dir / "cc"), "CXX": str(bin_dir / "c++"),
                 "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1", "MAX_JOBS": "1",
+                "PORTER_NO_JIT": "1",  # as on a node: porter's patched DeepSpeed refuses JIT, answers probes
             }
             update.update(rep.import_env)
             try:
@@ -292,9 +331,11 @@ def import_check(env: TargetEnv, reps: Iterable[ComponentReport], runner: Runner
                                                     "the prebuilt module loads", err))
                 rep.loader = data["loader"]
             calls = [c for c in log.read_text().splitlines() if c.strip()]
-            if calls:
+            rep.feature_probes = [c for c in calls if classify_call(c) == "probe"]
+            builds = [c for c in calls if classify_call(c) == "build"]
+            if builds:
                 rep.problems.append(Problem(rep.component, env.executable, "compiler calls", "0",
-                                            f"{len(calls)}: " + "; ".join(calls[:5])))
+                                            f"{len(builds)}: " + "; ".join(builds[:5])))
             built = sorted(str(p.relative_to(ext_dir)) for p in ext_dir.rglob("*"))
             if built:
                 rep.problems.append(Problem(rep.component, str(ext_dir), "TORCH_EXTENSIONS_DIR", "empty (no JIT build)",

@@ -51,6 +51,18 @@ def main() -> None:
             emit(out)
             return
         out["accelerator"] = accelerator_name
+        # the answers of load-time feature probes (has_function compiles a test program), recorded here at build
+        # time so that an installation can answer them on a node with no compiler (deepspeed/no-jit)
+        probes: dict[str, bool] = {}
+        real_has_function = getattr(OpBuilder, "has_function", None)
+        if real_has_function is not None:
+            def recording(self: Any, funcname: str, libraries: Any, *args: Any, **kwargs: Any) -> bool:
+                answer = bool(real_has_function(self, funcname, libraries, *args, **kwargs))
+                probes[f"{funcname}:{','.join(libraries)}"] = answer
+                return answer
+
+            OpBuilder.has_function = recording
+        out["feature_probes"] = probes
         for name, b in sorted(ALL_OPS.items()):
             entry: dict[str, Any] = {"name": name, "class": type(b).__name__,
                                      "build_var": getattr(b, "BUILD_VAR", ""), "device": isinstance(b, CUDAOpBuilder)}

@@ -160,7 +160,7 @@ def test_compose_injects_ops_and_relabels(tmp_path: Path) -> None:
     out = compose(base, tmp_path / "out", version="0.19.8+cpu.x86.64.v2", tag="cp311-cp311-linux_x86_64",
             extensions={"deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so": so},
             installed_ops={"cpu_adam": True, "fused_adam": False},
-            extra_files={"{dist_info}/porter.json": b"{}"})
+            extra_files={"{dist_info}/porter.json": b"{}"}, feature_probes={"io_submit:aio": False})
     with zipfile.ZipFile(out) as z:
         names = z.namelist()
         assert out.name == "deepspeed-0.19.8+cpu.x86.64.v2-cp311-cp311-linux_x86_64.whl"
@@ -171,8 +171,10 @@ def test_compose_injects_ops_and_relabels(tmp_path: Path) -> None:
         wheel_meta = z.read(f"{info}/WHEEL").decode()
         assert "Root-Is-Purelib: false" in wheel_meta and "Tag: cp311-cp311-linux_x86_64" in wheel_meta
         assert "py3-none-any" not in wheel_meta
-        assert "installed_ops={'cpu_adam': True, 'fused_adam': False}" in \
-            z.read("deepspeed/git_version_info_installed.py").decode()
+        info_py = z.read("deepspeed/git_version_info_installed.py").decode()
+        assert "installed_ops={'cpu_adam': True, 'fused_adam': False}" in info_py
+        # the build python's answer to async_io's has_function probe, read by deepspeed/no-jit on the node
+        assert "porter_feature_probes={'io_submit:aio': False}" in info_py
 
 
 def test_builder_flags_come_after_torchs_so_their_undefines_win(tmp_path: Path) -> None:

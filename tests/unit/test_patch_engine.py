@@ -499,7 +499,7 @@ def test_journal_records_hashes(ds_tree: Path) -> None:
     assert rec["before"] == before
     assert rec["after"] == hashlib.sha256((ds_tree / "op_builder/builder.py").read_bytes()).hexdigest()
     assert data["sets"][0]["version"] == "0.19.8"
-    assert data["sets"][0]["patches"] == ["no-jit-guard"]
+    assert data["sets"][0]["patches"] == ["no-jit-feature-probes", "no-jit-guard"]
 
 
 # ---------------------------------------------------------------------------------------------

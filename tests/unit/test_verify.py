@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from porter.probe import script_text
 from porter.probes.protocol import MARKER
 from porter.install.env import Node, TargetEnv
@@ -167,3 +169,39 @@ def test_manifest_carried_in_dist_info_is_used_without_a_record(tmp_path: Path) 
     assert [(p.check, p.expected, p.found) for p in comp.problems] == [
         ("GPU arch", "a match", "node has gfx90a, wheel has code for gfx908"),
         ("GPU code objects", "code for gfx90a", "code for gfx908")]
+
+
+class ProbeRunner(ImportRunner):
+    """The target python whose DeepSpeed asks has_function at load time: cc on a lone test.c (the 0.18.4 case)."""
+
+    def run(self, argv: Sequence[str | os.PathLike[str]], **kw: Any) -> Result:
+        trap_bin = kw["env"]["PATH"].split(os.pathsep)[0]
+        assert kw["env"]["PORTER_NO_JIT"] == "1"  # as on a node
+        with open(Path(trap_bin).parent / "compiler-calls.log", "a") as f:
+            f.write("cc -Wsign-compare -DNDEBUG -g -fwrapv -O2 -Wall -fPIC -c /tmp/tmpk2j3/test.c -o /tmp/tmpk2j3/test.o\n")
+        return super().run(argv, **kw)
+
+
+def test_feature_probe_is_a_note_not_a_jit_failure(tmp_path: Path) -> None:
+    env = installed(tmp_path, {"cpu_adam": CPU_SO}, None, kind="cpu", torch={"version": "2.13.0+cpu"})
+    mod = "deepspeed.ops.adam.cpu_adam_op"
+    rep = verify(env, Node((), "none"), ProbeRunner({"modules": {mod: None}, "loader": {"cpu_adam": None}}))
+    assert rep.ok, rep.problems
+    (note,) = rep.notes
+    assert "1 load-time feature probe call(s), not a JIT build" in note and "test.c" in note
+    assert "deepspeed/no-jit" in note
+    assert rep.to_json()["components"][0]["feature_probes"][0].startswith("cc ")
+
+
+@pytest.mark.parametrize("line, kind", [
+    ("cc -fPIC -c /tmp/tmpa/test.c -o /tmp/tmpa/test.o", "probe"),
+    ("cc /tmp/tmpa/test.o -laio -o /tmp/tmpa/a.out", "probe"),
+    ("ninja -v", "build"),
+    ("c++ -MMD -DTORCH_EXTENSION_NAME=cpu_adam -c cpu_adam.cpp -o cpu_adam.o", "build"),
+    ("hipcc --offload-arch=gfx90a -c /x/test.c -o kernel.cu", "build"),
+    ("g++ --version", "build"),
+])
+def test_classify_trapped_calls(line: str, kind: str) -> None:
+    from porter.install.verify import classify_call
+
+    assert classify_call(line) == kind
