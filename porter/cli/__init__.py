@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "wheel": "porter.cli.wheel:wheel",
     "patch": "porter.cli.patch:patch",
     "port": "porter.cli.port:port",
+    "audit": "porter.cli.audit:audit_cmd",
     "matrix": "porter.cli.matrix:matrix",
 }
 

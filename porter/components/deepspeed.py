@@ -21,6 +21,13 @@ if TYPE_CHECKING:
 
 VERSION_INFO = "deepspeed/git_version_info_installed.py"
 
+# DeepSpeed's optimizer classes and the op each one loads when it is built (facts of deepspeed.ops.*);
+# the audit reads a training tree's imports of them as start-up op loads.
+OPTIMIZER_OPS: dict[str, str] = {
+    "DeepSpeedCPUAdam": "cpu_adam", "FusedAdam": "fused_adam", "DeepSpeedCPUAdagrad": "cpu_adagrad",
+    "DeepSpeedCPULion": "cpu_lion", "FusedLamb": "fused_lamb", "FusedLion": "fused_lion",
+}
+
 
 def is_tree(tree: Path) -> bool:
     return (tree / "op_builder" / "builder.py").is_file() and (tree / "deepspeed").is_dir()

@@ -9,6 +9,7 @@ and the distribution the prebuilt kernels ship as.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,26 @@ HELPERS_FLAGS = ("-O3", "-Wall", "-std=c++17")
 ROCM_FLAGS = ("-O3", "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1")
 CUDA_FLAGS = ("-O3", "--use_fast_math", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
               "--expt-relaxed-constexpr", "--expt-extended-lambda")
+
+
+@dataclass(frozen=True)
+class JitGuard:
+    """A start-up compile site in Megatron that a patch of megatron-deepspeed/rocm turns into an import of
+    porter's prebuilt modules (the audit asks these)."""
+
+    kind: str       # the audit's kind of site: torch-jit | make
+    file: str       # where the site is
+    marker: str     # a line the patch leaves there
+    patch: str
+    modules: tuple[str, ...]
+
+
+JIT_GUARDS: tuple[JitGuard, ...] = (
+    JitGuard("torch-jit", f"{KERNEL_DIR}/__init__.py", "_porter_load_prebuilt", "fused-kernels-prebuilt",
+             tuple(f"{k}_cuda" for k in KERNELS)),
+    JitGuard("make", "megatron/data/dataset_utils.py", "porter: the prebuilt helpers, never make",
+             "dataset-helpers-prebuilt", (HELPERS_MODULE,)),
+)
 
 
 def is_tree(tree: Path) -> bool:
