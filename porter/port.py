@@ -145,12 +145,15 @@ def check_tree(tree: Path) -> Path:
 
 def output_dir(tree: Path, out: Path | None, in_place: bool, toolchain: Toolchain) -> Path:
     """Where the ported tree goes: TREE itself (in place), or OUT (default TREE-<profile>), checked."""
-    tree = check_tree(tree)
+    return _destination(check_tree(tree), out, in_place, toolchain.name)
+
+
+def _destination(tree: Path, out: Path | None, in_place: bool, suffix: str) -> Path:
     if in_place:
         if out is not None and out.resolve() != tree:
             raise ConfigError("--in-place and -o exclude each other", hint="drop one of them")
         return tree
-    dest = (out if out is not None else tree.with_name(f"{tree.name}-{toolchain.name}")).resolve()
+    dest = (out if out is not None else tree.with_name(f"{tree.name}-{suffix}")).resolve()
     if dest == tree or dest.is_relative_to(tree):
         raise ConfigError(f"output {dest} is the tree or inside it", hint="put the ported copy next to the tree")
     if dest.exists() and not (dest / PORT_RECORD).is_file():
@@ -214,11 +217,12 @@ def prebuilt_ops(tc: Toolchain, tree: Path) -> list[OpSpec]:
     return ops
 
 
-def patch_sets(refs: Sequence[str] = (), skip: Sequence[str] = ()) -> tuple[list[PatchSet], dict[str, list[str]]]:
-    """The sets a port applies (default: every ``megatron-deepspeed`` set, in order), each without the patches
+def patch_sets(refs: Sequence[str] = (), skip: Sequence[str] = (), *,
+               project: str = PATCH_PROJECT) -> tuple[list[PatchSet], dict[str, list[str]]]:
+    """The sets a port applies (default: every set of ``project``, in order), each without the patches
     ``skip`` names; returns them and, per set, the ids left out. A set with patches left out gets its own digest,
     so the journal never mistakes it for the whole set."""
-    sets = [ps for ref in (refs or [PATCH_PROJECT]) for ps in resolve_sets(ref)]
+    sets = [ps for ref in (refs or [project]) for ps in resolve_sets(ref)]
     known = {p.id for ps in sets for p in ps.patches}
     unknown = [pid for pid in skip if pid not in known]
     if unknown:
@@ -349,6 +353,56 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         os.replace(work, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
+def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = None,
+                   in_place: bool = False, sets: Sequence[str] = (), skip: Sequence[str] = (),
+                   target_version: str | None = None, dry_run: bool = False,
+                   log: Logger | None = None) -> PortResult:
+    """A DeepSpeed tree, ported: every ``deepspeed`` set (no-jit, then explicit-arch on the same file: layered),
+    each patch where its problem is present; OUT (default TREE-ported) appears by one rename. Its ops are then
+    built ahead of time from OUT with ``porter ops build --source OUT``."""
+    from porter.components.deepspeed import is_tree as deepspeed_tree
+
+    log = log or quiet_logger()
+    src = Path(tree)
+    if not src.is_dir() or not deepspeed_tree(src.resolve()):
+        raise ConfigError(f"{src} is not a DeepSpeed tree (no op_builder/builder.py beside deepspeed/)",
+                          hint="pass the top folder of a DeepSpeed checkout or unpacked sdist")
+    src = src.resolve()
+    dest = _destination(src, Path(out) if out is not None else None, in_place, "ported")
+    psets, skipped = patch_sets(sets, skip, project="deepspeed")
+    pp = _check_patches(src, psets, skipped, target_version, dest)
+    result = PortResult(src, dest, "", pp.sets[0].version, sets=[ps.ref for ps in psets], kernels=False)
+    if dry_run:
+        result.patched = [c.path for c in pp.changes]
+        result.patches = summarize(pp, skipped)
+        result.notes = [n for sp in pp.sets for n in sp.notes]
+        return result
+    if not in_place:
+        ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest")
+    staging = None if in_place else Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        work = dest
+        if staging is not None:
+            with log.step("copying the tree"):
+                work = staging / "t"
+                shutil.copytree(dest if dest.exists() else src, work, symlinks=True)
+                atomic_write_json(work / PORT_RECORD, {"source": str(src), "porter_version": __version__})
+        with log.step(f"applying {', '.join(result.sets)}"):
+            done = apply(work, psets, target_version=target_version)
+        result.patched = list(done.changed)
+        result.patch_results = [r.to_dict() for sp in done.plan.sets for r in sp.results]
+        result.patches = summarize(done.plan, skipped)
+        result.notes = list(dict.fromkeys(n for sp in done.plan.sets for n in sp.notes))
+        if staging is not None:
+            if dest.exists():
+                os.replace(dest, staging / "old")
+            os.replace(work, dest)
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     return result
 
 
@@ -497,4 +551,4 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
 
 
 __all__ = ["STATE_WORDS", "PatchSummary", "PortResult", "helpers_op", "kernel_ops", "output_dir", "package_kernels", "patch_sets",
-           "port_megatron", "prebuilt_ops", "prepare_tree", "summarize"]
+           "port_deepspeed", "port_megatron", "prebuilt_ops", "prepare_tree", "summarize"]

@@ -123,3 +123,39 @@ def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs
             click.echo(f"  {shlex.join(step.argv)}")
     if res.refusal is not None:
         click.echo(refusal_line(res.refusal.message))
+
+
+@port.command("deepspeed")
+@click.argument("tree", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--dest", "dest", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the ported copy goes (default: TREE-ported next to TREE). It appears only when every "
+                   "needed patch applied.")
+@click.option("--in-place", is_flag=True, help="Change TREE itself instead of a copy.")
+@click.option("--target-version", default=None, help="Treat the tree as this DeepSpeed version for the patch sets.")
+@click.option("--set", "sets", multiple=True, metavar="SET",
+              help="Patch set(s) to apply instead of every deepspeed set (deepspeed/no-jit, then "
+                   "deepspeed/explicit-arch). Repeatable.")
+@click.option("--skip", multiple=True, metavar="PATCH", help="Leave this patch out of the port. Repeatable.")
+@dry_run_option
+@json_option
+@click.pass_obj
+def deepspeed_cmd(log: Logger, tree: Path, dest: Path | None, in_place: bool, target_version: str | None,
+                  sets: tuple[str, ...], skip: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
+    """Port a DeepSpeed TREE: apply the deepspeed patch sets (layered on op_builder/builder.py), each patch where
+    its problem is present. Then build its ops ahead of time with 'porter ops build --source OUT'."""
+    from porter.port import port_deepspeed
+
+    res = port_deepspeed(tree, out=dest, in_place=in_place, sets=sets, skip=skip, target_version=target_version,
+                         dry_run=dry_run, log=log)
+    if as_json:
+        emit_json(res.to_dict())
+        return
+    click.echo(f"ported tree: {res.out}{' (dry run: not written)' if dry_run else ''}")
+    click.echo(f"deepspeed version: {res.version or 'unknown'}")
+    for path in res.patched:
+        click.echo(f"{'would patch' if dry_run else 'patched'} {path}")
+    for line in summary_lines(res.patches):
+        click.echo(line)
+    for note in res.notes:
+        click.echo(f"note: {note}")
+    click.echo(f"next: porter ops build --source {res.out} --toolchain <profile> --ops <ops> -o <wheelhouse>")

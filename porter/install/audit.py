@@ -23,8 +23,9 @@ an error naming the porter command, nothing compiles), ``compiles`` (it would co
 site costs where a compiler exists, and what happens where none does, is said per kind. The audit fails
 (exit 1) when any site compiles.
 
-In the target's installed packages only what runs at import (module-level code) is a site, besides the
-feature probes: which of DeepSpeed's ops a training loads is read from the training tree itself.
+In the target's installed DeepSpeed and APEX, a site is module-level code of a module the tree imports (and the
+packages on its way; what those import in turn is not followed), besides DeepSpeed's feature probes: which of
+DeepSpeed's ops a training loads is read from the training tree itself.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ class _Finder(ast.NodeVisitor):
         self.cpp_funcs: set[str] = set()        # load / load_inline imported by name
         self.triton_names: set[str] = set()     # triton module aliases
         self.triton_decorators: set[str] = set()  # jit / autotune imported from triton
+        self.imports: set[str] = set()          # absolute modules this file imports (and from-imported names)
 
     @property
     def when(self) -> str:
@@ -178,6 +180,7 @@ class _Finder(ast.NodeVisitor):
     # imports ---------------------------------------------------------------------------------
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
+            self.imports.add(a.name)
             if a.name == "torch.utils.cpp_extension":
                 self.cpp_modules.add(a.asname or a.name)
             if a.name == "triton" or a.name.startswith("triton."):
@@ -185,6 +188,9 @@ class _Finder(ast.NodeVisitor):
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         mod = node.module or ""
+        if node.level == 0 and mod:
+            self.imports.add(mod)
+            self.imports.update(f"{mod}.{a.name}" for a in node.names if a.name != "*")
         for a in node.names:
             bound = a.asname or a.name
             if mod == "torch.utils" and a.name == "cpp_extension":
@@ -262,15 +268,35 @@ class _Finder(ast.NodeVisitor):
         return text == "make" or text.startswith("make ")
 
 
+def _finder(source: str) -> _Finder:
+    finder = _Finder()
+    try:
+        finder.visit(ast.parse(source))
+    except (SyntaxError, ValueError):
+        pass
+    return finder
+
+
 def find_sites(source: str) -> list[Raw]:
     """The compile sites in one Python file's text (a file that does not parse has none)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
-    finder = _Finder()
-    finder.visit(tree)
-    return finder.sites
+    return _finder(source).sites
+
+
+def imported_files(package_root: Path, modules: Iterable[str]) -> set[Path]:
+    """The files of an installed package that importing ``modules`` runs: each module's file and the
+    ``__init__.py`` of every package on its way (one level: what those files import in turn is not followed)."""
+    out: set[Path] = set()
+    top = package_root.name
+    for mod in modules:
+        parts = mod.split(".")
+        if parts[0] != top:
+            continue
+        for i in range(1, len(parts) + 1):
+            base = package_root.parent.joinpath(*parts[:i])
+            for cand in (base / "__init__.py", base.with_suffix(".py")):
+                if cand.is_file():
+                    out.add(cand)
+    return out
 
 
 def python_files(root: Path) -> Iterator[Path]:
@@ -446,15 +472,18 @@ def audit(tree: str | os.PathLike[str], target: Target | None) -> AuditReport:
     apex_root = target.package_root("apex", "apex") if target else None
     ops = builder_names([root, *([ds_root] if ds_root else [])])
     apex_builders = builder_names([apex_root]) if apex_root else {}
+    imports: set[str] = set()
     for path in python_files(root):
         text = path.read_text(errors="replace")
         rel = path.relative_to(root).as_posix()
-        for raw in find_sites(text):
+        found = _finder(text)
+        imports |= found.imports
+        for raw in found.sites:
             if not _relevant(raw, path):
                 continue
             report.sites.append(_resolve(raw, rel, text, "tree", target, ops, apex_builders))
     if target is not None:
-        report.sites += _installed_sites(target, ops, apex_builders)
+        report.sites += _installed_sites(target, ops, apex_builders, imports)
     return report
 
 
@@ -469,7 +498,10 @@ def _relevant(raw: Raw, path: Path) -> bool:
     return True
 
 
-def _installed_sites(target: Target, ops: Mapping[str, str], apex_builders: Mapping[str, str]) -> list[Site]:
+def _installed_sites(target: Target, ops: Mapping[str, str], apex_builders: Mapping[str, str],
+                     imports: set[str]) -> list[Site]:
+    """Sites in the target's installed DeepSpeed and APEX: module-level code of the modules the tree imports, and
+    DeepSpeed's feature probes (of the accelerator it was built for); a FlashAttention without compiled code."""
     out: list[Site] = []
     ds = target.dists.get("deepspeed")
     ds_root = target.package_root("deepspeed", "deepspeed")
@@ -479,6 +511,7 @@ def _installed_sites(target: Target, ops: Mapping[str, str], apex_builders: Mapp
         at_import = info.is_file() and re.search(r"(?m)^\s*\w+\s*=\s*builder\.is_compatible\(\)",
                                                  info.read_text(errors="replace")) is not None
         accel = target.ds_accelerator or "cuda"
+        run_at_import = imported_files(ds_root, imports | {"deepspeed"})
         for path in python_files(ds_root):
             rel = path.relative_to(ds_root.parent).as_posix()
             text = path.read_text(errors="replace")
@@ -492,13 +525,14 @@ def _installed_sites(target: Target, ops: Mapping[str, str], apex_builders: Mapp
                     if not in_builders or sub != (accel if accel != "rocm" else "cuda"):
                         continue
                     raw = Raw(raw.kind, raw.line, raw.what, "import" if at_import else "call", raw.key)
-                elif raw.when != "import":
+                elif raw.when != "import" or path not in run_at_import:
                     continue
                 out.append(_resolve(raw, rel, text, origin, target, ops, apex_builders))
     apex = target.dists.get("apex")
     apex_root = target.package_root("apex", "apex")
     if apex is not None and apex_root is not None:
-        for path in python_files(apex_root):
+        run_at_import = imported_files(apex_root, imports)
+        for path in sorted(run_at_import):
             text = path.read_text(errors="replace")
             rel = path.relative_to(apex_root.parent).as_posix()
             for raw in find_sites(text):

@@ -167,3 +167,32 @@ def test_flash_attn_without_compiled_extension_is_a_triton_site(tmp_path: Path) 
     rep = audit(tmp_path / "site" / "deepspeed" / "ops" / "op_builder" / "cpu", t)
     (fa,) = [s for s in rep.sites if s.kind == "triton"]
     assert fa.status == "compiles" and fa.origin == "flash-attn 2.8.3"
+
+
+def test_installed_apex_loads_at_import_of_what_the_tree_imports(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "apex" / "op_builder").mkdir(parents=True)
+    (site / "apex" / "contrib" / "xentropy").mkdir(parents=True)
+    (site / "apex" / "contrib" / "unused").mkdir(parents=True)
+    (site / "apex" / "__init__.py").write_text("")
+    (site / "apex" / "contrib" / "__init__.py").write_text("")
+    (site / "apex" / "op_builder" / "xentropy.py").write_text("class XentropyBuilder:\n    NAME = 'xentropy_cuda'\n")
+    loader = "from apex.op_builder import XentropyBuilder\nxentropy_cuda = XentropyBuilder().load()\n"
+    (site / "apex" / "contrib" / "xentropy" / "__init__.py").write_text(loader)
+    (site / "apex" / "contrib" / "unused" / "__init__.py").write_text(loader)  # never imported by the tree
+    tree = tmp_path / "train"
+    tree.mkdir()
+    (tree / "loss.py").write_text("from apex.contrib.xentropy import SoftmaxCrossEntropyLoss\n")
+    apex = InstalledDist("apex", "apex", "1.8.0", str(site), ())
+    env = TargetEnv("/venv/bin/python", (3, 11, 0), "cpython", str(tmp_path), {"data": str(tmp_path)}, (), None, None,
+                    {"apex": apex})
+    rep = audit(tree, Target.from_env(env))
+    (s,) = rep.sites
+    assert (s.kind, s.file, s.status, s.when) == ("apex", "apex/contrib/xentropy/__init__.py", "compiles", "import")
+    assert "xentropy_cuda" in s.what and "porter wheel apex" in s.detail
+    shipped = InstalledDist("apex", "apex", "1.8.0", str(site),
+                            (("apex/xentropy_cuda.cpython-311-x86_64-linux-gnu.so", str(site / "x.so")),))
+    env = TargetEnv("/venv/bin/python", (3, 11, 0), "cpython", str(tmp_path), {"data": str(tmp_path)}, (), None, None,
+                    {"apex": shipped})
+    (s,) = audit(tree, Target.from_env(env)).sites
+    assert s.status == "covered" and s.module == "apex.xentropy_cuda"
