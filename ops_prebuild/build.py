@@ -31,7 +31,7 @@ from porter.toolchain.discover import probe
 from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import need_for, probe_torch, refusal
 from ops_prebuild.catalogue import Catalogue, OpSpec, read_catalogue
-from ops_prebuild.plan import CCACHE_STATS, Plan, make_plan
+from ops_prebuild.plan import CCACHE_STATS, Plan, Step, make_plan
 from ops_prebuild.source import cached_source, resolve_source
 from ops_prebuild.wheel import base_wheel, compose, dist_version
 
@@ -70,6 +70,8 @@ class BuildResult:
     ccache: CompilerCache | None = None
     cache_stats: dict[str, int] = field(default_factory=dict)
     """ccache hits / misses / uncacheable of this build's compiles."""
+    shard: dict[str, Any] = field(default_factory=dict)
+    """--shard I/N: which shard ran and the objects it compiled."""
 
     @property
     def failed(self) -> list[OpResult]:
@@ -82,6 +84,7 @@ class BuildResult:
                 "ops": [o.__dict__ for o in self.ops], "plan": self.plan.to_dict(),
                 "refusal": self.refusal.message if self.refusal else None,
                 "cache": {**self.ccache.to_dict(), **self.cache_stats} if self.ccache else None,
+                **({"shard": self.shard} if self.shard else {}),
                 **({"compile_only": True, "linked": False, "note": "compiled, not linked: no ROCm torch to link "
                     "against here" if self.hip_view else "compiled, not linked", "hip_view": self.hip_view or None,
                     "compiled": self.compiled} if self.compile_only else {})}
@@ -95,13 +98,22 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
               wheelhouse: Path, jobs: int | None = None, dry_run: bool = False, python: str | None = None,
               with_deps: bool = False, log: Logger | None = None, runner: Runner | None = None,
               cache: Path | None = None, compile_only: bool = False,
-              compiler_cache: CacheRequest = CacheRequest()) -> BuildResult:
+              compiler_cache: CacheRequest = CacheRequest(), shard: tuple[int, int] | None = None,
+              link_only: bool = False) -> BuildResult:
     """source -> catalogue -> plan -> one ninja run -> one wheel + manifest.
 
     Everything is checked before any work (output folder writable, toolchain root ready, torch of the
     right kind); a dry run returns the complete plan with ``refusal`` set instead of raising, and
     writes nothing into caches or trees.
+
+    ``shard=(i, n)`` compiles only shard i of n of the plan's compile steps into the (shared) build folder
+    and stops: n such runs (a Slurm job array) and then one run without ``shard`` (which finds every object
+    up to date, links and packages) give what one local run gives. ``link_only`` is that last run: it
+    compiles nothing, refuses when an object is missing (naming its shard), links and packages.
     """
+    if shard is not None and (link_only or compile_only):
+        raise ConfigError("--shard compiles one part of a build; --link-only and --compile-only are other runs",
+                          hint="run the shards first, then one --link-only run")
     log = log or quiet_logger()
     runner = runner or Runner(log)
     if compile_only and tc.kind == "cpu":
@@ -115,7 +127,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     start = time.monotonic()
     compiler_version = ""
     if not dry_run:
-        if not compile_only:
+        if not compile_only and shard is None:
             ensure_writable_dir(wheelhouse, what="wheelhouse")
         ex.preflight()
         if tc.kind != "cpu":  # a compiler that rejects an arch stops the build in seconds, not after hipify
@@ -178,7 +190,30 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     with FileLock(str(build_dir) + ".lock"):  # two builds of the same target take turns
         atomic_write_text(build_dir / "build.ninja", plan.ninja())
         (build_dir / CCACHE_STATS).unlink(missing_ok=True)
-        result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env))
+        part: list[Step] | None = None
+        ninja_file, log_name = "build.ninja", "build.log"
+        if shard is not None:
+            part, tag = plan.shard(*shard), f"shard-{shard[0]}-of-{shard[1]}"
+            ninja_file, log_name = f"build.{tag}.ninja", f"build.{tag}.log"
+            atomic_write_text(build_dir / ninja_file, plan.ninja(part, builddir=f".ninja-{tag}"))
+        elif link_only:
+            missing = [s for s in plan.steps if s.kind == "compile" and not Path(s.output).is_file()]
+            if missing:
+                compiles = [s.output for s in plan.steps if s.kind == "compile"]
+                raise CheckFailed(f"{len(missing)} object(s) are missing, e.g. {missing[0].output} "
+                                  f"(compile step {compiles.index(missing[0].output)} of {len(compiles)})",
+                                  hint="a shard did not finish: rerun it (--shard I/N), then --link-only")
+            part, ninja_file = plan.links(), "build.link.ninja"
+            atomic_write_text(build_dir / ninja_file, plan.ninja(part, builddir=".ninja-link"))
+        targets = [s.output for s in part] if part is not None and shard is not None else None
+        result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env), targets=targets,
+                               ninja_file=ninja_file, log_name=log_name)
+        if shard is not None:
+            result.shard = {"index": shard[0], "count": shard[1], "objects": targets or []}
+            if ccache is not None:
+                result.cache_stats = read_stats(build_dir / CCACHE_STATS)
+            result.seconds = time.monotonic() - start
+            return result
         if ccache is not None:
             result.cache_stats = read_stats(build_dir / CCACHE_STATS)
             log.info(f"compiler cache: {result.cache_stats['hits']} hit(s), {result.cache_stats['misses']} miss(es)"
@@ -241,35 +276,49 @@ def hipify_for_rocm(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir:
 _NINJA_FAILED = re.compile(r"^FAILED: (.*)$", re.M)
 
 
-def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[str, str]) -> list[OpResult]:
+def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[str, str],
+              targets: list[str] | None = None, ninja_file: str = "build.ninja",
+              log_name: str = "build.log") -> list[OpResult]:
+    """One ninja run over the plan (or only ``targets``: a shard's objects); per-op results.
+
+    With ``targets`` an op's status says whether its part of the shard compiled: "compiled" (or
+    "cached"), "failed", or "elsewhere" when no object of it is in the shard."""
     import ninja  # the PyPI package ships the binary
 
     ninja_bin = str(Path(ninja.BIN_DIR) / "ninja")
-    ninja_log = plan.build_dir / ".ninja_log"
+    state = re.search(r"(?m)^builddir = (.*)$", (plan.build_dir / ninja_file).read_text()) \
+        if (plan.build_dir / ninja_file).is_file() else None
+    ninja_log = plan.build_dir / (state.group(1) if state else "") / ".ninja_log"
     before = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
     with log.step(f"compiling {len(plan.objects)} op(s) in one ninja graph with {jobs} job(s)"
                   + (" (compile only: no link)" if plan.compile_only else "")):
-        res = runner.run([ninja_bin, "-C", str(plan.build_dir), "-k", "0", "-j", str(jobs)], env=env,
-                         timeout=4 * 3600, check=False)
+        res = runner.run([ninja_bin, "-C", str(plan.build_dir), "-f", ninja_file, "-k", "0", "-j", str(jobs)],
+                         env=env, timeout=4 * 3600, check=False)
     after = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
     new = [l.split("\t") for l in after[len(before):] if not l.startswith("#")] if len(after) >= len(before) \
         else [l.split("\t") for l in after if not l.startswith("#")]
     blocks = _failure_blocks(res.output)
     results = []
     for op in plan.objects:
-        so = plan.outputs.get(op, "")
+        so = plan.outputs.get(op, "") if targets is None else ""  # a shard links nothing
         odir = str(plan.build_dir / op) + os.sep
         entries = [e for e in new if len(e) >= 4 and (str(plan.build_dir / e[3]).startswith(odir)
                                                        or e[3].startswith(odir))]
         seconds = sum(int(e[1]) - int(e[0]) for e in entries) / 1000.0
         own = [b for b in blocks if odir in b]
-        log_path = plan.build_dir / op / "build.log"
+        log_path = plan.build_dir / op / log_name
+        mine = [o for o in plan.objects[op] if targets is None or o in targets]
+        if targets is not None and not mine:
+            results.append(OpResult(op, "elsewhere", 0.0, ""))
+            continue
         log_path.parent.mkdir(parents=True, exist_ok=True)
         text = "\n".join(own) if own else "\n".join(l for l in res.output.splitlines() if odir in l)
         atomic_write_text(log_path, text + "\n")
-        done = all(Path(o).is_file() for o in plan.objects[op]) if plan.compile_only else Path(so).is_file()
+        done = all(Path(o).is_file() for o in mine) if plan.compile_only or targets is not None \
+            else Path(so).is_file()
         ok = done and not own
-        status = "failed" if not ok else (("compiled" if plan.compile_only else "built") if entries else "cached")
+        status = "failed" if not ok else (("compiled" if plan.compile_only or targets is not None else "built")
+                                          if entries else "cached")
         results.append(OpResult(op, status, seconds, str(log_path), so if ok and so else "",
                                 sha256_file(so) if ok and so else "", first_error(text) if not ok else ""))
     return results

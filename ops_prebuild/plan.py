@@ -26,6 +26,9 @@ _SIMD_DEFINES = {"-D__AVX512__", "-D__AVX256__", "-D__SCALAR__", "-D__SVE__", "-
 _HOST_DETECTED = ("-march=", "-mcpu=native", "-mtune=native")
 DEVICE_SUFFIXES = (".cu", ".hip")
 CCACHE_STATS = "ccache-stats.log"
+RSP_OVER = 64 * 1024
+"""Object lists longer than this (bytes) go to a response file (Linux allows 128 KiB per argument,
+2 MB in all; FlashAttention's CK build once failed to link with a 2.27 MB command line)."""
 
 
 def simd_define(isa: str) -> str | None:
@@ -58,6 +61,9 @@ class Step:
     depfile: str = ""
     wrapper: tuple[str, ...] = ()
     """What ninja puts before ``argv`` (the compile-only cost recorder); not part of the command."""
+    rsp: tuple[str, ...] = ()
+    """Link only: the objects that go in a response file (``argv`` names it as ``@file``), so a link of
+    thousands of objects stays far below the kernel's 2 MB command-line limit."""
 
 
 @dataclass
@@ -71,19 +77,43 @@ class Plan:
     compile_only: bool = False
     objects: dict[str, list[str]] = field(default_factory=dict)  # op -> its object files
 
-    def ninja(self) -> str:
-        """The ninja file: one graph over all ops, so every core stays busy."""
-        lines = ["# written by porter ops build; do not edit", "ninja_required_version = 1.3", "",
+    def ninja(self, only: list[Step] | None = None, builddir: str = "") -> str:
+        """The ninja file: one graph over all ops, so every core stays busy. ``only``: a part of the plan
+        (a shard's compiles; the links, whose objects are then plain inputs); ``builddir``: where this
+        file's ninja keeps its log, so shards running at once on a shared folder never share one."""
+        lines = ["# written by porter ops build; do not edit", "ninja_required_version = 1.3",
+                 *([f"builddir = {builddir}"] if builddir else []), "",
                  "rule compile", "  command = $cmd", "  description = $desc", "  depfile = $out.d",
-                 "  deps = gcc", "", "rule link", "  command = $cmd", "  description = $desc", ""]
-        for s in self.steps:
-            lines.append(f"build {_esc(s.output)}: {s.kind} {' '.join(_esc(i) for i in s.inputs)}")
+                 "  deps = gcc", "", "rule link", "  command = $cmd", "  description = $desc", "",
+                 "rule link_rsp", "  command = $cmd", "  description = $desc", "  rspfile = $out.rsp",
+                 "  rspfile_content = $rsp", ""]
+        steps = self.steps if only is None else only
+        for s in steps:
+            rule = "link_rsp" if s.rsp else s.kind
+            lines.append(f"build {_esc(s.output)}: {rule} {' '.join(_esc(i) for i in s.inputs)}")
             lines.append(f"  cmd = {shlex.join((*s.wrapper, *s.argv))}")
             lines.append(f"  desc = {s.kind.upper()} {s.op}: {os.path.basename(s.output)}")
+            if s.rsp:
+                lines.append(f"  rsp = {' '.join(shlex.quote(o).replace('$', '$$') for o in s.rsp)}")
         lines.append("")
-        targets = [o for objs in self.objects.values() for o in objs] if self.compile_only else self.outputs.values()
+        if only is not None:
+            targets: list[str] = [s.output for s in only]
+        elif self.compile_only:
+            targets = [o for objs in self.objects.values() for o in objs]
+        else:
+            targets = list(self.outputs.values())
         lines.append(f"default {' '.join(_esc(o) for o in targets)}")
         return "\n".join(lines) + "\n"
+
+    def shard(self, index: int, count: int) -> list[Step]:
+        """The compile steps of shard ``index`` of ``count``, dealt round-robin in plan order (a stable
+        split: every shard of the same plan names the same objects on every node)."""
+        if count < 1 or not 0 <= index < count:
+            raise ConfigError(f"shard {index}/{count} does not exist", hint="shards are 0/N ... N-1/N")
+        return [s for s in self.steps if s.kind == "compile"][index::count]
+
+    def links(self) -> list[Step]:
+        return [s for s in self.steps if s.kind == "link"]
 
     def to_dict(self) -> dict[str, Any]:
         return {"build_dir": str(self.build_dir), "env": self.env, "notes": self.notes,
@@ -181,8 +211,12 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
         if compile_only:
             continue
         so = odir / f"{op.leaf}{cat.torch.ext_suffix}"
-        plan.steps.append(Step(op.name, "link", tuple(_link_argv(op, cat, tc, [v(o) for o in objs], v(so), v)),
-                               str(so), tuple(objs)))
+        inside = [v(o) for o in objs]
+        rsp: tuple[str, ...] = ()
+        if sum(len(o) + 1 for o in inside) > RSP_OVER:
+            rsp, inside = tuple(inside), [f"@{v(str(so) + '.rsp')}"]
+        plan.steps.append(Step(op.name, "link", tuple(_link_argv(op, cat, tc, inside, v(so), v)),
+                               str(so), tuple(objs), rsp=rsp))
         plan.outputs[op.name] = str(so)
     return plan
 

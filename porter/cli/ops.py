@@ -77,14 +77,19 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
 @click.option("--with-deps", is_flag=True,
               help="Also download the wheel's runtime dependencies (all but torch) into the wheelhouse, "
                    "for offline installs on compute nodes.")
+@click.option("--shard", default=None, metavar="I/N",
+              help="Compile only shard I of N of the plan's compile steps into the (shared) build folder, and "
+                   "stop: N such runs (e.g. a Slurm job array) then one --link-only run equal one local build.")
+@click.option("--link-only", is_flag=True,
+              help="After the shards: compile nothing, refuse if an object is missing, link and package.")
 @cache_options
 @python_option
 @json_option
 @click.pass_obj
 def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
               op_names: str | None, all_compatible: bool, wheelhouse: Path, jobs: int | None, dry_run: bool,
-              compile_only: bool, with_deps: bool, no_cache: bool, cache_dir: Path | None, cache_remote: str,
-              python: str | None, as_json: bool) -> None:
+              compile_only: bool, with_deps: bool, shard: str | None, link_only: bool, no_cache: bool,
+              cache_dir: Path | None, cache_remote: str, python: str | None, as_json: bool) -> None:
     """Compile the selected ops in one ninja graph and package one DeepSpeed wheel in which they are
     prebuilt (installed_ops), plus a manifest. An op that fails is reported and left out (exit 3)."""
     from ops_prebuild.build import build_ops
@@ -97,7 +102,8 @@ def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[
         raise click.UsageError("--with-deps downloads a wheel's dependencies; --compile-only makes no wheel")
     result = build_ops(source, tc, ops=names, all_compatible=all_compatible, wheelhouse=wheelhouse, jobs=jobs,
                        dry_run=dry_run, python=python, with_deps=with_deps, log=log, compile_only=compile_only,
-                       compiler_cache=cache_request(no_cache, cache_dir, cache_remote))
+                       compiler_cache=cache_request(no_cache, cache_dir, cache_remote), shard=_shard(shard),
+                       link_only=link_only)
     if as_json:
         emit_json(result.to_dict())
     elif dry_run:
@@ -112,6 +118,9 @@ def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[
             click.echo(shlex.join(step.argv))
         if result.refusal is not None:
             click.echo(refusal_line(result.refusal.message))
+    elif result.shard:
+        click.echo(f"shard {result.shard['index']}/{result.shard['count']}: "
+                   f"{len(result.shard['objects'])} object(s) in {result.plan.build_dir}")
     elif compile_only:
         names = list(tc.arch_names)
         click.echo(f"# compiled, not linked: {len(result.compiled)} op(s) for {', '.join(names)} with {tc.name}")
@@ -136,3 +145,16 @@ def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[
                              + ", ".join(o.name for o in result.failed),
                              hint="the other ops " + ("compiled" if compile_only else "shipped")
                                   + "; read the failed ops' logs")
+
+
+def _shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not I/N (e.g. 0/4)", param_hint="--shard") from None
+    if count < 1 or not 0 <= index < count:
+        raise click.BadParameter(f"shard {index}/{count} does not exist: I runs from 0 to N-1",
+                                 param_hint="--shard")
+    return index, count

@@ -242,3 +242,25 @@ def test_torch_hip_view_is_only_for_a_torch_without_hip(tmp_path: Path) -> None:
     (tmp_path / "t" / "include" / "ATen").mkdir(parents=True)
     with pytest.raises(ConfigError, match="no ATen/cuda and c10/cuda headers"):
         view.make_view(bare, tmp_path, python="py", runner=Runner())
+
+
+def test_shards_split_the_compiles_and_links_read_a_response_file(tmp_path: Path) -> None:
+    many = OpSpec(**{**CPU_ADAM.__dict__, "sources": tuple(f"csrc/gen/instance_{i:04d}_with_a_long_name.cpp"
+                                                           for i in range(1200))})
+    plan = make_plan(catalogue(), load_toolchain("cpu", environ={}), [many], tmp_path)
+    compiles = [s for s in plan.steps if s.kind == "compile"]
+    shards = [plan.shard(i, 3) for i in range(3)]
+    assert sorted(s.output for part in shards for s in part) == sorted(s.output for s in compiles)
+    assert {len(part) for part in shards} == {400} and plan.shard(1, 3)[0] is compiles[1]
+    with pytest.raises(ConfigError, match="does not exist"):
+        plan.shard(3, 3)
+    (link,) = plan.links()
+    assert link.rsp == tuple(s.output for s in compiles)  # 1200 long paths: far over the limit
+    assert f"@{link.output}.rsp" in link.argv and not any(a.endswith(".o") for a in link.argv)
+    text = plan.ninja(plan.links(), builddir=".ninja-link")
+    assert "builddir = .ninja-link" in text and "rspfile = $out.rsp" in text and "build " in text
+    assert "rule compile" in text and text.count("\nbuild ") == 1  # only the link edge
+    part = plan.ninja(shards[0], builddir=".ninja-shard-0-of-3")
+    assert part.count("\nbuild ") == 400 and part.rstrip().splitlines()[-1].count(".o") == 400
+    small = make_plan(catalogue(), load_toolchain("cpu", environ={}), [CPU_ADAM], tmp_path)
+    assert not small.links()[0].rsp and "rspfile_content = $rsp" in small.ninja()
