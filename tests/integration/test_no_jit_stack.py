@@ -150,10 +150,11 @@ def test_ported_megatron_imports_to_the_clear_error_and_uses_prebuilt_helpers(
     use = subprocess.run([str(torch_venv), "-c",
                           "from megatron.data.dataset_utils import compile_helper, sample_index\n"
                           "compile_helper()\n"
-                          "from megatron.data import helpers\n"
-                          "print('HELPERS', helpers.__name__, sample_index([5, 3], 2))"],
+                          "import sys\n"
+                          "prebuilt = sys.modules['megatron_fused_kernels.helpers']\n"
+                          "print('HELPERS', prebuilt.__file__.endswith('.so'), sample_index([5, 3], 2))"],
                          cwd=out, capture_output=True, text=True, env={**base, "PYTHONPATH": str(cpu)}, timeout=300)
-    assert "HELPERS megatron_fused_kernels.helpers [(0, 0), (0, 2), (0, 4), (1, 1)]" in use.stdout, use.stderr
+    assert "HELPERS True [(0, 0), (0, 2), (0, 4), (1, 1)]" in use.stdout, use.stderr
     assert not list((out / "megatron" / "data").glob("helpers*.so"))  # nothing was built by make
 
     verify = porter("verify", "--python", str(torch_venv), "--json")
