@@ -46,8 +46,8 @@ def verdict(op: dict[str, object], arch: str, rejected: dict[str, str]) -> str:
     if arch in rejected:
         return f"rejected: {rejected[arch]}"
     archs = op.get("archs") or {}
-    if isinstance(archs, dict) and archs.get(arch) == "compiled":
-        return "compiled"
+    if isinstance(archs, dict) and archs.get(arch) in ("compiled", "host code only"):
+        return str(archs[arch])
     if arch not in archs:  # type: ignore[operator]
         return "not in this run"
     return "failed: " + str(op.get("error") or "?").replace("|", "\\|")[:160]
@@ -83,7 +83,7 @@ def write_page(out: Path, dest: Path) -> None:
         doc = json.loads(path.read_text())
         check = json.loads((out / f"{profile}.check.json").read_text()) if (out / f"{profile}.check.json").is_file() \
             else {}
-        rejected = {a["arch"]: a["message"].splitlines()[0][:120] for a in check.get("archs", [])
+        rejected = {a["arch"]: a["message"].splitlines()[0].split(";")[0][:80] for a in check.get("archs", [])
                     if not a.get("ok") and a.get("arch") in ARCHS}
         lines += [f"## {title} (`-t {profile}`)", ""]
         if "compiled" not in doc:
