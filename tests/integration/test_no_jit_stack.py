@@ -78,6 +78,10 @@ def test_port_each_fork_then_the_audit_passes(tmp_path: Path) -> None:
             hcc = next(p for p in doc["patches"] if p["patch"] == "hip-platform-amd")
             assert {f["file"].rsplit("/", 1)[1]: f["status"] for f in hcc["files"]}["scaled_softmax_cuda.cu"] in \
                 ("already", "not-needed")  # hipify's own output, or no guard at all: never a failure
+        if tree.parent == TRAINING:  # the real small kernels: hipify's findings, one group with its verdict
+            (group,) = doc["hipify_findings"]
+            assert group["name"] == "megatron/fused_kernels/softmax_common.h" and group["verdict_id"] == "warp32"
+            assert res.stderr.count("WARNING: hipify: ") == 1, res.stderr
         if tree.name == "megatron-no-package-info":
             assert doc["version"] == "" and "no megatron/core/package_info.py" in doc["notes"][0]
         text = porter("port", "megatron-deepspeed", str(tree), "-t", "frontier", "--no-kernels", "--dest", str(out))
