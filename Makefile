@@ -61,7 +61,8 @@ rocm-debian:
 	  apt-get install -y -qq hipcc libamdhip64-dev rocm-device-libs rocminfo; }
 
 # ROCm 5.7.1 (Frontier's line) from Debian trixie, used through the debian-trixie-rocm profile's launcher.
-TRIXIE_PACKAGES ?= hipcc libamdhip64-dev rocm-device-libs-17 g++ ccache
+TRIXIE_PACKAGES ?= hipcc libamdhip64-dev rocm-device-libs-17 g++ ccache librocthrust-dev libhipcub-dev \
+                   libhipblas-dev libhipsparse-dev
 
 chroot-trixie:
 	@set -e; root="$(TRIXIE_ROOT)"; \
