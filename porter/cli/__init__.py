@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "port": "porter.cli.port:port",
     "audit": "porter.cli.audit:audit_cmd",
     "matrix": "porter.cli.matrix:matrix",
+    "site": "porter.cli.site:site",
 }
 
 

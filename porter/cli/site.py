@@ -1,0 +1,70 @@
+"""porter site list | show | preflight: site profiles (node layout, runtime env, scheduler, plugin)."""
+
+from __future__ import annotations
+
+import click
+
+from porter.cli import emit_json
+from porter.cli.options import json_option
+
+
+@click.group()
+def site() -> None:
+    """Site profiles: a cluster's node layout, runtime environment, Slurm defaults and RCCL network plugin.
+
+    Built-in: frontier, lumi-g, mi300x (generic); any TOML file with the same keys works too
+    (docs/cluster.md).
+    """
+
+
+@site.command("list")
+@json_option
+def list_cmd(as_json: bool) -> None:
+    """List the built-in site profiles."""
+    from porter.cluster.sites import load_site, site_names
+
+    sites = [load_site(n) for n in site_names()]
+    if as_json:
+        emit_json([s.to_dict() for s in sites])
+        return
+    for s in sites:
+        n = s.node
+        click.echo(f"{s.name:<10} {n.devices} x {n.arch} ({n.device_memory_gib:g} GiB) per node, "
+                   f"{n.cores_per_gcd} cores per device, toolchain {s.toolchain or '-'}, plugin "
+                   f"{s.plugin.name if s.plugin else 'none'}")
+
+
+@site.command("show")
+@click.argument("ref", metavar="NAME|FILE")
+@json_option
+def show_cmd(ref: str, as_json: bool) -> None:
+    """Show one site profile, with the environment every rank gets."""
+    from porter.cluster.sites import load_site, runtime_env
+
+    s = load_site(ref)
+    if as_json:
+        emit_json(s.to_dict() | {"rank_env": runtime_env(s)})
+        return
+    n = s.node
+    click.echo(f"site        {s.name}: {s.description}")
+    click.echo(f"source      {s.source}")
+    click.echo(f"toolchain   {s.toolchain or '-'}")
+    click.echo(f"node        {n.gpus} GPU(s) x {n.gcds_per_gpu} GCD(s) = {n.devices} devices of "
+               f"{n.device_memory_gib:g} GiB, {n.arch}; {n.cores} cores, {n.cores_per_gcd} per device")
+    if n.numa_of_gcd:
+        click.echo(f"numa        device i -> NUMA {','.join(map(str, n.numa_of_gcd))}")
+    if n.nics:
+        click.echo(f"nics        {','.join(n.nics)}" + (f" ({n.gcds_per_nic} devices per NIC)" if n.gcds_per_nic else ""))
+    click.echo(f"binding     --cpu-bind={n.cpu_bind or '(none)'} --gpu-bind={n.gpu_bind or '(none)'}")
+    click.echo(f"node-local  {n.local_dir}" + (f", NVMe {n.nvme} ({' '.join(n.nvme_sbatch)})" if n.nvme else ""))
+    click.echo(f"modules     {' '.join(s.runtime.modules) or '-'}")
+    sch = s.scheduler
+    click.echo(f"slurm       partition {sch.partition or '(default)'}, time {sch.time}"
+               + (f", {' '.join(sch.sbatch_args)}" if sch.sbatch_args else ""))
+    p = s.plugin
+    click.echo("plugin      " + (f"{p.name} {p.version}".strip() + (f", module {p.module}" if p.module else "")
+                                 + (f", {p.library}" if p.library else f", path from ${p.env_var}")
+                                 if p else "none"))
+    click.echo("env")
+    for k, v in runtime_env(s).items():
+        click.echo(f"  {k}={v}")
