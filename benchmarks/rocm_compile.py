@@ -30,9 +30,11 @@ def porter(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "porter", *args], capture_output=True, text=True, cwd=ROOT)
 
 
-def run(source: str, jobs: int, out: Path) -> None:
+def run(source: str, jobs: int, out: Path, only: str | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for profile, _ in LINES:
+        if only and profile != only:
+            continue
         start = time.monotonic()
         check = porter("toolchain", "check", profile, "--arch", ",".join(ARCHS), "--json")
         (out / f"{profile}.check.json").write_text(check.stdout or json.dumps({"error": check.stderr[-2000:]}))
@@ -46,11 +48,15 @@ def verdict(op: dict[str, object], arch: str, rejected: dict[str, str]) -> str:
     if arch in rejected:
         return f"rejected: {rejected[arch]}"
     archs = op.get("archs") or {}
-    if isinstance(archs, dict) and archs.get(arch) in ("compiled", "host code only"):
-        return str(archs[arch])
+    tus = op.get("tus") or []
+    if op.get("status") != "failed" and not any("code_objects" in t for t in tus):  # type: ignore[union-attr]
+        return "host code only"
+    if isinstance(archs, dict) and archs.get(arch) == "compiled":
+        return "compiled"
     if arch not in archs:  # type: ignore[operator]
         return "not in this run"
-    return "failed: " + str(op.get("error") or "?").replace("|", "\\|")[:160]
+    err = str(op.get("error") or "?").replace("|", "\\|")
+    return "failed: " + err.split("/")[-1][:140]  # the header or source file and the message, not the build path
 
 
 def cause(error: str) -> str:
@@ -63,6 +69,8 @@ def cause(error: str) -> str:
             "this ROCm line (a library header torch's headers need is not packaged)"
     if "cutlass" in e or "cub/" in e or "cuda_" in e or "cublas" in e or "cusparse" in e:
         return "upstream (NVIDIA-only code)"
+    if "amd_hip_bf16.h" in e and "static assertion" in e:
+        return "upstream + host compiler: a .cpp compiled by g++ includes HIP's bf16 header, which needs clang"
     if "file not found" in e:
         return "this ROCm line (a header is not packaged)"
     if "undeclared identifier" in e or "no member named" in e or "unknown type name" in e:
@@ -115,9 +123,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "rocm-compile")
     ap.add_argument("--from-json", type=Path, default=None, help="only rewrite the page from saved reports")
     ap.add_argument("--page", type=Path, default=ROOT / "docs" / "rocm-compile.md")
+    ap.add_argument("--only", default=None, help="compile with this one profile (the other's saved report stays)")
     args = ap.parse_args()
     if args.from_json is None:
-        run(args.source, args.jobs, args.out)
+        run(args.source, args.jobs, args.out, args.only)
     write_page(args.from_json or args.out, args.page)
     print(f"wrote {args.page}", file=sys.stderr)
 

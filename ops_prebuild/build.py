@@ -358,9 +358,9 @@ def compile_report(plan: Plan, results: list[OpResult], tc: Toolchain) -> list[d
 
 def first_error(text: str) -> str:
     """The compiler's own first error line, else the last non-empty line."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return next((ln for ln in lines if "error" in ln.lower() and not ln.startswith("FAILED:")),
-                lines[-1] if lines else "failed with no output")[:400]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("FAILED:")]
+    return next((ln for ln in lines if re.search(r"\berror\b:", ln)),  # the compiler's own "error:" line
+                next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else "failed with no output"))[:400]
 
 
 def _failure_blocks(output: str) -> list[str]:
