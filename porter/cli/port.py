@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 from typing import TYPE_CHECKING
 
 import click
@@ -93,16 +94,8 @@ def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs
     if as_json:
         emit_json(res.to_dict())
         return
-    click.echo(f"ported tree: {res.out}{' (dry run: not written)' if dry_run else ''}")
-    click.echo(f"megatron version: {res.version or 'unknown'}   toolchain: {res.toolchain}")
-    for path in res.hipified:
-        click.echo(f"hipified {path}")
-    for path in res.patched:
-        click.echo(f"{'would patch' if dry_run else 'patched'} {path}")
-    for line in summary_lines(res.patches):
-        click.echo(line)
-    for note in res.notes:
-        click.echo(f"note: {note}")
+    _echo_tree(res.out, f"megatron version: {res.version or 'unknown'}   toolchain: {res.toolchain}",
+               res.hipified, res.patched, res.patches, res.notes, dry_run)
     if res.compiled:
         for rec in res.compiled:
             verdicts = " ".join(f"{a}={v}" for a, v in rec["archs"].items())
@@ -150,12 +143,21 @@ def deepspeed_cmd(log: Logger, tree: Path, dest: Path | None, in_place: bool, ta
     if as_json:
         emit_json(res.to_dict())
         return
-    click.echo(f"ported tree: {res.out}{' (dry run: not written)' if dry_run else ''}")
-    click.echo(f"deepspeed version: {res.version or 'unknown'}")
-    for path in res.patched:
-        click.echo(f"{'would patch' if dry_run else 'patched'} {path}")
-    for line in summary_lines(res.patches):
-        click.echo(line)
-    for note in res.notes:
-        click.echo(f"note: {note}")
+    _echo_tree(res.out, f"deepspeed version: {res.version or 'unknown'}", [], res.patched, res.patches, res.notes,
+               dry_run)
     click.echo(f"next: porter ops build --source {res.out} --toolchain <profile> --ops <ops> -o <wheelhouse>")
+
+
+def _echo_tree(out: Path, what: str, hipified: list[str], patched: list[str], patches: Any, notes: list[str],
+               dry_run: bool) -> None:
+    """What a port did to the tree, the same for every project."""
+    click.echo(f"ported tree: {out}{' (dry run: not written)' if dry_run else ''}")
+    click.echo(what)
+    for path in hipified:
+        click.echo(f"hipified {path}")
+    for path in patched:
+        click.echo(f"{'would patch' if dry_run else 'patched'} {path}")
+    for line in summary_lines(patches):
+        click.echo(line)
+    for note in notes:
+        click.echo(f"note: {note}")
