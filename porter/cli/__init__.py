@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "audit": "porter.cli.audit:audit_cmd",
     "matrix": "porter.cli.matrix:matrix",
     "site": "porter.cli.site:site",
+    "launch": "porter.cli.launch:launch",
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from porter.cli import emit_json
@@ -68,3 +70,40 @@ def show_cmd(ref: str, as_json: bool) -> None:
     click.echo("env")
     for k, v in runtime_env(s).items():
         click.echo(f"  {k}={v}")
+
+
+@site.command("preflight")
+@click.argument("ref", metavar="NAME|FILE")
+@click.option("--python", "python", default=None, metavar="PATH",
+              help="The training python whose prebuilt ops are verified (default: porter's python).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None,
+              help="Nodes of the job (default: $SLURM_JOB_NUM_NODES, else 1); a one-node job needs no network plugin.")
+@click.option("--skip", "skip", multiple=True, metavar="CHECK", help="Skip a check: env, miopen, plugin, ops, archs.")
+@json_option
+@click.pass_obj
+def preflight_cmd(log: Any, ref: str, python: str | None, nodes: int | None, skip: tuple[str, ...],
+                  as_json: bool) -> None:
+    """Check this node before a training job's ranks start: the site's env is set, MIOpen's DB folder is
+    node-local and writable, the network plugin loads, the prebuilt ops load with no JIT, the GPUs are the
+    site's arch. Exit 0 when all hold, 1 otherwise (each failure says what to change)."""
+    import os
+    import sys
+
+    from porter.cluster.preflight import describe, preflight
+    from porter.cluster.sites import load_site
+    from porter.errors import CheckFailed
+    from porter.run import Runner
+
+    s = load_site(ref)
+    n = nodes or int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
+    rep = preflight(s, python=python or sys.executable, nodes=n, skip=set(skip), environ=dict(os.environ),
+                    runner=Runner(log, echo=log.verbose))
+    if as_json:
+        emit_json(rep.to_dict())
+    else:
+        click.echo("\n".join(describe(rep)))
+    if not rep.ok:
+        failed = [c.name for c in rep.checks if c.failed]
+        raise CheckFailed(f"preflight failed on {rep.host}: {', '.join(failed)}",
+                          hint="fix the environment the job script exports (porter launch write), or --skip a check "
+                               "that does not apply")

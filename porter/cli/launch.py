@@ -1,0 +1,108 @@
+"""porter launch plan | write: a Megatron-DeepSpeed layout for a site, and the sbatch job that runs it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from porter.cli import emit_json
+from porter.cli.options import json_option
+
+
+@click.group()
+def launch() -> None:
+    """Plan a Megatron-DeepSpeed run on a site (TP inside a node, PP, DP, ZeRO-1, memory per device) and write
+    its sbatch job and DeepSpeed config. Formula and rules: docs/cluster.md."""
+
+
+def _plan_options(f: Any) -> Any:
+    opts = [
+        click.option("--site", "site_ref", required=True, metavar="NAME|FILE", help="Site profile ('porter site list')."),
+        click.option("--model", "preset", default=None, metavar="PRESET",
+                     help="gpt-1.3b, gpt-22b, gpt-175b, gpt-1t (the shape options below override its fields)."),
+        click.option("--layers", type=int, default=None), click.option("--hidden", type=int, default=None),
+        click.option("--heads", type=int, default=None), click.option("--seq", type=int, default=None),
+        click.option("--vocab", type=int, default=None),
+        click.option("--nodes", type=int, required=True, help="Number of nodes."),
+        click.option("--tp", type=int, default=None, help="Tensor parallel size (default: the smallest that fits)."),
+        click.option("--pp", type=int, default=None, help="Pipeline parallel size (default: the smallest that fits)."),
+        click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--global-batch", type=click.IntRange(min=1), default=None,
+                     help="Default: micro x DP x (4 x PP microbatches, 1 without a pipeline)."),
+        click.option("--zero-stage", type=click.IntRange(0, 3), default=1, show_default=True),
+        click.option("--no-recompute", is_flag=True, help="Plan without activation recompute."),
+        click.option("--force-cross-node-tp", is_flag=True, help="Accept a TP larger than a node."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _make_plan(site_ref: str, preset: str | None, layers: int | None, hidden: int | None, heads: int | None,
+               seq: int | None, vocab: int | None, nodes: int, tp: int | None, pp: int | None, micro_batch: int,
+               global_batch: int | None, zero_stage: int, no_recompute: bool, force_cross_node_tp: bool) -> Any:
+    from porter.cluster.launch import model_of, plan
+    from porter.cluster.sites import load_site
+
+    site = load_site(site_ref)
+    model = model_of(preset, layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab)
+    return site, plan(site, model, nodes=nodes, tp=tp, pp=pp, micro_batch=micro_batch, global_batch=global_batch,
+                      zero_stage=zero_stage, recompute=not no_recompute, force_cross_node_tp=force_cross_node_tp)
+
+
+@launch.command("plan")
+@_plan_options
+@json_option
+def plan_cmd(as_json: bool, **kw: Any) -> None:
+    """Plan the layout; exit 2 when it cannot run (TP larger than a node, nodes not divisible by PP) or does
+    not fit in the devices' memory (the numbers are in the message)."""
+    _, p = _make_plan(**kw)
+    if as_json:
+        emit_json(p.to_dict())
+    else:
+        click.echo("\n".join(p.describe()))
+
+
+@launch.command("write")
+@_plan_options
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for job.sbatch, ds_config.json and plan.json.")
+@click.option("--python", "python", default=None, metavar="PATH",
+              help="The training python as the compute nodes see it (default: porter's python).")
+@click.option("--entry", default="pretrain_gpt.py", show_default=True, help="The training script.")
+@click.option("--account", default="", help="Slurm account.")
+@click.option("--partition", default="", help="Slurm partition (default: the site's).")
+@click.option("--time", "time_limit", default="", help="Slurm time limit (default: the site's).")
+@click.option("--broadcast-env", default="", metavar="TARBALL",
+              help="A packed Python environment (conda-pack) to sbcast to node-local storage and run from.")
+@click.option("--preflight-skip", multiple=True, metavar="CHECK",
+              help="A preflight check to skip (env, miopen, plugin, ops, archs); repeat.")
+@click.option("--job-name", default="", help="Slurm job name (default: porter-<model>).")
+@click.argument("entry_args", nargs=-1, type=click.UNPROCESSED)
+@json_option
+def write_cmd(as_json: bool, out_dir: Path, python: str | None, entry: str, account: str, partition: str,
+              time_limit: str, broadcast_env: str, preflight_skip: tuple[str, ...], job_name: str,
+              entry_args: tuple[str, ...], **kw: Any) -> None:
+    """Plan, then write the sbatch job (site env, MIOpen DB on node-local storage, a preflight on every node,
+    one rank per device bound to its cores) and the DeepSpeed config. ENTRY_ARGS (after --) go to the
+    training script after the layout's own Megatron arguments."""
+    from porter.cluster.launch import JobOptions, write_job
+    from porter.cluster.preflight import CHECKS
+    from porter.errors import ConfigError
+
+    for s in preflight_skip:
+        if s not in CHECKS:
+            raise ConfigError(f"unknown preflight check {s!r}", hint=f"checks: {', '.join(CHECKS)}")
+    site, p = _make_plan(**kw)
+    opts = JobOptions(python=python or sys.executable, entry=entry, entry_args=entry_args,
+                      porter_python=sys.executable, account=account, partition=partition, time=time_limit,
+                      broadcast_env=broadcast_env, preflight_skip=preflight_skip, job_name=job_name)
+    written = write_job(p, site, opts, out_dir)
+    if as_json:
+        emit_json({"plan": p.to_dict(), "written": written.to_dict()})
+    else:
+        click.echo("\n".join(p.describe()))
+        click.echo(f"wrote {written.script}, {written.config}, {written.plan}")
