@@ -70,7 +70,7 @@ class Runtime:
     """``module load`` lines, in order (skipped where no ``module`` command exists)."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Variables every rank gets (RCCL, libfabric, HSA). ``$VAR`` is expanded by the job's shell."""
-    miopen_dir: str = "${PORTER_LOCAL_DIR}/${USER}-miopen-${SLURM_JOB_ID}"
+    miopen_dir: str = "${PORTER_LOCAL_DIR}/${USER:-$(id -un)}-miopen-${SLURM_JOB_ID}"
     """MIOpen's user DB and custom cache (``MIOPEN_USER_DB_PATH``, ``MIOPEN_CUSTOM_CACHE_DIR``): on
     node-local storage, so thousands of ranks never share one SQLite file on a parallel filesystem."""
     master_port: int = 3442

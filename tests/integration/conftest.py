@@ -1,13 +1,18 @@
-"""Integration fixtures shared across files: the real CPU-op DeepSpeed wheel, built once per session."""
+"""Integration fixtures shared across files: the real CPU-op DeepSpeed wheel, built once per session; CPU torch;
+the one-node Slurm cluster (started once per session, stopped after)."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import require
+from tests.slurm_cluster import ClusterUnavailable, SlurmCluster, one_node_slurm
 
 CPU_OPS = ("cpu_adam", "cpu_adagrad", "cpu_lion")
 
@@ -39,3 +44,20 @@ def torch_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     py = root / "bin" / "python"
     subprocess.run([str(py), "-m", "pip", "install", "-q", "torch==2.13.0"], check=True, capture_output=True)
     return py
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A one-node Slurm on this machine (tests/slurm_cluster.py); skipped (or failed with PORTER_REQUIRE_ALL=1)
+    when it cannot be installed or started."""
+    root = tmp_path_factory.mktemp("slurm")
+    cm = one_node_slurm(root)
+    try:
+        cluster = cm.__enter__()
+    except ClusterUnavailable as exc:
+        require("a one-node Slurm cluster", False, str(exc))
+        return
+    try:
+        yield cluster
+    finally:
+        cm.__exit__(None, None, None)

@@ -13,13 +13,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, require
-from tests.slurm_cluster import ClusterUnavailable, SlurmCluster, one_node_slurm
+from tests.conftest import FIXTURES
+from tests.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
@@ -43,21 +42,6 @@ time = "20:00"
 """
 GOOD = ("apex-apex-env-cpu", "apex-apex-env-cpu-v3")
 BROKEN = "apex-apex-broken-cpu"
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    root = tmp_path_factory.mktemp("slurm")
-    cm = one_node_slurm(root)
-    try:
-        cluster = cm.__enter__()
-    except ClusterUnavailable as exc:
-        require("a one-node Slurm cluster", False, str(exc))
-        return
-    try:
-        yield cluster
-    finally:
-        cm.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")

@@ -110,7 +110,7 @@ def test_write_job(tmp_path: Path) -> None:
     for line in ("#SBATCH --nodes=384", "#SBATCH --ntasks-per-node=8", "#SBATCH --cpus-per-task=7",
                  "#SBATCH --gpus-per-node=8", "#SBATCH --partition=batch", "#SBATCH --account=abc123",
                  "#SBATCH --network=disable_rdzv_get", "#SBATCH --constraint=nvme", 'export FI_CXI_RDZV_PROTO="alt_read"',
-                 'export MIOPEN_USER_DB_PATH="${PORTER_LOCAL_DIR}/${USER}-miopen-${SLURM_JOB_ID}"',
+                 'export MIOPEN_USER_DB_PATH="${PORTER_LOCAL_DIR}/${USER:-$(id -un)}-miopen-${SLURM_JOB_ID}"',
                  "    module load rccl-net-plugin", "export MASTER_ADDR MASTER_PORT=3442"):
         assert line in text.splitlines(), line
     assert "sbcast --force /shared/env.tar.gz" in text and '"$PORTER_ENV_DIR/bin/python" pretrain_gpt.py' in text
