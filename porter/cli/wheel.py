@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from porter.cli import emit_json
 from porter.cli.options import (dry_run_option, jobs_option, json_option, python_option,
                                 resolve_toolchain, toolchain_options, wheelhouse_option)
-from porter.errors import refusal_line
+from porter.errors import PartialSuccess, refusal_line
 from porter.log import Logger
 from porter.run import Runner
 from porter.wheels import WheelRequest, build_wheel
+
+if TYPE_CHECKING:
+    from porter.wheels.compile import CompileOnlyResult
 
 
 @click.group()
@@ -25,6 +29,9 @@ def wheel() -> None:
     Each build: detect the upstream version and build regime, compute env and args from the profile,
     (patch), run pip wheel on a copy of the tree, verify (extension modules, code objects per arch),
     label (+rocm6.2.gfx942), and write <wheel>.porter.json beside the wheel.
+    --compile-only: no setup.py; porter hipifies the tree's kernel sources and compiles every TU for every
+    arch of a rocm profile with its own planner, reports per op and arch, and records each TU's measured
+    time and peak memory, from which later builds of the project size MAX_JOBS.
     """
 
 
@@ -36,6 +43,10 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
                           "(upstream then fails late if it needs one).")(f)
     f = click.option("--patch-set", default=None, metavar="PROJECT[/NAME]|FILE",
                      help="Patch set to apply to the work copy before building (the source is never changed).")(f)
+    f = click.option("--compile-only", "compile_only", is_flag=True,
+                     help="Compile every translation unit for every arch of the (rocm) profile with porter's planner "
+                          "and report per op and arch; no setup.py, nothing linked or packaged. Each TU's time and "
+                          "peak memory are recorded for later MAX_JOBS choices.")(f)
     f = jobs_option(f)
     f = python_option(f)
     f = wheelhouse_option(f)
@@ -45,13 +56,25 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _run(log: Logger, name: str, source: str, toolchain_ref: str | None, archs: tuple[str, ...],
          cpu_isa: str | None, wheelhouse: Path, python: str | None, jobs: int | None, patch_set: str | None,
-         no_torch_check: bool, as_json: bool, dry_run: bool, **extra: Any) -> None:
+         no_torch_check: bool, as_json: bool, dry_run: bool, compile_only: bool = False, **extra: Any) -> None:
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     from porter.components import wheel_drivers
 
     drivers = wheel_drivers()
     request = WheelRequest(source=Path(source), toolchain=tc, output=wheelhouse.resolve(), python=python, jobs=jobs,
                            patch_set=patch_set, torch_check=not no_torch_check, **extra)
+    if not compile_only and (request.units or request.instances is not None or request.sample is not None):
+        raise click.UsageError("--units, --sample and --instances select what --compile-only compiles; "
+                               "add --compile-only")
+    if compile_only:
+        if patch_set is not None:
+            raise click.UsageError("--patch-set applies to a wheel build; --compile-only compiles the tree as it is")
+        from porter.wheels.compile import compile_only as run_compile_only
+
+        res = run_compile_only(drivers[name], source, request, runner=Runner(log, echo=log.verbose), log=log,
+                               dry_run=dry_run, others=drivers)
+        _show_compiled(res, as_json)
+        return
     result = build_wheel(drivers[name], source, request, runner=Runner(log, echo=not dry_run),
                          log=log, dry_run=dry_run, others=drivers)
     if as_json:
@@ -60,6 +83,43 @@ def _run(log: Logger, name: str, source: str, toolchain_ref: str | None, archs: 
         click.echo(result.describe())
     else:
         click.echo(str(result.wheel))
+
+
+def _show_compiled(res: CompileOnlyResult, as_json: bool) -> None:
+    """--compile-only output: the report (JSON), the plan (dry run), or a table per op and arch."""
+    if as_json:
+        emit_json(res.to_dict())
+    elif res.dry_run:
+        plan = res.plan
+        click.echo(f"# plan: {res.project} {res.version}, {len(plan.objects)} op(s), {res.selected_units} of "
+                   f"{res.total_units} TU(s), toolchain {res.toolchain}, {res.jobs} job(s) "
+                   f"({res.wheel_plan.per_job_bytes / (1 << 30):.2g} GiB per job, {res.wheel_plan.per_job_source}), "
+                   f"build dir {plan.build_dir}")
+        for note in plan.notes:
+            click.echo(f"# note: {note}")
+        if plan.env:
+            click.echo("# env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items())))
+        for step in plan.steps:
+            click.echo(shlex.join(step.argv))
+        if res.refusal is not None:
+            click.echo(refusal_line(res.refusal.message))
+    else:
+        names = list(res.plan.toolchain.arch_names)
+        width = max([28, *(len(r["name"]) for r in res.compiled)])
+        col = max([9, *(len(v) for r in res.compiled for v in r["archs"].values())])
+        click.echo(f"# compiled, not linked: {len(res.compiled)} op(s), {res.selected_units} of {res.total_units} "
+                   f"TU(s) of {res.project} {res.version} for {', '.join(names)} with {res.toolchain}")
+        click.echo(f"  {'op':<{width}} " + " ".join(f"{a:<{col}}" for a in names) + "  seconds  peak MiB")
+        for rec in res.compiled:
+            peak = max((t.get("peak_rss_mib", 0) for t in rec["tus"]), default=0)
+            click.echo(f"  {rec['name']:<{width}} " + " ".join(f"{rec['archs'][a]:<{col}}" for a in names)
+                       + f"  {rec['seconds']:7.1f}  {peak:8.0f}" + (f"  {rec['error']}" if rec["error"] else ""))
+        if res.costs:
+            click.echo(f"# measured costs: {res.costs}")
+    if res.failed and not res.dry_run:
+        raise PartialSuccess(f"{len(res.failed)} op(s) failed to compile: " + ", ".join(o.name for o in res.failed),
+                             hint="the other ops compiled; the first error of each op is in the report, its full "
+                                  "log in 'log'")
 
 
 @wheel.command("apex")
@@ -82,8 +142,18 @@ def apex_cmd(log: Logger, /, source: str, ops: tuple[str, ...], regime: str | No
               help="flash-attention tree, sdist .tar.gz, or a version to download from the package index.")
 @click.option("--backend", type=click.Choice(["ck", "triton"]), default="ck", show_default=True,
               help="ck: compile the composable_kernel extension; triton: pure-Python wheel, JIT at run time.")
+@click.option("--units", multiple=True, metavar="GLOB",
+              help="--compile-only: compile the CK instances whose generated file names match (fnmatch, e.g. "
+                   "'fmha_fwd_d128_*'); 'flash_attn_2_cuda' selects the extension's own sources. Repeat or "
+                   "comma-separate. Default: everything.")
+@click.option("--sample", type=click.IntRange(min=1), default=None, metavar="N",
+              help="--compile-only: the first N CK instances of each kind (fwd, fwd_splitkv, bwd, ...), and the "
+                   "extension's own sources: measures what every kind of unit costs.")
+@click.option("--instances", type=click.IntRange(min=0), default=None, metavar="N",
+              help="--compile-only: the first N CK instances (name order) of those --units / --sample select.")
 @_common
 @click.pass_obj
-def flash_attn_cmd(log: Logger, /, source: str, backend: str, **kw: Any) -> None:
+def flash_attn_cmd(log: Logger, /, source: str, backend: str, units: tuple[str, ...], sample: int | None,
+                   instances: int | None, **kw: Any) -> None:
     """Build FlashAttention 2 for ROCm (GPU_ARCHS from the profile, checked against the tree's list)."""
-    _run(log, "flash-attn", source, backend=backend, **kw)
+    _run(log, "flash-attn", source, backend=backend, units=units, sample=sample, instances=instances, **kw)

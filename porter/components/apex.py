@@ -18,22 +18,31 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from porter.components import InstalledCheck, Recognised
+from porter.components import static
 from porter.errors import ConfigError
-from porter.wheels.base import GiB, BuildPlan, Expectation, Machine, OpSpec, SourceInfo, WheelRequest, choose_jobs
+from porter.wheels.base import (GiB, BuildPlan, Expectation, KernelSet, Machine, OpSpec, SourceInfo, WheelRequest,
+                                choose_jobs, per_job)
 
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest
     from porter.install.env import InstalledDist
+    from porter.wheels.compile import KernelContext
 
 CPP_GROUP_VAR = "APEX_BUILD_CPP_OPS"
 CUDA_GROUP_VAR = "APEX_BUILD_CUDA_OPS"
 GROUPS = ("cpp", "cuda")
 REGIMES = ("env", "flags")
+CORE_OP = "amp_C"
+"""apex's multi-tensor kernels: ``apex.multi_tensor_apply`` and ``apex.optimizers`` import it, so every build
+with device ops carries it."""
+VERSION_MACROS = ("-DVERSION_GE_1_1", "-DVERSION_GE_1_3", "-DVERSION_GE_1_5")
+"""What apex's ``version_dependent_macros`` are for every torch since 1.5."""
 
 # Peak memory of one compile job: hipcc on apex's multi-tensor kernels stays under ~2 GiB; g++ on the
 # host-only ops well under 1 GiB.
@@ -80,6 +89,15 @@ class ApexDriver:
         else:
             note = f"regime {regime!r} detected from the tree (apex {info.version})"
         selected = select_ops(info, request.ops, tc.kind)
+        notes = [note]
+        core = next((op for op in info.ops if op.name == CORE_OP), None)
+        if core is not None and any(op.group == "cuda" for op in selected):
+            # apex.multi_tensor_apply and apex.optimizers import amp_C: a device build without it is broken
+            if core not in selected:
+                notes.append(f"{CORE_OP} added: apex.multi_tensor_apply and apex.optimizers import it, so every "
+                             "build with device ops needs it")
+            selected = tuple(sorted({*(o for o in selected if o.name != CORE_OP), replace(core, required=True)},
+                                    key=lambda o: o.name))
         env: dict[str, str | None] = {}
         pip_args: list[str] = []
         if regime == "env":
@@ -89,8 +107,8 @@ class ApexDriver:
             pip_args += [f"--config-settings=--build-option=--{g}_ext" for g in groups]
             # a stray APEX_BUILD_* from the caller's shell would change what an env-regime tree builds
             env.update({CPP_GROUP_VAR: None, CUDA_GROUP_VAR: None})
-        per_job = PER_JOB_ROCM if tc.kind == "rocm" else PER_JOB_CPU
-        jobs = choose_jobs(per_job, machine, request.jobs)
+        per_job_bytes, source, cost_note = per_job(PER_JOB_ROCM if tc.kind == "rocm" else PER_JOB_CPU, request)
+        jobs = choose_jobs(per_job_bytes, machine, request.jobs)
         env["MAX_JOBS"] = str(jobs)
         if tc.kind == "rocm":
             env["PYTORCH_ROCM_ARCH"] = ";".join(tc.archs)
@@ -112,18 +130,70 @@ class ApexDriver:
                           "drop --regime and let porter use the tree's own regime")
         else:
             empty_hint = "upstream skipped every requested op; look for 'Skip pre-compile' in the build output"
-        notes = [note]
+        if cost_note:
+            notes.append(cost_note)
         if any(op.group == "cpp" for op in selected):
             notes.append("apex's host-only ops are compiled with upstream's own -march choice (native on most "
                          "hosts); a patch set can pin it to the profile's cpu_isa")
+        needs_torch = "rocm" if tc.kind == "rocm" else None
+        why = ""
+        line = reads_hip_at_import(info.root / "setup.py")
+        if line and needs_torch is None:
+            needs_torch = "rocm"
+            why = (f"its setup.py reads torch.version.hip at import (setup.py line {line}), so even the host-only "
+                   "ops fail there without a ROCm torch")
         return BuildPlan(
             project="apex", version=info.version, regime=regime, backend=None, label=tc.local_label,
-            pip_args=tuple(pip_args), env=env, jobs=jobs, per_job_bytes=per_job,
-            needs_torch="rocm" if tc.kind == "rocm" else None,
+            pip_args=tuple(pip_args), env=env, jobs=jobs, per_job_bytes=per_job_bytes, per_job_source=source,
+            needs_torch=needs_torch, needs_torch_why=why,
             expect=Expectation(modules=modules, optional=optional, prebuilt=True,
                                host_only=tuple(op.module for op in selected if op.group == "cpp"),
                                archs=tc.arch_names if tc.kind == "rocm" else (), empty_hint=empty_hint),
             ops=selected, notes=tuple(notes))
+
+    # -- compile only ----------------------------------------------------------------------------
+    def kernel_ops(self, info: SourceInfo, request: WheelRequest, ctx: KernelContext) -> KernelSet:
+        """The selected ops' translation units, as the tree declares them (op_builder classes, or the
+        extensions of an old setup.py), for porter's planner: device ops are hipified, host-only ops not."""
+        from ops_prebuild.catalogue import OpSpec as KernelOp
+
+        selected = self.plan(info, request, _NO_MACHINE).ops
+        rocm = request.toolchain.toolkit_version or "6.0"
+        if info.regime == "env":
+            specs = builder_specs(info.root / "op_builder", rocm)
+        else:
+            specs = flag_specs((info.root / "setup.py").read_text(errors="replace"), str(info.root / "setup.py"), rocm)
+        ops: list[KernelOp] = []
+        notes: list[str] = []
+        dirs: set[str] = set()
+        unplanned: list[tuple[str, str]] = []
+        for op in selected:
+            spec = specs.get(op.name)
+            if spec is None or not spec.sources:
+                unplanned.append((op.name, f"porter cannot read the sources of {op.name} from the tree (its builder "
+                                           "computes them at run time)"))
+                continue
+            missing = [s for s in spec.sources if not (info.root / s).is_file()]
+            if missing:
+                unplanned.append((op.name, f"{op.name} names sources the tree lacks: {', '.join(missing)}"))
+                continue
+            device = op.group == "cuda"
+            macros = VERSION_MACROS if spec.version_macros else ()
+            ops.append(KernelOp(name=op.name, builder=spec.where, build_var=op.switch, module=op.module,
+                                sources=spec.sources, include_paths=spec.include_paths, device=device,
+                                compatible=True, cxx_args=(*spec.cxx_args, *macros),
+                                nvcc_args=(*spec.nvcc_args, *macros) if device else ()))
+            dirs |= {s.split("/")[0] for s in (*spec.sources, *spec.include_paths)}
+            if spec.skipped:
+                notes.append(f"{op.name}: not read from {spec.where} (left out): {'; '.join(spec.skipped[:3])}")
+        for top in sorted(d for d in dirs if d not in (".", "")):
+            if (info.root / top).exists():
+                ctx.copy(top)
+        return KernelSet(ops=tuple(ops), hipify=tuple(o.name for o in ops if o.device), notes=tuple(notes),
+                         unplanned=tuple(unplanned))
+
+
+_NO_MACHINE = Machine(cores=1, free_bytes=0)
 
 
 def _env_switches(info: SourceInfo, selected: tuple[OpSpec, ...]) -> dict[str, str | None]:
@@ -217,8 +287,15 @@ def _mentions(node: ast.AST, flag: str) -> bool:
     return any(isinstance(n, ast.Constant) and n.value == flag for n in ast.walk(node))
 
 
-def _extension_names(node: ast.AST) -> list[str]:
-    names: list[str] = []
+def _flag_group(test: ast.AST) -> str | None:
+    for group in ("cuda", "cpp"):  # "--distributed_adam" in argv or "--cuda_ext" in argv: the cuda group
+        if _mentions(test, f"--{group}_ext"):
+            return group
+    return None
+
+
+def _extension_calls(node: ast.AST) -> list[tuple[str, ast.Call]]:
+    found: list[tuple[str, ast.Call]] = []
     for call in ast.walk(node):
         if not isinstance(call, ast.Call):
             continue
@@ -230,35 +307,228 @@ def _extension_names(node: ast.AST) -> list[str]:
         if value is None and call.args:
             value = call.args[0]
         if isinstance(value, ast.Constant) and isinstance(value.value, str):
-            names.append(value.value)
-    return names
+            found.append((value.value, call))
+    return found
 
 
-def read_flag_extensions(text: str, where: str) -> tuple[OpSpec, ...]:
-    """Extensions an old setup.py builds under ``if "--cpp_ext"/"--cuda_ext" in sys.argv``.
+# -- what an apex tree compiles, read without running it -------------------------------------------
 
-    Those created directly in such a block are required; those inside a further condition
-    (``if not IS_ROCM_PYTORCH:``) are optional.
-    """
-    try:
-        tree = ast.parse(text, where)
-    except SyntaxError as exc:
-        raise ConfigError(f"{where}: cannot parse ({exc.msg}, line {exc.lineno})") from None
-    found: dict[str, OpSpec] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.If):
-            continue
-        for group in GROUPS:
-            flag = f"--{group}_ext"
-            if not _mentions(node.test, flag):
+@dataclass(frozen=True)
+class BuildSpec:
+    """One op's translation units and flags, as the tree declares them."""
+
+    name: str
+    where: str
+    """The builder class or setup.py it was read from."""
+    sources: tuple[str, ...]
+    include_paths: tuple[str, ...] = ()
+    cxx_args: tuple[str, ...] = ()
+    nvcc_args: tuple[str, ...] = ()
+    version_macros: bool = False
+    """The tree adds apex's version_dependent_macros (porter adds :data:`VERSION_MACROS`)."""
+    skipped: tuple[str, ...] = ()
+
+
+def _seed(rocm: str) -> dict[str, Any]:
+    """Names an apex script computes from its torch, as they are for any torch 2 and the profile's ROCm."""
+    major, _, minor = (rocm or "6.0").partition(".")
+    return {"this_dir": static.ROOT, "cwd": static.ROOT, "TORCH_MAJOR": 2, "TORCH_MINOR": 0,
+            "ROCM_MAJOR": int(major) if major.isdigit() else 6,
+            "ROCM_MINOR": int(minor.split(".")[0]) if minor.split(".")[0].isdigit() else 0,
+            "IS_ROCM_PYTORCH": True, "version_dependent_macros": list(VERSION_MACROS)}
+
+
+_FIXED = frozenset({"this_dir", "cwd", "IS_ROCM_PYTORCH"})
+
+
+def _rocm_truth(node: ast.expr, scope: static.Scope) -> bool | None:
+    """The conditions porter knows on a ROCm build: the ROCm branch is taken, the CUDA one not, no GPU is
+    visible at build time, and a compare of numbers it knows is evaluated."""
+    name = static.dotted(node)
+    if name:
+        low = name.lower()
+        if "rocm" in low or "hip" in low:
+            return True
+        if name == "torch.cuda.is_available":
+            return False
+        v = scope.names.get(name, static.UNKNOWN)
+        return bool(v) if isinstance(v, (bool, int)) else None
+    if isinstance(node, ast.Call):
+        fname = static.dotted(node.func)
+        if fname.endswith(("is_rocm_pytorch", "is_hip_extension")):
+            return True
+        if fname == "torch.cuda.is_available":
+            return False
+        return None
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        left, right = node.left, node.comparators[0]
+        if static.dotted(left) == "torch.version.hip" and isinstance(right, ast.Constant) and right.value is None:
+            return isinstance(node.ops[0], ast.IsNot)
+        if isinstance(node.ops[0], ast.In) and static.dotted(right) == "sys.argv":
+            flag = static.value(left, scope)
+            return True if isinstance(flag, str) and flag.endswith("_ext") else None
+    return None
+
+
+def _builder_call(node: ast.Call, scope: static.Scope) -> Any:
+    name = static.dotted(node.func)
+    if name.endswith("version_dependent_macros"):
+        scope.names["__version_macros__"] = True
+        return []
+    func = node.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and static.dotted(func.value.func) == "super":
+        return []  # the base builder's own flags: porter's planner adds the toolchain's
+    return static.UNKNOWN
+
+
+def _spec_from(name: str, where: str, sources: Any, includes: Any, cxx: Any, nvcc: Any,
+               scope: static.Scope) -> BuildSpec:
+    macros = bool(scope.names.get("__version_macros__"))
+    clean = [f for f in static.strings(nvcc) if f not in VERSION_MACROS]
+    return BuildSpec(name=name, where=where, sources=tuple(static.strings(sources)),
+                     include_paths=tuple(p.rstrip("/") or "." for p in static.strings(includes)),
+                     cxx_args=tuple(f for f in static.strings(cxx) if f not in VERSION_MACROS),
+                     nvcc_args=tuple(clean), version_macros=macros or any(
+                         f in VERSION_MACROS for f in static.strings(nvcc) + static.strings(cxx)),
+                     skipped=tuple(dict.fromkeys(scope.skipped)))
+
+
+def builder_specs(folder: Path, rocm: str = "") -> dict[str, BuildSpec]:
+    """Per op, from ``op_builder/*.py``: ``sources()`` / ``include_paths()`` / ``cxx_args()`` /
+    ``nvcc_args()`` as the ROCm branch of each method returns them (or class attributes ``SOURCES``,
+    ``INCLUDE_PATHS``, ``CXX_ARGS``, ``NVCC_ARGS``)."""
+    out: dict[str, BuildSpec] = {}
+    for path in sorted(folder.glob("*.py")):
+        text = path.read_text(errors="replace")
+        tree = static.parse(text, str(path))
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef):
                 continue
+            attrs: dict[str, Any] = {}
+            methods: dict[str, ast.FunctionDef] = {}
+            scope = static.Scope(names=_seed(rocm), truth=_rocm_truth, call=_builder_call, source=text)
             for stmt in node.body:
-                nested = isinstance(stmt, (ast.If, ast.Try, ast.For, ast.While, ast.With))
-                for name in _extension_names(stmt):
-                    prev = found.get(name)
-                    required = not nested or (prev is not None and prev.required)
-                    found[name] = OpSpec(name, name, group, flag, required)
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                    attrs[stmt.targets[0].id] = static.value(stmt.value, scope)
+                elif isinstance(stmt, ast.FunctionDef):
+                    methods[stmt.name] = stmt
+            if not (isinstance(attrs.get("NAME"), str) and isinstance(attrs.get("BUILD_VAR"), str)):
+                continue
+
+            def get(method: str, attr: str) -> Any:
+                if method in methods:
+                    sub = static.Scope(names=_seed(rocm), truth=_rocm_truth, call=_builder_call, source=text)
+                    sub.names.update({k: v for k, v in attrs.items()})
+                    got = static.run(methods[method].body, sub)
+                    scope.skipped += sub.skipped
+                    if sub.names.get("__version_macros__"):
+                        scope.names["__version_macros__"] = True
+                    return got
+                return attrs.get(attr, [])
+
+            out[attrs["NAME"]] = _spec_from(attrs["NAME"], f"{path.name}:{node.name}", get("sources", "SOURCES"),
+                                            get("include_paths", "INCLUDE_PATHS"), get("cxx_args", "CXX_ARGS"),
+                                            get("nvcc_args", "NVCC_ARGS"), scope)
+    return out
+
+
+def _walk_flags(text: str, where: str, rocm: str) -> list[tuple[str, str, str, BuildSpec]]:
+    """(name, group, state, spec) of every extension an old setup.py creates under ``--cpp_ext`` /
+    ``--cuda_ext``, in order. state: ``required`` (built whenever the flag is given on ROCm),
+    ``optional`` (under a further condition porter cannot decide), ``excluded`` (never on ROCm: the
+    CUDA-only branch). A guard whose one branch ends the script (``raise``) is no condition."""
+    tree = static.parse(text, where)
+    scope = static.Scope(names=_seed(rocm), truth=_rocm_truth, call=_builder_call, source=text, fixed=_FIXED)
+    found: list[tuple[str, str, str, BuildSpec]] = []
+    rank = {"required": 0, "optional": 1, "excluded": 2}
+
+    def worse(a: str, b: str) -> str:
+        return a if rank[a] >= rank[b] else b
+
+    def record(stmt: ast.stmt, group: str, state: str) -> None:
+        for name, call in _extension_calls(stmt):
+            kw = {k.arg: k.value for k in call.keywords if k.arg}
+            sources = static.value(kw.get("sources") or (call.args[1] if len(call.args) > 1 else None), scope)
+            includes = static.value(kw.get("include_dirs"), scope) if "include_dirs" in kw else []
+            args = static.value(kw.get("extra_compile_args"), scope) if "extra_compile_args" in kw else []
+            cxx, nvcc = (args.get("cxx", []), args.get("nvcc", [])) if isinstance(args, dict) else (args, [])
+            found.append((name, group, state, _spec_from(name, where, sources, includes, cxx, nvcc, scope)))
+
+    def visit(body: list[ast.stmt], group: str | None, state: str) -> None:
+        for st in body:
+            if isinstance(st, ast.If):
+                flag = _flag_group(st.test)
+                if flag is not None and (group is None or flag == group):
+                    visit(st.body, flag, "required" if group is None else state)
+                    visit(st.orelse, group, state)
+                    continue
+                if group is None:
+                    static.run([st], scope)
+                    continue
+                t = static.truth_of(st.test, scope)
+                if t is None and static.terminates(st.body) and not static.terminates(st.orelse):
+                    t = False
+                elif t is None and static.terminates(st.orelse) and not static.terminates(st.body):
+                    t = True
+                if t is None:
+                    visit(st.body, group, worse(state, "optional"))
+                    visit(st.orelse, group, worse(state, "optional"))
+                else:
+                    visit(st.body, group, state if t else "excluded")
+                    visit(st.orelse, group, "excluded" if t else state)
+            elif isinstance(st, (ast.For, ast.While, ast.With, ast.Try)) and group is not None:
+                inner = [*st.body, *getattr(st, "orelse", []), *getattr(st, "finalbody", [])]
+                visit(inner, group, worse(state, "optional"))
+            else:
+                static.run([st], scope)
+                if group is not None:
+                    record(st, group, state)
+
+    visit(tree.body, None, "required")
+    return found
+
+
+def read_flag_extensions(text: str, where: str, rocm: str = "") -> tuple[OpSpec, ...]:
+    """Extensions an old setup.py builds on ROCm under ``--cpp_ext`` / ``--cuda_ext``.
+
+    Those built whenever the flag is given are required (also when they sit behind a guard that stops
+    the script otherwise, as in ``if CUDA_HOME is None: raise ... else: ...``); those behind a further
+    condition porter cannot decide are optional; those only on the CUDA branch are left out.
+    """
+    found: dict[str, OpSpec] = {}
+    for name, group, state, _spec in _walk_flags(text, where, rocm):
+        if state == "excluded":
+            continue
+        prev = found.get(name)
+        required = state == "required" or (prev is not None and prev.required)
+        found[name] = OpSpec(name, name, group, f"--{group}_ext", required)
     return tuple(sorted(found.values(), key=lambda o: o.name))
+
+
+def flag_specs(text: str, where: str, rocm: str = "") -> dict[str, BuildSpec]:
+    """Per extension of an old setup.py (ROCm branch): its sources, include dirs and flags."""
+    out: dict[str, BuildSpec] = {}
+    for name, _group, state, spec in _walk_flags(text, where, rocm):
+        if state != "excluded":
+            out[name] = spec
+    return out
+
+
+def reads_hip_at_import(setup_py: Path) -> int | None:
+    """The line where setup.py dereferences ``torch.version.hip`` unconditionally at import
+    (``int(torch.version.hip.split('.')[0])``, as current ROCm/apex does): with a torch that is not a ROCm
+    build that line raises, whatever ops are asked for. None when it does not."""
+    try:
+        tree = ast.parse(setup_py.read_text(errors="replace"))
+    except (OSError, SyntaxError):
+        return None
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.Try, ast.With)):
+            continue
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.Attribute, ast.Subscript)) and static.dotted(node.value) == "torch.version.hip":
+                return stmt.lineno
+    return None
 
 
 class ApexComponent:

@@ -16,23 +16,55 @@ value in the caller's shell would silently change the build, so the others are u
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from packaging.version import InvalidVersion, Version
 
 from porter.components import InstalledCheck, Recognised
+from porter.components import static
 from porter.errors import ConfigError
-from porter.wheels.base import BACKENDS, GiB, BuildPlan, Expectation, Machine, SourceInfo, WheelRequest, choose_jobs
+from porter.wheels.base import (BACKENDS, GiB, BuildPlan, Expectation, KernelSet, Machine, SourceInfo, WheelRequest,
+                                choose_jobs, per_job)
 
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest
     from porter.install.env import InstalledDist
+    from porter.wheels.compile import KernelContext
 
-CK_GENERATOR = "csrc/composable_kernel/example/ck_tile/01_fmha/generate.py"
+CK_DIR = "csrc/composable_kernel"
+CK_GENERATOR = f"{CK_DIR}/example/ck_tile/01_fmha/generate.py"
+FRONTEND = "flash_attn_2_cuda"
+"""The op of the extension's own TUs (csrc/flash_attn_ck and the generated API dispatchers); the
+generated CK kernel instances are one op each."""
 EXTENSION = "flash_attn_2_cuda"
 TRITON_PACKAGE = "flash_attn/flash_attn_triton_amd"
+
+# What each generator direction writes: the kinds ("families") of CK instances, which differ in cost.
+_FAMILIES: dict[str, tuple[str, ...]] = {
+    "fwd": ("fmha_fwd",), "fwd_splitkv": ("fmha_fwd_splitkv", "fmha_fwd_splitkv_combine"),
+    "fwd_appendkv": ("fmha_fwd_appendkv",), "bwd": ("fmha_bwd", "fmha_bwd_convert_dq", "fmha_bwd_dot_do_o"),
+}
+_FAMILY = re.compile(r"^(fmha_[a-z0-9_]+?)_d\d+")
+
+
+def ck_family(unit: str) -> str:
+    """The kind of a CK unit: ``fmha_fwd_splitkv_d128_...`` -> ``fmha_fwd_splitkv``; the extension's own
+    sources and the API dispatchers -> :data:`FRONTEND`."""
+    m = _FAMILY.match(unit)
+    return m.group(1) if m else FRONTEND
+
+
+def ck_families(directions: tuple[str, ...]) -> tuple[str, ...]:
+    """The unit families a CK build with these generator directions compiles (the frontend included)."""
+    fams = [f for d in directions for f in _FAMILIES.get(d, (f"fmha_{d}",))]
+    return (*dict.fromkeys(fams), FRONTEND)
+
 
 # Peak resident memory of one hipcc job on a generated CK fmha unit (several GiB; upstream budgets 9 GiB
 # per job for its CUDA build with 4 nvcc threads). The Triton backend compiles nothing.
@@ -84,7 +116,8 @@ class FlashAttnDriver:
                               "(setup.py lacks FLASH_ATTENTION_TRITON_AMD_ENABLE)",
                               hint="use --backend ck, or flash-attn 2.7.3 or newer")
         archs = tc.arch_names
-        bad = [a for a in archs if a not in info.allowed_archs]
+        # the GPU_ARCHS check is upstream's CK build's own; the Triton backend compiles nothing here
+        bad = [a for a in archs if a not in info.allowed_archs] if backend == "ck" else []
         if bad:
             raise ConfigError(f"flash-attn {info.version} does not support {', '.join(bad)} "
                               f"(its setup.py accepts GPU_ARCHS {', '.join(info.allowed_archs)})",
@@ -99,8 +132,13 @@ class FlashAttnDriver:
                                        "or build from the PyPI sdist (it ships the submodule)")
         if request.ops:
             raise ConfigError("flash-attn has no op selection; --ops applies to apex")
-        per_job = PER_JOB_CK if backend == "ck" else PER_JOB_TRITON
-        jobs = choose_jobs(per_job, machine, request.jobs)
+        if backend == "ck":
+            ck = read_ck_build((info.root / "setup.py").read_text(errors="replace"), str(info.root / "setup.py"),
+                               tc.toolkit_version)
+            per_job_bytes, source, cost_note = per_job(PER_JOB_CK, request, ck_families(ck.directions), ck_family)
+        else:
+            per_job_bytes, source, cost_note = PER_JOB_TRITON, "guess", ""
+        jobs = choose_jobs(per_job_bytes, machine, request.jobs)
         env: dict[str, str | None] = {
             "BUILD_TARGET": "rocm",
             "GPU_ARCHS": ";".join(archs),
@@ -111,7 +149,7 @@ class FlashAttnDriver:
             "FLASH_ATTN_LOCAL_VERSION": None,
             "MAX_JOBS": str(jobs),
         }
-        notes: list[str] = []
+        notes: list[str] = [cost_note] if cost_note else []
         if any(t.features for t in tc.targets):
             notes.append("flash-attn's GPU_ARCHS takes bare arch names; target features "
                          f"({', '.join(t.spec for t in tc.targets if t.features)}) are dropped")
@@ -120,14 +158,207 @@ class FlashAttnDriver:
             expect = Expectation(packages=(TRITON_PACKAGE,), prebuilt=False, archs=())
             notes.append("Triton backend: no extension is compiled; kernels are JIT-compiled by Triton at run time "
                          "and need a ROCm torch and triton on the compute node")
+            outside = [a for a in archs if a not in info.allowed_archs]
+            if outside:
+                notes.append(f"{', '.join(outside)}: outside the CK backend's GPU_ARCHS list, which does not apply "
+                             "to Triton; whether Triton supports the arch is decided at run time")
         else:
             env.update({"FLASH_ATTENTION_TRITON_AMD_ENABLE": None, "FLASH_ATTENTION_SKIP_CK_BUILD": None})
             expect = Expectation(modules=(EXTENSION,), prebuilt=True, archs=archs,
                                  empty_hint="FLASH_ATTENTION_SKIP_CUDA_BUILD or the Triton switch must have been "
                                             "set inside the build; check the tree's setup.py")
         return BuildPlan(project="flash-attn", version=info.version, regime="env", backend=backend,
-                         label=tc.local_label, pip_args=(), env=env, jobs=jobs, per_job_bytes=per_job,
+                         label=tc.local_label, pip_args=(), env=env, jobs=jobs, per_job_bytes=per_job_bytes,
+                         per_job_source=source,
                          needs_torch="rocm" if backend == "ck" else None, expect=expect, notes=tuple(notes))
+
+    # -- compile only ----------------------------------------------------------------------------
+    def kernel_ops(self, info: SourceInfo, request: WheelRequest, ctx: KernelContext) -> KernelSet:
+        """The CK backend's translation units: the tree's own generator (run in the build python, as
+        setup.py runs it) writes the fmha instances; each instance is one op, and the extension's own
+        sources plus the generated API dispatchers are the op :data:`FRONTEND`. Flags, include dirs and
+        the generator's arguments are read from setup.py (:func:`read_ck_build`). ``request.units``
+        (fnmatch patterns), ``request.sample`` (the first N of each kind) and ``request.instances`` (the
+        first N, in name order) select; the frontend is compiled unless patterns or ``instances`` narrow the
+        selection without naming it."""
+        from ops_prebuild.catalogue import OpSpec as KernelOp
+
+        if request.backend != "ck":
+            raise ConfigError("the Triton backend compiles nothing ahead of time; --compile-only applies to --backend ck",
+                              hint="drop --compile-only, or use --backend ck")
+        tc = request.toolchain
+        ck = read_ck_build((info.root / "setup.py").read_text(errors="replace"), str(info.root / "setup.py"),
+                           tc.toolkit_version)
+        fmha = f"{CK_DIR}/example/ck_tile/01_fmha"
+        ctx.copy(fmha)  # the generator and its codegen package, and fmha_*.hpp
+        gen_out = (ctx.scratch or ctx.tree) / "ck-generated"
+        gen_out.mkdir(parents=True, exist_ok=True)
+        script = ctx.seen(ctx.tree / CK_GENERATOR)
+        for direction in ck.directions:
+            ctx.run_python(["-B", script, "-d", direction, "--output_dir", ctx.seen(gen_out), "--receipt", ck.receipt,
+                            "--optdim", ck.optdim], cwd=ctx.tree, what=f"the CK fmha generator (-d {direction})")
+        generated = sorted(gen_out.glob("fmha_*.cpp"))
+        if not generated:
+            raise ConfigError(f"the CK generator of flash-attn {info.version} wrote no fmha_*.cpp",
+                              hint=f"run it by hand to see why: python {CK_GENERATOR} -d fwd --output_dir OUT")
+        api = [g for g in generated if g.stem.endswith("_api")]
+        instances = [g for g in generated if not g.stem.endswith("_api")]
+        pats = [u for spec in request.units for u in re.split(r"[,\s]+", spec) if u]
+        chosen = [g for g in instances if not pats or any(fnmatch.fnmatch(g.stem, pt) for pt in pats)]
+        if request.sample is not None:  # the first N of each kind
+            seen: dict[str, int] = {}
+            kept = []
+            for g in chosen:
+                fam = ck_family(g.stem)
+                if seen.get(fam, 0) < request.sample:
+                    seen[fam] = seen.get(fam, 0) + 1
+                    kept.append(g)
+            chosen = kept
+        if request.instances is not None:
+            if request.instances < 0:
+                raise ConfigError(f"--instances must be 0 or more, not {request.instances}")
+            chosen = chosen[:request.instances]
+        narrowed = bool(pats) or request.instances is not None
+        frontend = not narrowed or any(fnmatch.fnmatch(FRONTEND, pt) for pt in pats)
+        if not chosen and not frontend:
+            example = f", e.g. {instances[0].stem}" if instances else ""
+            raise ConfigError(f"no CK instance of flash-attn {info.version} matches {', '.join(pats) or '--instances 0'}"
+                              f" ({len(instances)} generated{example})",
+                              hint="patterns are fnmatch globs on the generated file names (fmha_fwd_d128_*); "
+                                   f"{FRONTEND} selects the extension's own sources")
+        if not ctx.dry_run:  # the compiler needs the headers; a dry run only names them
+            for inc in ck.include_dirs:
+                if inc.startswith(CK_DIR) and inc != fmha:
+                    ctx.copy(inc)
+        includes = tuple(ck.include_dirs)
+        flags = tuple(ck.flags)
+        ops: list[KernelOp] = []
+        for g in chosen:
+            rel = f"gen/{g.stem}.cu"  # setup.py renames them to .cu for hipcc; so does porter
+            ctx.put(rel, g.read_bytes())
+            ops.append(KernelOp(name=g.stem, builder="csrc/composable_kernel generate.py", build_var="",
+                                module=EXTENSION, sources=(rel,), include_paths=includes, device=True,
+                                compatible=True, cxx_args=ck.cxx, nvcc_args=flags))
+        hipify: tuple[str, ...] = ()
+        if frontend:
+            srcs: list[str] = []
+            for src in ck.sources:
+                data = (info.root / src).read_bytes()
+                srcs.append(ctx.put(str(Path(src).with_suffix(".cu")), data).relative_to(ctx.tree).as_posix())
+            for g in api:
+                srcs.append(ctx.put(f"gen/{g.stem}.cu", g.read_bytes()).relative_to(ctx.tree).as_posix())
+            # the frontend is hipified (torch's headers); CK's headers are HIP already and stay where they are
+            ck_abs = tuple(str(ctx.plan_tree / i) for i in includes)
+            ops.append(KernelOp(name=FRONTEND, builder="setup.py", build_var="", module=EXTENSION,
+                                sources=tuple(srcs), include_paths=(*ck_abs, "csrc/flash_attn_ck"), device=True,
+                                compatible=True, cxx_args=ck.cxx, nvcc_args=flags))
+            hipify = (FRONTEND,)
+        notes = [f"CK fmha instances: {len(chosen)} of {len(instances)} generated (receipt {ck.receipt}, optdim "
+                 f"{ck.optdim}, directions {', '.join(ck.directions)})"
+                 + (f", plus {FRONTEND} ({len(ck.sources)} sources + {len(api)} API dispatchers)" if frontend else "")]
+        if ck.skipped:
+            notes.append("not read from setup.py (left out): " + "; ".join(ck.skipped[:4]))
+        return KernelSet(ops=tuple(ops), hipify=hipify, total_units=len(instances) + len(api) + len(ck.sources),
+                         notes=tuple(notes))
+
+
+@dataclass(frozen=True)
+class CkBuild:
+    """What flash-attention's setup.py compiles for the CK backend, read from it for one HIP version."""
+
+    directions: tuple[str, ...]
+    """The generator's ``-d`` runs (fwd, fwd_appendkv, fwd_splitkv, bwd)."""
+    receipt: str
+    optdim: str
+    flags: tuple[str, ...]
+    """hipcc flags (its ``cc_flag`` on the ROCm branch), without ``--offload-arch`` (porter adds the profile's)."""
+    cxx: tuple[str, ...]
+    include_dirs: tuple[str, ...]
+    """Relative to the tree."""
+    sources: tuple[str, ...]
+    """The extension's own sources (csrc/flash_attn_ck/*.cpp); the generated ones come from the generator."""
+    skipped: tuple[str, ...] = ()
+
+
+# What 2.8.3's setup.py declares (its flags without the ones it gates on the HIP version), used for whatever
+# porter cannot read from a tree (and said in the plan).
+_CK_DEFAULTS = CkBuild(
+    directions=("fwd", "fwd_appendkv", "fwd_splitkv", "bwd"), receipt="2", optdim="32,64,128,256",
+    flags=("-O3", "-std=c++17", "-DCK_TILE_FMHA_FWD_FAST_EXP2=1", "-fgpu-flush-denormals-to-zero", "-DCK_ENABLE_BF16",
+           "-DCK_ENABLE_BF8", "-DCK_ENABLE_FP16", "-DCK_ENABLE_FP32", "-DCK_ENABLE_FP64", "-DCK_ENABLE_FP8",
+           "-DCK_ENABLE_INT8", "-DCK_USE_XDL", "-DUSE_PROF_API=1", "-D__HIP_PLATFORM_HCC__=1",
+           "-DCK_TILE_FLOAT_TO_BFLOAT16_DEFAULT=3"),
+    cxx=("-O3", "-std=c++17"),
+    include_dirs=(f"{CK_DIR}/include", f"{CK_DIR}/library/include", f"{CK_DIR}/example/ck_tile/01_fmha"),
+    sources=())
+
+
+def _hip_version(toolkit: str) -> Version:
+    try:
+        return Version(toolkit or "0")
+    except InvalidVersion:
+        return Version("0")
+
+
+def read_ck_build(text: str, where: str, toolkit_version: str) -> CkBuild:
+    """Run setup.py's ROCm CK branch in porter's evaluator (:mod:`porter.components.static`): IS_ROCM,
+    the CK build on, ``hip_version`` the profile's ROCm version, upstream defaults for its environment
+    knobs (``OPT_DIM``, ``CK_TILE_FLOAT_TO_BFLOAT16_DEFAULT``). Reads the generator runs, ``cc_flag``,
+    ``include_dirs`` and the extension's own sources; whatever it cannot read falls back to 2.8.3's."""
+    tree = static.parse(text, where)
+    runs: list[list[str]] = []
+    fixed = {"IS_ROCM": True, "SKIP_CUDA_BUILD": False, "SKIP_CK_BUILD": False, "USE_TRITON_ROCM": False,
+             "FORCE_BUILD": True, "BUILD_TARGET": "rocm", "this_dir": static.ROOT,
+             "hip_version": _hip_version(toolkit_version), "archs": ["porter"]}
+
+    def call(node: ast.Call, scope: static.Scope) -> Any:
+        name = static.dotted(node.func)
+        if name in ("Version", "parse", "packaging.version.Version") and len(node.args) == 1:
+            v = static.value(node.args[0], scope)
+            try:
+                return Version(v) if isinstance(v, str) else static.UNKNOWN
+            except InvalidVersion:
+                return static.UNKNOWN
+        if name.endswith(("subprocess.run", "subprocess.check_call", "subprocess.call")) and node.args:
+            argv = static.value(node.args[0], scope)
+            if isinstance(argv, list) and any(isinstance(a, str) and a.endswith("generate.py") for a in argv):
+                runs.append([a for a in argv if isinstance(a, str)])
+            return None
+        return static.UNKNOWN
+
+    def truth(node: ast.expr, scope: static.Scope) -> bool | None:
+        name = static.dotted(node)
+        if name in fixed and isinstance(fixed[name], bool):
+            return bool(fixed[name])
+        if isinstance(node, ast.Call) and static.dotted(node.func) in ("os.path.isdir", "os.path.exists"):
+            arg = static.value(node.args[0], scope) if node.args else static.UNKNOWN
+            return False if arg == ".git" else None  # porter builds copies without .git
+        return None
+
+    scope = static.Scope(names=dict(fixed), truth=truth, call=call, source=text, fixed=frozenset(fixed))
+    static.run(tree.body, scope)
+    skipped: list[str] = []
+
+    def arg_after(argv: list[str], opt: str) -> str | None:
+        return argv[argv.index(opt) + 1] if opt in argv and argv.index(opt) + 1 < len(argv) else None
+
+    directions = tuple(d for d in (arg_after(r, "-d") or arg_after(r, "--direction") for r in runs) if d)
+    receipt = next((x for x in (arg_after(r, "--receipt") or arg_after(r, "-r") for r in runs) if x), None)
+    optdim = next((x for x in (arg_after(r, "--optdim") for r in runs) if x), None)
+    cc = scope.names.get("cc_flag")
+    flags = [f for f in static.strings(cc) if not f.startswith("--offload-arch")] if isinstance(cc, list) else []
+    args = scope.names.get("extra_compile_args")
+    cxx = static.strings(args.get("cxx")) if isinstance(args, dict) else []
+    incs = static.strings(scope.names.get("include_dirs"))
+    srcs = [x for x in static.strings(scope.names.get("sources")) if x.startswith("csrc/flash_attn_ck/")]
+    d = _CK_DEFAULTS
+    for what, got in (("generator runs", directions), ("receipt", receipt), ("optdim", optdim), ("cc_flag", flags),
+                      ("cxx flags", cxx), ("include_dirs", incs), ("sources", srcs)):
+        if not got:
+            skipped.append(f"{what}: using flash-attn 2.8.3's")
+    return CkBuild(directions=directions or d.directions, receipt=receipt or d.receipt, optdim=optdim or d.optdim,
+                   flags=tuple(flags) or d.flags, cxx=tuple(cxx) or d.cxx, include_dirs=tuple(incs) or d.include_dirs,
+                   sources=tuple(srcs) or d.sources, skipped=tuple(skipped))
 
 
 def allowed_archs(setup_text: str, version: str) -> tuple[str, ...]:

@@ -9,13 +9,18 @@ what the toolchain profile asks for, and what a correct wheel must contain. It n
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from porter.resources import available_memory, cpu_count, default_jobs
 from porter.toolchain.profile import Toolchain
+from porter.wheels.costs import MeasuredCosts
+
+if TYPE_CHECKING:
+    from ops_prebuild.catalogue import OpSpec as KernelOp
+    from porter.wheels.compile import KernelContext
 
 GiB = 1 << 30
 Backend = Literal["ck", "triton"]
@@ -97,6 +102,16 @@ class WheelRequest:
     (:mod:`porter.patching`)."""
     sources: Mapping[str, str] = field(default_factory=dict)
     """Provenance gathered before planning (sdist sha256, git commit), copied into the manifest."""
+    measured: MeasuredCosts | None = None
+    """Compile costs a ``--compile-only`` run measured for this project and compiler line
+    (:mod:`porter.wheels.costs`); when set, MAX_JOBS is sized from them instead of the driver's guess."""
+    instances: int | None = None
+    """``--compile-only`` of flash-attn: compile only the first N generated CK instances (after ``units``)."""
+    sample: int | None = None
+    """``--compile-only`` of flash-attn: the first N instances of each kind (fwd, fwd_splitkv, bwd, ...), to
+    measure what every kind costs."""
+    units: tuple[str, ...] = ()
+    """``--compile-only``: fnmatch patterns on unit names (CK instance file stems, op names); empty = all."""
 
 
 @dataclass(frozen=True)
@@ -140,16 +155,21 @@ class BuildPlan:
     expect: Expectation
     ops: tuple[OpSpec, ...] = ()
     notes: tuple[str, ...] = ()
+    needs_torch_why: str = ""
+    """Why the build needs that torch, when it is not the obvious (linking a ROCm extension)."""
+    per_job_source: str = "guess"
+    """``guess`` (the driver's table), ``measured`` or ``partly measured`` (:attr:`WheelRequest.measured`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "project": self.project, "version": self.version, "regime": self.regime, "backend": self.backend,
             "label": self.label, "pip_args": list(self.pip_args), "env": dict(self.env), "jobs": self.jobs,
-            "per_job_bytes": self.per_job_bytes, "needs_torch": self.needs_torch,
+            "per_job_bytes": self.per_job_bytes, "per_job_source": self.per_job_source,
+            "needs_torch": self.needs_torch, "needs_torch_why": self.needs_torch_why or None,
             "ops": [op.name for op in self.ops],
             "expect": {"modules": list(self.expect.modules), "optional": list(self.expect.optional),
                        "prebuilt": self.expect.prebuilt, "packages": list(self.expect.packages),
-                       "archs": list(self.expect.archs)},
+                       "archs": list(self.expect.archs), "host_only": list(self.expect.host_only)},
             "notes": list(self.notes),
         }
 
@@ -171,6 +191,40 @@ class WheelDriver(Protocol):
     def plan(self, info: SourceInfo, request: WheelRequest, machine: Machine) -> BuildPlan:
         """Args and env from the profile; raise ConfigError for anything the tree cannot build."""
         ...
+
+    def kernel_ops(self, info: SourceInfo, request: WheelRequest, ctx: KernelContext) -> KernelSet:
+        """``--compile-only``: the translation units of what :meth:`plan` would build, as the ops of
+        porter's own planner, with sources relative to ``ctx.tree`` (a work copy the driver may add
+        generated files to, through ``ctx``). No setup.py runs."""
+        ...
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """What a driver hands the compile-only flow: porter planner ops and what to do before planning."""
+
+    ops: tuple[KernelOp, ...]
+    hipify: tuple[str, ...] = ()
+    """Ops whose sources are CUDA and go through torch's hipify first (a copy; the tree is untouched)."""
+    total_units: int = 0
+    """Units the whole build has (the selection is ``ops``); 0 = the same."""
+    notes: tuple[str, ...] = ()
+    unplanned: tuple[tuple[str, str], ...] = ()
+    """(op, why) of selected ops porter could not plan: reported as failed, the others still compile."""
+
+
+def per_job(guess: int, request: WheelRequest, families: Sequence[str] | None = None,
+            family_of: Callable[[str], str] | None = None) -> tuple[int, str, str]:
+    """Memory per compile job: measured costs when the request carries them, else ``guess``.
+    With ``families`` (the kinds of units the build has) and ``family_of`` (unit name -> family), a
+    family nothing was measured of keeps the guess (:meth:`MeasuredCosts.for_families`).
+    Returns (bytes, ``guess`` | ``measured`` | ``partly measured``, a plan note)."""
+    m = request.measured
+    if m is None:
+        return guess, "guess", ""
+    if families is not None and family_of is not None:
+        return m.for_families(families, family_of, guess)
+    return m.per_job_bytes(), "measured", f"per-job memory from measured compile costs: {m.describe()}"
 
 
 def choose_jobs(per_job_bytes: int, machine: Machine, requested: int | None = None) -> int:

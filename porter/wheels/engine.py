@@ -30,6 +30,7 @@ from porter.log import Logger, quiet_logger
 from porter.run import RecordingRunner, Runner, env_changes
 from porter.toolchain.profile import toolchain_env
 from porter.torch_facts import TorchInfo, probe_torch, refusal
+from porter.wheels import costs
 from porter.wheels.base import BuildPlan, Machine, SourceInfo, WheelDriver, WheelRequest
 from porter.wheels.verify import relabel, verify_wheel
 
@@ -67,7 +68,7 @@ class WheelResult:
         lines += [f"# {n}" for n in p.notes]
         if self.torch:
             lines.append(f"# build torch: {self.torch.version} ({self.torch.kind})")
-        lines.append(f"# MAX_JOBS={p.jobs}: {p.per_job_bytes / (1 << 30):.0f} GiB per job")
+        lines.append(f"# MAX_JOBS={p.jobs}: {p.per_job_bytes / (1 << 30):.2g} GiB per job ({p.per_job_source})")
         sets = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()) if v is not None)
         unsets = " ".join(f"-u {k}" for k, v in sorted(self.env.items()) if v is None)
         lines.append("env " + " ".join(x for x in (unsets, sets) if x) + " \\\n    " + shlex.join(self.argv))
@@ -222,6 +223,8 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
             root, provenance = resolve_source(source, driver, work, runner)
             info = detect(driver, root, others or {})
         request = replace(request, source=root, sources={**provenance, **request.sources})
+        if request.measured is None:  # what a --compile-only run measured sizes MAX_JOBS (porter.wheels.costs)
+            request = replace(request, measured=costs.load(driver.name, tc))
         plan = driver.plan(info, request, machine)
         refused: PorterError | None = None
         torch: TorchInfo | None
@@ -229,7 +232,8 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
             torch = torch_info or probe_torch(python, replace(runner, echo=False), executor=py_ex)
             refused = refusal(plan.needs_torch, torch, python,
                               what=f"{plan.project} {plan.version} ({plan.backend or plan.regime} build for "
-                                   f"+{plan.label})")
+                                   f"+{plan.label}" + (f"; {plan.needs_torch_why}" if plan.needs_torch_why else "")
+                                   + ")")
             if refused is not None and not dry_run:
                 raise refused
         else:

@@ -150,3 +150,37 @@ def test_real_flash_attn_sdist_ck_refuses_cpu_torch_and_dry_run_shows_plan(flash
         assert piece in r.stdout
     r = porter("wheel", "flash-attn", "--source", str(flash_attn_sdist), "-t", "debian-rocm", "--dry-run")
     assert r.returncode == 2 and "does not support gfx908" in r.stderr
+
+
+# -- what verify requires, per regime and ops (issue 12: APEX/FA verification truth) ----------------
+
+def test_apex_host_only_op_in_a_rocm_wheel_is_not_refused_for_lacking_gfx_code(tmp_path: Path) -> None:
+    """apex_C is host code: a ROCm-labelled wheel holding only it verifies (no code objects are expected)."""
+    house = tmp_path / "house"
+    r = porter("wheel", "apex", "--source", str(APEX_ENV), "--toolchain", "frontier", "--ops", "cpp",
+               "--no-torch-check", "-o", str(house))
+    assert r.returncode == 0, r.stderr
+    whl = only_wheel(house)
+    assert whl.name.startswith(f"apex-1.14.0a0+{load_toolchain('frontier').local_label}-{CP}-")
+    (ext,) = read_manifest(manifest_path(whl))["extensions"]
+    assert ext["module"] == "apex.apex_C" and ext.get("host_only") is True and "archs" not in ext
+
+
+def test_apex_cpu_dry_run_says_upstreams_setup_py_must_fail(tmp_path: Path) -> None:
+    """A tree whose setup.py reads torch.version.hip at import (as ROCm/apex does) fails there with a CPU
+    torch even for its host-only ops: the dry run says so, the real run refuses before pip runs."""
+    tree = FIXTURES / "apex-rocm"
+    r = porter("wheel", "apex", "--source", str(tree), "-t", "cpu", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("# a real run here would be refused: apex 1.16.0a0")
+    assert "reads torch.version.hip at import (setup.py line 17)" in last
+    r = porter("wheel", "apex", "--source", str(tree), "-t", "cpu", "-o", str(tmp_path / "house"))
+    assert r.returncode == 2 and "torch.version.hip at import" in r.stderr and "pip wheel" not in r.stderr
+
+
+def test_real_flash_attn_triton_is_not_refused_for_archs_only_ck_restricts(flash_attn_sdist: Path) -> None:
+    r = porter("wheel", "flash-attn", "--source", str(flash_attn_sdist), "-t", "debian-rocm", "--backend", "triton",
+               "--dry-run")
+    assert r.returncode == 0, r.stderr  # gfx908 is outside the CK list only
+    assert "GPU_ARCHS=" in r.stdout and "gfx908: outside the CK backend's GPU_ARCHS list" in r.stdout

@@ -1,0 +1,304 @@
+"""``porter wheel apex|flash-attn --compile-only``: every translation unit compiled for every arch, no setup.py.
+
+    resolve source -> detect -> plan (selection, MAX_JOBS) -> work copy -> driver's kernel ops (FA: the
+    tree's own CK generator) -> hipify (CUDA sources) -> torch HIP view -> one ninja graph (porter's
+    planner, compile only) -> per op x arch report -> measured costs recorded
+
+The driver knows the project (which sources, flags and include dirs the tree's own build declares);
+this flow is the same for every driver and reuses the planner of ``porter ops build --compile-only``
+(:func:`ops_prebuild.plan.make_plan`, :func:`ops_prebuild.build.run_ninja`,
+:func:`ops_prebuild.build.compile_report`), so the report has the same shape: per op, status, per-arch
+verdict, and per TU its time, peak memory and the code objects in its object file. Nothing is linked.
+Each TU's time and peak memory are merged into the project's measured-costs file
+(:mod:`porter.wheels.costs`), which later plans of the same project read to size MAX_JOBS.
+
+The work copy lives where the toolchain's programs see it (under the chroot's work root for a chroot
+profile), keyed to the source and the toolchain, so a second run compiles only what changed.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from porter import torch_hip_view as hip_view
+from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError
+from porter.executor import Executor, build_python
+from porter.fs import atomic_write_text, cache_dir
+from porter.log import Logger, quiet_logger
+from porter.run import Result, Runner, make_env
+from porter.toolchain.check import require_toolchain
+from porter.toolchain.profile import Toolchain, toolchain_env
+from porter.torch_facts import TorchInfo, probe_torch
+from porter.wheels import costs as costs_mod
+from porter.wheels.base import BuildPlan, Machine, WheelDriver, WheelRequest
+from porter.wheels.engine import detect, resolve_source
+from ops_prebuild.build import OpResult, compile_report, run_ninja
+from ops_prebuild.catalogue import Catalogue
+from ops_prebuild.hipify_step import hipify_sources
+from ops_prebuild.plan import Plan, make_plan
+from ops_prebuild.source import Source
+
+_IGNORE = (".git", "__pycache__", "*.egg-info", ".eggs")
+
+
+@dataclass
+class KernelContext:
+    """What a driver's ``kernel_ops`` may use: the tree it reads and the work copy it fills."""
+
+    source: Path
+    """The recognised upstream tree (never written)."""
+    tree: Path
+    """The work copy (host path) the ops' relative sources point into; filled by :meth:`copy` / :meth:`put`."""
+    plan_tree: Path
+    """Where the plan's commands find the work copy (the same folder, but in a dry run, where a real run
+    puts it): for an absolute include path."""
+    toolchain: Toolchain
+    python: str
+    """The build python as ``py_ex`` sees it."""
+    py_ex: Executor
+    runner: Runner
+    log: Logger
+    dry_run: bool = False
+    scratch: Path | None = None
+    """A folder the build python sees, for throw-away output (generated sources before they are synced)."""
+
+    def copy(self, rel: str) -> Path:
+        """Copy ``rel`` (a file or folder of the source) into the work copy; files that did not change keep
+        their time stamps, so ninja compiles only what changed."""
+        src = self.source / rel
+        dest = self.tree / rel
+        if not src.exists():
+            raise ConfigError(f"{src} does not exist", hint="is the source tree complete?")
+        if src.is_dir():
+            for dirpath, dirnames, filenames in os.walk(src):
+                dirnames[:] = [d for d in dirnames if not _ignored(d)]
+                base = Path(dirpath)
+                for name in filenames:
+                    if not _ignored(name):
+                        _sync_file(base / name, dest / base.relative_to(src) / name)
+        else:
+            _sync_file(src, dest)
+        return dest
+
+    def put(self, rel: str, data: bytes) -> Path:
+        """Write ``data`` at ``rel`` in the work copy unless the file already holds exactly that."""
+        dest = self.tree / rel
+        if dest.is_file() and dest.stat().st_size == len(data) and dest.read_bytes() == data:
+            return dest
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, dest)
+        return dest
+
+    def seen(self, path: Path) -> str:
+        """A host path as the build python sees it."""
+        return self.py_ex.inside(path) if self.py_ex.kind != "host" else str(path)
+
+    def run_python(self, args: Sequence[str], *, cwd: Path, what: str, timeout: float = 1800) -> Result:
+        """Run the build python with ``args`` (paths already as it sees them), for real even in a dry run:
+        drivers only run tree-provided generators into :attr:`scratch`."""
+        argv = self.py_ex.argv(self.python, *args)
+        return self.runner.run(argv, env=make_env(), cwd=cwd if self.py_ex.kind == "host" else None, timeout=timeout,
+                               hint=f"{what} failed in the build python; the output above is the tree's own")
+
+
+def _ignored(name: str) -> bool:
+    import fnmatch
+
+    return any(fnmatch.fnmatch(name, pat) for pat in _IGNORE)
+
+
+def _sync_file(src: Path, dest: Path) -> None:
+    if dest.is_file():
+        s, d = src.stat(), dest.stat()
+        if s.st_size == d.st_size and int(s.st_mtime) == int(d.st_mtime):
+            return
+        if s.st_size == d.st_size and filecmp.cmp(src, dest, shallow=False):
+            return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dest)
+
+
+@dataclass
+class CompileOnlyResult:
+    project: str
+    version: str
+    toolchain: str
+    plan: Plan
+    wheel_plan: BuildPlan
+    ops: list[OpResult] = field(default_factory=list)
+    compiled: list[dict[str, Any]] = field(default_factory=list)
+    jobs: int = 0
+    seconds: float = 0.0
+    hip_view: str = ""
+    dry_run: bool = False
+    refusal: PorterError | None = None
+    selected_units: int = 0
+    total_units: int = 0
+    costs: str = ""
+    """The measured-costs file this run added to (empty: nothing measured)."""
+    measured: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[OpResult]:
+        return [o for o in self.ops if o.status == "failed"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"project": self.project, "version": self.version, "toolchain": self.toolchain,
+                "dry_run": self.dry_run, "jobs": self.jobs, "seconds": round(self.seconds, 2),
+                "per_job_bytes": self.wheel_plan.per_job_bytes, "per_job_source": self.wheel_plan.per_job_source,
+                "units": {"selected": self.selected_units, "total": self.total_units},
+                "ops": [o.__dict__ for o in self.ops], "plan": self.plan.to_dict(), "notes": self.notes,
+                "refusal": self.refusal.message if self.refusal else None,
+                "compile_only": True, "linked": False,
+                "note": "compiled, not linked: no ROCm torch to link against here" if self.hip_view
+                        else "compiled, not linked",
+                "hip_view": self.hip_view or None, "compiled": self.compiled,
+                "costs": self.costs or None, "measured": self.measured}
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, runner: Runner,
+                 log: Logger | None = None, dry_run: bool = False, machine: Machine | None = None,
+                 others: Mapping[str, WheelDriver] | None = None, torch_info: TorchInfo | None = None,
+                 costs_root: Path | None = None) -> CompileOnlyResult:
+    """The whole compile-only flow (module docstring). A dry run plans everything (the CK generator and
+    hipify run into temp folders, as they decide the TUs) and compiles nothing.
+
+    ``costs_root``: where measured costs are read and merged (default: porter's cache).
+    """
+    log = log or quiet_logger()
+    tc = request.toolchain
+    if tc.kind != "rocm":
+        raise ConfigError(f"--compile-only compiles GPU code for every arch of a rocm profile; toolchain {tc.name} "
+                          f"is a {tc.kind} profile",
+                          hint="pick a rocm profile (-t debian-rocm7, -t mi300x, ...), or drop --compile-only")
+    ex = tc.executor
+    py_ex, python = build_python(ex, tc.python, request.python)
+    machine = machine or Machine.current()
+    start = time.monotonic()
+    if not dry_run:
+        ex.preflight()
+        with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
+            require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log)
+    work_root = ex.work_dir(cache_dir())
+    with ExitStack() as stack:
+        tmp_parent = work_root / "tmp" if ex.kind != "host" else None
+        if tmp_parent is not None:
+            if dry_run and not tmp_parent.is_dir():
+                tmp_parent = None if not work_root.is_dir() else tmp_parent
+            if tmp_parent is not None:
+                tmp_parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="porter-compile-", dir=tmp_parent)))
+        with log.step(f"reading {driver.title} source {source}"):
+            root, provenance = resolve_source(source, driver, tmp, runner)
+            info = detect(driver, root, others or {})
+        if request.measured is None:
+            request = replace(request, measured=costs_mod.load(driver.name, tc, costs_root))
+        wplan = driver.plan(info, request, machine)
+        quiet = replace(runner, echo=log.verbose)
+        torch = torch_info or probe_torch(python, quiet, executor=py_ex)
+        origin = provenance.get("sdist_sha256") or str(root)
+        base = work_root / "wheels" / f"{driver.name}-{info.version}-{tc.name}-" \
+            f"{_key(origin, tc.to_dict(), torch.version, torch.python_tag)}"
+        tree = base / "src"
+        build_dir = base / "build"
+        scratch = tmp / "scratch"
+        scratch.mkdir(parents=True, exist_ok=True)
+        ctx = KernelContext(source=root, tree=tmp / "tree" if dry_run else tree, plan_tree=tree, toolchain=tc,
+                            python=python, py_ex=py_ex, runner=quiet, log=log, dry_run=dry_run, scratch=scratch)
+        with log.step(f"reading the translation units of {wplan.project} {wplan.version} from the tree"):
+            kset = driver.kernel_ops(info, request, ctx)
+        if not kset.ops:
+            if kset.unplanned:
+                raise ConfigError(f"{info.project} {info.version}: no selected op can be planned: "
+                                  + "; ".join(why for _, why in kset.unplanned),
+                                  hint="name the ops' sources in a patch set, or pick other ops with --ops")
+            raise NothingToDo(f"nothing to compile: no translation unit of {info.project} {info.version} is selected",
+                              hint="widen --units / --instances, or drop them")
+        for name, why in kset.unplanned:
+            log.warn(f"{name}: not planned: {why}")
+        hipify_ops = [o for o in kset.ops if o.name in kset.hipify]
+        hip_map: dict[str, dict[str, str]] = {}
+        if hipify_ops:
+            with log.step(f"hipifying {len(hipify_ops)} op(s)' CUDA sources (a copy; the tree is untouched)"):
+                hip_map = hipify_sources(ctx.tree, hipify_ops, build_dir / "hip", python=python, runner=quiet,
+                                         executor=py_ex, dry_run=dry_run)
+        view: tuple[Path, ...] = ()
+        if hipify_ops and hip_view.needed(torch):  # only hipified sources include torch's CUDA headers
+            with log.step(f"a HIP view of torch {torch.version}'s headers (compile checks only)"):
+                view = (hip_view.make_view(torch, work_root, python=python, runner=quiet, executor=py_ex,
+                                           dry_run=dry_run),)
+        cat = Catalogue(source=Source(info.project, info.version, tree, source), torch=torch, accelerator="cuda",
+                        ops=kset.ops)
+        plan = make_plan(cat, tc, list(kset.ops), build_dir, sources=hip_map, stage=not dry_run,
+                         compile_only=True, extra_includes=view)
+        plan.notes += [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned)]
+        if view:
+            plan.notes.append(f"torch {torch.version} is a {torch.kind} build: its headers are seen through a generated "
+                              f"HIP view ({view[0]}); objects are compiled, never linked")
+        units = sum(len(o.sources) for o in kset.ops)
+        result = CompileOnlyResult(info.project, info.version, tc.name, plan, wplan, jobs=wplan.jobs, dry_run=dry_run,
+                                   hip_view=str(view[0]) if view else "", selected_units=units,
+                                   total_units=kset.total_units or units, notes=list(plan.notes))
+        if dry_run:
+            try:
+                ex.preflight()
+            except PorterError as exc:
+                result.refusal = exc
+                plan.notes.append(f"a real run here would be refused: {exc.message}")
+            result.notes = list(plan.notes)
+            result.seconds = time.monotonic() - start
+            return result
+    from filelock import FileLock
+
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(build_dir) + ".lock"):  # two runs of the same target take turns
+        atomic_write_text(build_dir / "build.ninja", plan.ninja())
+        result.ops = run_ninja(plan, wplan.jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env))
+        result.compiled = compile_report(plan, result.ops, tc)
+        for name, why in kset.unplanned:  # per-op isolation from the first step: reported, not fatal
+            result.ops.append(OpResult(name, "failed", error=why))
+            result.compiled.append({"name": name, "status": "failed", "error": why, "log": "", "tus": [],
+                                    "archs": {a: "failed" for a in tc.arch_names}, "seconds": 0.0})
+    measured = [(tu_name(rec["name"], tu["source"], len(rec["tus"])), float(tu["seconds"]),
+                 int(tu["peak_rss_mib"] * 1024))
+                for rec in result.compiled for tu in rec["tus"]
+                if tu.get("returncode") == 0 and "peak_rss_mib" in tu and rec["status"] != "failed"]
+    path = costs_mod.record(driver.name, tc, measured, costs_root)
+    if path is not None:
+        result.costs = str(path)
+        after = costs_mod.load(driver.name, tc, costs_root)
+        result.measured = after.to_dict() if after else None
+        if after is not None:
+            log.info(f"measured compile costs: {after.describe()}")
+    result.seconds = time.monotonic() - start
+    if result.ops and len(result.failed) == len(result.ops):
+        first = result.failed[0]
+        raise CheckFailed(f"nothing compiled ({len(result.failed)} op(s) failed); first error: {first.error}",
+                          hint=f"read the logs, e.g. {first.log}")
+    return result
+
+
+def tu_name(op: str, source: str, tus: int) -> str:
+    """A unit's name in the costs file: the op, and the source's file name when the op has several TUs."""
+    return op if tus == 1 else f"{op}/{Path(source).name}"
+
+
+__all__ = ["CompileOnlyResult", "KernelContext", "compile_only"]
