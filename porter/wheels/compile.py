@@ -210,7 +210,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
             root, provenance = resolve_source(source, driver, tmp, runner)
             info = detect(driver, root, others or {})
         if request.measured is None:
-            request = replace(request, measured=costs_mod.load(driver.name, tc, costs_root))
+            request = replace(request, measured=costs_mod.load(driver.name, info.version, tc, costs_root))
         wplan = driver.plan(info, request, machine)
         quiet = replace(runner, echo=log.verbose)
         torch = torch_info or probe_torch(python, quiet, executor=py_ex)
@@ -281,10 +281,10 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                  int(tu["peak_rss_mib"] * 1024))
                 for rec in result.compiled for tu in rec["tus"]
                 if tu.get("returncode") == 0 and "peak_rss_mib" in tu and rec["status"] != "failed"]
-    path = costs_mod.record(driver.name, tc, measured, costs_root)
+    path = costs_mod.record(driver.name, info.version, tc, measured, costs_root)
     if path is not None:
         result.costs = str(path)
-        after = costs_mod.load(driver.name, tc, costs_root)
+        after = costs_mod.load(driver.name, info.version, tc, costs_root)
         result.measured = after.to_dict() if after else None
         if after is not None:
             log.info(f"measured compile costs: {after.describe()}")

@@ -1,10 +1,11 @@
 """Measured compile costs: what ``--compile-only`` saw per translation unit, read back by later plans.
 
 A compile-only run records, for every TU it compiled, its wall time and the peak resident memory of
-the compiler (``ops_prebuild.measure``). Those numbers are merged into one file per project and
-compiler line (``<cache>/costs/<project>-<kind><toolkit_version>.json``), unit by unit, so that
-a second run over other instances adds to what the first measured. A later plan of the same project
-reads it and sizes MAX_JOBS from the largest peak measured instead of a guess
+the compiler (``ops_prebuild.measure``). Those numbers are merged into one file per project, upstream
+version and compiler line (``<cache>/costs/<project>-<version>-<kind><toolkit_version>.json``), unit by
+unit, so that a second run over other instances adds to what the first measured. A later plan of the
+same project reads it (another version or ROCm line of the same project when that is all there is, said
+so) and sizes MAX_JOBS from the largest peak measured instead of a guess
 (:meth:`MeasuredCosts.per_job_bytes`); the plan says so, and how many units the number rests on.
 """
 
@@ -48,9 +49,10 @@ def compiler_line(tc: Toolchain) -> str:
     return f"{tc.kind}{tc.toolkit_version}" if tc.toolkit_version else tc.kind
 
 
-def costs_path(project: str, tc: Toolchain, root: Path | None = None) -> Path:
-    """Where a project's measured costs for this compiler line live (``root``: porter's cache)."""
-    return (root if root is not None else cache_dir()) / "costs" / f"{project}-{compiler_line(tc)}.json"
+def costs_path(project: str, version: str, tc: Toolchain, root: Path | None = None) -> Path:
+    """Where the measured costs of one upstream version with this compiler line live (``root``: porter's
+    cache)."""
+    return (root if root is not None else cache_dir()) / "costs" / f"{project}-{version}-{compiler_line(tc)}.json"
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class MeasuredCosts:
     """What the costs file says, summarised for planning."""
 
     project: str
+    version: str
+    """Upstream version the units belong to."""
     line: str
     """Compiler line the units were measured with (``rocm7.2``)."""
     units: int
@@ -68,7 +72,7 @@ class MeasuredCosts:
     max_seconds: float
     path: str = ""
     exact: bool = True
-    """False when the costs come from another version of the same compiler kind than the profile's."""
+    """False when the costs come from another upstream version or ROCm line than the plan's."""
     unit_peaks: Mapping[str, int] = field(default_factory=dict)
     """Peak resident bytes per unit measured."""
 
@@ -103,66 +107,73 @@ class MeasuredCosts:
             f"run with --sample 1 measures every family ({self.path})")
 
     def describe(self) -> str:
-        src = f"measured with {self.line}" + ("" if self.exact else " (another version than this profile's)")
+        src = f"of {self.project} {self.version} measured with {self.line}" + \
+            ("" if self.exact else " (not this plan's version or ROCm line: the nearest measured)")
         return (f"peak {self.peak_rss_bytes / MiB:.0f} MiB over {self.units} TU(s) {src}, "
                 f"+{round((MARGIN - 1) * 100)}% headroom; median {self.median_seconds:.1f} s, "
                 f"max {self.max_seconds:.1f} s per TU ({self.path})")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"project": self.project, "line": self.line, "units": self.units,
+        return {"project": self.project, "version": self.version, "line": self.line, "units": self.units,
                 "peak_rss_mib": round(self.peak_rss_bytes / MiB, 1), "median_seconds": self.median_seconds,
                 "max_seconds": self.max_seconds, "per_job_bytes": self.per_job_bytes(), "path": self.path,
                 "exact": self.exact}
 
 
-def _read(path: Path) -> dict[str, UnitCost]:
+def _read(path: Path) -> tuple[dict[str, Any], dict[str, UnitCost]]:
+    """The file's header (project, version, line) and its units; empty when it is not a costs file."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}
+        return {}, {}
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("units"), dict):
-        return {}
+        return {}, {}
     out: dict[str, UnitCost] = {}
     for k, v in doc["units"].items():
         if isinstance(v, dict) and isinstance(v.get("peak_rss_kib"), int) and v["peak_rss_kib"] > 0:
             out[str(k)] = {"seconds": float(v.get("seconds") or 0.0), "peak_rss_kib": int(v["peak_rss_kib"]),
                            "archs": [str(a) for a in v.get("archs") or []], "toolchain": str(v.get("toolchain", "")),
                            "measured_at": str(v.get("measured_at", ""))}
-    return out
+    head = {k: str(doc.get(k, "")) for k in ("project", "version", "line")}
+    return head, out
 
 
-def summarise(project: str, line: str, units: Mapping[str, UnitCost], path: str = "",
+def summarise(project: str, version: str, line: str, units: Mapping[str, UnitCost], path: str = "",
               exact: bool = True) -> MeasuredCosts | None:
     if not units:
         return None
     secs = [float(u["seconds"]) for u in units.values()]
-    return MeasuredCosts(project=project, line=line, units=len(units),
+    return MeasuredCosts(project=project, version=version, line=line, units=len(units),
                          peak_rss_bytes=max(int(u["peak_rss_kib"]) for u in units.values()) * 1024,
                          median_seconds=round(statistics.median(secs), 2), max_seconds=round(max(secs), 2),
                          path=path, exact=exact,
                          unit_peaks={k: int(u["peak_rss_kib"]) * 1024 for k, u in units.items()})
 
 
-def load(project: str, tc: Toolchain, root: Path | None = None) -> MeasuredCosts | None:
-    """The measured costs for this project and the profile's compiler line; else those of the newest
-    file of the same compiler kind (marked not exact); else None (the plan keeps its guess)."""
-    exact = costs_path(project, tc, root)
-    units = _read(exact)
+def load(project: str, version: str, tc: Toolchain, root: Path | None = None) -> MeasuredCosts | None:
+    """The measured costs of this upstream version with the profile's compiler line; else the nearest
+    measured of the same project and compiler kind (same ROCm line before same version, then the newest
+    file), marked not exact; else None (the plan keeps its guess)."""
+    exact = costs_path(project, version, tc, root)
+    _head, units = _read(exact)
     if units:
-        return summarise(project, compiler_line(tc), units, str(exact))
+        return summarise(project, version, compiler_line(tc), units, str(exact))
     folder = exact.parent
     if not folder.is_dir():
         return None
-    others = sorted((p for p in folder.glob(f"{project}-{tc.kind}*.json") if p != exact),
-                    key=lambda p: p.stat().st_mtime, reverse=True)
-    for p in others:
-        units = _read(p)
-        if units:
-            return summarise(project, p.stem[len(project) + 1:], units, str(p), exact=False)
-    return None
+    line = compiler_line(tc)
+    found = []
+    for p in folder.glob(f"{project}-*.json"):
+        head, got = _read(p)
+        if got and head["project"] == project and head["line"].startswith(tc.kind):
+            found.append((head["line"] == line, head["version"] == version, p.stat().st_mtime, p, head, got))
+    if not found:
+        return None
+    _, _, _, p, head, got = max(found, key=lambda f: f[:3])
+    return summarise(project, head["version"], head["line"], got, str(p), exact=False)
 
 
-def record(project: str, tc: Toolchain, measured: Iterable[tuple[str, float, int]],
+def record(project: str, version: str, tc: Toolchain, measured: Iterable[tuple[str, float, int]],
            root: Path | None = None) -> Path | None:
     """Merge ``(unit, seconds, peak_rss_kib)`` into the costs file (a unit measured again replaces its
     entry); returns the file, or None when nothing was measured. Written atomically under a lock."""
@@ -171,14 +182,14 @@ def record(project: str, tc: Toolchain, measured: Iterable[tuple[str, float, int
         return None
     from filelock import FileLock
 
-    path = costs_path(project, tc, root)
+    path = costs_path(project, version, tc, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with FileLock(str(path) + ".lock"):
-        units = _read(path)
+        _head, units = _read(path)
         for name, seconds, kib in rows:
             units[name] = {"seconds": round(seconds, 3), "peak_rss_kib": kib, "archs": list(tc.arch_names),
                            "toolchain": tc.name, "measured_at": now}
-        atomic_write_json(path, {"schema": SCHEMA, "project": project, "line": compiler_line(tc),
+        atomic_write_json(path, {"schema": SCHEMA, "project": project, "version": version, "line": compiler_line(tc),
                                  "units": dict(sorted(units.items()))})
     return path

@@ -224,7 +224,7 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
             info = detect(driver, root, others or {})
         request = replace(request, source=root, sources={**provenance, **request.sources})
         if request.measured is None:  # what a --compile-only run measured sizes MAX_JOBS (porter.wheels.costs)
-            request = replace(request, measured=costs.load(driver.name, tc))
+            request = replace(request, measured=costs.load(driver.name, info.version, tc))
         plan = driver.plan(info, request, machine)
         refused: PorterError | None = None
         torch: TorchInfo | None

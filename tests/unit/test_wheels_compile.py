@@ -368,23 +368,28 @@ def test_an_op_porter_cannot_read_is_reported_and_the_others_still_planned(tmp_p
 
 def test_costs_are_merged_per_unit_and_summarised(tmp_path: Path) -> None:
     tc = load_toolchain("debian-rocm7")
-    assert costs.load("flash-attn", tc, tmp_path) is None
-    path = costs.record("flash-attn", tc, [("u1", 10.0, 500 * 1024), ("u2", 30.0, 900 * 1024)], tmp_path)
-    assert path == tmp_path / "costs" / "flash-attn-rocm7.2.json"
-    costs.record("flash-attn", tc, [("u1", 12.0, 1000 * 1024), ("skipped", 1.0, 0)], tmp_path)
-    m = costs.load("flash-attn", tc, tmp_path)
-    assert m is not None and m.units == 2 and m.peak_rss_bytes == 1000 * MiB and m.max_seconds == 30.0
+    assert costs.load("flash-attn", "2.8.3", tc, tmp_path) is None
+    rows = [("u1", 10.0, 500 * 1024), ("u2", 30.0, 900 * 1024)]
+    path = costs.record("flash-attn", "2.8.3", tc, rows, tmp_path)
+    assert path == tmp_path / "costs" / "flash-attn-2.8.3-rocm7.2.json"
+    costs.record("flash-attn", "2.8.3", tc, [("u1", 12.0, 1000 * 1024), ("skipped", 1.0, 0)], tmp_path)
+    m = costs.load("flash-attn", "2.8.3", tc, tmp_path)
+    assert m is not None and m.exact and m.units == 2 and m.peak_rss_bytes == 1000 * MiB and m.max_seconds == 30.0
     assert m.per_job_bytes() == 1280 * MiB  # 1000 MiB + 25 %, rounded up to 256 MiB
-    # another ROCm line: the newest file of the same kind, marked not exact
-    other = costs.load("flash-attn", load_toolchain("frontier"), tmp_path)
-    assert other is not None and not other.exact and other.line == "rocm7.2"
-    assert costs.load("apex", tc, tmp_path) is None
+    # nothing for this version and ROCm line: the nearest measured, marked not exact
+    other = costs.load("flash-attn", "2.8.3", load_toolchain("frontier"), tmp_path)
+    assert other is not None and not other.exact and (other.version, other.line) == ("2.8.3", "rocm7.2")
+    costs.record("flash-attn", "2.7.4", tc, [("u9", 5.0, 100 * 1024)], tmp_path)
+    near = costs.load("flash-attn", "2.8.4", tc, tmp_path)  # same ROCm line first, then the newest
+    assert near is not None and near.version == "2.7.4" and not near.exact
+    assert costs.load("apex", "1.0", tc, tmp_path) is None and costs.load("flash-attn", "2.8.3", load_toolchain("cpu"),
+                                                                           tmp_path) is None
 
 
 def test_apex_plan_sizes_max_jobs_from_measured_costs(tmp_path: Path) -> None:
     tc = load_toolchain("mi300x")
-    costs.record("apex", tc, [("amp_C/x.hip", 60.0, 1400 * 1024)], tmp_path)
-    measured = costs.load("apex", tc, tmp_path)
+    costs.record("apex", "1.16.0a0", tc, [("amp_C/x.hip", 60.0, 1400 * 1024)], tmp_path)
+    measured = costs.load("apex", "1.16.0a0", tc, tmp_path)
     d = get_driver("apex")
     req = WheelRequest(source=APEX_ROCM, toolchain=tc, output=Path("/x"), measured=measured)
     p = d.plan(detect(d, APEX_ROCM, DRIVERS), req, Machine(cores=64, free_bytes=21 * GiB))
@@ -400,8 +405,9 @@ def test_fa_plan_uses_measured_families_and_keeps_the_guess_for_the_rest(tmp_pat
     machine = Machine(cores=64, free_bytes=25 * GiB)
 
     def plan_with(rows: list[tuple[str, float, int]]):  # type: ignore[no-untyped-def]
-        costs.record("flash-attn", tc, rows, tmp_path)
-        req = WheelRequest(source=FA, toolchain=tc, output=Path("/x"), measured=costs.load("flash-attn", tc, tmp_path))
+        costs.record("flash-attn", info.version, tc, rows, tmp_path)
+        req = WheelRequest(source=FA, toolchain=tc, output=Path("/x"),
+                           measured=costs.load("flash-attn", info.version, tc, tmp_path))
         return d.plan(info, req, machine)
 
     p = plan_with([("fmha_bwd_convert_dq_d128_bf16_b64_a", 30.0, 440 * 1024)])
@@ -416,7 +422,7 @@ def test_fa_plan_uses_measured_families_and_keeps_the_guess_for_the_rest(tmp_pat
 
 def test_engine_reads_the_measured_costs_of_porters_cache(_no_measured_costs: Path) -> None:
     tc = load_toolchain("mi300x")
-    costs.record("apex", tc, [("apex_C", 20.0, 3000 * 1024)], _no_measured_costs)
+    costs.record("apex", "1.14.0a0", tc, [("apex_C", 20.0, 3000 * 1024)], _no_measured_costs)
     req = WheelRequest(source=APEX_ENV, toolchain=tc, output=Path("/nonexistent/house"), ops=("apex_C",))
     res = build_wheel(get_driver("apex"), str(APEX_ENV), req, runner=FakeRunner(torch={**CPU_TORCH, "hip": "7.2.1"}),
                       dry_run=True, others=DRIVERS, machine=Machine(8, 17 * GiB))
