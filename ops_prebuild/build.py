@@ -129,6 +129,11 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     if not dry_run:
         if not compile_only and shard is None:
             ensure_writable_dir(wheelhouse, what="wheelhouse")
+        if not compile_only:  # compiling needs no torch of the profile's kind: linking does
+            torch = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
+            refused = refusal(need_for(tc.kind), torch, python, what=f"building DeepSpeed ops for {tc.name}")
+            if refused is not None:
+                raise refused
         ex.preflight()
         if tc.kind != "cpu":  # a compiler that rejects an arch stops the build in seconds, not after hipify
             with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
@@ -136,11 +141,6 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         else:
             compiler_version = probe(tc.compiler, Runner(log, echo=log.verbose), launcher=ex.prefix,
                                      env=toolchain_env(tc)).version
-        if not compile_only:  # compiling needs no torch of the profile's kind: linking does
-            torch = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
-            refused = refusal(need_for(tc.kind), torch, python, what=f"building DeepSpeed ops for {tc.name}")
-            if refused is not None:
-                raise refused
     with ExitStack() as stack:
         with log.step("reading the source and its op catalogue"):
             source = cached_source(source_spec, cache) if dry_run else None

@@ -305,20 +305,22 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         ensure_writable_dir(Path(wheelhouse), what="wheelhouse")
     if not dry_run and not in_place:
         ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest")
+    if kernels:  # the torch rule first (bad input, exit 2), then the toolchain's readiness
+        torch_info = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
+        refused = None if compile_only else refusal(need_for(tc.kind), torch_info, python,
+                                                    what=f"building Megatron's fused kernels for {tc.name}")
+        if refused is not None and not dry_run:
+            raise refused
+        try:
+            ex.preflight()
+        except PorterError as exc:
+            refused = refused or exc
     if kernels and not dry_run:
         _check_patches(src, psets, skipped, target_version, dest)  # fail before any compile or copy
         ex.preflight()
         if tc.kind in ("rocm", "cuda"):
             with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
                 require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log)
-    if kernels:
-        torch_info = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
-        refused = None if compile_only else refusal(need_for(tc.kind), torch_info, python,
-                                                    what=f"building Megatron's fused kernels for {tc.name}")
-        try:
-            ex.preflight()
-        except PorterError as exc:
-            refused = refused or exc
     if dry_run:
         pp = _check_patches(src, psets, skipped, target_version, dest)  # checked against the tree; nothing written
         result = PortResult(src, dest, tc.name, pp.sets[0].version, patched=[c.path for c in pp.changes],
