@@ -17,7 +17,7 @@ def _digest(path: str | Path) -> str:
 
 def test_two_shards_then_link_equal_one_local_build(deepspeed_sdist: Path, tmp_path: Path) -> None:
     env = {"PORTER_CACHE_DIR": str(tmp_path / "cache")}
-    base = ("ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops", "cpu_lion", "--no-cache",
+    base = ("ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops", "cpu_lion",
             "--json", "-j", "2")
     objects: list[str] = []
     for i in range(2):
