@@ -199,12 +199,10 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
             require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log)
     work_root = ex.work_dir(cache_dir())
     with ExitStack() as stack:
-        tmp_parent = work_root / "tmp" if ex.kind != "host" else None
+        # scratch files (an unpacked sdist, the generator's output) where the build python sees them
+        tmp_parent = work_root / "tmp" if py_ex.kind != "host" else None
         if tmp_parent is not None:
-            if dry_run and not tmp_parent.is_dir():
-                tmp_parent = None if not work_root.is_dir() else tmp_parent
-            if tmp_parent is not None:
-                tmp_parent.mkdir(parents=True, exist_ok=True)
+            tmp_parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="porter-compile-", dir=tmp_parent)))
         with log.step(f"reading {driver.title} source {source}"):
             root, provenance = resolve_source(source, driver, tmp, runner)
@@ -219,6 +217,11 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
             f"{_key(origin, tc.to_dict(), torch.version, torch.python_tag)}"
         tree = base / "src"
         build_dir = base / "build"
+        if not dry_run:  # two runs of the same target take turns, from the work copy on
+            from filelock import FileLock
+
+            base.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(FileLock(str(base) + ".lock"))
         scratch = tmp / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         ctx = KernelContext(source=root, tree=tmp / "tree" if dry_run else tree, plan_tree=tree, toolchain=tc,
@@ -266,17 +269,14 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
             result.notes = list(plan.notes)
             result.seconds = time.monotonic() - start
             return result
-    from filelock import FileLock
-
-    build_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(build_dir) + ".lock"):  # two runs of the same target take turns
+        build_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(build_dir / "build.ninja", plan.ninja())
         result.ops = run_ninja(plan, wplan.jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env))
         result.compiled = compile_report(plan, result.ops, tc)
-        for name, why in kset.unplanned:  # per-op isolation from the first step: reported, not fatal
-            result.ops.append(OpResult(name, "failed", error=why))
-            result.compiled.append({"name": name, "status": "failed", "error": why, "log": "", "tus": [],
-                                    "archs": {a: "failed" for a in tc.arch_names}, "seconds": 0.0})
+    for name, why in kset.unplanned:  # per-op isolation from the first step: reported, not fatal
+        result.ops.append(OpResult(name, "failed", error=why))
+        result.compiled.append({"name": name, "status": "failed", "error": why, "log": "", "tus": [],
+                                "archs": {a: "failed" for a in tc.arch_names}, "seconds": 0.0})
     measured = [(tu_name(rec["name"], tu["source"], len(rec["tus"])), float(tu["seconds"]),
                  int(tu["peak_rss_mib"] * 1024))
                 for rec in result.compiled for tu in rec["tus"]
