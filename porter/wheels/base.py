@@ -103,8 +103,8 @@ class WheelRequest:
     sources: Mapping[str, str] = field(default_factory=dict)
     """Provenance gathered before planning (sdist sha256, git commit), copied into the manifest."""
     measured: MeasuredCosts | None = None
-    """Compile costs a ``--compile-only`` run measured for this project and compiler line
-    (:mod:`porter.wheels.costs`); when set, MAX_JOBS is sized from them instead of the driver's guess."""
+    """Compile costs ``--compile-only`` runs measured for this project (its version and ROCm line, else the
+    nearest: :mod:`porter.wheels.costs`); when set, MAX_JOBS is sized from them instead of the driver's guess."""
     instances: int | None = None
     """``--compile-only`` of flash-attn: compile only the first N generated CK instances (after ``units``)."""
     sample: int | None = None
