@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "matrix": "porter.cli.matrix:matrix",
     "site": "porter.cli.site:site",
     "launch": "porter.cli.launch:launch",
+    "net-plugin": "porter.cli.netplugin:net_plugin",
 }
 
 

@@ -6,8 +6,9 @@ Checks, each one named so a job may skip it (``--skip``):
   expands, ``$VAR``, need only be set);
 - ``miopen``: MIOpen's user DB and custom cache folders are set, on node-local storage (not a network or
   parallel filesystem, read from the node's mount table) and writable (tried by writing);
-- ``plugin``: the RCCL network plugin the site names loads (dlopen) and exports ``ncclNetPlugin_vN``; a
-  one-node job uses no network plugin, so there it is a note;
+- ``plugin``: the RCCL network plugin the site names loads (dlopen) and exports ``ncclNetPlugin_vN``, and fits
+  the site as ``porter net-plugin verify --site`` judges it (built with ROCm for an AMD site; the site's RCCL
+  major, read from porter's manifest of the plugin); a one-node job uses no network plugin, so there it is a note;
 - ``ops``: the prebuilt kernels of the training python load with no compiler and no JIT, and carry code for
   the node's arch (:func:`porter.install.verify.verify`);
 - ``archs``: the node's GPUs are the site's arch.
@@ -123,7 +124,8 @@ def plugin_path(site: Site, environ: Mapping[str, str]) -> str:
 
 
 def check_plugin(site: Site, environ: Mapping[str, str], nodes: int) -> Check:
-    from porter.cluster.netplugin import inspect_library
+    from porter.cluster.netplugin import inspect_library, manifest_near
+    from porter.netplugin.checks import site_refusals
 
     if site.plugin is None:
         return Check("plugin", "skipped", f"site {site.name} names no network plugin")
@@ -142,6 +144,12 @@ def check_plugin(site: Site, environ: Mapping[str, str], nodes: int) -> Check:
         return Check("plugin", "failed", exc.message)
     if not info.net_versions:
         return Check("plugin", "failed", f"{path} loads but exports no ncclNetPlugin_vN symbol: not an RCCL net plugin")
+    facts = (manifest_near(Path(path)) or {}).get("target", {}).get("net_plugin") or {}
+    why = site_refusals(site, what=path, built_with_rocm=facts.get("built_with_rocm", info.hip_runtime),
+                        rccl_version=(facts.get("rccl") or {}).get("version"),
+                        rocm_version=(facts.get("rocm") or {}).get("version"))
+    if why:
+        return Check("plugin", "failed", "; ".join(why))
     return Check("plugin", "ok", f"{path} loads; net API v{', v'.join(map(str, info.net_versions))}"
                  + (f", collnet v{', v'.join(map(str, info.collnet_versions))}" if info.collnet_versions else ""))
 

@@ -1,0 +1,114 @@
+"""porter net-plugin build | verify: the RCCL network plugin (aws-ofi-nccl --with-rocm, aws-ofi-rccl)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import click
+
+from porter.cli import emit_json
+from porter.cli.options import dry_run_option, json_option, resolve_toolchain, toolchain_options
+from porter.errors import CheckFailed, refusal_line
+from porter.log import Logger
+
+_python_help = ("The python that runs porter's probe where the toolchain runs (inside its chroot or container). "
+                "Default: python3 there; porter's own python on the host.")
+
+
+@click.group("net-plugin")
+def net_plugin() -> None:
+    """The RCCL network plugin (libfabric): build it with a toolchain, verify it where it will be used.
+
+    \b
+    porter net-plugin build --source TREE -t debian-rocm7 -o OUTDIR [--site NAME] [--dry-run] [--json]
+    porter net-plugin verify PACKAGE|LIBRARY [-t TOOLCHAIN] [--site NAME] [--json]
+    """
+
+
+@net_plugin.command("build")
+@click.option("--source", "source", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="An aws-ofi-nccl or aws-ofi-rccl tree: a clone (autogen.sh) or a release tarball (configure).")
+@toolchain_options
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("net-plugin"),
+              show_default=True, help="Folder for the package (.tar.gz) and its .porter.json manifest.")
+@click.option("--libfabric", default="", metavar="PREFIX",
+              help="libfabric's install prefix as the toolchain sees it (default: where the compiler finds it).")
+@click.option("--configure-arg", "configure_args", multiple=True, metavar="ARG",
+              help="More configure options, passed last (repeat): --with-hwloc=/opt/hwloc.")
+@click.option("--site", "site_ref", default=None, metavar="NAME|FILE",
+              help="Refuse, before building, a plugin that cannot serve this site (no ROCm, another RCCL major).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="make -j.")
+@click.option("--python", "python", default="python3", show_default=True, metavar="PATH", help=_python_help)
+@dry_run_option
+@json_option
+@click.pass_obj
+def build_cmd(log: Logger, source: Path, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
+              out_dir: Path, libfabric: str, configure_args: tuple[str, ...], site_ref: str | None, jobs: int,
+              python: str, dry_run: bool, as_json: bool) -> None:
+    """Configure, compile, link and package a network plugin with a toolchain (through its executor)."""
+    from porter.cluster.sites import load_site
+    from porter.netplugin.build import BuildRequest, dry_run as plan_only, plan_build, run_build
+    from porter.run import Runner
+
+    tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
+    site = load_site(site_ref) if site_ref else None
+    plan = plan_build(BuildRequest(source=source.resolve(), tc=tc, out_dir=out_dir.resolve(), libfabric=libfabric,
+                                   configure_args=configure_args, jobs=jobs, site=site, python=python))
+    if dry_run:
+        result = plan_only(plan, Logger(quiet=as_json) if as_json else log)
+        if as_json:
+            emit_json(result.to_dict() | {"dry_run": True})
+            return
+        click.echo(f"# {plan.tree.project.name} {plan.tree.version} with {tc.name} ({plan.device}) in "
+                   f"{tc.executor.describe()} -> {out_dir / plan.package}")
+        for step in plan.steps:
+            click.echo(shlex.join(step.argv))
+        if plan.refusal is not None:
+            click.echo(refusal_line(plan.refusal.message))
+        return
+    result = run_build(plan, Runner(log, echo=log.verbose), log)
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    facts = result.to_dict()["net_plugin"] or {}
+    rccl = facts.get("rccl") or {}
+    click.echo(f"{result.package}")
+    click.echo(f"  {facts.get('project')} {facts.get('version')}: net API v{', v'.join(map(str, facts.get('net_api', [])))}"
+               + (f", collnet v{', v'.join(map(str, facts['collnet_api']))}" if facts.get("collnet_api") else "")
+               + f"; built {'with' if facts.get('built_with_rocm') else 'without'} ROCm; RCCL "
+               f"{rccl.get('version') or 'unknown'}; libfabric {(facts.get('libfabric') or {}).get('version') or 'unknown'}")
+
+
+@net_plugin.command("verify")
+@click.argument("target", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="PACKAGE|LIBRARY")
+@toolchain_options
+@click.option("--site", "site_ref", default=None, metavar="NAME|FILE",
+              help="Also check it fits this site: built with ROCm for an AMD site, the site's RCCL major.")
+@click.option("--python", "python", default=None, metavar="PATH", help=_python_help)
+@json_option
+@click.pass_obj
+def verify_cmd(log: Logger, target: Path, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
+               site_ref: str | None, python: str | None, as_json: bool) -> None:
+    """Load a plugin in the target environment (the toolchain's, else this host) and list its plugin symbols.
+
+    Exit 1 when it does not load, exports no ncclNetPlugin_vN, shares no net API version with the RCCL
+    there, or does not fit --site; exit 2 for bad input (an unknown site, a file that is no plugin package).
+    """
+    from porter.cluster.sites import load_site
+    from porter.netplugin.verify import verify_plugin
+    from porter.run import Runner
+
+    site = load_site(site_ref) if site_ref else None
+    tc = resolve_toolchain(toolchain_ref, archs, cpu_isa) if toolchain_ref else None
+    rep = verify_plugin(target.resolve(), tc=tc, site=site, python=python, runner=Runner(log, echo=log.verbose),
+                        log=log)
+    if as_json:
+        emit_json(rep.to_dict())
+    else:
+        for line in rep.lines():
+            click.echo(line)
+    if not rep.ok:
+        more = f" (and {len(rep.problems) - 1} more problem(s), listed above)" if len(rep.problems) > 1 else ""
+        raise CheckFailed(f"verify of {target.name} failed: {rep.problems[0]}{more}",
+                          hint="rebuild it with 'porter net-plugin build' and the site's toolchain")

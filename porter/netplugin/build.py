@@ -1,0 +1,303 @@
+"""Build an RCCL network plugin from its source tree with a toolchain, and package it.
+
+The flow (every program runs through the toolchain's executor, so against the RCCL, libfabric and HIP
+runtime of the chroot or container the toolchain names):
+
+1. recognise the tree (:mod:`porter.netplugin.projects`) and refuse what cannot work before any work: a
+   ROCm toolchain and a tree without ``--with-rocm``; a site whose GPUs need ROCm and a toolchain without it;
+2. read the build environment's versions from its headers (RCCL, libfabric, HIP) with the ``netplugin``
+   probe, and refuse a site's other RCCL major;
+3. copy the tree into a work folder the executor sees (the user's tree is never touched); run
+   ``autogen.sh`` when there is no ``configure``; ``configure``, ``make``, ``make install`` into a stage;
+4. load every installed library where it was built (dlopen, RTLD_NOW) and list its ``ncclNetPlugin_vN`` /
+   ``ncclCollNetPlugin_vN`` symbols: a library that does not load or exports none fails the build;
+5. write ``<project>-<version>-<label>.tar.gz`` (``lib/`` and a ``porter.json`` manifest) and its sidecar
+   ``.porter.json`` atomically: nothing half-written is left on failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from porter.artifacts.manifest import ExtensionEntry, Manifest, build_manifest, carried, write_beside
+from porter.cluster.sites import Site
+from porter.errors import CheckFailed, ConfigError, PorterError, ToolError
+from porter.executor import Executor
+from porter.fs import atomic_path, cache_dir, ensure_writable_dir, sha256_file
+from porter.log import Logger
+from porter.netplugin.checks import is_rocm_site, site_refusals
+from porter.netplugin.projects import Tree, device_of, recognise
+from porter.probe import run_probe
+from porter.run import RecordingRunner, Runner, env_changes
+from porter.toolchain.profile import Toolchain, toolchain_env
+
+MANIFEST_MEMBER = "porter.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    source: Path
+    tc: Toolchain
+    out_dir: Path
+    libfabric: str = ""
+    """libfabric's install prefix as the executor sees it ('' = where the compiler finds it)."""
+    configure_args: tuple[str, ...] = ()
+    """More configure options, passed last (``--with-hwloc=/opt/hwloc``)."""
+    jobs: int = 2
+    site: Site | None = None
+    """Refuse, before building, what cannot serve this site."""
+    python: str = "python3"
+    """The python that runs porter's probe where the toolchain runs (the chroot's own)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    what: str
+    argv: list[str]
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    request: BuildRequest
+    tree: Tree
+    device: str
+    """rocm | cuda | none: the device runtime the plugin links."""
+    work: Path
+    """Host folder of this build's work files (under the executor's root)."""
+    steps: tuple[Step, ...]
+    env: dict[str, str]
+    package: str
+    """File name of the tarball."""
+    header_dirs: tuple[str, ...]
+    refusal: PorterError | None = None
+
+    @property
+    def src(self) -> Path:
+        return self.work / "src"
+
+    @property
+    def stage(self) -> Path:
+        return self.work / "stage"
+
+
+@dataclass
+class BuildResult:
+    plan: BuildPlan
+    package: Path | None = None
+    manifest_path: Path | None = None
+    manifest: Manifest | None = None
+    libraries: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.plan
+        return {"project": p.tree.project.name, "version": p.tree.version, "toolchain": p.request.tc.name,
+                "device": p.device, "package": str(self.package) if self.package else None,
+                "manifest": str(self.manifest_path) if self.manifest_path else None,
+                "net_plugin": self.manifest["target"].get("net_plugin") if self.manifest else None,
+                "steps": [{"what": s.what, "argv": s.argv} for s in p.steps],
+                "env": env_changes(p.env), "refusal": p.refusal.message if p.refusal else None}
+
+
+def in_dir(ex: Executor, folder: str, *argv: str) -> list[str]:
+    """``argv`` run in ``folder`` (as the executor sees it): a chroot starts in /, so cd there first."""
+    return ex.argv("sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", folder, *argv)
+
+
+def header_dirs(tc: Toolchain, libfabric: str) -> tuple[str, ...]:
+    dirs = [f"{tc.root.rstrip('/')}/include" if tc.root else "", f"{libfabric.rstrip('/')}/include" if libfabric else "",
+            "/usr/include", "/opt/rocm/include"]
+    return tuple(dict.fromkeys(d for d in dirs if d))
+
+
+def plan_build(req: BuildRequest) -> BuildPlan:
+    """The commands a build runs, and what it would refuse; no writes, no subprocess."""
+    tc = req.tc
+    tree = recognise(req.source)
+    device = device_of(tc)
+    refusal: PorterError | None = None
+    if device == "rocm" and not tree.supports_rocm:
+        refusal = ConfigError(f"{tree.project.name} {tree.version} at {tree.root} has no --with-rocm (aws-ofi-nccl "
+                              "added it in 1.18.0)", hint="use aws-ofi-nccl 1.18 or later, or aws-ofi-rccl")
+    if req.site is not None and refusal is None and is_rocm_site(req.site) and device != "rocm":
+        why = site_refusals(req.site, what=f"{tree.project.name} built with toolchain {tc.name} ({tc.kind})",
+                            built_with_rocm=False, rccl_version=None)
+        refusal = ConfigError(why[0], hint=f"build with the site's ROCm toolchain ({req.site.toolchain or 'a rocm preset'})")
+    if req.jobs < 1:
+        raise ConfigError(f"-j {req.jobs}: jobs must be >= 1")
+    ex = tc.executor
+    work = ex.work_dir(cache_dir()) / "netplugin" / f"{tree.project.name}-{tree.version}-{tc.local_label}"
+    src_in = ex.visible(work / "src", stage=False)
+    stage_in = ex.visible(work / "stage", stage=False)
+    try:
+        args = tree.project.configure_args(tc, prefix=stage_in, libfabric=req.libfabric, extra=req.configure_args)
+    except ConfigError as exc:
+        raise exc from None
+    steps: list[Step] = []
+    if not tree.has_configure:
+        steps.append(Step("autogen", in_dir(ex, src_in, "sh", "./autogen.sh")))
+    steps.append(Step("configure", in_dir(ex, src_in, "sh", "./configure", *args)))
+    make_dir = f"{src_in}/{tree.project.make_dir}" if tree.project.make_dir else src_in
+    steps.append(Step("make", ex.argv("make", "-C", make_dir, f"-j{req.jobs}")))
+    steps.append(Step("install", ex.argv("make", "-C", make_dir, "install")))
+    package = f"{tree.project.name}-{tree.version}-{tc.local_label}.tar.gz"
+    return BuildPlan(req, tree, device, work, tuple(steps), toolchain_env(tc), package,
+                     header_dirs(tc, req.libfabric), refusal)
+
+
+def dry_run(plan: BuildPlan, log: Logger) -> BuildResult:
+    rec = RecordingRunner(log)
+    for step in plan.steps:
+        rec.run(step.argv, env=plan.env)
+    return BuildResult(plan)
+
+
+def probe_env(ex: Executor, python: str, runner: Runner, env: dict[str, str], *, headers: tuple[str, ...],
+              libraries: tuple[str, ...] = (), rccl_runtime: bool = False) -> dict[str, Any]:
+    """The ``netplugin`` probe, run where ``ex`` runs things (one library per call: what a load maps is
+    read as the difference of /proc/self/maps, so each library gets a fresh process)."""
+    req = {"headers": list(headers), "libraries": list(libraries), "rccl_runtime": rccl_runtime}
+    doc: dict[str, Any] = run_probe("netplugin", [json.dumps(req)], python=python, runner=runner, executor=ex,
+                                    env=env, timeout=120, what="the RCCL/libfabric/HIP versions and the plugin's symbols")
+    return doc
+
+
+def links_hip(lib: dict[str, Any]) -> bool | None:
+    """Whether loading the library mapped the HIP runtime (None: not known)."""
+    value = lib.get("hip_runtime")
+    return None if value is None else bool(value)
+
+
+def tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            if p.is_symlink() or not p.is_file():
+                continue
+            h.update(str(p.relative_to(root)).encode() + b"\0" + bytes.fromhex(sha256_file(p)))
+    return h.hexdigest()
+
+
+def run_build(plan: BuildPlan, runner: Runner, log: Logger) -> BuildResult:
+    req, tc, tree = plan.request, plan.request.tc, plan.tree
+    if plan.refusal is not None:
+        raise plan.refusal
+    ex = tc.executor
+    ex.preflight()
+    ensure_writable_dir(req.out_dir, create=True)
+    with log.step(f"reading RCCL, libfabric and HIP versions in {ex.describe()}"):
+        facts = probe_env(ex, req.python, runner, plan.env, headers=plan.header_dirs)["headers"]
+    rccl = facts.get("rccl")
+    rocm_version = tc.toolkit_version if plan.device == "rocm" else None
+    if req.site is not None:
+        why = site_refusals(req.site, what=f"{tree.project.name} built with toolchain {tc.name}",
+                            built_with_rocm=plan.device == "rocm", rccl_version=rccl.get("version") if rccl else None,
+                            rocm_version=rocm_version)
+        if why:
+            raise ConfigError(why[0], hint="nothing was built; pick the toolchain whose RCCL the site runs")
+    if plan.device == "rocm" and not rccl:
+        log.warn(f"no rccl/rccl.h under {', '.join(plan.header_dirs)} in {ex.describe()}: the manifest will not "
+                 "name the RCCL version (install RCCL's headers there: librccl-dev)")
+    work = plan.work
+    work.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock
+
+    with FileLock(str(work) + ".lock"):
+        shutil.rmtree(work, ignore_errors=True)
+        with log.step(f"copying {tree.root} to a work tree"):
+            shutil.copytree(tree.root, plan.src, symlinks=True)
+            plan.stage.mkdir()
+        if not tree.has_configure:
+            found = runner.run(ex.argv("sh", "-c", "command -v autoreconf"), env=plan.env, check=False)
+            if not found.ok:
+                raise ToolError(f"{tree.root} has no configure script, only autogen.sh, and autoreconf is not "
+                                f"installed in {ex.describe()}",
+                                hint="install autoconf, automake and libtool there ('make chroot-rocm7' does), or "
+                                     "run ./autogen.sh in your clone first, or use a release tarball")
+        for step in plan.steps:
+            with log.step(f"{step.what} {tree.project.name} {tree.version}"):
+                runner.run(step.argv, env=plan.env, cwd=work,
+                           hint=f"{tree.project.name}'s {step.what} failed in {ex.describe()}; the output above is "
+                                f"upstream's. The work tree is kept at {plan.src}")
+        libs = _installed(plan.stage / "lib", tree.project.library_names(plan.device))
+        if not libs:
+            raise CheckFailed(f"'make install' put no plugin library into {plan.stage / 'lib'}",
+                              hint=f"{tree.project.name} should install "
+                                   f"{', '.join(tree.project.library_names(plan.device))}")
+        loaded: list[dict[str, Any]] = []
+        with log.step(f"loading {', '.join(p.name for p in libs)} in {ex.describe()}"):
+            for lib in libs:
+                doc = probe_env(ex, req.python, runner, plan.env, headers=(),
+                                libraries=(ex.visible(lib, stage=False),))
+                loaded.append(doc["libraries"][0])
+        bad = [f"{os.path.basename(d['path'])}: {d['error']}" for d in loaded if not d["loads"]] + \
+              [f"{os.path.basename(d['path'])} exports no ncclNetPlugin_vN symbol" for d in loaded
+               if d["loads"] and not d["net_api"]]
+        if bad:
+            raise CheckFailed("the built plugin is not usable: " + "; ".join(bad),
+                              hint=f"the work tree is kept at {plan.src}")
+        result = _package(plan, libs, loaded, facts, rocm_version, log)
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def _installed(libdir: Path, preferred: tuple[str, ...]) -> list[Path]:
+    """The plugin libraries in ``libdir`` (real files; libtool's .la files and symlinks left out), the
+    one RCCL looks for first, first."""
+    if not libdir.is_dir():
+        return []
+    found = [p for p in libdir.iterdir() if ".so" in p.name and not p.name.endswith(".la") and p.is_file()
+             and not p.is_symlink()]
+    order = {n: i for i, n in enumerate(preferred)}
+    return sorted(found, key=lambda p: (order.get(p.name, len(order)), p.name))
+
+
+def _package(plan: BuildPlan, libs: list[Path], loaded: list[dict[str, Any]], facts: dict[str, Any],
+             rocm_version: str | None, log: Logger) -> BuildResult:
+    req, tc, tree = plan.request, plan.request.tc, plan.tree
+    top = plan.package[: -len(".tar.gz")]
+    rccl = facts.get("rccl") or {}
+    libraries: dict[str, Any] = {}
+    extensions: list[ExtensionEntry] = []
+    for lib, info in zip(libs, loaded):
+        libraries[lib.name] = {"net_api": info["net_api"], "collnet_api": info["collnet_api"],
+                               "names": info["names"], "links": sorted({os.path.basename(m) for m in info["mapped"]}),
+                               "hip_runtime": links_hip(info)}
+        extensions.append({"module": lib.name, "path": f"{top}/lib/{lib.name}", "sha256": sha256_file(lib),
+                           "host_only": True})
+    net_plugin: dict[str, Any] = {
+        "project": tree.project.name, "version": tree.version, "device": plan.device,
+        "built_with_rocm": plan.device == "rocm",
+        "rccl": ({k: rccl.get(k) for k in ("version", "major", "version_code", "net_api")}
+                 if rccl and plan.device == "rocm" else None),
+        "libfabric": {"version": (facts.get("libfabric") or {}).get("version")},
+        "rocm": {"version": rocm_version, "hip": (facts.get("hip") or {}).get("version")} if rocm_version else None,
+        "net_api": sorted({v for i in loaded for v in i["net_api"]}),
+        "collnet_api": sorted({v for i in loaded for v in i["collnet_api"]}),
+        "libraries": libraries,
+        "configure": next(s.argv for s in plan.steps if s.what == "configure"),
+    }
+    manifest = build_manifest(component=tree.project.name, version=tree.version, tc=tc, torch=None,
+                              python_tag="none", sources={"tree": tree_digest(tree.root)}, extensions=extensions,
+                              target={"net_plugin": net_plugin})
+    dest = req.out_dir / plan.package
+    with log.step(f"writing {dest}"):
+        with atomic_path(dest) as tmp:
+            with tarfile.open(tmp, "w:gz") as tar:
+                for lib in libs:
+                    tar.add(lib, arcname=f"{top}/lib/{lib.name}", recursive=False)
+                data = carried(manifest)
+                member = tarfile.TarInfo(f"{top}/{MANIFEST_MEMBER}")
+                member.size, member.mode = len(data), 0o644
+                tar.addfile(member, io.BytesIO(data))
+        mpath = write_beside(dest, manifest)
+    return BuildResult(plan, dest, mpath, manifest, [dict(i) for i in loaded])

@@ -1,0 +1,146 @@
+"""The RCCL network plugin projects porter builds, and how it recognises their source trees.
+
+- **aws-ofi-nccl** (github aws/aws-ofi-nccl): autotools; ``--with-rocm[=PATH]`` (since 1.18.0: its
+  ``m4/check_pkg_rocm.m4``) builds ``librccl-net-ofi.so`` and ``librccl-net.so``; ``--with-cuda`` builds the
+  ``libnccl-net*.so`` pair. Also ``--with-libfabric=PATH``, ``--with-hwloc=PATH``, ``--disable-tests``
+  (the tests need MPI). Its version comes from ``.release_version`` (release tarballs) or the git tag
+  (``m4/get_version.sh``).
+- **aws-ofi-rccl** (github ROCm/aws-ofi-rccl, what LUMI builds as 1.4.0): autotools, ROCm only;
+  ``--with-hip=PATH``, ``--with-rccl=PATH``, ``--with-libfabric=PATH``, ``--with-mpi=PATH``; builds
+  ``librccl-net.so`` in ``src/`` (porter builds and installs ``src`` only: its tests need MPI). The version
+  is the literal in ``AC_INIT``.
+
+A tree as a user clones it has ``autogen.sh`` and ``configure.ac`` but no ``configure``; a release tarball has
+``configure``. Both are recognised here; :mod:`porter.netplugin.build` runs ``autogen.sh`` when needed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from porter.errors import ConfigError
+
+if TYPE_CHECKING:
+    from porter.toolchain.profile import Toolchain
+
+_PKG_NAME = re.compile(r"^PACKAGE_NAME='([^']*)'", re.M)
+_PKG_VERSION = re.compile(r"^PACKAGE_VERSION='([^']*)'", re.M)
+_AC_INIT = re.compile(r"AC_INIT\(\s*\[([^\]]+)\]\s*,\s*(?:\[([^\]]*)\])?")
+_PLAIN_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+_-]*$")
+
+
+@dataclass(frozen=True)
+class Project:
+    name: str
+    title: str
+    rocm_only: bool
+    """No CUDA / no-device build exists (aws-ofi-rccl)."""
+    make_dir: str
+    """Where ``make`` and ``make install`` run, relative to the tree ('' = the top)."""
+
+    def library_names(self, device: str) -> tuple[str, ...]:
+        """The libraries a build for ``device`` (rocm | cuda | none) installs, the one RCCL finds first."""
+        if self.name == "aws-ofi-rccl":
+            return ("librccl-net.so",)
+        if device == "rocm":
+            return ("librccl-net.so", "librccl-net-ofi.so")
+        return ("libnccl-net.so", "libnccl-net-ofi.so")
+
+    def configure_args(self, tc: Toolchain, *, prefix: str, libfabric: str = "",
+                       extra: tuple[str, ...] = ()) -> list[str]:
+        """The configure command line for ``tc`` (paths as the toolchain's executor sees them)."""
+        device = device_of(tc)
+        args = [f"--prefix={prefix}"]
+        if self.name == "aws-ofi-rccl":
+            if device != "rocm":
+                raise ConfigError(f"aws-ofi-rccl builds for ROCm only; toolchain {tc.name} is a {tc.kind} toolchain",
+                                  hint="pass a ROCm toolchain (-t debian-rocm7, frontier, ...)")
+            root = _root(tc)
+            args += [f"--with-hip={root}", f"--with-rccl={root}"]
+        else:
+            args.append("--disable-tests")
+            if device == "rocm":
+                args.append(f"--with-rocm={_root(tc)}")
+            elif device == "cuda":
+                args.append(f"--with-cuda={_root(tc)}")
+        if libfabric:
+            args.append(f"--with-libfabric={libfabric}")
+        if self.name == "aws-ofi-nccl" and tc.cxx:
+            args.append(f"CXX={tc.cxx}")
+        return args + list(extra)
+
+
+AWS_OFI_NCCL = Project("aws-ofi-nccl", "aws-ofi-nccl (--with-rocm)", rocm_only=False, make_dir="")
+AWS_OFI_RCCL = Project("aws-ofi-rccl", "aws-ofi-rccl", rocm_only=True, make_dir="src")
+PROJECTS: dict[str, Project] = {p.name: p for p in (AWS_OFI_NCCL, AWS_OFI_RCCL)}
+
+
+def device_of(tc: Toolchain) -> str:
+    """The device runtime a plugin built with ``tc`` links: rocm, cuda, or none (a cpu toolchain)."""
+    return {"rocm": "rocm", "cuda": "cuda"}.get(tc.kind, "none")
+
+
+def _root(tc: Toolchain) -> str:
+    if not tc.root:
+        raise ConfigError(f"toolchain {tc.name} names no root (where ROCm/CUDA is installed)",
+                          hint="set root = \"/opt/rocm-X.Y\" (or \"/usr\" for Debian's packages) in the profile")
+    return tc.root
+
+
+@dataclass(frozen=True)
+class Tree:
+    project: Project
+    version: str
+    root: Path
+    has_configure: bool
+    has_autogen: bool
+    supports_rocm: bool
+    """aws-ofi-nccl before 1.18 has no ``--with-rocm``."""
+
+
+def recognise(root: Path) -> Tree:
+    """The plugin project, version and build entry of a source tree (ConfigError when it is none)."""
+    if not root.is_dir():
+        raise ConfigError(f"plugin source {root} is not a folder",
+                          hint="pass the top of an aws-ofi-nccl or aws-ofi-rccl clone or release tarball")
+    configure = root / "configure"
+    configure_ac = root / "configure.ac"
+    name = version = ""
+    if configure.is_file():
+        text = configure.read_text(errors="replace")
+        m, v = _PKG_NAME.search(text), _PKG_VERSION.search(text)
+        name, version = (m.group(1) if m else ""), (v.group(1) if v else "")
+    if not name and configure_ac.is_file():
+        m2 = _AC_INIT.search(configure_ac.read_text(errors="replace"))
+        if m2:
+            name = m2.group(1).strip()
+            literal = (m2.group(2) or "").strip()
+            version = literal if _PLAIN_VERSION.match(literal) else ""
+    project = PROJECTS.get(name)
+    if project is None:
+        found = f"it names {name!r}" if name else "no configure or configure.ac names a package"
+        raise ConfigError(f"{root} is not an aws-ofi-nccl or aws-ofi-rccl tree ({found})",
+                          hint="pass the top of a clone (autogen.sh + configure.ac) or of a release tarball "
+                               "(configure)")
+    release = root / ".release_version"
+    if release.is_file() and release.read_text().strip():
+        version = release.read_text().strip()
+    if not (configure.is_file() or (root / "autogen.sh").is_file()):
+        raise ConfigError(f"{root}: {project.name} tree without configure or autogen.sh",
+                          hint="pass a complete clone or release tarball")
+    supports_rocm = project.rocm_only or _mentions_rocm(root)
+    return Tree(project, version or "unknown", root, configure.is_file(), (root / "autogen.sh").is_file(),
+                supports_rocm)
+
+
+def _mentions_rocm(root: Path) -> bool:
+    if (root / "m4" / "check_pkg_rocm.m4").is_file():
+        return True
+    for name in ("configure", "configure.ac"):
+        p = root / name
+        if p.is_file() and ("with-rocm" in (text := p.read_text(errors="replace")) or "CHECK_PKG_ROCM" in text):
+            return True
+    return False
