@@ -32,7 +32,7 @@ from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import need_for, probe_torch, refusal
 from ops_prebuild.catalogue import Catalogue, OpSpec, read_catalogue
 from ops_prebuild.plan import CCACHE_STATS, Plan, Step, make_plan
-from ops_prebuild.source import cached_source, resolve_source
+from ops_prebuild.source import cached_source, mirror_tree, resolve_source, source_tops
 from ops_prebuild.wheel import base_wheel, compose, dist_version
 
 # Memory one compile job may take: host C++ ops ~1 GiB, nvcc/hipcc device units ~3 GiB.
@@ -167,7 +167,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                              enabled=compiler_cache.enabled, cache_dir=compiler_cache.dir,
                              remote=compiler_cache.remote, log=log, dry_run=dry_run)
         plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not dry_run,
-                         compile_only=compile_only, extra_includes=view, cache=ccache)
+                         compile_only=compile_only, extra_includes=view, cache=ccache, tree=build_dir / "src")
         if view:
             plan.notes.append(f"torch {cat.torch.version} is a {cat.torch.kind} build: its headers are seen through "
                               f"a generated HIP view ({view[0]}); objects are compiled, never linked")
@@ -188,6 +188,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     from filelock import FileLock
 
     with FileLock(str(build_dir) + ".lock"):  # two builds of the same target take turns
+        mirror_tree(source.tree, build_dir / "src", source_tops(selected))
         atomic_write_text(build_dir / "build.ninja", plan.ninja())
         (build_dir / CCACHE_STATS).unlink(missing_ok=True)
         part: list[Step] | None = None

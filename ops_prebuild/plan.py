@@ -170,16 +170,20 @@ def bf16(op: OpSpec, tc: Toolchain) -> bool:
 def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
               *, sources: dict[str, dict[str, str]] | None = None, stage: bool = True,
               compile_only: bool = False, extra_includes: tuple[Path, ...] = (),
-              cache: CompilerCache | None = None) -> Plan:
+              cache: CompilerCache | None = None, tree: Path | None = None) -> Plan:
     """Plan every command. ``sources`` maps op -> {original: hipified path} for ROCm builds.
 
     Commands run through the toolchain's executor: every path in them is one its programs see
     (files outside a chroot are staged into it; ``stage=False`` only names where: dry runs write nothing).
     ``compile_only``: the same compiles, each recording its time and peak memory, and no link.
     ``extra_includes`` come first on device ops' include path (the torch HIP view).
-    ``cache``: every compile goes through ccache where the compiler runs (links are not cached).
+    ``cache``: every compile goes through ccache where the compiler runs (links are not cached), with
+    base_dir at the build folder's grandparent (porter's work folder) and the compiler started in the
+    build folder, so the cache key holds paths relative to it.
+    ``tree``: where the sources are read (default the source tree; ``ops build`` passes its mirror inside
+    the build folder, which makes those relative paths the same for every release).
     """
-    tree = cat.source.tree
+    tree = tree or cat.source.tree
     ex = tc.executor
 
     def v(path: str | Path) -> str:
@@ -189,8 +193,11 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     plan.env = {k: v for k, v in tc.env.items()}
     measure = (sys.executable, "-m", "ops_prebuild.measure")
     if cache is not None:
-        plan.env.update(cache.env(tc, build_dir / CCACHE_STATS))
+        plan.env.update(cache.env(tc, build_dir / CCACHE_STATS, base=build_dir.parent.parent))
     at = len(ex.prefix)
+    # ccache makes paths under base_dir relative to where the compiler runs: ninja starts it in the build
+    # folder, and a chroot's own cwd is its root, so there it is changed back to the build folder
+    cwd = ("env", "-C", ex.inside(build_dir)) if cache is not None and ex.kind == "chroot" else ()
     for op in ops:
         hipified = (sources or {}).get(op.name)
         inc_root = build_dir / "hip" if hipified else tree
@@ -202,7 +209,7 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
             dev = src.suffix in DEVICE_SUFFIXES and op.device
             argv = _compile_argv(op, cat, tc, v(src), v(obj), dev, inc_root, v, extra_includes)
             if cache is not None:
-                argv = [*argv[:at], *cache.prefix(), *argv[at:]]
+                argv = [*argv[:at], *cwd, *cache.prefix(), *argv[at:]]
             wrapper = (*measure, f"{obj}.cost.json", "--") if compile_only else ()
             plan.steps.append(Step(op.name, "compile", tuple(argv), str(obj), (str(src),), str(obj) + ".d",
                                    wrapper))

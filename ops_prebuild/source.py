@@ -8,13 +8,18 @@ import shutil
 import sys
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from porter.errors import ConfigError
 from porter.components import deepspeed
 from porter.fs import cache_dir, sha256_file
 from porter.run import Runner, make_env
+
+if TYPE_CHECKING:
+    from ops_prebuild.catalogue import OpSpec
 
 
 @dataclass(frozen=True)
@@ -102,3 +107,41 @@ def cached_source(spec: str, cache: Path) -> Source | None:
         found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []
         return cached_source(str(found[0]), cache) if found else None
     return None
+
+
+def mirror_tree(tree: Path, dest: Path, tops: list[str]) -> int:
+    """Hard-link (or copy, across filesystems) the folders ``tops`` of ``tree`` into ``dest``, so every
+    build of every release compiles its sources from the same place relative to its build folder: with
+    ccache's base_dir that place is what the cache key holds, and an unchanged file of the next release
+    hits. Safe while another shard compiles from ``dest``: files are only added or atomically replaced.
+    Returns how many files were linked or copied."""
+    changed = 0
+    for top in sorted(set(tops)):
+        root = tree / top
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+        for src in files:
+            rel = src.relative_to(tree)
+            out = dest / rel
+            st = src.stat()
+            try:
+                have = out.stat()
+                if have.st_ino == st.st_ino or (have.st_size == st.st_size and have.st_mtime_ns == st.st_mtime_ns):
+                    continue
+            except FileNotFoundError:
+                pass
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_name(f".{out.name}.porter-tmp-{os.getpid()}")
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(src, tmp)
+            except OSError:
+                shutil.copy2(src, tmp)
+            os.replace(tmp, out)
+            changed += 1
+    return changed
+
+
+def source_tops(ops: Sequence["OpSpec"]) -> list[str]:
+    """The top folders of the tree that the ops' sources and include paths live in (what a mirror holds)."""
+    rels = [p for op in ops for p in (*op.sources, *op.include_paths) if not os.path.isabs(p)]
+    return sorted({Path(p).parts[0] for p in rels if Path(p).parts and Path(p).parts[0] != ".."})

@@ -49,11 +49,14 @@ class CompilerCache:
     def prefix(self) -> tuple[str, ...]:
         return (self.program,)
 
-    def env(self, tc: Toolchain, stats_log: Path) -> dict[str, str]:
-        """What ccache reads, with paths as the launched programs see them."""
+    def env(self, tc: Toolchain, stats_log: Path, base: Path | None = None) -> dict[str, str]:
+        """What ccache reads, with paths as the launched programs see them. ``base``: ccache's base_dir
+        (paths under it enter the key relative to the compiler's working folder)."""
         ex = tc.executor
         env = {"CCACHE_DIR": ex.inside(self.dir), "CCACHE_COMPILERCHECK": f"string:{self.identity}",
                "CCACHE_STATSLOG": ex.inside(stats_log), "CCACHE_NOHASHDIR": "1"}
+        if base is not None:
+            env["CCACHE_BASEDIR"] = ex.inside(base)
         if self.remote:
             env["CCACHE_REMOTE_STORAGE"] = self.remote
         return env

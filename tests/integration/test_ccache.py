@@ -76,3 +76,28 @@ def test_a_rebuild_from_the_cache_gives_the_same_wheel(cpu_ops_wheelhouse: Path,
     assert json.loads(Path(f"{second}.porter.json").read_text())["build"]["cache"]["hits"] == warm["hits"]
     uncached = run_porter(*args, "--no-cache", "--dry-run", "-o", str(tmp_path / "c"))
     assert uncached.returncode == 0 and "ccache" not in uncached.stdout
+
+
+def test_the_next_release_hits_on_its_unchanged_sources(cpu_ops_wheelhouse: Path, deepspeed_sdist: Path,
+                                                        tmp_path: Path) -> None:
+    """Another release (another version, another folder, one other file changed) compiles its unchanged
+    sources from the cache: the build folder mirrors the sources and ccache's base_dir keys them by a path
+    relative to it, the same for every release."""
+    require("ccache", shutil.which("ccache") is not None, "apt-get install ccache")
+    import tarfile
+
+    with tarfile.open(deepspeed_sdist) as tf:
+        tf.extractall(tmp_path / "unpacked", filter="data")
+    (tree,) = (tmp_path / "unpacked").iterdir()
+    nxt = tree.rename(tmp_path / "deepspeed-0.19.99")
+    (nxt / "version.txt").write_text("0.19.99\n")
+    adam = nxt / "csrc" / "adam" / "cpu_adam.cpp"  # changed, but not cpu_lion's
+    adam.write_text(adam.read_text() + "\n// changed in the next release\n")
+    res = run_porter("ops", "build", "--source", str(nxt), "-t", "cpu", "--ops", "cpu_lion", "--json",
+                     "-o", str(tmp_path / "wh"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    assert "0.19.99" in doc["plan"]["build_dir"] and doc["cache"]["misses"] == 0 and doc["cache"]["hits"] == 2, \
+        doc["cache"]
+    assert "CCACHE_BASEDIR" in doc["plan"]["env"]
+    (wheel,) = (tmp_path / "wh").glob("deepspeed-0.19.99+cpu*.whl")
