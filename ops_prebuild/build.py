@@ -99,7 +99,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
               with_deps: bool = False, log: Logger | None = None, runner: Runner | None = None,
               cache: Path | None = None, compile_only: bool = False,
               compiler_cache: CacheRequest = CacheRequest(), shard: tuple[int, int] | None = None,
-              link_only: bool = False) -> BuildResult:
+              link_only: bool = False, pch: bool = True) -> BuildResult:
     """source -> catalogue -> plan -> one ninja run -> one wheel + manifest.
 
     Everything is checked before any work (output folder writable, toolchain root ready, torch of the
@@ -110,6 +110,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     and stops: n such runs (a Slurm job array) and then one run without ``shard`` (which finds every object
     up to date, links and packages) give what one local run gives. ``link_only`` is that last run: it
     compiles nothing, refuses when an object is missing (naming its shard), links and packages.
+    ``pch``: host units that differ only in their op's name share one precompiled torch header.
     """
     if shard is not None and (link_only or compile_only):
         raise ConfigError("--shard compiles one part of a build; --link-only and --compile-only are other runs",
@@ -167,7 +168,8 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                              enabled=compiler_cache.enabled, cache_dir=compiler_cache.dir,
                              remote=compiler_cache.remote, log=log, dry_run=dry_run)
         plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not dry_run,
-                         compile_only=compile_only, extra_includes=view, cache=ccache, tree=build_dir / "src")
+                         compile_only=compile_only, extra_includes=view, cache=ccache, tree=build_dir / "src",
+                         pch=pch)
         if view:
             plan.notes.append(f"torch {cat.torch.version} is a {cat.torch.kind} build: its headers are seen through "
                               f"a generated HIP view ({view[0]}); objects are compiled, never linked")
@@ -189,6 +191,10 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
 
     with FileLock(str(build_dir) + ".lock"):  # two builds of the same target take turns
         mirror_tree(source.tree, build_dir / "src", source_tops(selected))
+        for path, text in plan.files.items():
+            if not Path(path).is_file() or Path(path).read_text() != text:  # an unchanged file keeps its time
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(Path(path), text)
         atomic_write_text(build_dir / "build.ninja", plan.ninja())
         (build_dir / CCACHE_STATS).unlink(missing_ok=True)
         part: list[Step] | None = None
@@ -206,7 +212,8 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                                   hint="a shard did not finish: rerun it (--shard I/N), then --link-only")
             part, ninja_file = plan.links(), "build.link.ninja"
             atomic_write_text(build_dir / ninja_file, plan.ninja(part, builddir=".ninja-link"))
-        targets = [s.output for s in part] if part is not None and shard is not None else None
+        targets = [s.output for s in part if s.kind == "compile"] if part is not None and shard is not None \
+            else None
         result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env), targets=targets,
                                ninja_file=ninja_file, log_name=log_name)
         if shard is not None:
@@ -299,6 +306,7 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
     new = [l.split("\t") for l in after[len(before):] if not l.startswith("#")] if len(after) >= len(before) \
         else [l.split("\t") for l in after if not l.startswith("#")]
     blocks = _failure_blocks(res.output)
+    shared = str(plan.build_dir / "pch") + os.sep  # a failed precompiled header fails the ops that read it
     results = []
     for op in plan.objects:
         so = plan.outputs.get(op, "") if targets is None else ""  # a shard links nothing
@@ -306,7 +314,7 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
         entries = [e for e in new if len(e) >= 4 and (str(plan.build_dir / e[3]).startswith(odir)
                                                        or e[3].startswith(odir))]
         seconds = sum(int(e[1]) - int(e[0]) for e in entries) / 1000.0
-        own = [b for b in blocks if odir in b]
+        own = [b for b in blocks if odir in b or shared in b]
         log_path = plan.build_dir / op / log_name
         mine = [o for o in plan.objects[op] if targets is None or o in targets]
         if targets is not None and not mine:

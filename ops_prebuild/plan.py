@@ -7,12 +7,15 @@ define are replaced by the profile's ISA, ROCm archs and wavefront come from the
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
 import shlex
 import sys
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +57,7 @@ def host_args(args: tuple[str, ...], tc: Toolchain) -> list[str]:
 @dataclass(frozen=True)
 class Step:
     op: str
-    kind: str                  # compile | link
+    kind: str                  # compile | pch | link
     argv: tuple[str, ...]
     output: str
     inputs: tuple[str, ...]
@@ -76,6 +79,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     compile_only: bool = False
     objects: dict[str, list[str]] = field(default_factory=dict)  # op -> its object files
+    files: dict[str, str] = field(default_factory=dict)
+    """Files the commands read that the plan generates (host path -> text), written before ninja runs."""
 
     def ninja(self, only: list[Step] | None = None, builddir: str = "") -> str:
         """The ninja file: one graph over all ops, so every core stays busy. ``only``: a part of the plan
@@ -89,10 +94,10 @@ class Plan:
                  "  rspfile_content = $rsp", ""]
         steps = self.steps if only is None else only
         for s in steps:
-            rule = "link_rsp" if s.rsp else s.kind
+            rule = "link_rsp" if s.rsp else "compile" if s.kind == "pch" else s.kind
             lines.append(f"build {_esc(s.output)}: {rule} {' '.join(_esc(i) for i in s.inputs)}")
             lines.append(f"  cmd = {shlex.join((*s.wrapper, *s.argv))}")
-            lines.append(f"  desc = {s.kind.upper()} {s.op}: {os.path.basename(s.output)}")
+            lines.append(f"  desc = {s.kind.upper()} {s.op or 'shared'}: {os.path.basename(s.output)}")
             if s.rsp:
                 lines.append(f"  rsp = {' '.join(shlex.quote(o).replace('$', '$$') for o in s.rsp)}")
         lines.append("")
@@ -107,10 +112,13 @@ class Plan:
 
     def shard(self, index: int, count: int) -> list[Step]:
         """The compile steps of shard ``index`` of ``count``, dealt round-robin in plan order (a stable
-        split: every shard of the same plan names the same objects on every node)."""
+        split: every shard of the same plan names the same objects on every node), after the precompiled
+        headers they read (each shard makes those it needs; see :mod:`ops_prebuild.pch`)."""
         if count < 1 or not 0 <= index < count:
             raise ConfigError(f"shard {index}/{count} does not exist", hint="shards are 0/N ... N-1/N")
-        return [s for s in self.steps if s.kind == "compile"][index::count]
+        mine = [s for s in self.steps if s.kind == "compile"][index::count]
+        needed = {i for s in mine for i in s.inputs}
+        return [s for s in self.steps if s.kind == "pch" and s.output in needed] + mine
 
     def links(self) -> list[Step]:
         return [s for s in self.steps if s.kind == "link"]
@@ -170,7 +178,7 @@ def bf16(op: OpSpec, tc: Toolchain) -> bool:
 def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
               *, sources: dict[str, dict[str, str]] | None = None, stage: bool = True,
               compile_only: bool = False, extra_includes: tuple[Path, ...] = (),
-              cache: CompilerCache | None = None, tree: Path | None = None) -> Plan:
+              cache: CompilerCache | None = None, tree: Path | None = None, pch: bool = False) -> Plan:
     """Plan every command. ``sources`` maps op -> {original: hipified path} for ROCm builds.
 
     Commands run through the toolchain's executor: every path in them is one its programs see
@@ -182,6 +190,8 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     build folder, so the cache key holds paths relative to it.
     ``tree``: where the sources are read (default the source tree; ``ops build`` passes its mirror inside
     the build folder, which makes those relative paths the same for every release).
+    ``pch``: GCC host compiles that differ only in their op's name share one precompiled torch header
+    (see :func:`_share_torch_header`); not with ``compile_only``, whose costs are per unit.
     """
     tree = tree or cat.source.tree
     ex = tc.executor
@@ -195,6 +205,7 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     if cache is not None:
         plan.env.update(cache.env(tc, build_dir / CCACHE_STATS, base=build_dir.parent.parent))
     at = len(ex.prefix)
+    shareable: list[tuple[int, list[str]]] = []  # (step index, argv before ccache) of GCC host compiles
     # ccache makes paths under base_dir relative to where the compiler runs: ninja starts it in the build
     # folder, and a chroot's own cwd is its root, so there it is changed back to the build folder
     cwd = ("env", "-C", ex.inside(build_dir)) if cache is not None and ex.kind == "chroot" else ()
@@ -208,6 +219,8 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
             obj = odir / (rel.replace("/", "__") + ".o")
             dev = src.suffix in DEVICE_SUFFIXES and op.device
             argv = _compile_argv(op, cat, tc, v(src), v(obj), dev, inc_root, v, extra_includes)
+            if pch and not compile_only and not dev and _GCC.fullmatch(os.path.basename(argv[at])):
+                shareable.append((len(plan.steps), argv))
             if cache is not None:
                 argv = [*argv[:at], *cwd, *cache.prefix(), *argv[at:]]
             wrapper = (*measure, f"{obj}.cost.json", "--") if compile_only else ()
@@ -225,7 +238,45 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
         plan.steps.append(Step(op.name, "link", tuple(_link_argv(op, cat, tc, inside, v(so), v)),
                                str(so), tuple(objs), rsp=rsp))
         plan.outputs[op.name] = str(so)
+    if shareable:
+        _share_torch_header(plan, shareable, v, [*cwd, *cache.prefix()] if cache is not None else [], at)
+        if cache is not None and any(s.kind == "pch" for s in plan.steps):
+            plan.env["CCACHE_SLOPPINESS"] = "pch_defines,time_macros"  # ccache's condition for caching PCH use
     return plan
+
+
+_GCC = re.compile(r"(.*-)?g\+\+(-[0-9.]+)?")
+_TAIL = 7  # -MMD -MF DEP -c SRC -o OBJ: what differs per unit besides the op's name
+PCH_HEADER = "torch_ext.h"
+
+
+def _share_torch_header(plan: Plan, units: list[tuple[int, list[str]]], v: Visible, cache: list[str],
+                        at: int) -> None:
+    """Most of a host unit's time is GCC parsing torch's headers (about half, with DeepSpeed's -O3 -g).
+    Units whose flags are the same but for ``-DTORCH_EXTENSION_NAME`` (which no torch header reads, so a
+    header compiled without it serves every op) share one precompiled ``<torch/extension.h>``, made once
+    per build and taken in by ``-include`` before the unit's own text (whose include of it is then a
+    no-op). Groups of one unit are left alone: a header costs about a unit."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for index, argv in units:
+        key = tuple(a for a in argv[:-_TAIL] if not a.startswith("-DTORCH_EXTENSION_NAME="))
+        groups.setdefault(key, []).append(index)
+    for key, indexes in groups.items():
+        if len(indexes) < 2:
+            continue
+        folder = plan.build_dir / "pch" / hashlib.sha256(json.dumps(key).encode()).hexdigest()[:12]
+        header, gch = folder / PCH_HEADER, folder / (PCH_HEADER + ".gch")
+        plan.files[str(header)] = ("// written by porter ops build: torch's extension header, precompiled once "
+                                   "for the units below\n#include <torch/extension.h>\n")
+        argv = [*key[:at], *cache, *key[at:], "-x", "c++-header", v(header), "-MMD", "-MF", f"{v(gch)}.d",
+                "-o", v(gch)]
+        plan.steps.append(Step("", "pch", tuple(argv), str(gch), (str(header),), str(gch) + ".d",
+                               (sys.executable, "-m", "ops_prebuild.pch", str(gch), "--")))
+        for i in indexes:
+            s = plan.steps[i]
+            cut = len(s.argv) - _TAIL
+            plan.steps[i] = replace(s, argv=(*s.argv[:cut], "-Winvalid-pch", "-include", v(header), *s.argv[cut:]),
+                                    inputs=(*s.inputs, str(gch)))
 
 
 def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str, device: bool,

@@ -304,3 +304,59 @@ def test_the_mirror_links_once_and_follows_a_changed_file(tmp_path: Path) -> Non
     (tree / "csrc/adam/a.cpp").write_text("int b;\n")  # an editor's save: a new file
     assert mirror_tree(tree, dest, ["csrc"]) == 1 and (dest / "csrc/adam/a.cpp").read_text() == "int b;\n"
     assert not [p for p in dest.rglob("*") if "porter-tmp" in p.name]
+
+
+CPU_LION = OpSpec(name="cpu_lion", builder="CPULionBuilder", build_var="DS_BUILD_CPU_LION",
+                  module="deepspeed.ops.lion.cpu_lion_op", sources=("csrc/lion/cpu_lion.cpp", "csrc/lion/cpu_lion_impl.cpp"),
+                  include_paths=("csrc/includes",), device=False, compatible=True,
+                  cxx_args=("-O3", "-march=native", "-fopenmp", "-D__AVX512__"))
+
+
+def test_units_that_differ_only_in_the_op_name_share_one_precompiled_torch_header(tmp_path: Path) -> None:
+    from ops_prebuild.plan import PCH_HEADER
+
+    tc = load_toolchain("cpu", environ={})
+    plan = make_plan(catalogue(), tc, [CPU_ADAM, CPU_LION], tmp_path, pch=True)
+    (pch,) = [s for s in plan.steps if s.kind == "pch"]
+    header = str(next(iter(plan.files)))
+    assert header.endswith(PCH_HEADER) and "#include <torch/extension.h>" in plan.files[header]
+    assert pch.output == header + ".gch" and pch.wrapper[-3:] == ("ops_prebuild.pch", pch.output, "--")
+    assert "-x" in pch.argv and not any(a.startswith("-DTORCH_EXTENSION_NAME") for a in pch.argv)
+    units = [s for s in plan.steps if s.kind == "compile"]
+    assert len(units) == 3
+    for unit in units:  # each unit reads the header first and still names its op
+        assert unit.argv[unit.argv.index("-include") + 1] == header and pch.output in unit.inputs
+        assert any(a.startswith("-DTORCH_EXTENSION_NAME=") for a in unit.argv)
+    assert "desc = PCH shared: torch_ext.h.gch" in plan.ninja()
+    # every shard makes the header its units read; the link step knows nothing of it
+    for i in range(2):
+        part = plan.shard(i, 2)
+        assert part[0] is pch and all(s.kind == "compile" for s in part[1:])
+    assert all(pch.output not in s.inputs for s in plan.links())
+    # no sharing for one unit, for device units, or for per-unit costs
+    alone = make_plan(catalogue(), tc, [CPU_ADAM], tmp_path, pch=True)
+    assert not [s for s in alone.steps if s.kind == "pch"] and not alone.files
+    costs = make_plan(catalogue(), load_toolchain("frontier", environ={}), [CPU_ADAM, CPU_LION, FUSED_ADAM],
+                      tmp_path, pch=True, compile_only=True)
+    assert not [s for s in costs.steps if s.kind == "pch"]
+    rocm = make_plan(catalogue(), load_toolchain("frontier", environ={}), [CPU_ADAM, FUSED_ADAM], tmp_path, pch=True)
+    dev = next(s for s in rocm.steps if s.argv[0] == "hipcc")
+    assert "-include" not in dev.argv
+
+
+def test_the_pch_wrapper_renames_only_a_whole_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ops_prebuild import pch
+
+    def compiler(text: str, code: int):  # type: ignore[no-untyped-def]
+        def call(cmd: list[str]) -> int:
+            Path(cmd[cmd.index("-o") + 1]).write_text(text)
+            return code
+        return call
+
+    out = tmp_path / "h.gch"
+    monkeypatch.setattr(pch.subprocess, "call", compiler("x", 0))
+    assert pch.main(["pch", str(out), "--", "g++", "-o", str(out)]) == 0 and out.read_text() == "x"
+    monkeypatch.setattr(pch.subprocess, "call", compiler("half", 1))
+    assert pch.main(["pch", str(out), "--", "g++", "-o", str(out)]) == 1
+    assert out.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["h.gch"]
+    assert pch.main(["pch", str(out), "g++"]) == 2  # usage
