@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import dry_run_option, json_option
+from porter.cli.options import dry_run_option, json_option, slurm_options
 from porter.log import Logger
 from porter.run import Runner, make_env
 
@@ -23,31 +23,6 @@ def matrix() -> None:
     Results live in the matrix folder on the shared filesystem: one result file per cell, the wheels
     in the wheelhouse, then an index and report.json. Format and policies: docs/cluster.md.
     """
-
-
-def _slurm_options(f: Any) -> Any:
-    opts = [
-        click.option("--partition", default=None, envvar="PORTER_SLURM_PARTITION", show_envvar=True,
-                     help="Partition of every job."),
-        click.option("--account", default=None, envvar="PORTER_SLURM_ACCOUNT", show_envvar=True,
-                     help="Account to charge."),
-        click.option("--qos", default=None, envvar="PORTER_SLURM_QOS", show_envvar=True, help="QOS of every job."),
-        click.option("--time", "time_limit", default=None, envvar="PORTER_SLURM_TIME", show_envvar=True,
-                     help="Time limit of each cell task (2:00:00)."),
-        click.option("--cpus-per-task", type=click.IntRange(min=1), default=None,
-                     envvar="PORTER_SLURM_CPUS_PER_TASK", show_envvar=True, help="CPUs of each cell task."),
-        click.option("--mem", default=None, envvar="PORTER_SLURM_MEM", show_envvar=True,
-                     help="Memory of each cell task (16G)."),
-        click.option("--max-parallel", type=click.IntRange(min=1), default=None,
-                     envvar="PORTER_SLURM_MAX_PARALLEL", show_envvar=True,
-                     help="At most this many cells at once (the array's %N; default 8)."),
-        click.option("--index-time", default=None, help="Time limit of the index job."),
-        click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="OPTION",
-                     help="One more sbatch option for every job (repeat): --constraint=nvme."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
 
 
 def _show(doc: dict[str, Any]) -> None:
@@ -77,7 +52,7 @@ def _exit_for(doc: dict[str, Any]) -> None:
 @click.option("--force", is_flag=True, help="Reuse a matrix folder: its plan, results and report are replaced "
                                             "(wheels are kept).")
 @click.option("--wait", is_flag=True, help="With --slurm: wait for the index job's report, then exit as --local does.")
-@_slurm_options
+@slurm_options()
 @dry_run_option
 @json_option
 @click.pass_obj

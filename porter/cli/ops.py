@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -10,12 +11,14 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (cache_options, cache_request, dry_run_option, jobs_option, json_option,
-                                python_option, resolve_toolchain,
+                                python_option, resolve_toolchain, slurm_options,
                                 toolchain_options, wheelhouse_option)
+from porter.ccache import CacheRequest
 from porter.errors import CheckFailed, PartialSuccess
 from porter.errors import refusal_line
 from porter.log import Logger
 from porter.run import Runner
+from porter.toolchain.profile import Toolchain
 
 source_option = click.option(
     "--source", "source", required=True, metavar="SRC",
@@ -82,24 +85,58 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
                    "stop: N such runs (e.g. a Slurm job array) then one --link-only run equal one local build.")
 @click.option("--link-only", is_flag=True,
               help="After the shards: compile nothing, refuse if an object is missing, link and package.")
+@click.option("--shards", type=click.IntRange(min=1), default=None, metavar="N",
+              help="With --slurm: submit a job array of N tasks, each running this build with --shard I/N into "
+                   "the shared build folder, then one --link-only job (afterok) that writes the wheel into -o.")
+@click.option("--slurm", "use_slurm", is_flag=True,
+              help="Submit the build as Slurm jobs (with --shards N) instead of building here.")
+@click.option("-d", "--dir", "shards_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="With --slurm: the folder for the job scripts, results and logs, on a filesystem every node "
+                   "sees (default: shards/<build> in porter's cache, which must be shared too).")
+@click.option("--wait", is_flag=True, help="With --slurm: wait for the link job, then report its wheel.")
+@slurm_options(task="shard", final="link")
 @cache_options
 @python_option
 @json_option
 @click.pass_obj
-def build_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
+def build_cmd(log: Logger, /, source: str, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
               op_names: str | None, all_compatible: bool, wheelhouse: Path, jobs: int | None, dry_run: bool,
-              compile_only: bool, with_deps: bool, shard: str | None, link_only: bool, no_cache: bool,
-              cache_dir: Path | None, cache_remote: str, python: str | None, as_json: bool) -> None:
+              compile_only: bool, with_deps: bool, shard: str | None, link_only: bool, shards: int | None,
+              use_slurm: bool, shards_dir: Path | None, wait: bool, time_limit: str | None, no_cache: bool,
+              cache_dir: Path | None, cache_remote: str, python: str | None, as_json: bool, **slurm: Any) -> None:
     """Compile the selected ops in one ninja graph and package one DeepSpeed wheel in which they are
-    prebuilt (installed_ops), plus a manifest. An op that fails is reported and left out (exit 3)."""
+    prebuilt (installed_ops), plus a manifest. An op that fails is reported and left out (exit 3).
+
+    With --shards N --slurm the build runs as Slurm jobs instead: N array tasks (--shard I/N) and a link
+    job after them (porter ops status DIR follows it)."""
     from ops_prebuild.build import build_ops
 
     if op_names and all_compatible:
         raise click.UsageError("--ops and --all-compatible exclude each other")
+    if shards is not None or use_slurm:
+        if shards is None or not use_slurm:
+            raise click.UsageError("--shards N and --slurm go together: N array tasks, then a link job; to build "
+                                   "here, drop both")
+        if shard is not None or link_only:
+            raise click.UsageError("--shards submits the shards and the link job itself; --shard I/N and "
+                                   "--link-only are what those jobs run")
+        if compile_only:
+            raise click.UsageError("--shards splits a build that links a wheel; --compile-only is not sharded")
+    else:
+        given = _given_on_command_line("wait", "shards_dir", "time_limit", *slurm)
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only with --shards N --slurm")
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     names = [n.strip() for n in op_names.split(",") if n.strip()] if op_names else None
     if compile_only and with_deps:
         raise click.UsageError("--with-deps downloads a wheel's dependencies; --compile-only makes no wheel")
+    if shards is not None:
+        _submit_shards(log, tc, source=source, toolchain_ref=toolchain_ref, archs=archs, cpu_isa=cpu_isa,
+                       op_names=names, all_compatible=all_compatible, wheelhouse=wheelhouse, jobs=jobs,
+                       with_deps=with_deps, shards=shards, shards_dir=shards_dir, wait=wait, dry_run=dry_run,
+                       cache=cache_request(no_cache, cache_dir, cache_remote), python=python, as_json=as_json,
+                       slurm={**slurm, "time": time_limit})
+        return
     result = build_ops(source, tc, ops=names, all_compatible=all_compatible, wheelhouse=wheelhouse, jobs=jobs,
                        dry_run=dry_run, python=python, with_deps=with_deps, log=log, compile_only=compile_only,
                        compiler_cache=cache_request(no_cache, cache_dir, cache_remote), shard=_shard(shard),
@@ -158,3 +195,88 @@ def _shard(text: str | None) -> tuple[int, int] | None:
         raise click.BadParameter(f"shard {index}/{count} does not exist: I runs from 0 to N-1",
                                  param_hint="--shard")
     return index, count
+
+
+def _given_on_command_line(*params: str) -> list[str]:
+    """The options among ``params`` the user typed (not their defaults, not PORTER_SLURM_* from the env)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    opts = {p.name: p.opts[-1] for p in ctx.command.params}
+    return [opts[p] for p in params if ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE]
+
+
+def _path_or_name(value: str) -> str:
+    """A file or folder the jobs must find from anywhere: made absolute; a preset name or spec as it is."""
+    return str(Path(value).resolve()) if Path(value).exists() else value
+
+
+def _submit_shards(log: Logger, tc: Toolchain, *, source: str, toolchain_ref: str | None, archs: tuple[str, ...],
+                   cpu_isa: str | None, op_names: list[str] | None, all_compatible: bool, wheelhouse: Path,
+                   jobs: int | None, with_deps: bool, shards: int, shards_dir: Path | None, wait: bool,
+                   dry_run: bool, cache: CacheRequest, python: str | None, as_json: bool, slurm: dict[str, Any]) -> None:
+    """--shards N --slurm: the same build's arguments for every job, then porter.cluster.shards."""
+    import sys
+
+    from porter.cluster import shards as sh
+    from porter.cluster.slurm import SlurmSettings
+    from porter.fs import cache_dir
+    from porter.run import make_env
+
+    env = make_env()
+    settings = SlurmSettings(max_parallel=shards).merged(slurm)
+    ref = toolchain_ref or env.get("PORTER_TOOLCHAIN")
+    args = ["--source", _path_or_name(source), *(["-t", _path_or_name(ref)] if ref else [])]
+    args += [f"--arch={a}" for a in archs] + ([f"--cpu-isa={cpu_isa}"] if cpu_isa else [])
+    args += ["--ops", ",".join(op_names)] if op_names else (["--all-compatible"] if all_compatible else [])
+    per_task = jobs or settings.cpus_per_task
+    args += [f"-j{per_task}"] if per_task else []
+    if not cache.enabled:
+        args.append("--no-cache")
+    args += ([f"--cache-dir={cache.dir}"] if cache.dir else []) + ([f"--cache-remote={cache.remote}"] if cache.remote else [])
+    args += [f"--python={python}"] if python else []
+    shared = cache_dir().resolve()
+    req = sh.ShardRequest(build_args=tuple(args), link_args=("--with-deps",) if with_deps else (), shards=shards,
+                          dir=shards_dir.resolve() if shards_dir else Path(), wheelhouse=wheelhouse.resolve(),
+                          cache=shared, python=sys.executable)
+    runner = Runner(log, echo=not dry_run)
+
+    def planner() -> sh.BuildFacts:
+        return sh.ops_build_facts(source, tc, ops=op_names, all_compatible=all_compatible, python=python,
+                                  compiler_cache=cache, dry_run=dry_run, log=log, runner=Runner(log, echo=log.verbose))
+
+    run = sh.submit_build(req, planner, settings=settings, runner=runner, env=env, dir_given=shards_dir is not None,
+                          dry_run=dry_run, wait=wait, log=log)
+    if as_json:
+        emit_json(run.to_dict())
+    elif run.dry_run is not None:
+        click.echo("\n".join(run.dry_run))
+    elif run.status is not None:
+        click.echo("\n".join(sh.describe(run.status)))
+    else:
+        sub = run.submission or {}
+        click.echo(f"array job {sub.get('array_job')} ({shards} shard(s)), link job {sub.get('link_job')}; "
+                   f"the wheel will land in {run.request.wheelhouse}")
+        log.tip(f"porter ops status {run.request.dir}")
+    if run.status is not None:
+        err = sh.outcome(run.status)
+        if err is not None:
+            raise err
+
+
+@ops.command("status")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@json_option
+def status_cmd(directory: Path, as_json: bool) -> None:
+    """A sharded build submitted with --shards N --slurm: each shard and the link job, read from the files
+    its jobs wrote in DIRECTORY. Exit 1 once a shard or the link failed, else 0."""
+    from porter.cluster import shards as sh
+
+    doc = sh.status(directory)
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo("\n".join(sh.describe(doc)))
+    err = sh.outcome(doc)
+    if err is not None:
+        raise err

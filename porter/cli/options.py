@@ -63,3 +63,35 @@ def toolchain_options(f: F) -> F:
 def resolve_toolchain(toolchain_ref: str | None, archs: tuple[str, ...] = (), cpu_isa: str | None = None) -> Toolchain:
     split = tuple(a for spec in archs for a in spec.split(",") if a)
     return load_toolchain(toolchain_ref, overrides={"archs": split, "cpu_isa": cpu_isa})
+
+
+def slurm_options(*, task: str = "cell", final: str = "index") -> Callable[[F], F]:
+    """What each Slurm job asks for (:class:`porter.cluster.slurm.SlurmSettings`), from the command line or
+    ``PORTER_SLURM_*``. ``task``: what one array task runs (a cell, a shard); ``final``: the job after them
+    (the index, the link), whose time limit is ``--<final>-time``."""
+    def decorate(f: F) -> F:
+        opts = [
+            click.option("--partition", default=None, envvar="PORTER_SLURM_PARTITION", show_envvar=True,
+                         help="Partition of every job."),
+            click.option("--account", default=None, envvar="PORTER_SLURM_ACCOUNT", show_envvar=True,
+                         help="Account to charge."),
+            click.option("--qos", default=None, envvar="PORTER_SLURM_QOS", show_envvar=True,
+                         help="QOS of every job."),
+            click.option("--time", "time_limit", default=None, envvar="PORTER_SLURM_TIME", show_envvar=True,
+                         help=f"Time limit of each {task} task (2:00:00)."),
+            click.option("--cpus-per-task", type=click.IntRange(min=1), default=None,
+                         envvar="PORTER_SLURM_CPUS_PER_TASK", show_envvar=True, help=f"CPUs of each {task} task."),
+            click.option("--mem", default=None, envvar="PORTER_SLURM_MEM", show_envvar=True,
+                         help=f"Memory of each {task} task (16G)."),
+            click.option("--max-parallel", type=click.IntRange(min=1), default=None,
+                         envvar="PORTER_SLURM_MAX_PARALLEL", show_envvar=True,
+                         help=f"At most this many {task}s at once (the array's %N; default "
+                              + ("8" if task == "cell" else f"every {task}") + ")."),
+            click.option(f"--{final}-time", "index_time", default=None, help=f"Time limit of the {final} job."),
+            click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="OPTION",
+                         help="One more sbatch option for every job (repeat): --constraint=nvme."),
+        ]
+        for opt in reversed(opts):
+            f = opt(f)
+        return f
+    return decorate

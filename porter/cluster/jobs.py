@@ -523,9 +523,8 @@ def run_matrix(matrix: Matrix, *, mode: str, force: bool, runner: Runner, env: M
     for w in warnings:
         log.warn(w)
     if mode == "slurm":
-        for what, path in (("matrix folder", str(plan.dir)), ("python", plan.python)):
-            if path.startswith(("/tmp/", "/dev/shm/", "/var/tmp/")):
-                log.warn(f"the {what} {path} is on this machine's local disk: only jobs on this node can see it")
+        for warning in sl.local_disk_warnings({"matrix folder": plan.dir, "python": plan.python}):
+            log.warn(warning)
     write_plan(plan, force=force)
     if mode == "local":
         return RunResult(plan, mode, report=run_local(plan, runner=runner, env=env, log=log))

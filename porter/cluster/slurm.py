@@ -1,5 +1,6 @@
-"""Slurm through its own commands: one job array (one task per cell), submitted held, an index job that
-waits on it with ``afterok``, then one ``scontrol release``.
+"""Slurm through its own commands: one job array (one task per cell of a matrix, or per shard of a build),
+submitted held, a final job (the matrix's index, the build's link) that waits on it with ``afterok``, then one
+``scontrol release``.
 
 Everything goes through :class:`porter.run.Runner` (argv lists, an explicit env). Nothing here reads
 Slurm's accounting: results are files the jobs write on the shared filesystem (:mod:`porter.cluster.jobs`);
@@ -131,27 +132,37 @@ class Programs:
     scancel: Path | None
 
 
-def find_programs(env: Mapping[str, str]) -> Programs:
-    """Slurm's commands on the env's PATH; sbatch or scontrol missing is an error that names --local."""
+LOCAL_MATRIX = "run the cells on this machine one after another with --local"
+
+
+def find_programs(env: Mapping[str, str], *, what: str = "the matrix", local: str = LOCAL_MATRIX) -> Programs:
+    """Slurm's commands on the env's PATH; sbatch or scontrol missing is an error that names the local
+    alternative (``local``: what to do instead on this machine)."""
     path = env.get("PATH")
     found = {name: which(name, path=path) for name in ("sbatch", "scontrol", "squeue", "scancel")}
     missing = [n for n in ("sbatch", "scontrol") if found[n] is None]
     if missing:
-        raise ToolError(f"{' and '.join(missing)} not found on PATH: --slurm submits the matrix with Slurm's "
+        raise ToolError(f"{' and '.join(missing)} not found on PATH: --slurm submits {what} with Slurm's "
                         "own commands",
-                        hint="run the cells on this machine one after another with --local, or run porter on "
-                             "a Slurm login node (module load slurm)")
+                        hint=f"{local}, or run porter on a Slurm login node (module load slurm)")
     sbatch, scontrol = found["sbatch"], found["scontrol"]
     assert sbatch is not None and scontrol is not None
     return Programs(sbatch, scontrol, found["squeue"], found["scancel"])
 
 
+def local_disk_warnings(paths: Mapping[str, str | Path]) -> list[str]:
+    """One warning per path (``what -> path``) on this machine's own disk, which other nodes cannot see."""
+    return [f"the {what} {path} is on this machine's local disk: only jobs on this node can see it"
+            for what, path in paths.items() if str(path).startswith(("/tmp/", "/dev/shm/", "/var/tmp/"))]
+
+
 def array_argv(sbatch: str | Path, *, name: str, cells: int, directory: Path, script: Path,
-               settings: SlurmSettings) -> list[str]:
-    """The cells: one array task per cell, at most ``max_parallel`` at once, submitted held."""
+               settings: SlurmSettings, task_log: str = "cell-%a.log") -> list[str]:
+    """The cells (or shards): one array task each, at most ``max_parallel`` at once, submitted held; each
+    task's output in ``logs/<task_log>``."""
     cap = min(settings.max_parallel, cells)
     argv = [str(sbatch), "--parsable", "--hold", f"--job-name={name}", f"--array=0-{cells - 1}%{cap}",
-            f"--chdir={directory}", f"--output={directory / 'logs' / 'cell-%a.log'}",
+            f"--chdir={directory}", f"--output={directory / 'logs' / task_log}",
             *settings.common_args()]
     argv += [f"--{k.replace('_', '-')}={v}" for k, v in (("time", settings.time),
                                                          ("cpus_per_task", settings.cpus_per_task),
@@ -160,11 +171,12 @@ def array_argv(sbatch: str | Path, *, name: str, cells: int, directory: Path, sc
 
 
 def index_argv(sbatch: str | Path, *, name: str, array_job: str, directory: Path, script: Path,
-               settings: SlurmSettings) -> list[str]:
-    """The index job: starts once every cell task ended with exit 0 (each records a failed build in its
-    result file and still exits 0); cancelled by Slurm when a task was lost (killed, timed out)."""
-    argv = [str(sbatch), "--parsable", f"--job-name={name}-index", f"--dependency=afterok:{array_job}",
-            "--kill-on-invalid-dep=yes", f"--chdir={directory}", f"--output={directory / 'logs' / 'index.log'}",
+               settings: SlurmSettings, final: str = "index") -> list[str]:
+    """The final job (``final``: the matrix's index, a sharded build's link): starts once every array task
+    ended with exit 0 (a matrix cell records a failed build in its result file and still exits 0);
+    cancelled by Slurm when a task failed or was lost (killed, timed out). Its output: ``logs/<final>.log``."""
+    argv = [str(sbatch), "--parsable", f"--job-name={name}-{final}", f"--dependency=afterok:{array_job}",
+            "--kill-on-invalid-dep=yes", f"--chdir={directory}", f"--output={directory / 'logs' / f'{final}.log'}",
             "--cpus-per-task=1", *settings.common_args()]
     if settings.index_time:
         argv.append(f"--time={settings.index_time}")
@@ -192,17 +204,19 @@ class Submission:
 
 
 def submit(*, name: str, cells: int, directory: Path, cell_script: Path, index_script: Path,
-           settings: SlurmSettings, programs: Programs, runner: Runner, env: Mapping[str, str]) -> Submission:
-    """Submit the array held, the index job after it, then release the array. A step that fails cancels
-    what was already submitted, so nothing is left queued by half."""
+           settings: SlurmSettings, programs: Programs, runner: Runner, env: Mapping[str, str],
+           task_log: str = "cell-%a.log", final: str = "index",
+           hint: str = "check the partition, account and limits in the [slurm] table") -> Submission:
+    """Submit the array held, the final (index) job after it, then release the array. A step that fails
+    cancels what was already submitted, so nothing is left queued by half."""
     first = array_argv(programs.sbatch, name=name, cells=cells, directory=directory, script=cell_script,
-                       settings=settings)
-    res = runner.run(first, env=env, hint="check the partition, account and limits in the [slurm] table")
+                       settings=settings, task_log=task_log)
+    res = runner.run(first, env=env, hint=hint)
     array_job = _job_id(res.output, first)
     submitted = [array_job]
     try:
         second = index_argv(programs.sbatch, name=name, array_job=array_job, directory=directory,
-                            script=index_script, settings=settings)
+                            script=index_script, settings=settings, final=final)
         index_job = _job_id(runner.run(second, env=env).output, second)
         submitted.append(index_job)
         runner.run([str(programs.scontrol), "release", array_job], env=env)
@@ -225,10 +239,11 @@ def job_state(job: str, *, programs: Programs, runner: Runner, env: Mapping[str,
 
 def wait_for(report: Path, *, submission: Submission, programs: Programs, runner: Runner, env: Mapping[str, str],
              log: Logger | None = None, poll: float = 0.5, check_every: float = 10.0,
-             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
-    """Wait until the index job wrote ``report``. Slurm is asked (squeue) only every ``check_every``
-    seconds, and only whether the index job is still queued or running: when it ended, or Slurm forgot
-    it, without a report, waiting stops with an error."""
+             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
+             final: str = "index", lost_hint: str | None = None) -> None:
+    """Wait until the final (``final``: index) job wrote ``report``. Slurm is asked (squeue) only every
+    ``check_every`` seconds, and only whether that job is still queued or running: when it ended, or Slurm
+    forgot it, without a report, waiting stops with an error (``lost_hint``: what to do then)."""
     log = log or quiet_logger()
     last_check = clock()
     while not report.exists():
@@ -238,14 +253,14 @@ def wait_for(report: Path, *, submission: Submission, programs: Programs, runner
         last_check = clock()
         state = job_state(submission.index_job, programs=programs, runner=runner, env=env)
         if state is not None and state not in ENDED:
-            log.detail(f"index job {submission.index_job}: {state}")
+            log.detail(f"{final} job {submission.index_job}: {state}")
             continue
         sleep(poll)  # the report may land just after the job ends
         if report.exists():
             return
-        raise ToolError(f"the index job {submission.index_job} ended ({state or 'no longer known to Slurm'}) "
+        raise ToolError(f"the {final} job {submission.index_job} ended ({state or 'no longer known to Slurm'}) "
                         f"without writing {report}",
-                        hint=f"a cell task was lost (killed, timed out, out of memory) so afterok:"
+                        hint=lost_hint or f"a cell task was lost (killed, timed out, out of memory) so afterok:"
                              f"{submission.array_job} never held; read 'porter matrix status {report.parent}' "
                              f"and the logs in {report.parent / 'logs'}, then 'porter matrix finish "
                              f"{report.parent}' indexes what was built")

@@ -1,0 +1,439 @@
+"""One build split into shards on Slurm: a job array of N tasks, each compiling one shard of the plan's compile
+steps into the shared build folder (and compiler cache), then one link-and-package job after all of them.
+
+```
+DIR/shards.json            the request, frozen at submission: the build's arguments, N, where things land
+DIR/jobs/shard.sh          one shard: `porter ops build ARGS --shard I/N` (I = the array task id)
+DIR/jobs/link.sh           the last step: `porter ops build ARGS --link-only -o WHEELHOUSE`
+DIR/results/shard-I.json   the shard's --json report; shard-I.exit its exit code
+DIR/results/link.json      the link job's --json report (wheel, manifest); link.exit its exit code
+DIR/logs/shard-I.log       each task's own output (Slurm's --output); logs/link.log the link job's
+DIR/submission.json        the Slurm job ids and the sbatch commands
+WHEELHOUSE/                the wheel and its manifest, written by the link job
+```
+
+The array is submitted held, the link job with ``afterok`` on it, then the array is released (the
+matrix's submission, :func:`porter.cluster.slurm.submit`). A shard that fails exits non-zero: the link
+could only refuse (an object is missing), so ``afterok`` never holds and Slurm cancels the link job;
+``porter ops status DIR`` names the shard and its log. Every job sees the same porter cache (the build
+folder and the compiler cache live in it): the scripts export ``PORTER_CACHE_DIR`` as it was at
+submission, so it must be on a filesystem every node sees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from porter import __version__
+from porter.cluster import slurm as sl
+from porter.errors import CheckFailed, ConfigError, PorterError, ToolError, refusal_line
+from porter.fs import atomic_write_json, atomic_write_text, ensure_writable_dir
+from porter.log import Logger, quiet_logger
+from porter.run import Runner
+
+if TYPE_CHECKING:
+    from porter.ccache import CacheRequest
+    from porter.toolchain.profile import Toolchain
+
+REQUEST = "shards.json"
+SUBMISSION = "submission.json"
+SCHEMA = "porter.shards/1"
+LOCAL = ("build here in one run (drop --slurm and --shards), or run 'porter ops build ... --shard I/N' for "
+         "each I yourself and then '--link-only'")
+# what the jobs run instead of the submitting command's own choices
+OWN_OPTIONS = ("--shard", "--shards", "--link-only", "--slurm", "--json", "-o", "--wheelhouse", "--dry-run")
+
+
+@dataclass(frozen=True)
+class BuildFacts:
+    """What the build's plan says, read before anything is submitted (a dry run of the same build)."""
+
+    build_dir: Path
+    """The build folder every shard fills (under porter's cache)."""
+    compile_steps: int
+    refusal: str | None = None
+    """Why a real build here would be refused (checked on the submitting host)."""
+
+
+@dataclass(frozen=True)
+class ShardRequest:
+    """A sharded build, as its jobs read it back from ``shards.json``."""
+
+    build_args: tuple[str, ...]
+    """``porter ops build`` arguments common to every job (no --shard, --link-only, -o, --json)."""
+    shards: int
+    dir: Path
+    wheelhouse: Path
+    cache: Path
+    """porter's cache for every job (``PORTER_CACHE_DIR``): the build folder and ccache live in it."""
+    python: str
+    build_dir: Path = Path()
+    """Filled from the plan (:class:`BuildFacts`) before anything is written."""
+    compile_steps: int = 0
+    link_args: tuple[str, ...] = ()
+    """Arguments only the link job gets (--with-deps)."""
+    name: str = "porter-ops"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.shards, bool) or not isinstance(self.shards, int) or self.shards < 1:
+            raise ConfigError(f"--shards must be a whole number >= 1, not {self.shards!r}")
+        clash = [a for a in (*self.build_args, *self.link_args) if a.split("=", 1)[0] in OWN_OPTIONS]
+        if clash:
+            raise ConfigError(f"the sharded build sets {', '.join(clash)} itself",
+                              hint="leave it out of the build's arguments")
+
+    @property
+    def shard_script(self) -> Path:
+        return self.dir / "jobs" / "shard.sh"
+
+    @property
+    def link_script(self) -> Path:
+        return self.dir / "jobs" / "link.sh"
+
+    @property
+    def results(self) -> Path:
+        return self.dir / "results"
+
+    def shard_log(self, index: int) -> Path:
+        return self.dir / "logs" / f"shard-{index}.log"
+
+    @property
+    def link_log(self) -> Path:
+        return self.dir / "logs" / "link.log"
+
+    @property
+    def link_exit(self) -> Path:
+        """Written last by the link job: what ``--wait`` and ``status`` look for."""
+        return self.results / "link.exit"
+
+    def porter(self) -> list[str]:
+        return [self.python, "-m", "porter", "ops", "build", *self.build_args]
+
+    def link_argv(self) -> list[str]:
+        return [*self.porter(), *self.link_args, "--link-only", "-o", str(self.wheelhouse), "--json"]
+
+    def with_facts(self, facts: BuildFacts) -> ShardRequest:
+        name = f"porter-{facts.build_dir.name.rsplit('-', 1)[0]}" if facts.build_dir.name else self.name
+        return dataclasses.replace(self, build_dir=facts.build_dir, compile_steps=facts.compile_steps, name=name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "porter_version": __version__, "name": self.name,
+                "build_args": list(self.build_args), "link_args": list(self.link_args), "shards": self.shards,
+                "dir": str(self.dir), "wheelhouse": str(self.wheelhouse), "cache": str(self.cache),
+                "python": self.python, "build_dir": str(self.build_dir), "compile_steps": self.compile_steps}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], folder: Path) -> ShardRequest:
+        return cls(build_args=tuple(data["build_args"]), link_args=tuple(data.get("link_args", ())),
+                   shards=int(data["shards"]), dir=folder, wheelhouse=Path(data["wheelhouse"]),
+                   cache=Path(data["cache"]), python=str(data["python"]), build_dir=Path(data["build_dir"]),
+                   compile_steps=int(data["compile_steps"]), name=str(data.get("name", "porter-ops")))
+
+
+def read_request(directory: str | Path) -> ShardRequest:
+    folder = Path(directory).resolve()
+    path = folder / REQUEST
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{folder} holds no sharded build ({REQUEST} missing)",
+                          hint="pass the folder 'porter ops build --shards N --slurm' printed (its 'dir')") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path} cannot be read: {exc}", hint="submit the build again") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ConfigError(f"{path} is not a {SCHEMA} document", hint="submit the build with this porter version")
+    return ShardRequest.from_dict(data, folder)
+
+
+# ------------------------------------------------------------------------------------------ the two scripts
+
+def _record(req: ShardRequest, command: str, name: str) -> str:
+    """Run ``command``: its JSON report into results/NAME.json and its exit code into results/NAME.exit
+    (each renamed into place, the exit code last), then exit with that code."""
+    return (f'{command} > "$results"/.{name}.json.part\n'
+            "code=$?\n"
+            f'mv -f "$results"/.{name}.json.part "$results"/{name}.json\n'
+            f'echo "$code" > "$results"/.{name}.exit.part && mv -f "$results"/.{name}.exit.part "$results"/{name}.exit\n'
+            'exit "$code"\n')
+
+
+def _header(req: ShardRequest, what: str) -> str:
+    return ("#!/bin/bash\n"
+            f"# porter ops build in {req.shards} shard(s): {what}\n"
+            f"# written by porter {__version__}; the request is in {req.dir / REQUEST}\n"
+            f"export PORTER_CACHE_DIR={shlex.quote(str(req.cache))}\n"
+            f"results={shlex.quote(str(req.results))}\n")
+
+
+def scripts(req: ShardRequest) -> dict[Path, str]:
+    """The text of ``jobs/shard.sh`` (one array task; ``bash shard.sh I`` by hand) and ``jobs/link.sh``."""
+    shard = (_header(req, "one shard per array task (or: bash shard.sh INDEX)")
+             + 'i="${1:-${SLURM_ARRAY_TASK_ID:?pass the shard index, or run as an array task}}"\n'
+             + _record(req, f'{shlex.join(req.porter())} --shard "$i/{req.shards}" --json', 'shard-"$i"'))
+    link = (_header(req, "link and package after every shard (afterok)")
+            + _record(req, shlex.join(req.link_argv()), "link"))
+    return {req.shard_script: shard, req.link_script: link}
+
+
+def write_jobs(req: ShardRequest) -> None:
+    """Create the folder (earlier scripts, results and logs are replaced): the request and both scripts."""
+    ensure_writable_dir(req.dir, what="shards folder", option="--dir", create=True)
+    for sub in ("jobs", "results", "logs"):
+        shutil.rmtree(req.dir / sub, ignore_errors=True)
+        (req.dir / sub).mkdir()
+    (req.dir / SUBMISSION).unlink(missing_ok=True)
+    for path, text in scripts(req).items():
+        atomic_write_text(path, text)
+        path.chmod(0o755)
+    atomic_write_json(req.dir / REQUEST, req.to_dict())
+
+
+# ------------------------------------------------------------------------------------------------ status
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _exit_code(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def status(directory: str | Path) -> dict[str, Any]:
+    """The sharded build now, read from its folder (never from Slurm's accounting): each shard done, failed,
+    started (its log exists) or pending; the link job's wheel once it wrote one."""
+    req = read_request(directory)
+    tasks: list[dict[str, Any]] = []
+    for i in range(req.shards):
+        code = _exit_code(req.results / f"shard-{i}.exit")
+        entry: dict[str, Any] = {"index": i, "log": str(req.shard_log(i)), "exit_code": code}
+        if code is None:
+            entry["status"] = "started" if req.shard_log(i).exists() else "pending"
+        else:
+            entry["status"] = "done" if code == 0 else "failed"
+            doc = _read_json(req.results / f"shard-{i}.json")
+            if doc and isinstance(doc.get("shard"), dict):
+                entry["objects"] = len(doc["shard"].get("objects", []))
+                entry["seconds"] = doc.get("seconds")
+        tasks.append(entry)
+    code = _exit_code(req.link_exit)
+    link: dict[str, Any] = {"log": str(req.link_log), "exit_code": code, "wheel": None, "manifest": None}
+    if code is not None:
+        link["status"] = "done" if code == 0 else ("partial" if code == 3 else "failed")
+        doc = _read_json(req.results / "link.json") or {}
+        link.update(wheel=doc.get("wheel"), manifest=doc.get("manifest"), seconds=doc.get("seconds"))
+    elif any(t["status"] == "failed" for t in tasks):
+        link["status"] = "cancelled"  # afterok never holds; Slurm drops the job (--kill-on-invalid-dep)
+    else:
+        link["status"] = "started" if req.link_log.exists() else "pending"
+    submission = _read_json(req.dir / SUBMISSION)
+    state = ("failed" if link["status"] in ("failed", "cancelled") else
+             "finished" if code is not None else "submitted" if submission else "planned")
+    return {"dir": str(req.dir), "state": state, "shards": req.shards, "build_dir": str(req.build_dir),
+            "wheelhouse": str(req.wheelhouse), "submission": submission, "tasks": tasks, "link": link}
+
+
+def describe(doc: Mapping[str, Any]) -> list[str]:
+    counts: dict[str, int] = {}
+    for t in doc["tasks"]:
+        counts[t["status"]] = counts.get(t["status"], 0) + 1
+    sub = doc.get("submission") or {}
+    lines = [f"[{doc['state']}] {doc['shards']} shard(s)"
+             + (f" (array job {sub['array_job']}, link job {sub['link_job']})" if sub.get("array_job") else "")
+             + ": " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
+    for t in doc["tasks"]:
+        what = f"{t['objects']} object(s)" if "objects" in t else ""
+        if t["status"] in ("failed", "started"):
+            what = f"log {t['log']}"
+        lines.append(f"  shard {t['index']:<3} {t['status']:<8} {what}".rstrip())
+    link = doc["link"]
+    lines.append(f"  link      {link['status']:<8} " + (f"wheel {link['wheel']}" if link.get("wheel") else
+                                                         f"log {link['log']}"))
+    return lines
+
+
+def outcome(doc: Mapping[str, Any]) -> PorterError | None:
+    """None while the build runs or once it shipped a wheel; CheckFailed when a shard or the link failed."""
+    if doc["state"] != "failed":
+        return None
+    failed = [t for t in doc["tasks"] if t["status"] == "failed"]
+    if failed:
+        return CheckFailed(f"{len(failed)} shard(s) failed: " + ", ".join(str(t["index"]) for t in failed)
+                           + "; the link job was cancelled (afterok)",
+                           hint=f"read {failed[0]['log']}; fix the cause and submit again (objects already "
+                                "compiled are kept)")
+    return CheckFailed(f"the link job failed (exit code {doc['link']['exit_code']})",
+                       hint=f"read {doc['link']['log']}")
+
+
+# --------------------------------------------------------------------------------------------- submission
+
+@dataclass
+class ShardRun:
+    request: ShardRequest
+    submission: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+    """After --wait: the build's status (the link job's wheel)."""
+    dry_run: list[str] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        req = self.request
+        doc: dict[str, Any] = {"mode": "slurm", "dry_run": self.dry_run is not None, "shards": req.shards,
+                               "dir": str(req.dir), "build_dir": str(req.build_dir), "cache": str(req.cache),
+                               "compile_steps": req.compile_steps, "wheelhouse": str(req.wheelhouse),
+                               "scripts": {"shard": str(req.shard_script), "link": str(req.link_script)},
+                               "status_command": f"porter ops status {req.dir}"}
+        if self.dry_run is not None:
+            doc["lines"] = self.dry_run
+        if self.submission is not None:
+            doc.update(array_job=self.submission["array_job"], link_job=self.submission["link_job"],
+                       submission=self.submission)
+        if self.status is not None:
+            doc.update(status=self.status, wheel=self.status["link"].get("wheel"))
+        return doc
+
+
+def check_shards(shards: int, facts: BuildFacts) -> None:
+    if shards < 1:
+        raise ConfigError(f"--shards must be at least 1, not {shards}")
+    if facts.compile_steps == 0:
+        raise ConfigError("the build's plan has no compile step to shard", hint="check --ops and the toolchain")
+    if shards > facts.compile_steps:
+        raise ConfigError(f"{shards} shards for {facts.compile_steps} compile step(s): some shards would "
+                          "compile nothing",
+                          hint=f"pass --shards {facts.compile_steps} or fewer")
+
+
+def preflight(req: ShardRequest) -> list[str]:
+    """Refuse folders the jobs could not write, before anything is written or submitted. Returns warnings."""
+    ensure_writable_dir(req.dir, what="shards folder", option="--dir")
+    ensure_writable_dir(req.wheelhouse, what="wheelhouse", option="-o")
+    ensure_writable_dir(req.cache, what="porter cache (the shared build folder)", option="PORTER_CACHE_DIR=")
+    warnings = sl.local_disk_warnings({"shards folder": req.dir, "porter cache": req.cache,
+                                       "wheelhouse": req.wheelhouse, "python": req.python})
+    sub = _read_json(req.dir / SUBMISSION)
+    if sub is not None and _exit_code(req.link_exit) is None:
+        warnings.append(f"{req.dir} holds an earlier submission without a link result: its jobs "
+                        f"{sub.get('array_job')} and {sub.get('link_job')} may still run (scancel them)")
+    return warnings
+
+
+def _dry_run_lines(req: ShardRequest, settings: sl.SlurmSettings, programs: sl.Programs | None,
+                   refusal: str | None) -> list[str]:
+    sbatch = programs.sbatch if programs else "sbatch"
+    lines = [f"# {req.shards} shard(s) of {req.compile_steps} compile step(s) into {req.build_dir}, "
+             f"then one link job; the wheel into {req.wheelhouse}",
+             f"# folder {req.dir} (scripts, results, logs); porter cache {req.cache}"]
+    for path, text in scripts(req).items():
+        lines.append(f"# --- {path}")
+        lines += text.rstrip("\n").splitlines()
+    lines.append("# submitted as:")
+    lines.append(shlex.join(sl.array_argv(sbatch, name=req.name, cells=req.shards, directory=req.dir,
+                                          script=req.shard_script, settings=settings, task_log="shard-%a.log")))
+    lines.append(shlex.join(sl.index_argv(sbatch, name=req.name, array_job="<array-job>", directory=req.dir,
+                                          script=req.link_script, settings=settings, final="link")))
+    lines.append(shlex.join([str(programs.scontrol if programs else "scontrol"), "release", "<array-job>"]))
+    if refusal:
+        lines.append(refusal_line(refusal))
+    return lines
+
+
+def default_dir(cache: Path, build_dir: Path) -> Path:
+    """Where a sharded build's folder goes unless --dir says: beside its build folder's name, in the cache."""
+    return cache / "shards" / build_dir.name
+
+
+def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settings: sl.SlurmSettings,
+                 runner: Runner, env: Mapping[str, str], dir_given: bool = True, dry_run: bool = False,
+                 wait: bool = False, log: Logger | None = None, poll: float = 0.5,
+                 check_every: float = 10.0) -> ShardRun:
+    """``porter ops build --shards N --slurm``: find sbatch, check the folders, read the build's plan
+    (``planner``: a dry run of the same build), write the folder, submit the held array and the link job
+    (afterok), release; with ``wait``, until the link job recorded its exit code. ``dir_given`` False:
+    ``req.dir`` is replaced by :func:`default_dir`. A dry run describes it all and ends with what a real
+    run here would refuse."""
+    log = log or quiet_logger()
+    if req.shards < 1:
+        raise ConfigError(f"--shards must be at least 1, not {req.shards}")
+    programs: sl.Programs | None = None
+    refusal: str | None = None
+    try:
+        programs = sl.find_programs(env, what="the shards", local=LOCAL)
+    except ToolError as exc:
+        if not dry_run:
+            raise
+        refusal = exc.message
+    if not dry_run:  # before the planner writes anything (it unpacks the source into the cache)
+        ensure_writable_dir(req.cache, what="porter cache (the shared build folder)", option="PORTER_CACHE_DIR=")
+        ensure_writable_dir(req.wheelhouse, what="wheelhouse", option="-o")
+        if dir_given:
+            ensure_writable_dir(req.dir, what="shards folder", option="--dir")
+    facts = planner()
+    req = req.with_facts(facts)
+    if not dir_given:
+        req = dataclasses.replace(req, dir=default_dir(req.cache, facts.build_dir))
+    check_shards(req.shards, facts)
+    if dry_run:
+        try:
+            preflight(req)
+        except ConfigError as exc:
+            refusal = refusal or exc.message
+        return ShardRun(req, dry_run=_dry_run_lines(req, settings, programs, facts.refusal or refusal))
+    if facts.refusal:
+        raise CheckFailed(f"the build would be refused: {facts.refusal}",
+                          hint="fix it before submitting; nothing was submitted")
+    assert programs is not None
+    run = ShardRun(req, warnings=preflight(req))
+    for w in run.warnings:
+        log.warn(w)
+    write_jobs(req)
+    sub = sl.submit(name=req.name, cells=req.shards, directory=req.dir, cell_script=req.shard_script,
+                    index_script=req.link_script, settings=settings, programs=programs, runner=runner, env=env,
+                    task_log="shard-%a.log", final="link",
+                    hint="check --partition, --account and the limits (--time, --mem, --cpus-per-task)")
+    run.submission = {"array_job": sub.array_job, "link_job": sub.index_job, "array_argv": sub.array_argv,
+                      "link_argv": sub.index_argv, "settings": settings.to_dict(),
+                      "submitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    atomic_write_json(req.dir / SUBMISSION, run.submission)
+    log.info(f"submitted {req.shards} shard(s) as array job {sub.array_job} and link job {sub.index_job} "
+             f"(afterok:{sub.array_job}); the wheel will land in {req.wheelhouse}")
+    if wait:
+        sl.wait_for(req.link_exit, submission=sub, programs=programs, runner=runner, env=env, log=log, poll=poll,
+                    check_every=check_every, final="link",
+                    lost_hint=f"a shard failed or was lost, so afterok:{sub.array_job} never held; read "
+                              f"'porter ops status {req.dir}' and the logs in {req.dir / 'logs'}")
+        run.status = status(req.dir)
+    return run
+
+
+def ops_build_facts(source: str, tc: Toolchain, *, ops: list[str] | None, all_compatible: bool,
+                    python: str | None, compiler_cache: CacheRequest, dry_run: bool, log: Logger, runner: Runner) -> BuildFacts:
+    """The plan of ``porter ops build`` (a dry run of it). A real submission first unpacks (or downloads)
+    the source into the shared cache, so the shards all find it there and none races another to it."""
+    from ops_prebuild.build import build_ops
+    from ops_prebuild.source import resolve_source
+    from porter.fs import cache_dir
+
+    if not dry_run:
+        with log.step("unpacking the source into the shared cache"):
+            resolve_source(source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
+    res = build_ops(source, tc, ops=ops, all_compatible=all_compatible, wheelhouse=Path("."), dry_run=True,
+                    python=python, log=log, runner=runner, compiler_cache=compiler_cache)
+    return BuildFacts(build_dir=res.plan.build_dir,
+                      compile_steps=sum(1 for st in res.plan.steps if st.kind == "compile"),
+                      refusal=res.refusal.message if res.refusal else None)

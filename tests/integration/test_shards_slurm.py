@@ -1,0 +1,71 @@
+"""porter ops build --shards 2 --slurm through a real one-node Slurm (the session's cluster): two array tasks
+compile cpu_lion's two TUs into the shared build folder, the link job waits on afterok, and its wheel is the
+wheel a local build of the same op writes, byte for byte."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import run_porter
+from tests.slurm_cluster import SlurmCluster
+
+pytestmark = pytest.mark.slurm
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _scontrol(cluster: SlurmCluster, job: str) -> str:
+    return subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True,
+                          env={**cluster.env}, check=False).stdout
+
+
+def test_two_shards_on_slurm_then_the_link_job_equal_a_local_build(slurm: SlurmCluster, deepspeed_sdist: Path,
+                                                                   tmp_path: Path) -> None:
+    env = {**slurm.env, "PORTER_CACHE_DIR": str(tmp_path / "cache")}
+    base = ("ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops", "cpu_lion")
+    d = tmp_path / "shared"
+    res = run_porter(*base, "--shards", "2", "--slurm", "--dir", str(d), "-o", str(tmp_path / "a"),
+                     "--cpus-per-task", "1", "--time", "20:00", "--json", env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    assert doc["shards"] == 2 and doc["compile_steps"] == 2 and doc["wheelhouse"] == str(tmp_path / "a")
+    assert doc["scripts"]["shard"] == str(d / "jobs" / "shard.sh")
+    link = _scontrol(slurm, doc["link_job"])
+    assert f"Dependency=afterok:{doc['array_job']}" in link or "JobState=COMPLETED" in link, link
+    assert "--hold" in doc["submission"]["array_argv"] and "--array=0-1%2" in doc["submission"]["array_argv"]
+    deadline = time.monotonic() + 600
+    while not (d / "results" / "link.exit").exists():
+        if time.monotonic() > deadline:
+            logs = "".join(p.read_text()[-1500:] for p in sorted((d / "logs").glob("*.log")))
+            pytest.fail(f"no link result after 600 s\n{logs}")
+        time.sleep(1)
+    st = run_porter("ops", "status", str(d), "--json", env=env)
+    assert st.returncode == 0, st.stderr[-2000:]
+    status = json.loads(st.stdout)
+    assert status["state"] == "finished" and [t["status"] for t in status["tasks"]] == ["done", "done"]
+    assert [t["objects"] for t in status["tasks"]] == [1, 1]  # one TU per shard
+    assert (d / "logs" / "shard-0.log").is_file() and (d / "logs" / "shard-1.log").is_file()  # array tasks ran
+    # the link ran after both shards had recorded their exit codes
+    assert max((d / "results" / f"shard-{i}.exit").stat().st_mtime for i in (0, 1)) \
+        <= (d / "results" / "link.json").stat().st_mtime
+    wheel = Path(status["link"]["wheel"])
+    assert wheel.parent == tmp_path / "a" and wheel.is_file()
+    # the same build here, in one run, from scratch: an empty build folder and an empty compiler cache of
+    # its own (--no-cache would give other bytes: ccache's base dir makes the debug info's paths relative)
+    shutil.rmtree(doc["build_dir"])
+    local = run_porter(*base, "--cache-dir", str(tmp_path / "ccache-local"), "-o", str(tmp_path / "b"), "--json",
+                       env=env)
+    assert local.returncode == 0, local.stderr[-3000:]
+    ldoc = json.loads(local.stdout)
+    assert ldoc["cache"]["misses"] >= 2 and ldoc["cache"]["hits"] == 0  # compiled, not taken from the shards
+    other = Path(ldoc["wheel"])
+    assert other.name == wheel.name and _digest(other) == _digest(wheel)
