@@ -189,20 +189,25 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     build_dir.mkdir(parents=True, exist_ok=True)
     from filelock import FileLock
 
-    with FileLock(str(build_dir) + ".lock"):  # two builds of the same target take turns
+    lock = FileLock(str(build_dir) + ".lock")
+    with lock:  # two builds of the same target take turns; the shards of one build only while they set up
         mirror_tree(source.tree, build_dir / "src", source_tops(selected))
         for path, text in plan.files.items():
             if not Path(path).is_file() or Path(path).read_text() != text:  # an unchanged file keeps its time
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
                 atomic_write_text(Path(path), text)
         atomic_write_text(build_dir / "build.ninja", plan.ninja())
-        (build_dir / CCACHE_STATS).unlink(missing_ok=True)
+        stats = build_dir / CCACHE_STATS
         part: list[Step] | None = None
         ninja_file, log_name = "build.ninja", "build.log"
         if shard is not None:
             part, tag = plan.shard(*shard), f"shard-{shard[0]}-of-{shard[1]}"
             ninja_file, log_name = f"build.{tag}.ninja", f"build.{tag}.log"
             atomic_write_text(build_dir / ninja_file, plan.ninja(part, builddir=f".ninja-{tag}"))
+            stats = build_dir / f"ccache-stats.{tag}.log"
+            if ccache is not None:
+                plan.env["CCACHE_STATSLOG"] = ex.inside(stats)
+            lock.release()  # each shard has its own ninja file, ninja log and stats: they compile at once
         elif link_only:
             missing = [s for s in plan.steps if s.kind == "compile" and not Path(s.output).is_file()]
             if missing:
@@ -212,6 +217,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                                   hint="a shard did not finish: rerun it (--shard I/N), then --link-only")
             part, ninja_file = plan.links(), "build.link.ninja"
             atomic_write_text(build_dir / ninja_file, plan.ninja(part, builddir=".ninja-link"))
+        stats.unlink(missing_ok=True)
         targets = [s.output for s in part if s.kind == "compile"] if part is not None and shard is not None \
             else None
         result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env), targets=targets,
@@ -219,7 +225,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         if shard is not None:
             result.shard = {"index": shard[0], "count": shard[1], "objects": targets or []}
             if ccache is not None:
-                result.cache_stats = read_stats(build_dir / CCACHE_STATS)
+                result.cache_stats = read_stats(stats)
             result.seconds = time.monotonic() - start
             return result
         if ccache is not None:
