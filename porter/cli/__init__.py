@@ -67,8 +67,18 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
     ctx.obj = Logger(quiet=quiet, verbose=verbose)
 
 
+def terminated(signum: int, frame: object) -> None:
+    """SIGTERM (``timeout``, a Slurm time limit, ``scancel``) stops porter the way Ctrl-C does: the
+    running command's process group (ninja and its compilers, started in a session of their own) is
+    stopped too, and nothing half-written is kept."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
+    import signal
+
     log = Logger()
+    signal.signal(signal.SIGTERM, terminated)
     try:
         cli.main(args=argv, prog_name="porter", standalone_mode=False)
     except click.exceptions.Exit as exc:

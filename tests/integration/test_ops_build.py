@@ -113,7 +113,9 @@ def test_partial_build_ships_the_good_ops(deepspeed_sdist: Path, tmp_path: Path)
     shutil.rmtree(tmp_path / "cache", ignore_errors=True)
 
 
-def test_ctrl_c_stops_ninja_and_leaves_no_wheel(deepspeed_sdist: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_ninja_and_leaves_no_wheel(deepspeed_sdist: Path, tmp_path: Path, signum: int) -> None:
+    """Ctrl-C, and SIGTERM (a Slurm time limit, scancel, timeout), stop the compilers too."""
     wh = tmp_path / "wh"
     cache = tmp_path / "cache"
     proc = subprocess.Popen([sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_sdist),
@@ -124,7 +126,7 @@ def test_ctrl_c_stops_ninja_and_leaves_no_wheel(deepspeed_sdist: Path, tmp_path:
         time.sleep(0.2)
     assert list(cache.glob("ops/*/build.ninja")), "ninja never started"
     time.sleep(2)  # the compiler is running now
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err
