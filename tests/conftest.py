@@ -26,15 +26,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
+@pytest.fixture(scope="session")
+def _session_porter_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("porter-cache")
+
+
 @pytest.fixture(autouse=True)
-def _hermetic_porter_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _hermetic_porter_env(monkeypatch: pytest.MonkeyPatch, _session_porter_cache: Path) -> None:
     """No PORTER_* setting of the caller's shell (PORTER_ARCHS, PORTER_TOOLCHAIN, ...) reaches a test;
-    the test-suite's own knobs (which chroot, which CUDA python, require-all) stay."""
+    the test-suite's own knobs (which chroot, which CUDA python, require-all) stay. porter's cache is the
+    session's own: another porter run on this machine (another checkout's tests, a user's build) never
+    rewrites a build folder a test reads, and nothing of an earlier session helps a test."""
     keep = {"PORTER_REQUIRE_ALL", "PORTER_TRIXIE_ROOT", "PORTER_ROCM7_ROOT", "PORTER_CUDA_PYTHON",
             "PORTER_TEST_CACHE"}
     for name in list(os.environ):
         if name.startswith("PORTER_") and name not in keep:
             monkeypatch.delenv(name)
+    monkeypatch.setenv("PORTER_CACHE_DIR", str(_session_porter_cache))
 
 
 @pytest.fixture(autouse=True)
