@@ -313,6 +313,7 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
         else [l.split("\t") for l in after if not l.startswith("#")]
     blocks = _failure_blocks(res.output)
     shared = str(plan.build_dir / "pch") + os.sep  # a failed precompiled header fails the ops that read it
+    inputs = {s.output: s.inputs for s in plan.steps}
     results = []
     for op in plan.objects:
         so = plan.outputs.get(op, "") if targets is None else ""  # a shard links nothing
@@ -320,7 +321,9 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
         entries = [e for e in new if len(e) >= 4 and (str(plan.build_dir / e[3]).startswith(odir)
                                                        or e[3].startswith(odir))]
         seconds = sum(int(e[1]) - int(e[0]) for e in entries) / 1000.0
-        own = [b for b in blocks if odir in b or shared in b]
+        own = [b for b in blocks if odir in b.partition("\n")[0]  # the FAILED: line names the output
+               or (shared in b.partition("\n")[0] and any(shared in i for o in plan.objects[op]
+                                                           for i in inputs.get(o, ())))]
         log_path = plan.build_dir / op / log_name
         mine = [o for o in plan.objects[op] if targets is None or o in targets]
         if targets is not None and not mine:
