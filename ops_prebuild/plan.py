@@ -264,7 +264,11 @@ def _share_torch_header(plan: Plan, units: list[tuple[int, list[str]]], v: Visib
     for key, indexes in groups.items():
         if len(indexes) < 2:
             continue
-        folder = plan.build_dir / "pch" / hashlib.sha256(json.dumps(key).encode()).hexdigest()[:12]
+        # named by the flags as they are in any build folder: the same name (and, through ccache's base_dir,
+        # the same cache key) for the next release's build
+        where = v(plan.build_dir)
+        named = [a.replace(where, "@build") for a in key]
+        folder = plan.build_dir / "pch" / hashlib.sha256(json.dumps(named).encode()).hexdigest()[:12]
         header, gch = folder / PCH_HEADER, folder / (PCH_HEADER + ".gch")
         plan.files[str(header)] = ("// written by porter ops build: torch's extension header, precompiled once "
                                    "for the units below\n#include <torch/extension.h>\n")

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
-@pytest.fixture(scope="session")
-def _session_porter_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("porter-cache")
+@pytest.fixture(scope="session", autouse=True)
+def _session_porter_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Set before any other session fixture (autouse comes first in its scope), so the session's builds
+    (cpu_ops_wheelhouse, ...) and the tests that read them share this cache."""
+    path = tmp_path_factory.mktemp("porter-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PORTER_CACHE_DIR", str(path))
+        yield path
 
 
 @pytest.fixture(autouse=True)
