@@ -251,12 +251,16 @@ def run_build(plan: BuildPlan, runner: Runner, log: Logger) -> BuildResult:
 
 
 def _installed(libdir: Path, preferred: tuple[str, ...]) -> list[Path]:
-    """The plugin libraries in ``libdir`` (real files; libtool's .la files and symlinks left out), the
-    one RCCL looks for first, first."""
+    """The plugin libraries in ``libdir`` under the names RCCL dlopens (``lib*.so``), the one it looks for
+    first, first. A libtool library built without ``-avoid-version`` (aws-ofi-rccl's) is installed as
+    ``librccl-net.so.0.0.0`` with ``librccl-net.so`` a link to it: the link's name is kept (the file it points
+    to is what gets loaded and packaged); the versioned names and libtool's .la files are left out."""
     if not libdir.is_dir():
         return []
-    found = [p for p in libdir.iterdir() if ".so" in p.name and not p.name.endswith(".la") and p.is_file()
-             and not p.is_symlink()]
+    named = [p for p in libdir.iterdir() if p.name.endswith(".so") and p.is_file()
+             and p.resolve().parent == libdir.resolve()]
+    found = named or [p for p in libdir.iterdir() if ".so" in p.name and not p.name.endswith(".la") and p.is_file()
+                      and not p.is_symlink()]
     order = {n: i for i, n in enumerate(preferred)}
     return sorted(found, key=lambda p: (order.get(p.name, len(order)), p.name))
 
@@ -293,8 +297,8 @@ def _package(plan: BuildPlan, libs: list[Path], loaded: list[dict[str, Any]], fa
     with log.step(f"writing {dest}"):
         with atomic_path(dest) as tmp:
             with tarfile.open(tmp, "w:gz") as tar:
-                for lib in libs:
-                    tar.add(lib, arcname=f"{top}/lib/{lib.name}", recursive=False)
+                for lib in libs:  # the file a link names, under the link's name
+                    tar.add(lib.resolve(), arcname=f"{top}/lib/{lib.name}", recursive=False)
                 data = carried(manifest)
                 member = tarfile.TarInfo(f"{top}/{MANIFEST_MEMBER}")
                 member.size, member.mode = len(data), 0o644

@@ -6,9 +6,11 @@
   (the tests need MPI). Its version comes from ``.release_version`` (release tarballs) or the git tag
   (``m4/get_version.sh``).
 - **aws-ofi-rccl** (github ROCm/aws-ofi-rccl, what LUMI builds as 1.4.0): autotools, ROCm only;
-  ``--with-hip=PATH``, ``--with-rccl=PATH``, ``--with-libfabric=PATH``, ``--with-mpi=PATH``; builds
-  ``librccl-net.so`` in ``src/`` (porter builds and installs ``src`` only: its tests need MPI). The version
-  is the literal in ``AC_INIT``.
+  ``--with-hip=PATH``, ``--with-rccl=PATH``, ``--with-libfabric=PATH``, ``--with-mpi=PATH``,
+  ``--disable-tests`` (1.4.0: without it configure stops when there is no ``mpi.h``); builds ``librccl-net.so``
+  in ``src/`` as a versioned libtool library (``librccl-net.so.0.0.0`` + links). porter passes
+  ``--disable-tests`` and builds and installs ``src`` only: its tests need MPI. The version is the literal
+  in ``AC_INIT``.
 
 A tree as a user clones it has ``autogen.sh`` and ``configure.ac`` but no ``configure``; a release tarball has
 ``configure``. Both are recognised here; :mod:`porter.netplugin.build` runs ``autogen.sh`` when needed.
@@ -53,19 +55,19 @@ class Project:
                        extra: tuple[str, ...] = ()) -> list[str]:
         """The configure command line for ``tc`` (paths as the toolchain's executor sees them)."""
         device = device_of(tc)
-        args = [f"--prefix={prefix}"]
+        # the tests of both need MPI: aws-ofi-rccl 1.4.0's configure stops without mpi.h unless told
+        # --disable-tests (older ones do not know it: configure only warns "unrecognized options")
+        args = [f"--prefix={prefix}", "--disable-tests"]
         if self.name == "aws-ofi-rccl":
             if device != "rocm":
                 raise ConfigError(f"aws-ofi-rccl builds for ROCm only; toolchain {tc.name} is a {tc.kind} toolchain",
                                   hint="pass a ROCm toolchain (-t debian-rocm7, frontier, ...)")
             root = _root(tc)
             args += [f"--with-hip={root}", f"--with-rccl={root}"]
-        else:
-            args.append("--disable-tests")
-            if device == "rocm":
-                args.append(f"--with-rocm={_root(tc)}")
-            elif device == "cuda":
-                args.append(f"--with-cuda={_root(tc)}")
+        elif device == "rocm":
+            args.append(f"--with-rocm={_root(tc)}")
+        elif device == "cuda":
+            args.append(f"--with-cuda={_root(tc)}")
         if libfabric:
             args.append(f"--with-libfabric={libfabric}")
         if self.name == "aws-ofi-nccl" and tc.cxx:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from porter.cli import cli
 from porter.cluster.sites import Site, load_site
 from porter.errors import ConfigError, ToolError
-from porter.netplugin.build import BuildRequest, dry_run, plan_build, run_build
+from porter.netplugin.build import BuildRequest, _installed, dry_run, plan_build, run_build
 from porter.netplugin.checks import is_rocm_site, site_refusals
 from porter.netplugin.projects import AWS_OFI_NCCL, AWS_OFI_RCCL, recognise
 from porter.netplugin.verify import plugin_facts, rccl_picks, read_package
@@ -102,9 +102,30 @@ def test_aws_ofi_nccl_configure_args_for_rocm_cpu_and_libfabric() -> None:
 
 
 def test_aws_ofi_rccl_configure_args_and_its_rocm_only_refusal() -> None:
-    assert AWS_OFI_RCCL.configure_args(rocm7(), prefix="/s") == ["--prefix=/s", "--with-hip=/usr", "--with-rccl=/usr"]
+    # --disable-tests: aws-ofi-rccl 1.4.0's configure stops without mpi.h otherwise (seen with the clone fixture)
+    assert AWS_OFI_RCCL.configure_args(rocm7(), prefix="/s") == ["--prefix=/s", "--disable-tests", "--with-hip=/usr",
+                                                                 "--with-rccl=/usr"]
     with pytest.raises(ConfigError, match="aws-ofi-rccl builds for ROCm only"):
         AWS_OFI_RCCL.configure_args(cpu(), prefix="/s")
+
+
+def test_a_libtool_install_is_packaged_under_the_name_rccl_dlopens(tmp_path: Path) -> None:
+    """aws-ofi-rccl links librccl-net.la without -avoid-version: 'make install' writes librccl-net.so.0.0.0 and
+    the links librccl-net.so.0, librccl-net.so. RCCL dlopens librccl-net.so, so that name is what is kept."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "librccl-net.so.0.0.0").write_bytes(b"ELF")
+    (lib / "librccl-net.so.0").symlink_to("librccl-net.so.0.0.0")
+    (lib / "librccl-net.so").symlink_to("librccl-net.so.0.0.0")
+    (lib / "librccl-net.la").write_text("# libtool\n")
+    assert [p.name for p in _installed(lib, AWS_OFI_RCCL.library_names("rocm"))] == ["librccl-net.so"]
+    # aws-ofi-nccl's -module -avoid-version libraries: plain files, the one RCCL looks for first, first
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for name in ("librccl-net-ofi.so", "librccl-net.so", "librccl-net.la"):
+        (plain / name).write_bytes(b"ELF")
+    assert [p.name for p in _installed(plain, AWS_OFI_NCCL.library_names("rocm"))] == ["librccl-net.so",
+                                                                                        "librccl-net-ofi.so"]
 
 
 # -- plans ------------------------------------------------------------------------------------------------
