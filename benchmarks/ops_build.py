@@ -1,8 +1,9 @@
 """porter ops build vs DeepSpeed's own AOT path, side by side in one run on this machine.
 
-Prints four ratios (targets in brackets):
+Prints ratios (targets in brackets):
   cold porter build / DeepSpeed's own `DS_BUILD_<OP>=1 pip wheel`   [<= 0.45]
-  the same without the shared precompiled torch header (--no-pch)  [what the header gives]
+  the same with a shared precompiled torch header (--pch), with line-tables-only debug info
+  (--debug-info lines), and both: what each work reduction gives, side by side
   warm porter re-run / cold porter build                          [<= 0.05]
   fresh-process load of the prebuilt op / cold JIT load of it      [<= 0.01]
 
@@ -53,10 +54,14 @@ def main() -> None:
     print(f"  porter cold build:             {cold:8.1f} s", flush=True)
     warm = timed(porter, env=env)
     print(f"  porter warm re-run:            {warm:8.1f} s", flush=True)
-    env_nopch = {**os.environ, "PORTER_CACHE_DIR": str(work / "porter-cache-nopch")}
-    subprocess.run(["rm", "-rf", env_nopch["PORTER_CACHE_DIR"]], check=True)
-    nopch = timed([*porter[:-1], str(work / "wheelhouse-nopch"), "--no-pch"], env=env_nopch)
-    print(f"  porter cold build, --no-pch:   {nopch:8.1f} s", flush=True)
+    variants: dict[str, float] = {}
+    for name, extra in (("--pch", ["--pch"]), ("--debug-info lines", ["--debug-info", "lines"]),
+                        ("--pch --debug-info lines", ["--pch", "--debug-info", "lines"])):
+        tag = name.replace("--", "").replace(" ", "-")
+        env_v = {**os.environ, "PORTER_CACHE_DIR": str(work / f"porter-cache-{tag}")}
+        subprocess.run(["rm", "-rf", env_v["PORTER_CACHE_DIR"], str(work / f"wheelhouse-{tag}")], check=True)
+        variants[name] = timed([*porter[:-1], str(work / f"wheelhouse-{tag}"), *extra], env=env_v)
+        print(f"  porter cold build, {name + ':':<25} {variants[name]:8.1f} s", flush=True)
 
     ds_tree = work / "ds-own"
     with tarfile.open(sdist) as tf:
@@ -91,7 +96,7 @@ def main() -> None:
 
     print("ratios (one run, side by side):")
     rows = [("cold porter / DeepSpeed's own", cold / own, 0.45),
-            ("cold --no-pch / DeepSpeed's own", nopch / own, 0.60),
+            *((f"cold {name} / DeepSpeed's own", t / own, 0.45) for name, t in variants.items()),
             ("warm re-run / cold", warm / cold, 0.05),
             ("prebuilt load / cold JIT load", loads["prebuilt"]["seconds"] / loads["jit"]["seconds"], 0.01)]
     for name, ratio, target in rows:

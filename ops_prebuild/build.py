@@ -99,7 +99,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
               with_deps: bool = False, log: Logger | None = None, runner: Runner | None = None,
               cache: Path | None = None, compile_only: bool = False,
               compiler_cache: CacheRequest = CacheRequest(), shard: tuple[int, int] | None = None,
-              link_only: bool = False, pch: bool = True) -> BuildResult:
+              link_only: bool = False, pch: bool = False, debug: str = "full") -> BuildResult:
     """source -> catalogue -> plan -> one ninja run -> one wheel + manifest.
 
     Everything is checked before any work (output folder writable, toolchain root ready, torch of the
@@ -111,6 +111,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     up to date, links and packages) give what one local run gives. ``link_only`` is that last run: it
     compiles nothing, refuses when an object is missing (naming its shard), links and packages.
     ``pch``: host units that differ only in their op's name share one precompiled torch header.
+    ``debug``: the debug info of the compiles (``full``: the builders' own ``-g``; ``lines``; ``none``).
     """
     if shard is not None and (link_only or compile_only):
         raise ConfigError("--shard compiles one part of a build; --link-only and --compile-only are other runs",
@@ -169,7 +170,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                              remote=compiler_cache.remote, log=log, dry_run=dry_run)
         plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not dry_run,
                          compile_only=compile_only, extra_includes=view, cache=ccache, tree=build_dir / "src",
-                         pch=pch)
+                         pch=pch, debug=debug)
         if view:
             plan.notes.append(f"torch {cat.torch.version} is a {cat.torch.kind} build: its headers are seen through "
                               f"a generated HIP view ({view[0]}); objects are compiled, never linked")
@@ -246,7 +247,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             result.wheel, result.manifest = package(cat, tc, selected, result.ops, wheelhouse, python=python,
                                                     runner=runner, cache=cache, executor=py_ex,
                                                     build={"cache": {**ccache.to_dict(), **result.cache_stats}
-                                                           if ccache else None})
+                                                           if ccache else None, "debug_info": debug, "pch": pch})
     if with_deps:
         with log.step("downloading the wheel's dependencies (all but torch) into the wheelhouse"):
             download_dependencies(result.wheel, wheelhouse, python=sys.executable, runner=runner)

@@ -178,7 +178,8 @@ def bf16(op: OpSpec, tc: Toolchain) -> bool:
 def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
               *, sources: dict[str, dict[str, str]] | None = None, stage: bool = True,
               compile_only: bool = False, extra_includes: tuple[Path, ...] = (),
-              cache: CompilerCache | None = None, tree: Path | None = None, pch: bool = False) -> Plan:
+              cache: CompilerCache | None = None, tree: Path | None = None, pch: bool = False,
+              debug: str = "full") -> Plan:
     """Plan every command. ``sources`` maps op -> {original: hipified path} for ROCm builds.
 
     Commands run through the toolchain's executor: every path in them is one its programs see
@@ -192,7 +193,12 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     the build folder, which makes those relative paths the same for every release).
     ``pch``: GCC host compiles that differ only in their op's name share one precompiled torch header
     (see :func:`_share_torch_header`); not with ``compile_only``, whose costs are per unit.
+    ``debug``: what the builders' ``-g`` becomes (:data:`DEBUG_INFO`): ``full`` keeps it; ``lines`` (line
+    tables and function names: backtraces keep file:line) and ``none`` compile faster and make smaller
+    objects. nvcc's own ``-g`` is left alone.
     """
+    if debug not in DEBUG_INFO:
+        raise ConfigError(f"debug info {debug!r} is not one of {', '.join(DEBUG_INFO)}")
     tree = tree or cat.source.tree
     ex = tc.executor
 
@@ -219,6 +225,8 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
             obj = odir / (rel.replace("/", "__") + ".o")
             dev = src.suffix in DEVICE_SUFFIXES and op.device
             argv = _compile_argv(op, cat, tc, v(src), v(obj), dev, inc_root, v, extra_includes)
+            if debug != "full" and not (dev and tc.kind == "cuda"):
+                argv = [DEBUG_INFO[debug] if a == "-g" else a for a in argv]
             if pch and not compile_only and not dev and _GCC.fullmatch(os.path.basename(argv[at])):
                 shareable.append((len(plan.steps), argv))
             if cache is not None:
@@ -245,6 +253,8 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     return plan
 
 
+DEBUG_INFO = {"full": "-g", "lines": "-g1", "none": "-g0"}
+"""``--debug-info``: what a builder's ``-g`` becomes in host and HIP compiles."""
 _GCC = re.compile(r"(.*-)?g\+\+(-[0-9.]+)?")
 _TAIL = 7  # -MMD -MF DEP -c SRC -o OBJ: what differs per unit besides the op's name
 PCH_HEADER = "torch_ext.h"

@@ -85,9 +85,13 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
                    "stop: N such runs (e.g. a Slurm job array) then one --link-only run equal one local build.")
 @click.option("--link-only", is_flag=True,
               help="After the shards: compile nothing, refuse if an object is missing, link and package.")
-@click.option("--pch/--no-pch", default=True, show_default=True,
+@click.option("--pch/--no-pch", default=False, show_default=True,
               help="Host units (GCC) that differ only in their op's name share one precompiled torch header, "
-                   "made once per build: about half of each unit's time is parsing torch's headers.")
+                   "made once per build. It pays with many units per job (about 4 or more); for the three CPU "
+                   "ops on 2 cores it costs more than it saves (docs/ops.md).")
+@click.option("--debug-info", type=click.Choice(["full", "lines", "none"]), default="full", show_default=True,
+              help="What the builders' -g becomes: full (DeepSpeed's own), lines (-g1: line tables and function "
+                   "names, so backtraces keep file:line; faster compiles, much smaller wheels), none (-g0).")
 @click.option("--shards", type=click.IntRange(min=1), default=None, metavar="N",
               help="With --slurm: submit a job array of N tasks, each running this build with --shard I/N into "
                    "the shared build folder, then one --link-only job (afterok) that writes the wheel into -o.")
@@ -104,7 +108,8 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
 @click.pass_obj
 def build_cmd(log: Logger, /, source: str, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
               op_names: str | None, all_compatible: bool, wheelhouse: Path, jobs: int | None, dry_run: bool,
-              compile_only: bool, with_deps: bool, shard: str | None, link_only: bool, pch: bool, shards: int | None,
+              compile_only: bool, with_deps: bool, shard: str | None, link_only: bool, pch: bool, debug_info: str,
+              shards: int | None,
               use_slurm: bool, shards_dir: Path | None, wait: bool, time_limit: str | None, no_cache: bool,
               cache_dir: Path | None, cache_remote: str, python: str | None, as_json: bool, **slurm: Any) -> None:
     """Compile the selected ops in one ninja graph and package one DeepSpeed wheel in which they are
@@ -138,12 +143,12 @@ def build_cmd(log: Logger, /, source: str, toolchain_ref: str | None, archs: tup
                        op_names=names, all_compatible=all_compatible, wheelhouse=wheelhouse, jobs=jobs,
                        with_deps=with_deps, shards=shards, shards_dir=shards_dir, wait=wait, dry_run=dry_run,
                        cache=cache_request(no_cache, cache_dir, cache_remote), python=python, as_json=as_json,
-                       slurm={**slurm, "time": time_limit}, pch=pch)
+                       slurm={**slurm, "time": time_limit}, pch=pch, debug_info=debug_info)
         return
     result = build_ops(source, tc, ops=names, all_compatible=all_compatible, wheelhouse=wheelhouse, jobs=jobs,
                        dry_run=dry_run, python=python, with_deps=with_deps, log=log, compile_only=compile_only,
                        compiler_cache=cache_request(no_cache, cache_dir, cache_remote), shard=_shard(shard),
-                       link_only=link_only, pch=pch)
+                       link_only=link_only, pch=pch, debug=debug_info)
     if as_json:
         emit_json(result.to_dict())
     elif dry_run:
@@ -218,7 +223,7 @@ def _submit_shards(log: Logger, tc: Toolchain, *, source: str, toolchain_ref: st
                    cpu_isa: str | None, op_names: list[str] | None, all_compatible: bool, wheelhouse: Path,
                    jobs: int | None, with_deps: bool, shards: int, shards_dir: Path | None, wait: bool,
                    dry_run: bool, cache: CacheRequest, python: str | None, as_json: bool, slurm: dict[str, Any],
-                   pch: bool = True) -> None:
+                   pch: bool = False, debug_info: str = "full") -> None:
     """--shards N --slurm: the same build's arguments for every job, then porter.cluster.shards."""
     import sys
 
@@ -237,8 +242,8 @@ def _submit_shards(log: Logger, tc: Toolchain, *, source: str, toolchain_ref: st
     args += [f"-j{per_task}"] if per_task else []
     if not cache.enabled:
         args.append("--no-cache")
-    if not pch:
-        args.append("--no-pch")
+    args += ["--pch"] if pch else []
+    args += [f"--debug-info={debug_info}"] if debug_info != "full" else []
     args += ([f"--cache-dir={cache.dir}"] if cache.dir else []) + ([f"--cache-remote={cache.remote}"] if cache.remote else [])
     args += [f"--python={python}"] if python else []
     shared = cache_dir().resolve()

@@ -97,8 +97,7 @@ def test_the_next_release_hits_on_its_unchanged_sources(cpu_ops_wheelhouse: Path
                      "-o", str(tmp_path / "wh"))
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(res.stdout)
-    # both units and the precompiled torch header they share hit
-    assert "0.19.99" in doc["plan"]["build_dir"] and doc["cache"]["misses"] == 0 and doc["cache"]["hits"] == 3, \
+    assert "0.19.99" in doc["plan"]["build_dir"] and doc["cache"]["misses"] == 0 and doc["cache"]["hits"] == 2, \
         doc["cache"]
     assert "CCACHE_BASEDIR" in doc["plan"]["env"]
     (wheel,) = (tmp_path / "wh").glob("deepspeed-0.19.99+cpu*.whl")

@@ -360,3 +360,23 @@ def test_the_pch_wrapper_renames_only_a_whole_header(tmp_path: Path, monkeypatch
     assert pch.main(["pch", str(out), "--", "g++", "-o", str(out)]) == 1
     assert out.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["h.gch"]
     assert pch.main(["pch", str(out), "g++"]) == 2  # usage
+
+
+def test_debug_info_levels_replace_the_builders_g(tmp_path: Path) -> None:
+    tc = load_toolchain("frontier", environ={})
+    adam = OpSpec(**{**CPU_ADAM.__dict__, "cxx_args": ("-O3", "-g", "-fopenmp")})
+    fused = OpSpec(**{**FUSED_ADAM.__dict__, "cxx_args": ("-O3", "-g"), "nvcc_args": ("-O3", "-g")})
+    full = make_plan(catalogue(), tc, [adam, fused], tmp_path)
+    lines = make_plan(catalogue(), tc, [adam, fused], tmp_path, debug="lines")
+    for a, b in zip(full.steps, lines.steps):
+        if a.kind == "compile":
+            assert "-g" in a.argv and "-g" not in b.argv and "-g1" in b.argv
+            assert [x for x in a.argv if x != "-g"] == [x for x in b.argv if x != "-g1"]
+    none = make_plan(catalogue(), tc, [adam], tmp_path, debug="none")
+    assert "-g0" in none.steps[0].argv
+    cuda = make_plan(catalogue(TorchInfo(**{**TORCH.__dict__, "cuda": "13.0"})), load_toolchain("cuda-h100", environ={}),
+                     [fused], tmp_path, debug="lines")
+    dev = next(s for s in cuda.steps if s.kind == "compile" and "-c" in s.argv and s.argv[s.argv.index("-c") + 1].endswith(".cu"))
+    assert "-g" in dev.argv  # nvcc's own -g is left alone
+    with pytest.raises(ConfigError, match="debug info 'some'"):
+        make_plan(catalogue(), tc, [adam], tmp_path, debug="some")
