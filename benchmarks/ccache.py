@@ -51,14 +51,18 @@ def main() -> None:
         cold_s, cold = build([*common, "-o", str(Path(tmp) / "a")], env)
         shutil.rmtree(Path(str(cold["plan"]["build_dir"])))  # type: ignore[index]
         warm_s, warm = build([*common, "-o", str(Path(tmp) / "b")], env)
-        if args.previous:
-            prev_s, prev = build(["ops", "build", "--source", args.previous, "-t", "cpu", "--ops", args.ops,
+        if args.previous:  # the previous release builds those of the ops it has
+            listed = subprocess.run([sys.executable, "-m", "porter", "-q", "ops", "list", "--source", args.previous,
+                                     "-t", "cpu", "--json"], capture_output=True, text=True, env=other, check=True)
+            known = {o["name"] for o in json.loads(listed.stdout)["ops"]}
+            prev_ops = ",".join(o for o in args.ops.split(",") if o in known)
+            prev_s, prev = build(["ops", "build", "--source", args.previous, "-t", "cpu", "--ops", prev_ops,
                                   "-o", str(Path(tmp) / "c")], other)
             next_s, nxt = build([*common, "-o", str(Path(tmp) / "d")], other)
     print(f"cold build:                      {cold_s:7.1f} s  cache {cold['cache']}")
     print(f"(b) empty build folder, warm:    {warm_s:7.1f} s  cache {warm['cache']}")
     if args.previous:
-        print(f"    {args.previous} cold, fresh cache: {prev_s:7.1f} s  cache {prev['cache']}")
+        print(f"    {args.previous} ({prev_ops}) cold, fresh cache: {prev_s:7.1f} s  cache {prev['cache']}")
         print(f"(a) {args.source} after it:    {next_s:7.1f} s  cache {nxt['cache']}")
     print(f"(b) warm / cold = {warm_s / cold_s:.3f}   (goal <= 0.10)")
     if args.previous:
