@@ -165,9 +165,11 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             with log.step(f"a HIP view of torch {cat.torch.version}'s headers (compile checks only)"):
                 view = (hip_view.make_view(cat.torch, cache, python=python, runner=Runner(log, echo=log.verbose),
                                            executor=py_ex, dry_run=dry_run),)
+        # --compile-only measures each unit's time and memory (what later plans' jobs are sized by): a
+        # cache hit would record a copy, not a compile, so those runs never go through the cache
         ccache = setup_cache(tc, work=cache_dir(), compiler_version_text=compiler_version,
-                             enabled=compiler_cache.enabled, cache_dir=compiler_cache.dir,
-                             remote=compiler_cache.remote, log=log, dry_run=dry_run)
+                             enabled=compiler_cache.enabled and not compile_only, cache_dir=compiler_cache.dir,
+                             remote="" if compile_only else compiler_cache.remote, log=log, dry_run=dry_run)
         plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not dry_run,
                          compile_only=compile_only, extra_includes=view, cache=ccache, tree=build_dir / "src",
                          pch=pch, debug=debug)

@@ -76,7 +76,8 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
               help="Compile every translation unit of the selected ops for every arch of the (rocm or cuda) "
                    "profile, through the same ninja graph, and report per op and arch: compiled or the first "
                    "error, code objects per object file, time and peak memory per unit. Nothing is linked or "
-                   "packaged. Without a ROCm torch, a HIP view of the build python's torch headers stands in.")
+                   "packaged. Without a ROCm torch, a HIP view of the build python's torch headers stands in. "
+                   "Every unit is compiled (never taken from the compiler cache), so its costs are real.")
 @click.option("--with-deps", is_flag=True,
               help="Also download the wheel's runtime dependencies (all but torch) into the wheelhouse, "
                    "for offline installs on compute nodes.")
