@@ -89,6 +89,22 @@ def atomic_write_json(dest: str | os.PathLike[str], obj: Any) -> None:
     atomic_write_text(dest, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def read_folder_document(folder: Path, name: str, schema: str, *, missing: str, missing_hint: str,
+                         unreadable_hint: str, other_hint: str) -> dict[str, Any]:
+    """The JSON document ``name`` that a job folder holds, checked against its ``schema`` (ConfigError, with
+    the caller's words, when it is missing, unreadable or another document)."""
+    path = folder / name
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{folder} holds no {missing} ({name} missing)", hint=missing_hint) from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path} cannot be read: {exc}", hint=unreadable_hint) from None
+    if not isinstance(data, dict) or data.get("schema") != schema:
+        raise ConfigError(f"{path} is not a {schema} document", hint=other_hint)
+    return data
+
+
 def ensure_writable_dir(path: str | os.PathLike[str], *, what: str = "output folder",
                         option: str = "-o", create: bool = False) -> Path:
     """Prove ``path`` is (or can be made) a writable folder by writing a file in it, or in its nearest

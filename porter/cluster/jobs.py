@@ -104,19 +104,13 @@ def plan_of(matrix: Matrix) -> Plan:
 
 
 def read_plan(directory: str | os.PathLike[str]) -> Plan:
-    import json
+    from porter.fs import read_folder_document
 
     folder = Path(directory).resolve()
-    path = folder / PLAN
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{folder} holds no matrix ({PLAN} missing)",
-                          hint="pass the folder given to 'porter matrix run --dir'") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path} cannot be read: {exc}", hint="run 'porter matrix run --force' again") from None
-    if not isinstance(data, dict) or data.get("schema") != PLAN_SCHEMA:
-        raise ConfigError(f"{path} is not a {PLAN_SCHEMA} document", hint="run the matrix with this porter version")
+    data = read_folder_document(folder, PLAN, PLAN_SCHEMA, missing="matrix",
+                                missing_hint="pass the folder given to 'porter matrix run --dir'",
+                                unreadable_hint="run 'porter matrix run --force' again",
+                                other_hint="run the matrix with this porter version")
     return Plan(name=str(data["name"]), dir=folder, wheelhouse=Path(data["wheelhouse"]), python=str(data["python"]),
                 cells=tuple(Cell.from_dict(c) for c in data["cells"]), file=str(data.get("file", "")))
 

@@ -139,17 +139,13 @@ class ShardRequest:
 
 
 def read_request(directory: str | Path) -> ShardRequest:
+    from porter.fs import read_folder_document
+
     folder = Path(directory).resolve()
-    path = folder / REQUEST
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{folder} holds no sharded build ({REQUEST} missing)",
-                          hint="pass the folder 'porter ops build --shards N --slurm' printed (its 'dir')") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path} cannot be read: {exc}", hint="submit the build again") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise ConfigError(f"{path} is not a {SCHEMA} document", hint="submit the build with this porter version")
+    data = read_folder_document(folder, REQUEST, SCHEMA, missing="sharded build",
+                                missing_hint="pass the folder 'porter ops build --shards N --slurm' printed (its 'dir')",
+                                unreadable_hint="submit the build again",
+                                other_hint="submit the build with this porter version")
     return ShardRequest.from_dict(data, folder)
 
 
