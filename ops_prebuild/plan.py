@@ -202,8 +202,11 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     tree = tree or cat.source.tree
     ex = tc.executor
 
+    # torch's include folders nest (include/torch/csrc/api/include is inside include/): staged as one copy
+    within = (*cat.torch.include_dirs, *cat.torch.cuda_include_dirs)
+
     def v(path: str | Path) -> str:
-        return ex.visible(path, stage=stage)
+        return ex.visible(path, stage=stage, within=within)
 
     plan = Plan(build_dir, tc, compile_only=compile_only)
     plan.env = {k: v for k, v in tc.env.items()}

@@ -92,12 +92,23 @@ class Executor:
         key = hashlib.sha256(p.encode()).hexdigest()[:12]
         return self.work_root / STAGED / f"{key}-{os.path.basename(p.rstrip('/')) or 'root'}"
 
-    def visible(self, host_path: str | os.PathLike[str], *, stage: bool = True) -> str:
+    def visible(self, host_path: str | os.PathLike[str], *, stage: bool = True,
+                within: tuple[str | os.PathLike[str], ...] = ()) -> str:
         """The path the launched programs use for ``host_path``: itself if they see it, else a copy
-        staged under ``work_root`` (made once; ``stage=False`` only names it: dry runs write nothing)."""
+        staged under ``work_root`` (made once; ``stage=False`` only names it: dry runs write nothing).
+
+        ``within``: folders that are staged whole. A path inside one of them is that folder's copy plus
+        the rest of the path, never a copy of its own: clang de-duplicates ``#pragma once`` headers by
+        file identity, so a header reached through two copies (torch's ``include/`` and the
+        ``include/torch/csrc/api/include/`` inside it) would be two headers and define everything twice."""
         if self.sees(host_path):
             return self.inside(host_path)
         src = Path(os.path.abspath(host_path))
+        outer = [Path(os.path.abspath(w)) for w in within]
+        holder = min((w for w in outer if src != w and src.is_relative_to(w)), key=lambda w: len(w.parts),
+                     default=None)
+        if holder is not None:
+            return str(PurePosixPath(self.visible(holder, stage=stage)) / src.relative_to(holder).as_posix())
         dest = self.staged_path(src)
         if stage and not (dest / _DONE).is_file() and not (dest.is_file() and src.is_file()):
             if not src.exists():

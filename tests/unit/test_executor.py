@@ -90,3 +90,24 @@ def test_build_python_is_the_same_rule_everywhere(tmp_path: Path, monkeypatch: p
     assert found_ex is HOST and found  # neither: porter's own python, on the host
     monkeypatch.setenv("PORTER_PYTHON", "/env/python")
     assert build_python(ex, "", None) == (ex, "/env/python")
+
+
+def test_nested_folders_are_staged_once(tmp_path: Path) -> None:
+    """torch's include/ holds include/torch/csrc/api/include/: staged as two copies, one header would be two
+    files, and clang's #pragma once (file identity) would let a .cu define torch's OrderedDict twice."""
+    root = tmp_path / "root"
+    root.mkdir()
+    ex = make_executor(("chroot", str(root)))
+    inc = tmp_path / "torch" / "include"
+    api = inc / "torch" / "csrc" / "api" / "include"
+    (api / "torch").mkdir(parents=True)
+    (api / "torch" / "ordered_dict.h").write_text("#pragma once\n")
+    within = (str(inc), str(api))
+    named = [ex.visible(d, stage=False, within=within) for d in (api, inc)]  # the order does not matter
+    assert named[0] == named[1] + "/torch/csrc/api/include"
+    assert not (root / "var").exists()  # naming writes nothing
+    staged = [ex.visible(d, within=within) for d in (api, inc)]
+    assert staged == named
+    assert len(list((ex.work_root / "staged").iterdir())) == 1  # one copy
+    one = root / staged[0].lstrip("/") / "torch" / "ordered_dict.h"
+    assert one.is_file() and one.samefile(root / staged[1].lstrip("/") / "torch/csrc/api/include/torch/ordered_dict.h")

@@ -380,3 +380,22 @@ def test_debug_info_levels_replace_the_builders_g(tmp_path: Path) -> None:
     assert "-g" in dev.argv  # nvcc's own -g is left alone
     with pytest.raises(ConfigError, match="debug info 'some'"):
         make_plan(catalogue(), tc, [adam], tmp_path, debug="some")
+
+
+def test_chroot_plan_stages_torch_include_folders_as_one_tree(tmp_path: Path) -> None:
+    """Every -isystem into torch's headers is a path inside one staged copy of torch's include/ (issue 18:
+    two copies made clang see <torch/extension.h>'s headers twice)."""
+    inc = tmp_path / "torch" / "include"
+    api = inc / "torch" / "csrc" / "api" / "include"
+    api.mkdir(parents=True)
+    torch = TorchInfo(**{**TORCH.__dict__, "include_dirs": (str(inc), str(api))})
+    root = tmp_path / "root"
+    (root / "proc").mkdir(parents=True)
+    tc = load_toolchain("debian-rocm7", environ={"PORTER_ROCM7_ROOT": str(root)})
+    plan = make_plan(catalogue(torch), tc, [FUSED_ADAM], tmp_path / "b", stage=False)
+    argv = next(s.argv for s in plan.steps if s.output.endswith(".cu.o"))
+    system = [argv[i + 1] for i, a in enumerate(argv) if a == "-isystem"]
+    python_inc = tc.executor.visible(TORCH.python_include, stage=False)
+    torch_inc = [d for d in system if d.endswith(("-include", "/csrc/api/include")) and d != python_inc]
+    staged = [d for d in torch_inc if not d.startswith(torch_inc[0])]
+    assert torch_inc[1] == torch_inc[0] + "/torch/csrc/api/include" and not staged, system
