@@ -30,8 +30,8 @@ from porter.artifacts import labels
 from porter.artifacts.labels import with_label
 from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, manifest_path, write_beside
 from porter.artifacts.wheelfile import Payload, WheelSpec, write_wheel
-from porter.components.megatron import (CUDA_FLAGS, DIST, HELPERS_MODULE, HELPERS_SOURCE, KERNEL_DIR, KERNELS,
-                                        PACKAGE_INFO, PATCH_PROJECT, ROCM_FLAGS, is_tree)
+from porter.components.megatron import (DIST, HELPERS_MODULE, HELPERS_SOURCE, KERNEL_DIR, PACKAGE_INFO,
+                                        PATCH_PROJECT, is_tree, kernels)
 from porter.errors import CheckFailed, ConfigError, PorterError
 from porter import torch_hip_view as hip_view
 from porter.executor import HOST, Executor, build_python
@@ -138,8 +138,9 @@ def check_tree(tree: Path) -> Path:
         raise ConfigError(f"tree not found: {tree}", hint="pass the top folder of a Megatron-DeepSpeed checkout")
     tree = tree.resolve()
     if not is_tree(tree):
-        raise ConfigError(f"{tree} is not a Megatron-DeepSpeed tree (no {KERNEL_DIR}/ with the softmax kernels)",
-                          hint="pass the top folder of a Megatron-DeepSpeed checkout")
+        raise ConfigError(f"{tree} is not a Megatron-DeepSpeed tree: no {KERNEL_DIR}/__init__.py beside the masked "
+                          "and upper-triangular scaled softmax kernels (what both generations of Megatron-DeepSpeed "
+                          "have)", hint="pass the top folder of a Megatron-DeepSpeed checkout")
     return tree
 
 
@@ -178,23 +179,21 @@ def prepare_tree(tree: Path, out: Path | None, in_place: bool, toolchain: Toolch
     return dest
 
 
-def kernel_ops(tc: Toolchain) -> list[OpSpec]:
-    """The three fused softmax kernels as ops_prebuild OpSpecs (top-level modules).
+def kernel_ops(tc: Toolchain, tree: Path) -> list[OpSpec]:
+    """The tree's fused kernels (its generation's: :func:`porter.components.megatron.kernels`) as ops_prebuild
+    OpSpecs (top-level modules), with the device flags Megatron's own loader passes for the profile's kind.
 
     No -std here: the planner adds the C++ standard the build torch's headers need.
     """
     includes: tuple[str, ...] = (KERNEL_DIR,)
-    if tc.kind == "rocm":
-        nvcc: tuple[str, ...] = ROCM_FLAGS
-    else:
-        gencode = tuple(f"-gencode=arch=compute_{t.name[3:]},code={t.name}" for t in tc.targets)
-        nvcc = (*CUDA_FLAGS, *gencode)
-        if tc.root:  # the .cpp halves include cuda_fp16.h, compiled by the host compiler
-            includes += (f"{tc.root}/include",)
-    return [OpSpec(name=f"{k}_cuda", builder="megatron.fused_kernels", build_var="", module=f"{k}_cuda",
-                   sources=(f"{KERNEL_DIR}/{k}.cpp", f"{KERNEL_DIR}/{k}_cuda.cu"), include_paths=includes,
-                   device=True, compatible=True, cxx_args=("-O3",), nvcc_args=nvcc)
-            for k in KERNELS]
+    if tc.kind == "cuda" and tc.root:  # the .cpp halves include cuda_fp16.h, compiled by the host compiler
+        includes += (f"{tc.root}/include",)
+    gencode = tuple(f"-gencode=arch=compute_{t.name[3:]},code={t.name}" for t in tc.targets)
+    return [OpSpec(name=k.module, builder="megatron.fused_kernels", build_var="", module=k.module,
+                   sources=tuple(f"{KERNEL_DIR}/{f}" for f in k.sources), include_paths=includes,
+                   device=True, compatible=True, cxx_args=("-O3",),
+                   nvcc_args=k.rocm_flags if tc.kind == "rocm" else (*k.cuda_flags, *gencode))
+            for k in kernels(tree)]
 
 
 def helpers_op(tc: Toolchain) -> OpSpec:
@@ -211,7 +210,7 @@ def helpers_op(tc: Toolchain) -> OpSpec:
 def prebuilt_ops(tc: Toolchain, tree: Path) -> list[OpSpec]:
     """What the wheel carries for this profile and tree: the fused kernels (GPU profiles) and the dataset
     helpers (every profile, when the tree has ``megatron/data/helpers.cpp``)."""
-    ops = kernel_ops(tc) if tc.kind in ("rocm", "cuda") else []
+    ops = kernel_ops(tc, tree) if tc.kind in ("rocm", "cuda") else []
     if (tree / HELPERS_SOURCE).is_file():
         ops.append(helpers_op(tc))
     return ops

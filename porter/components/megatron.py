@@ -1,15 +1,25 @@
 """Megatron-DeepSpeed: ported by :mod:`porter.port` (``porter port megatron-deepspeed``).
 
-What porter knows about the tree: its fused softmax kernels (``megatron/fused_kernels``, each a
-``<name>.cpp`` + ``<name>_cuda.cu`` pair that Megatron JIT-builds on rank 0 and imports as the
-top-level module ``<name>_cuda``), the device flags Megatron's own loader passes, its patch sets,
-and the distribution the prebuilt kernels ship as.
+What porter knows about the tree: its fused kernels (``megatron/fused_kernels``, each a ``.cpp`` binding
++ ``.cu`` kernel pair that Megatron JIT-builds on rank 0 and imports as a top-level module), the device
+flags Megatron's own loader passes, its patch sets, and the distribution the prebuilt kernels ship as.
+
+Two generations of ``megatron/fused_kernels/`` are in use, and a tree is recognised by what both have
+(the masked and the upper-triangular scaled softmax):
+
+- the current one (microsoft/Megatron-DeepSpeed since 2023): three scaled softmax kernels, built when
+  ``--masked-softmax-fusion`` is on;
+- the older one (BLOOM-era trees, bigscience-workshop/Megatron-DeepSpeed, and site ports of it): the masked
+  and upper-triangular softmax, no ``scaled_softmax.cpp``, and a mixed-precision fused layer norm
+  (``layer_norm_cuda.cpp`` + ``layer_norm_cuda_kernel.cu``) that its loader builds at every start-up.
+
+:func:`kernels` lists the ones a tree has; a kernel is built when both its files are there.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +30,6 @@ if TYPE_CHECKING:
     from porter.install.env import InstalledDist
 
 KERNEL_DIR = "megatron/fused_kernels"
-KERNELS = ("scaled_upper_triang_masked_softmax", "scaled_masked_softmax", "scaled_softmax")
 DIST = "megatron-fused-kernels"
 PACKAGE_INFO = "megatron/core/package_info.py"
 PATCH_PROJECT = "megatron-deepspeed"
@@ -39,6 +48,49 @@ CUDA_FLAGS = ("-O3", "--use_fast_math", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUD
 
 
 @dataclass(frozen=True)
+class Kernel:
+    """One fused kernel Megatron JIT-builds at start-up."""
+
+    module: str
+    """The top-level module Megatron imports (``cpp_extension.load(name=...)``)."""
+    sources: tuple[str, ...]
+    """File names in :data:`KERNEL_DIR`: the binding, then the device code."""
+    cuda_flags: tuple[str, ...]
+    rocm_flags: tuple[str, ...]
+
+
+def _softmax(name: str) -> Kernel:
+    return Kernel(f"{name}_cuda", (f"{name}.cpp", f"{name}_cuda.cu"), CUDA_FLAGS, ROCM_FLAGS)
+
+
+KNOWN_KERNELS: tuple[Kernel, ...] = (
+    _softmax("scaled_upper_triang_masked_softmax"),
+    _softmax("scaled_masked_softmax"),
+    _softmax("scaled_softmax"),
+    # the older generation's fused layer norm: its loader adds -maxrregcount=50 (nvcc only); no ROCm branch
+    Kernel("fused_mix_prec_layer_norm_cuda", ("layer_norm_cuda.cpp", "layer_norm_cuda_kernel.cu"),
+           ("-O3", "--use_fast_math", "-maxrregcount=50"), ("-O3",)),
+)
+COMMON = ("scaled_upper_triang_masked_softmax_cuda", "scaled_masked_softmax_cuda")
+"""The kernels both generations have: a tree without them is not a Megatron-DeepSpeed tree."""
+
+
+def kernels(tree: Path) -> tuple[Kernel, ...]:
+    """The fused kernels this tree has: those whose device code is there, each with the files of it that are."""
+    folder = tree / KERNEL_DIR
+    return tuple(replace(k, sources=tuple(f for f in k.sources if (folder / f).is_file()))
+                 for k in KNOWN_KERNELS if (folder / k.sources[-1]).is_file())
+
+
+def generation(tree: Path) -> str:
+    """Which generation of ``megatron/fused_kernels/`` the tree has, in words (for reports)."""
+    names = {k.module for k in kernels(tree)}
+    if "fused_mix_prec_layer_norm_cuda" in names:
+        return "older (fused layer norm + masked softmax)"
+    return "current (scaled softmax kernels)"
+
+
+@dataclass(frozen=True)
 class JitGuard:
     """A start-up compile site in Megatron that a patch of megatron-deepspeed/rocm turns into an import of
     porter's prebuilt modules (the audit asks these)."""
@@ -49,18 +101,29 @@ class JitGuard:
     patch: str
     modules: tuple[str, ...]
 
+    def modules_at(self, path: Path | None) -> tuple[str, ...]:
+        """The modules this site loads in a tree whose site file is ``path``: for the fused kernels' loader,
+        the kernels whose sources sit beside it (each generation has its own); else all of them."""
+        if path is None or self.file != f"{KERNEL_DIR}/__init__.py":
+            return self.modules
+        here = [k.module for k in KNOWN_KERNELS if (path.parent / k.sources[-1]).is_file()]
+        return tuple(here) or self.modules
+
 
 JIT_GUARDS: tuple[JitGuard, ...] = (
     JitGuard("torch-jit", f"{KERNEL_DIR}/__init__.py", "_porter_load_prebuilt", "fused-kernels-prebuilt",
-             tuple(f"{k}_cuda" for k in KERNELS)),
+             tuple(k.module for k in KNOWN_KERNELS)),
     JitGuard("make", "megatron/data/dataset_utils.py", "porter: the prebuilt helpers, never make",
              "dataset-helpers-prebuilt", (HELPERS_MODULE,)),
 )
 
 
 def is_tree(tree: Path) -> bool:
-    return (tree / KERNEL_DIR / "__init__.py").is_file() and all(
-        (tree / KERNEL_DIR / f"{k}_cuda.cu").is_file() for k in KERNELS)
+    """A Megatron-DeepSpeed tree of either generation: its fused kernels' loader and the kernels both have."""
+    if not (tree / KERNEL_DIR / "__init__.py").is_file():
+        return False
+    have = {k.module for k in kernels(tree)}
+    return all(m in have for m in COMMON)
 
 
 def tree_version(tree: Path) -> str:

@@ -386,23 +386,24 @@ class Target:
 # --------------------------------------------------------------------------------------------
 # the audit
 
-def _guard(rel: str, kind: str) -> tuple[str, str, tuple[str, ...]] | None:
-    """(marker, patch id, modules) when porter's patches know this site."""
+def _guard(rel: str, kind: str, path: Path | None = None) -> tuple[str, str, tuple[str, ...]] | None:
+    """(marker, patch id, modules) when porter's patches know this site; ``path``: the site's file on disk
+    (the modules are then those of that tree's generation)."""
     for g in JIT_GUARDS:
         if g.kind == kind and rel.endswith(g.file):
-            return g.marker, g.patch, g.modules
+            return g.marker, g.patch, g.modules_at(path)
     return None
 
 
 def _resolve(raw: Raw, rel: str, text: str, origin: str, target: Target | None, ops: Mapping[str, str],
-             apex_builders: Mapping[str, str]) -> Site:
+             apex_builders: Mapping[str, str], path: Path | None = None) -> Site:
     py = target.python if target else "the target python"
 
     def site(status: Status, detail: str, module: str = "", what: str = raw.what, kind: str = raw.kind) -> Site:
         return Site(kind, rel, raw.line, what, origin, raw.when, status, detail, module)
 
     if raw.kind in ("torch-jit", "make"):
-        guard = _guard(rel, raw.kind)
+        guard = _guard(rel, raw.kind, path)
         if guard is None:
             return site("compiles", "porter knows no prebuilt module for this site; prebuild it ahead of time or "
                                     "keep it off the start-up path")
@@ -481,7 +482,7 @@ def audit(tree: str | os.PathLike[str], target: Target | None) -> AuditReport:
         for raw in found.sites:
             if not _relevant(raw, path):
                 continue
-            report.sites.append(_resolve(raw, rel, text, "tree", target, ops, apex_builders))
+            report.sites.append(_resolve(raw, rel, text, "tree", target, ops, apex_builders, path))
     if target is not None:
         report.sites += _installed_sites(target, ops, apex_builders, imports)
     return report

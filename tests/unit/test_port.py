@@ -19,6 +19,7 @@ from porter.toolchain.profile import load_toolchain
 from porter.torch_facts import TorchInfo
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "patch"
+OLDER = Path(__file__).resolve().parent.parent / "fixtures" / "megatron-older"
 
 
 def torch_info(tmp: Path, hip: str | None = None) -> TorchInfo:
@@ -72,9 +73,9 @@ def test_rocm_plan_uses_profile_archs_and_wavefront(mds: Path, tmp_path: Path) -
     assert all(s.output.endswith("_cuda.cpython-311-x86_64-linux-gnu.so") for s in links)
 
 
-def test_cuda_specs_carry_gencode_and_toolkit_include() -> None:
+def test_cuda_specs_carry_gencode_and_toolkit_include(mds: Path) -> None:
     tc = load_toolchain("cuda-h100")
-    (op, *_) = kernel_ops(tc)
+    (op, *_) = kernel_ops(tc, mds)
     assert "-gencode=arch=compute_90,code=sm_90" in op.nvcc_args
     assert f"{tc.root}/include" in op.include_paths
     assert op.module == "scaled_upper_triang_masked_softmax_cuda"  # top-level, as Megatron imports it
@@ -103,3 +104,31 @@ def test_package_kernels_wheel_and_manifest(tmp_path: Path) -> None:
         assert inner["component"] == "megatron-deepspeed"
     assert [p.name for p in house.iterdir()] == [wheel.name, manifest.name] or \
         sorted(p.name for p in house.iterdir()) == sorted([wheel.name, manifest.name])
+
+
+def test_older_generation_is_recognised_and_its_layer_norm_planned(tmp_path: Path) -> None:
+    """BLOOM-era trees (and site ports of them) have the masked and upper-triangular softmax, no scaled_softmax.cpp,
+    and a fused layer norm that their loader JIT-builds at every start-up (issue 18: refused as 'not a tree')."""
+    from porter.components.megatron import generation, is_tree
+
+    tree = tmp_path / "bloom"
+    shutil.copytree(OLDER, tree)
+    assert is_tree(tree) and generation(tree).startswith("older")
+    out = prepare_tree(tree, None, False, load_toolchain("frontier"))
+    assert (out / "megatron/fused_kernels/layer_norm_cuda_kernel.cu").is_file()
+    rocm = _plan(tree, load_toolchain("debian-rocm7", environ={"PORTER_ROCM7_ROOT": str(tmp_path / "r7")}),
+                 torch_info(tmp_path), "0", stage=False)
+    assert sorted(rocm.outputs) == ["fused_mix_prec_layer_norm_cuda", "scaled_masked_softmax_cuda",
+                                    "scaled_upper_triang_masked_softmax_cuda"]
+    ln = next(s for s in rocm.steps if s.output.endswith("layer_norm_cuda_kernel.cu.o"))
+    assert "-maxrregcount=50" not in ln.argv and len([a for a in ln.argv if a.startswith("--offload-arch=")]) == 3
+    (cuda_ln,) = [o for o in kernel_ops(load_toolchain("cuda-h100"), tree) if o.module == "fused_mix_prec_layer_norm_cuda"]
+    assert "-maxrregcount=50" in cuda_ln.nvcc_args  # what its loader passes nvcc
+
+
+def test_a_tree_without_the_common_softmax_kernels_is_refused(tmp_path: Path) -> None:
+    tree = tmp_path / "half"
+    shutil.copytree(OLDER, tree)
+    (tree / "megatron/fused_kernels/scaled_masked_softmax_cuda.cu").unlink()
+    with pytest.raises(ConfigError, match="masked and upper-triangular"):
+        prepare_tree(tree, None, False, load_toolchain("frontier"))
