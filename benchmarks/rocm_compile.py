@@ -50,7 +50,7 @@ def verdict(op: dict[str, object], arch: str, rejected: dict[str, str]) -> str:
     archs = op.get("archs") or {}
     tus = op.get("tus") or []
     if op.get("status") != "failed" and not any("code_objects" in t for t in tus):  # type: ignore[union-attr]
-        return "host code only"
+        return "host-only"
     if isinstance(archs, dict) and archs.get(arch) == "compiled":
         return "compiled"
     if arch not in archs:  # type: ignore[operator]

@@ -365,11 +365,14 @@ def compile_report(plan: Plan, results: list[OpResult], tc: Toolchain) -> list[d
             if device and Path(step.output).is_file():
                 objects = read_code_objects(step.output)
                 tu["code_objects"] = sorted({o.target for o in objects})
-                device_archs.append({o.arch for o in objects})
+                if objects:
+                    device_archs.append({o.arch for o in objects})
+                else:  # a device compile of a unit with no kernel in it (host wrappers): nothing to hold per arch
+                    tu["host_only"] = True
             tus.append(tu)
         ok = r.status != "failed"
-        if ok and not device_archs:  # a host-only op (cpu_adam in a ROCm build): no code objects to expect
-            archs = {a: "host code only" for a in tc.arch_names}
+        if ok and not device_archs:  # host code only: cpu_adam in a ROCm build, or units with no kernel at all
+            archs = {a: "host-only" for a in tc.arch_names}
         else:
             archs = {a: "compiled" if ok and all(a in d for d in device_archs) else "failed" for a in tc.arch_names}
         out.append({"name": op, "status": r.status, "error": r.error, "log": r.log, "archs": archs, "tus": tus,
@@ -377,11 +380,29 @@ def compile_report(plan: Plan, results: list[OpResult], tc: Toolchain) -> list[d
     return out
 
 
+def failures(failed: list[OpResult], where: str, tc: Toolchain) -> str:
+    """One line per failed op: the tree, the op, the archs it was compiled for and the compiler's first error
+    (which names the file and line), then where its full log is."""
+    archs = ", ".join(tc.arch_names) or tc.cpu_isa
+    lines = [f"  {o.name} ({archs}): {o.error or 'failed'}" + (f"\n    full log: {o.log}" if o.log else "")
+             for o in failed]
+    return f"in {where} with {tc.name}:\n" + "\n".join(lines)
+
+
 def first_error(text: str) -> str:
-    """The compiler's own first error line, else the last non-empty line."""
+    """The compiler's own first error line, else the last non-empty line. An error inside an included header
+    says which unit included it (the last line of the compiler's include chain), so it names the tree's file."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("FAILED:")]
-    return next((ln for ln in lines if re.search(r"\berror\b:", ln)),  # the compiler's own "error:" line
-                next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else "failed with no output"))[:400]
+    at = next((i for i, ln in enumerate(lines) if re.search(r"\berror\b:", ln)), None)  # the compiler's "error:"
+    if at is None:
+        return next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else "failed with no output")[:400]
+    chain: list[str] = []
+    for ln in reversed(lines[:at]):
+        if not ln.startswith(("In file included from ", "from ")):
+            break
+        chain.append(ln)
+    unit = chain[0].removeprefix("In file included from ").removeprefix("from ").rstrip(":,") if chain else ""
+    return (lines[at] + (f" (included from {unit})" if unit else ""))[:600]
 
 
 def _failure_blocks(output: str) -> list[str]:

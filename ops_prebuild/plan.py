@@ -326,7 +326,7 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str,
         host = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}", *half]
     if tc.kind == "cuda" and op.device:
         host = half
-    cxx = tc.compiler if tc.kind == "cpu" else tc.cxx
+    cxx = tc.compiler if tc.kind == "cpu" else (tc.hip_cxx or tc.cxx) if tc.kind == "rocm" and op.device else tc.cxx
     return ex.argv(cxx, *host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *host, *common,
                    "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj)
 

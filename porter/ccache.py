@@ -67,7 +67,7 @@ class CompilerCache:
 
 def identity(tc: Toolchain, compiler_version_text: str) -> str:
     """The toolchain identity the cache is keyed to (16 hex digits)."""
-    doc = {"kind": tc.kind, "compiler": tc.compiler, "cxx": tc.cxx, "root": tc.root,
+    doc = {"kind": tc.kind, "compiler": tc.compiler, "cxx": tc.cxx, "hip_cxx": tc.hip_cxx, "root": tc.root,
            "archs": sorted(tc.archs), "cpu_isa": tc.cpu_isa, "cflags": list(tc.cflags),
            "defines": sorted(tc.defines), "env": dict(sorted(tc.env.items())), "launcher": list(tc.launcher),
            "compiler_version": " ".join(compiler_version_text.split())}

@@ -44,7 +44,7 @@ from porter.run import Runner
 from porter.toolchain.check import require_toolchain
 from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import TorchInfo, need_for, probe_torch, refusal
-from ops_prebuild.build import OpResult, compile_report, run_ninja
+from ops_prebuild.build import OpResult, compile_report, failures, run_ninja
 from ops_prebuild.catalogue import Catalogue, OpSpec
 from ops_prebuild.plan import Plan, make_plan
 from ops_prebuild.source import Source
@@ -455,8 +455,9 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
     if compile_only:
         result.compiled = compile_report(plan, ops, tc)
         if len(failed) == len(ops):
-            raise CheckFailed(f"no fused kernel compiled ({', '.join(o.name for o in failed)}); first error: "
-                              f"{failed[0].error}", hint=f"read the logs: {', '.join(o.log for o in failed)}")
+            raise CheckFailed("no fused kernel compiled " + failures(failed, f"the tree {src}", tc),
+                              hint="fix the first error of each kernel (its file and line are named) in the tree, "
+                                   "or report it with the tree's commit")
         return result
     if failed:
         raise CheckFailed(f"fused kernel(s) failed to build: {', '.join(o.name for o in failed)}; "

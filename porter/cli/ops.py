@@ -118,7 +118,7 @@ def build_cmd(log: Logger, /, source: str, toolchain_ref: str | None, archs: tup
 
     With --shards N --slurm the build runs as Slurm jobs instead: N array tasks (--shard I/N) and a link
     job after them (porter ops status DIR follows it)."""
-    from ops_prebuild.build import build_ops
+    from ops_prebuild.build import build_ops, failures
 
     if op_names and all_compatible:
         raise click.UsageError("--ops and --all-compatible exclude each other")
@@ -183,8 +183,10 @@ def build_cmd(log: Logger, /, source: str, toolchain_ref: str | None, archs: tup
     if result.cache_stats and not as_json:
         click.echo(f"compiler cache: {result.cache_stats['hits']} hit(s), {result.cache_stats['misses']} miss(es)")
     if compile_only and not dry_run and result.failed and len(result.failed) == len(result.ops):
-        raise CheckFailed(f"no op compiled ({', '.join(o.name for o in result.failed)} failed)",
-                          hint="the first error of each op is in the report; its full log is in 'log'")
+        src = result.catalogue.source
+        raise CheckFailed(f"no op compiled " + failures(result.failed, f"{src.project} {src.version} ({src.origin})", tc),
+                          hint="fix the first error of each op (its file and line are named), or leave the op out "
+                               "with --ops; 'porter ops list' shows what DeepSpeed itself declares incompatible")
     if result.failed:
         raise PartialSuccess(f"{len(result.failed)} op(s) failed"
                              + (" to compile: " if compile_only else " and were left out of the wheel: ")

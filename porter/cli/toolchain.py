@@ -125,7 +125,7 @@ def check_cmd(log: Logger, ref: str, archs: tuple[str, ...], keep: Path | None, 
         if report.link_error:
             click.echo(f"  link FAILED: {report.link_error}")
         if report.shared_object:
-            inside = ", ".join(f"{co.target} ({co.kind})" for co in report.code_objects) or "host code only"
+            inside = ", ".join(f"{co.target} ({co.kind})" for co in report.code_objects) or "host-only"
             click.echo(f"  {report.shared_object}: {inside}")
         if report.missing:
             click.echo(f"  missing from the shared object: {', '.join(report.missing)}")

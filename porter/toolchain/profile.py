@@ -49,6 +49,10 @@ class Toolchain:
     """PEP 440 specifier the compiler's version must satisfy (``>=5.7,<5.8``); empty = any."""
     cxx: str = "g++"
     """Host C++ compiler."""
+    hip_cxx: str = ""
+    """rocm: the C++ compiler for the host translation units of GPU ops (their bindings include HIP headers).
+    ROCm 7's ``hip_bf16.h`` is clang-only (``ext_vector_type``; GCC fails its static assertions), so ROCm 7
+    presets name the toolchain's own clang++ (``amdclang++``); empty: ``cxx``. CPU-only ops always use ``cxx``."""
     archs: tuple[str, ...] = ()
     """GPU targets: ``gfx90a``, ``gfx90a:xnack-``, ``sm_90``. Empty for cpu."""
     cpu_isa: str = "x86-64-v2"

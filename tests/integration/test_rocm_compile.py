@@ -42,6 +42,29 @@ def test_deepspeed_ops_compile_for_three_archs(rocm7: Path, deepspeed_sdist: Pat
     assert "-DBF16_AVAILABLE" in kernel and "-DROCM_WAVEFRONT_SIZE=64" in kernel
 
 
+def test_bf16_binding_and_kernel_free_unit_compile_for_three_archs(rocm7: Path, tmp_path: Path) -> None:
+    """Issue 18, seen on real DeepSpeed sdists: a GPU op's host binding that includes the bf16 header (ROCm 7.2's
+    hip_bf16.h is clang-only) is compiled by the profile's hip_cxx, and an op whose units hold no kernel is
+    host-only for every arch, not failed."""
+    tree = tmp_path / "ds"
+    shutil.copytree(FIXTURES / "ds-rocm-units", tree)
+    res = run_porter("ops", "build", "--source", str(tree), "-t", "debian-rocm7", "--all-compatible", "--compile-only",
+                     "--json", env={"PORTER_ROCM7_ROOT": str(rocm7)})
+    assert res.returncode == 0, res.stderr[-4000:]
+    doc = json.loads(res.stdout)
+    recs = {r["name"]: r for r in doc["compiled"]}
+    assert recs["bf16_scale"]["archs"] == {a: "compiled" for a in ARCHS}, recs["bf16_scale"]
+    assert recs["host_buffer"]["archs"] == {a: "host-only" for a in ARCHS}, recs["host_buffer"]
+    assert any(t.get("host_only") for t in recs["host_buffer"]["tus"])
+    binding = next(s["argv"] for s in doc["plan"]["steps"] if s["output"].endswith("bf16_scale.cpp.o"))
+    assert binding[2] == "clang++-22" and "-DBF16_AVAILABLE" in binding, binding
+    # the same unit through GCC fails on ROCm 7.2's bf16 header: the ERROR names the op, its archs and the unit
+    res = run_porter("ops", "build", "--source", str(tree), "-t", "debian-rocm7", "--ops", "bf16_scale",
+                     "--compile-only", env={"PORTER_ROCM7_ROOT": str(rocm7), "PORTER_HIP_CXX": "g++"})
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "bf16_scale (gfx90a, gfx942, gfx950): " in res.stderr and "bf16_scale_hip.cpp:" in res.stderr, res.stderr
+
+
 def test_megatron_kernels_port_and_compile_for_three_archs(rocm7: Path, tmp_path: Path) -> None:
     tree = tmp_path / "Megatron-DeepSpeed"
     shutil.copytree(FIXTURES / "megatron-kernels", tree)
@@ -56,6 +79,25 @@ def test_megatron_kernels_port_and_compile_for_three_archs(rocm7: Path, tmp_path
     ported = tmp_path / "Megatron-DeepSpeed-debian-rocm7"
     cu = (ported / "megatron/fused_kernels/scaled_softmax_cuda.cu").read_text()
     assert "ATen/hip/HIPContext.h" in cu and "__HIP_PLATFORM_HCC__" not in cu
+
+
+def test_older_megatron_generation_ports_and_its_layer_norm_compiles(rocm7: Path, tmp_path: Path) -> None:
+    """Issue 18: the BLOOM-era generation (fused layer norm + masked softmax, no scaled_softmax.cpp) was refused as
+    'not a Megatron-DeepSpeed tree'. Now every kernel of it compiles for the three archs, and the ported loader
+    imports the prebuilt layer norm instead of building it at start-up."""
+    tree = tmp_path / "bloom"
+    shutil.copytree(FIXTURES / "megatron-older", tree)
+    res = run_porter("port", "megatron-deepspeed", str(tree), "-t", "debian-rocm7", "--compile-only", "--json",
+                     env={"PORTER_ROCM7_ROOT": str(rocm7)})
+    assert res.returncode == 0, res.stderr[-4000:]
+    doc = json.loads(res.stdout)
+    recs = {r["name"]: r for r in doc["compiled"]}
+    assert sorted(recs) == ["fused_mix_prec_layer_norm_cuda", "scaled_masked_softmax_cuda",
+                            "scaled_upper_triang_masked_softmax_cuda"]
+    for rec in recs.values():
+        assert rec["archs"] == {a: "compiled" for a in ARCHS}, rec
+    loader = (tmp_path / "bloom-debian-rocm7" / "megatron/fused_kernels/__init__.py").read_text()
+    assert "_porter_load_prebuilt" in loader and '"fused_mix_prec_layer_norm_cuda", ""' in loader
 
 
 def test_an_arch_the_compiler_rejects_stops_in_seconds(trixie: Path, deepspeed_sdist: Path) -> None:

@@ -30,7 +30,7 @@ def test_apex_fixture_kernels_compile_for_gfx90a_and_gfx942(rocm7: Path, tmp_pat
     (kernel,) = [t for t in recs["amp_C"]["tus"] if "code_objects" in t]
     assert kernel["source"].endswith("multi_tensor_scale_kernel.hip")  # hipified copy
     assert kernel["code_objects"] == ["gfx90a", "gfx942"] and archs_in(kernel["object"]) == ["gfx90a", "gfx942"]
-    assert recs["apex_C"]["archs"] == {"gfx90a": "host code only", "gfx942": "host code only"}
+    assert recs["apex_C"]["archs"] == {"gfx90a": "host-only", "gfx942": "host-only"}
     assert recs["fused_scale_cuda"]["status"] == "failed"
     assert "mask must be a 64-bit integer" in recs["fused_scale_cuda"]["error"]
     for tu in recs["amp_C"]["tus"] + recs["apex_C"]["tus"]:

@@ -70,7 +70,9 @@ def test_rocm_plan_is_pinned(tmp_path: Path) -> None:
                           "csrc/adam/multi_tensor_adam.cu": str(tmp_path / "hip/csrc/adam/multi_tensor_adam.hip")}}
     plan = make_plan(catalogue(), tc, [FUSED_ADAM], tmp_path, sources=hip)
     host, dev, link = plan.steps
-    assert host.argv[0] == "g++" and "-march=znver3" in host.argv and "-D__HIP_PLATFORM_AMD__=1" in host.argv
+    # the binding of a GPU op includes HIP headers: the ROCm toolchain's clang++ (ROCm 7's hip_bf16.h is clang-only)
+    assert host.argv[0] == tc.hip_cxx == "/opt/rocm-7.1.1/llvm/bin/amdclang++"
+    assert "-march=znver3" in host.argv and "-D__HIP_PLATFORM_AMD__=1" in host.argv
     assert dev.argv[0] == "hipcc"
     for flag in ("--offload-arch=gfx90a", "-D__HIP_PLATFORM_AMD__=1", "-DROCM_WAVEFRONT_SIZE=64", "-fno-gpu-rdc",
                  "-DTORCH_EXTENSION_NAME=fused_adam_op", f"-I{tmp_path}/hip/csrc/includes",
@@ -197,7 +199,8 @@ def test_compile_only_plan_has_no_link_and_records_each_compile(tmp_path: Path) 
     assert plan.objects["fused_adam"] == [s.output for s in plan.steps if s.op == "fused_adam"]
     for step in plan.steps:
         assert step.wrapper[1:3] == ("-m", "ops_prebuild.measure") and step.wrapper[-1] == "--"
-        assert step.wrapper[-2] == f"{step.output}.cost.json" and step.argv[0] in ("hipcc", "g++")
+        assert step.wrapper[-2] == f"{step.output}.cost.json"
+        assert step.argv[0] == ("g++" if step.op == "cpu_adam" else "hipcc" if ".cu" in step.output else tc.hip_cxx)
     text = plan.ninja()
     assert "ops_prebuild.measure" in text and "rule link" in text and " link " not in text.split("default")[0]
     assert text.rstrip().splitlines()[-1].startswith("default ") and ".o" in text.rstrip().splitlines()[-1]
@@ -399,3 +402,21 @@ def test_chroot_plan_stages_torch_include_folders_as_one_tree(tmp_path: Path) ->
     torch_inc = [d for d in system if d.endswith(("-include", "/csrc/api/include")) and d != python_inc]
     staged = [d for d in torch_inc if not d.startswith(torch_inc[0])]
     assert torch_inc[1] == torch_inc[0] + "/torch/csrc/api/include" and not staged, system
+
+
+def test_first_error_names_the_unit_that_included_the_failing_header() -> None:
+    from ops_prebuild.build import OpResult, failures, first_error
+
+    log = ("FAILED: [code=1] /b/op/x.cpp.o\nchroot /r g++ -c /b/hip/csrc/op/x_hip.cpp -o /b/op/x.cpp.o\n"
+           "In file included from /usr/include/hip/hip_bf16.h:29,\n"
+           "                 from /b/hip/csrc/includes/conv_hip.h:7,\n"
+           "                 from /b/hip/csrc/op/x_hip.cpp:4:\n"
+           "/usr/include/hip/amd_detail/amd_hip_bf16.h:350:43: error: static assertion failed\n")
+    err = first_error(log)
+    assert err == ("/usr/include/hip/amd_detail/amd_hip_bf16.h:350:43: error: static assertion failed "
+                   "(included from /b/hip/csrc/op/x_hip.cpp:4)")
+    assert first_error("x.cu:3:1: error: expected ';'\n") == "x.cu:3:1: error: expected ';'"
+    text = failures([OpResult("op", "failed", 1.0, "/b/op/build.log", error=err)], "deepspeed 0.18.8 (sdist)",
+                    load_toolchain("debian-rocm7", environ={}))
+    assert text.startswith("in deepspeed 0.18.8 (sdist) with debian-rocm7:")
+    assert "op (gfx90a, gfx942, gfx950): /usr/include/hip" in text and "full log: /b/op/build.log" in text

@@ -132,3 +132,46 @@ def test_a_tree_without_the_common_softmax_kernels_is_refused(tmp_path: Path) ->
     (tree / "megatron/fused_kernels/scaled_masked_softmax_cuda.cu").unlink()
     with pytest.raises(ConfigError, match="masked and upper-triangular"):
         prepare_tree(tree, None, False, load_toolchain("frontier"))
+
+
+def test_ported_older_loader_imports_its_own_kernels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loader patch, applied to the older generation, imports the prebuilt layer norm at every start-up and the
+    softmax kernels only with --masked-softmax-fusion, and never compiles (a missing module is an error that names
+    the porter command)."""
+    import importlib.util
+    import sys
+    import types
+
+    from porter.port import port_megatron
+
+    tree = tmp_path / "bloom"
+    shutil.copytree(OLDER, tree)
+    res = port_megatron(tree, load_toolchain("frontier"), kernels=False)
+    init = res.out / "megatron/fused_kernels/__init__.py"
+    torch = types.ModuleType("torch")
+    utils = types.ModuleType("torch.utils")
+    ext = types.ModuleType("torch.utils.cpp_extension")
+
+    def no_jit(**kwargs: object) -> None:
+        raise AssertionError(f"compiled at start-up: {kwargs.get('name')}")
+
+    ext.load = no_jit  # type: ignore[attr-defined]
+    for name, mod in (("torch", torch), ("torch.utils", utils), ("torch.utils.cpp_extension", ext)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    utils.cpp_extension = ext  # type: ignore[attr-defined]
+    torch.utils = utils  # type: ignore[attr-defined]
+    monkeypatch.delenv("PORTER_ALLOW_JIT", raising=False)
+    spec = importlib.util.spec_from_file_location("porter_test_loader", init)
+    assert spec is not None and spec.loader is not None
+    loader = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loader)
+    args = types.SimpleNamespace(rank=0, masked_softmax_fusion=False)
+    with pytest.raises(RuntimeError, match="fused_mix_prec_layer_norm_cuda") as exc:
+        loader.load(args)
+    assert "scaled_masked_softmax_cuda" not in str(exc.value) and "porter port megatron-deepspeed" in str(exc.value)
+    monkeypatch.setitem(sys.modules, "fused_mix_prec_layer_norm_cuda", types.ModuleType("fused_mix_prec_layer_norm_cuda"))
+    loader.load(args)  # the prebuilt layer norm imports: nothing else is asked for
+    args.masked_softmax_fusion = True
+    with pytest.raises(RuntimeError) as exc:
+        loader.load(args)
+    assert "scaled_upper_triang_masked_softmax_cuda" in str(exc.value) and "scaled_softmax_cuda (" not in str(exc.value)
