@@ -81,15 +81,41 @@ class KernelContext:
         if not src.exists():
             raise ConfigError(f"{src} does not exist", hint="is the source tree complete?")
         if src.is_dir():
-            for dirpath, dirnames, filenames in os.walk(src):
-                dirnames[:] = [d for d in dirnames if not _ignored(d)]
-                base = Path(dirpath)
-                for name in filenames:
-                    if not _ignored(name):
-                        _sync_file(base / name, dest / base.relative_to(src) / name)
+            self._copy_dir(src, dest, set())
         else:
             _sync_file(src, dest)
         return dest
+
+    def _copy_dir(self, src: Path, dest: Path, seen: set[Path]) -> None:
+        """A folder, file by file. A symlinked folder that points inside the source (ROCm/apex's ``contrib/csrc``
+        -> ``../apex/contrib/csrc``) stays a link, and what it points to is copied too, so every header is one file
+        reached by the tree's own paths; one pointing outside the source is copied as a folder."""
+        if src.resolve() in seen:
+            return
+        seen.add(src.resolve())
+        top = self.source.resolve()
+        for dirpath, dirnames, filenames in os.walk(src):
+            base = Path(dirpath)
+            kept = []
+            for d in dirnames:
+                if _ignored(d):
+                    continue
+                if not (base / d).is_symlink():
+                    kept.append(d)
+                    continue
+                target, link = (base / d).resolve(), dest / base.relative_to(src) / d
+                if target.is_relative_to(top):
+                    self._copy_dir(target, self.tree / target.relative_to(top), seen)
+                    if not link.is_symlink():
+                        link.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.rmtree(link, ignore_errors=True)
+                        link.symlink_to(os.readlink(base / d))
+                else:
+                    self._copy_dir(target, link, seen)
+            dirnames[:] = kept
+            for name in filenames:
+                if not _ignored(name):
+                    _sync_file(base / name, dest / base.relative_to(src) / name)
 
     def put(self, rel: str, data: bytes) -> Path:
         """Write ``data`` at ``rel`` in the work copy unless the file already holds exactly that."""

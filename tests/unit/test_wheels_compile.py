@@ -459,3 +459,31 @@ def test_source_copy_keeps_time_stamps_of_unchanged_files(tmp_path: Path) -> Non
     stamp = written.stat().st_mtime_ns
     ctx.put("gen/a.cu", b"x")
     assert written.stat().st_mtime_ns == stamp
+
+
+def test_work_copy_keeps_a_symlinked_folder_and_copies_its_target(tmp_path: Path) -> None:
+    """ROCm/apex master: contrib/csrc is a link to ../apex/contrib/csrc. The work copy lost it (os.walk does not
+    enter linked folders), so hipify crashed on a missing input (issue 18). Now the link stays a link, its target is
+    copied, and a link out of the tree is copied as a folder."""
+    from porter.log import quiet_logger
+    from porter.wheels.compile import KernelContext
+
+    src = tmp_path / "apex"
+    (src / "apex" / "contrib" / "csrc" / "conv").mkdir(parents=True)
+    (src / "apex" / "contrib" / "csrc" / "conv" / "conv_rocm.cpp").write_text("// conv\n")
+    (src / "contrib").mkdir()
+    (src / "contrib" / "csrc").symlink_to("../apex/contrib/csrc")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "x.h").write_text("// x\n")
+    (src / "contrib" / "ext").symlink_to(outside)
+    work = tmp_path / "work"
+    tc = load_toolchain("cpu", environ={})
+    ctx = KernelContext(source=src, tree=work, plan_tree=work, toolchain=tc, python="python", py_ex=tc.executor,
+                        runner=FakeRunner(), log=quiet_logger())
+    ctx.copy("contrib")
+    assert (work / "contrib" / "csrc").is_symlink() and (work / "contrib/csrc/conv/conv_rocm.cpp").read_text() == "// conv\n"
+    assert (work / "contrib/csrc/conv/conv_rocm.cpp").resolve() == (work / "apex/contrib/csrc/conv/conv_rocm.cpp").resolve()
+    assert not (work / "contrib" / "ext").is_symlink() and (work / "contrib" / "ext" / "x.h").is_file()
+    ctx.copy("contrib")  # again: nothing to do, nothing broken
+    assert (work / "contrib" / "csrc").is_symlink()
