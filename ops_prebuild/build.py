@@ -77,11 +77,19 @@ class BuildResult:
     def failed(self) -> list[OpResult]:
         return [o for o in self.ops if o.status == "failed"]
 
+    @property
+    def excluded(self) -> list[dict[str, str]]:
+        """The ops of the catalogue not built because the tree's own builders declare them incompatible with this
+        toolchain (DeepSpeed's ``is_compatible``), each with the builder's own reason: never dropped in silence."""
+        chosen = {o for o in self.plan.objects}
+        return [{"name": o.name, "reason": o.reason} for o in self.catalogue.ops
+                if not o.compatible and o.name not in chosen]
+
     def to_dict(self) -> dict[str, Any]:
         return {"wheel": str(self.wheel) if self.wheel else None,
                 "manifest": str(self.manifest) if self.manifest else None,
                 "jobs": self.jobs, "seconds": round(self.seconds, 2),
-                "ops": [o.__dict__ for o in self.ops], "plan": self.plan.to_dict(),
+                "ops": [o.__dict__ for o in self.ops], "excluded": self.excluded, "plan": self.plan.to_dict(),
                 "refusal": self.refusal.message if self.refusal else None,
                 "cache": {**self.ccache.to_dict(), **self.cache_stats} if self.ccache else None,
                 **({"shard": self.shard} if self.shard else {}),

@@ -180,6 +180,10 @@ def build_cmd(log: Logger, /, source: str, toolchain_ref: str | None, archs: tup
             click.echo(f"  {o.name:<22} {o.status:<7} {o.seconds:6.1f}s  {o.log if o.status == 'failed' else ''}")
         click.echo(f"wheel: {result.wheel}")
         click.echo(f"manifest: {result.manifest}")
+    if not as_json and not dry_run and result.excluded:
+        click.echo(f"# not built, declared incompatible by {result.catalogue.source.project}'s own builders:")
+        for ex in result.excluded:
+            click.echo(f"  {ex['name']:<28} {ex['reason'] or '(no reason given)'}")
     if result.cache_stats and not as_json:
         click.echo(f"compiler cache: {result.cache_stats['hits']} hit(s), {result.cache_stats['misses']} miss(es)")
     if compile_only and not dry_run and result.failed and len(result.failed) == len(result.ops):

@@ -420,3 +420,12 @@ def test_first_error_names_the_unit_that_included_the_failing_header() -> None:
                     load_toolchain("debian-rocm7", environ={}))
     assert text.startswith("in deepspeed 0.18.8 (sdist) with debian-rocm7:")
     assert "op (gfx90a, gfx942, gfx950): /usr/include/hip" in text and "full log: /b/op/build.log" in text
+
+
+def test_ops_the_tree_declares_incompatible_are_listed_with_its_reason(tmp_path: Path) -> None:
+    from ops_prebuild.build import BuildResult
+
+    cat = catalogue()
+    plan = make_plan(cat, load_toolchain("cpu", environ={}), cat.select(None, True)[:1], tmp_path)
+    doc = BuildResult(plan, cat).to_dict()
+    assert doc["excluded"] == [{"name": "evoformer_attn", "reason": "needs CUTLASS"}]
