@@ -1,0 +1,220 @@
+"""benchmarks/real_trees.py (the real-tree gauntlet): its pure parts, without git or porter processes."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "real_trees.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("real_trees", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["real_trees"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+rt = _load()
+
+MEGATRON = """
+[[target]]
+id = "mds-x-compile"
+repo = "someone/Megatron-DeepSpeed"
+ref = "main"
+command = "port-compile-only"
+toolchain = "debian-rocm7"
+archs = ["gfx90a", "gfx942", "gfx950"]
+note = "a fork"
+"""
+
+# What porter port megatron-deepspeed --compile-only --json says per kernel (ops_prebuild.build.compile_report).
+REPORT = {"version": "0.2.0", "compile_only": True, "compiled": [
+    {"name": "scaled_softmax", "status": "compiled", "error": "",
+     "archs": {"gfx90a": "compiled", "gfx942": "compiled", "gfx950": "compiled"}, "tus": [], "seconds": 3.0},
+    {"name": "scaled_masked_softmax", "status": "failed",
+     "error": "/usr/include/torch/csrc/api/include/torch/ordered_dict.h:12:7: error: redefinition of 'OrderedDict'",
+     "archs": {"gfx90a": "failed", "gfx942": "failed", "gfx950": "failed"}, "tus": [], "seconds": 2.0},
+    {"name": "fused_helpers", "status": "compiled", "error": "",
+     "archs": {"gfx90a": "host code only", "gfx942": "host code only", "gfx950": "host code only"}, "tus": []},
+]}
+
+
+def test_the_shipped_targets_parse() -> None:
+    targets = rt.load_targets()
+    ids = [t.id for t in targets]
+    assert len(ids) == len(set(ids))
+    assert {t.command for t in targets} <= set(rt.COMMANDS)
+    forks = {t.repo for t in targets if t.command == "port-no-kernels"}
+    assert len(forks - {"microsoft/Megatron-DeepSpeed", "bigscience-workshop/Megatron-DeepSpeed"}) >= 6
+    for repo in forks:  # every Megatron tree gets both commands
+        assert any(t.repo == repo and t.command == "port-compile-only" for t in targets)
+
+
+def test_a_target_parses() -> None:
+    (t,) = rt.parse_targets(MEGATRON)
+    assert (t.id, t.repo, t.ref, t.command, t.toolchain) == ("mds-x-compile", "someone/Megatron-DeepSpeed", "main",
+                                                             "port-compile-only", "debian-rocm7")
+    assert t.archs == ("gfx90a", "gfx942", "gfx950") and t.mirror_name == "someone+Megatron-DeepSpeed"
+
+
+@pytest.mark.parametrize("text, words", [
+    (MEGATRON + 'branch = "main"\n', "unknown key(s) branch"),
+    (MEGATRON.replace('command = "port-compile-only"', 'command = "port-everything"'), "unknown command"),
+    (MEGATRON.replace('ref = "main"\n', ""), "needs a ref"),
+    (MEGATRON + 'sdist = "deepspeed==0.19.8"\n', "either repo"),
+    (MEGATRON + MEGATRON, "used twice"),
+    ('[[target]]\nid = "ds"\nsdist = "deepspeed==0.19.8"\ncommand = "port-no-kernels"\ntoolchain = "cpu"\n',
+     "takes a tree"),
+    ('[[target]]\nid = "ds"\nsdist = "deepspeed"\ncommand = "ops-compile-only"\ntoolchain = "cpu"\n',
+     "project==version"),
+    ('title = "x"\n' + MEGATRON, "unknown top-level key"),
+    (MEGATRON.replace('archs = ["gfx90a", "gfx942", "gfx950"]', 'archs = "gfx90a"'), "list of strings"),
+])
+def test_a_bad_target_is_rejected(text: str, words: str) -> None:
+    with pytest.raises(rt.TargetError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        rt.parse_targets(text)
+
+
+def test_command_mapping() -> None:
+    (t,) = rt.parse_targets(MEGATRON)
+    ctx = rt.context(t, src="/trees/x", work="/w/x", porter=["py", "-m", "porter"], jobs=2, python="python3")
+    ((name, argv),) = rt.argvs(t, ctx)
+    assert name == "port"
+    assert argv == ["py", "-m", "porter", "port", "megatron-deepspeed", "/trees/x", "--compile-only",
+                    "-t", "debian-rocm7", "--arch", "gfx90a,gfx942,gfx950", "-j", "2", "--dest", "/w/x/ported",
+                    "-o", "/w/x/wheelhouse", "--json"]
+    assert rt.display(t, 2) == ("porter port megatron-deepspeed TREE --compile-only -t debian-rocm7 --arch "
+                                "gfx90a,gfx942,gfx950 -j 2 --dest WORK/ported -o WORK/wheelhouse --json")
+    # every porter step asks for JSON; a command without archs passes none
+    for cmd in rt.COMMANDS.values():
+        for _, tpl in cmd.steps:
+            if tpl[0] == "{porter}":
+                assert tpl[-1] == "--json"
+    (ds,) = rt.parse_targets('[[target]]\nid = "ds"\nsdist = "deepspeed==0.19.8"\ncommand = "ops-cpu-install-verify"'
+                             '\ntoolchain = "cpu"\n')
+    steps = rt.argvs(ds, rt.context(ds, src=ds.sdist, work="/w", porter=["porter"], jobs=None, python="python3"))
+    assert [n for n, _ in steps] == ["list", "build", "venv", "torch", "install", "verify"]
+    assert [n for n, _ in rt.plan_only(steps, ["porter"])] == ["list", "build"]
+    assert rt.plan_only(steps, ["porter"])[1][1][-1] == "--dry-run"
+    assert steps[1][1][:4] == ["porter", "ops", "build", "--source"] and "--arch" not in steps[1][1]
+    assert steps[-1][1] == ["porter", "verify", "--python", "/w/node/bin/python", "--json"]
+
+
+def test_per_arch_summary_from_a_compile_report() -> None:
+    ops = rt.collect_ops([REPORT])
+    assert [(o["name"], o["status"]) for o in ops] == [("scaled_softmax", "compiled"),
+                                                        ("scaled_masked_softmax", "failed"),
+                                                        ("fused_helpers", "host-only")]
+    assert rt.arch_summary(ops, ("gfx90a", "gfx942", "gfx950")) == \
+        "gfx90a 1/2, gfx942 1/2, gfx950 1/2, +1 host-only"
+    assert rt.op_counts(ops) == (2, 3, 0, 0)
+
+
+def test_excluded_ops_come_from_the_op_list() -> None:
+    listed = {"ops": [{"name": "evoformer_attn", "compatible": False, "reason": "Unable to  locate CUTLASS"},
+                      {"name": "fused_adam", "compatible": True, "reason": ""}]}
+    built = {"compiled": [{"name": "fused_adam", "status": "compiled", "archs": {"gfx90a": "compiled"}}]}
+    ops = rt.collect_ops([listed, built])
+    assert ops[0] == {"name": "evoformer_attn", "status": "excluded", "reason": "Unable to locate CUTLASS"}
+    assert rt.op_counts(ops) == (1, 1, 1, 0)
+
+
+def test_ops_the_planner_left_out_come_from_its_notes() -> None:
+    doc = {"notes": ["regime 'env' detected from the tree (apex 1.14.0a0)",
+                     "nccl_p2p_cuda: not read from nccl_p2p.py:NCCLP2PBuilder (left out): self.generator_args()",
+                     "focal_loss: not planned: no sources"],
+           "compiled": [{"name": "amp_C", "status": "compiled", "archs": {"gfx90a": "compiled"}}]}
+    ops = rt.collect_ops([doc])
+    assert [(o["name"], o["status"]) for o in ops] == [("nccl_p2p_cuda", "left-out"), ("focal_loss", "left-out"),
+                                                        ("amp_C", "compiled")]
+    assert ops[0]["reason"] == "self.generator_args()"
+    assert rt.op_counts(ops) == (1, 1, 0, 2)
+
+
+def _step(**kw: object) -> object:
+    return rt.Step(**{"name": "port", "exit_code": 0, "seconds": 1.5, "stdout": "{}", "stderr": "", **kw})
+
+
+def test_a_traceback_is_a_failure_even_with_exit_0() -> None:
+    (t,) = rt.parse_targets(MEGATRON)
+    err = ("==> hipifying\nTraceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
+           "    open(p)\nFileNotFoundError: [Errno 2] No such file: '/tmp/porter-hipify-1/a.cpp'\n")
+    row = rt.make_row(t, [_step(stderr=err)], started=0.0, source={"repo": t.repo, "ref": "main"})
+    assert row["result"] == "failed" and row["traceback"] is True and row["exit_code"] == 0
+    assert row["first_error"] == "Traceback: FileNotFoundError: [Errno 2] No such file: 'TMP/a.cpp'"
+    ok = rt.make_row(t, [_step(stdout='{"version": "0.2.0", "patches": [{"patch": "p", "state": "applied"}]}')],
+                     started=0.0, source={"repo": t.repo, "ref": "main"})
+    assert ok["result"] == "ok" and ok["first_error"] == "" and ok["source"]["version"] == "0.2.0"
+    assert ok["detail"] == "patches 1 applied"
+
+
+def test_a_failed_op_makes_the_row_fail_with_its_error() -> None:
+    (t,) = rt.parse_targets(MEGATRON)
+    import json
+    row = rt.make_row(t, [_step(exit_code=3, stdout=json.dumps(REPORT), stderr="ERROR: 1 op(s) failed\n")],
+                      started=0.0, source={})
+    assert row["result"] == "failed" and row["exit_code"] == 3
+    assert row["first_error"] == "1 op(s) failed"
+    row = rt.make_row(t, [_step(exit_code=0, stdout=json.dumps(REPORT))], started=0.0, source={})
+    assert row["result"] == "failed"
+    assert row["first_error"].startswith("scaled_masked_softmax: ") and "redefinition of 'OrderedDict'" in \
+        row["first_error"]
+
+
+def test_merge_keeps_old_rows() -> None:
+    old = {"a": {"id": "a", "result": "ok", "date": "2026-11-01"},
+           "b": {"id": "b", "result": "failed", "date": "2026-11-01"},
+           "c": {"id": "c", "result": "ok", "date": "2026-11-01"}}
+    new = [{"id": "b", "result": "ok", "date": "2026-11-25"}, {"id": "d", "result": "failed", "date": "2026-11-25"},
+           {"id": "c", "result": "skipped", "reason": "no mirror", "date": "2026-11-25"}]
+    merged = rt.merge_rows(old, new)
+    assert merged["a"] == old["a"]  # not run now: kept
+    assert merged["b"]["result"] == "ok" and merged["d"]["result"] == "failed"
+    assert merged["c"] == old["c"]  # only skipped now: the earlier real result stays
+    assert rt.merge_rows({}, new[2:])["c"]["result"] == "skipped"
+
+
+def test_select_only_skip_done_rerun_failed() -> None:
+    targets = rt.parse_targets(MEGATRON + MEGATRON.replace("mds-x-compile", "mds-y-compile")
+                               + MEGATRON.replace("mds-x-compile", "apex-master"))
+    rows = {"mds-x-compile": {"result": "ok"}, "mds-y-compile": {"result": "failed"}}
+    assert [t.id for t in rt.select(targets, rows, ["mds-*"], False, False)] == ["mds-x-compile", "mds-y-compile"]
+    assert [t.id for t in rt.select(targets, rows, [], True, False)] == ["apex-master"]
+    assert [t.id for t in rt.select(targets, rows, [], False, True)] == ["mds-y-compile"]
+
+
+def test_table_rendering_from_a_row() -> None:
+    (t,) = rt.parse_targets(MEGATRON)
+    import json
+    row = rt.make_row(t, [_step(exit_code=3, stdout=json.dumps(REPORT), seconds=125.0)], started=1764000000.0,
+                      source={"repo": t.repo, "ref": "main", "commit": "f4157bea69f3df8c6cb66f2ebcda66ba03d1288e",
+                              "commit_date": "2024-12-24"}, generation="2023+", porter_rev="abc1234")
+    line = rt.table_row(row)
+    cells = [c.strip() for c in line.strip("|").split(" | ")]
+    assert cells[0] == "`mds-x-compile`"
+    assert cells[1] == "someone/Megatron-DeepSpeed@main `f4157bea6` (2024-12-24), 2023+ kernels"
+    assert cells[2].startswith("`porter port megatron-deepspeed TREE --compile-only") and "--json" not in cells[2]
+    assert cells[3] == "✗"
+    assert cells[4] == "gfx90a 1/2, gfx942 1/2, gfx950 1/2, +1 host-only"
+    assert cells[5] == "2/3" and cells[6] == "2 min 05 s" and cells[7] == "2025-11-24 (abc1234)"
+    assert "redefinition of 'OrderedDict'" in cells[8]
+    text = rt.render({row["id"]: row}, [t])
+    assert line in text and "| target | tree | command | result |" in text and "## The trees" in text
+    assert "1 targets: 1 ✗." in text
+    skipped = rt.skipped_row(t, "no clone of someone/Megatron-DeepSpeed under the mirrors", started=0.0)
+    assert "| skipped |" in rt.table_row(skipped) and "no clone of" in rt.table_row(skipped)
+
+
+def test_scrub_takes_out_machine_paths_and_hosts() -> None:
+    scrub = rt.Scrub([("/home/me/gauntlet/t1/tree", "TREE"), ("/home/me/gauntlet/t1", "WORK")])
+    assert scrub("/home/me/gauntlet/t1/tree/megatron/x.cu:3: error") == "TREE/megatron/x.cu:3: error"
+    assert scrub("fetch https://files.example.org/a.tar.gz failed") == "fetch <url> failed"
+    assert scrub("/var/lib/porter/sid-rocm7/usr/include/x.h") == "ROOT/usr/include/x.h"
+    assert scrub("/opt/v/lib/python3.11/site-packages/torch/x.py") == "SITE/torch/x.py"
