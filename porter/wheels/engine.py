@@ -248,9 +248,12 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
                 refused = exc
         tree = work / "tree"
         out = work / "out"
-        argv = ex.argv(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                       "--disable-pip-version-check", "-w", ex.visible(out, stage=False),
-                       ex.visible(tree, stage=False), *plan.pip_args)
+        # setup.py runs where the build python runs: the toolchain's root when --python names one there, else the
+        # host (a backend that compiles nothing, FlashAttention's Triton one, needs no more; one that compiles is
+        # refused above unless the build python has the profile's torch, which lives where its compiler does)
+        argv = py_ex.argv(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                          "--disable-pip-version-check", "-w", py_ex.visible(out, stage=False),
+                          py_ex.visible(tree, stage=False), *plan.pip_args)
         env = toolchain_env(tc, plan.env)
         changes = env_changes(env)
         if dry_run:

@@ -213,3 +213,19 @@ def test_relabel_sets_the_local_version_in_name_metadata_and_manifest(tmp_path: 
     again, _ = relabel(out, "cpu.x86.64.v2", tmp_path / "house2", dict(manifest))
     assert again.name.startswith("apex-1.14.0a0+cpu.x86.64.v2-")
     assert not list((tmp_path / "house").glob(".porter-label-*"))
+
+
+def test_triton_wheel_with_a_chroot_profile_runs_the_host_build_python_on_the_host(tmp_path: Path) -> None:
+    """Seen on ROCm/flash-attention main_perf (issue 18's gauntlet): with no --python, the Triton wheel's pip ran
+    porter's own host python inside the chroot (exit 127). setup.py runs where the build python does."""
+    import sys
+
+    src = FIXTURES / "flash-attn-mini"
+    root = tmp_path / "r7"
+    (root / "proc" / "self").mkdir(parents=True)
+    request = WheelRequest(source=src, toolchain=load_toolchain("debian-rocm7", environ={"PORTER_ROCM7_ROOT": str(root)}),
+                           output=tmp_path / "house", backend="triton")
+    res = build_wheel(get_driver("flash-attn"), str(src), request, runner=FakeRunner(torch=CPU_TORCH), dry_run=True,
+                      others=DRIVERS)
+    assert res.argv[:4] == [sys.executable, "-m", "pip", "wheel"] and "chroot" not in res.argv, res.argv
+    assert res.refusal is None
