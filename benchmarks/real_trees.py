@@ -116,7 +116,9 @@ COMMANDS: dict[str, Command] = {
         toolchain=True),
     "net-plugin": Command(
         "the RCCL network plugin configured, compiled, linked, packaged and loaded", ("tree",),
-        (("build", (P, "net-plugin", "build", "--source", "{src}", *TC, "{jobs_args}", "-o", "{work}/net-plugin",
+        # a checkout has no .git: the plugin's version is its tag, as a release tarball's .release_version says
+        (("build", (P, "net-plugin", "build", "--source", "{src}", *TC, "{jobs_args}", "--release-version", "{ref}",
+                    "-o", "{work}/net-plugin",
                     "--json")),),
         toolchain=True),
 }
@@ -239,7 +241,7 @@ def expand(template: Sequence[str], ctx: Mapping[str, str | Sequence[str]]) -> l
 
 def context(target: Target, *, src: str, work: str, porter: Sequence[str], jobs: int | None,
             python: str, node_torch: str = NODE_TORCH) -> dict[str, str | Sequence[str]]:
-    return {"porter": list(porter), "src": src, "work": work, "toolchain": target.toolchain,
+    return {"porter": list(porter), "src": src, "work": work, "toolchain": target.toolchain, "ref": target.ref,
             "arch_args": ["--arch", ",".join(target.archs)] if target.archs else [],
             "jobs_args": ["-j", str(jobs)] if jobs else [], "python": python, "node_torch": node_torch}
 

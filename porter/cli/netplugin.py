@@ -40,12 +40,15 @@ def net_plugin() -> None:
               help="Refuse, before building, a plugin that cannot serve this site (no ROCm, another RCCL major).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="make -j.")
 @click.option("--python", "python", default="python3", show_default=True, metavar="PATH", help=_python_help)
+@click.option("--release-version", default="", metavar="VERSION",
+              help="The plugin's version, for a clone whose autogen reads it from git (m4/get_version.sh; git does "
+                   "not run in the toolchain's root): written into the work copy as .release_version.")
 @dry_run_option
 @json_option
 @click.pass_obj
 def build_cmd(log: Logger, source: Path, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
               out_dir: Path, libfabric: str, configure_args: tuple[str, ...], site_ref: str | None, jobs: int,
-              python: str, dry_run: bool, as_json: bool) -> None:
+              python: str, release_version: str, dry_run: bool, as_json: bool) -> None:
     """Configure, compile, link and package a network plugin with a toolchain (through its executor)."""
     from porter.cluster.sites import load_site
     from porter.netplugin.build import BuildRequest, dry_run as plan_only, plan_build, run_build
@@ -54,7 +57,8 @@ def build_cmd(log: Logger, source: Path, toolchain_ref: str | None, archs: tuple
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     site = load_site(site_ref) if site_ref else None
     plan = plan_build(BuildRequest(source=source.resolve(), tc=tc, out_dir=out_dir.resolve(), libfabric=libfabric,
-                                   configure_args=configure_args, jobs=jobs, site=site, python=python))
+                                   configure_args=configure_args, jobs=jobs, site=site, python=python,
+                                   release_version=release_version))
     if dry_run:
         result = plan_only(plan, Logger(quiet=as_json) if as_json else log)
         if as_json:

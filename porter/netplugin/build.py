@@ -23,7 +23,7 @@ import json
 import os
 import shutil
 import tarfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from porter.artifacts.manifest import ExtensionEntry, Manifest, build_manifest, 
 from porter.cluster.sites import Site
 from porter.errors import CheckFailed, ConfigError, PorterError, ToolError
 from porter.executor import Executor
-from porter.fs import atomic_path, cache_dir, ensure_writable_dir, sha256_file
+from porter.fs import atomic_path, atomic_write_text, cache_dir, ensure_writable_dir, sha256_file
 from porter.log import Logger
 from porter.netplugin.checks import is_rocm_site, site_refusals
 from porter.netplugin.projects import Tree, device_of, recognise
@@ -56,6 +56,9 @@ class BuildRequest:
     """Refuse, before building, what cannot serve this site."""
     python: str = "python3"
     """The python that runs porter's probe where the toolchain runs (the chroot's own)."""
+    release_version: str = ""
+    """The plugin's version for a clone whose autogen reads it from git (``m4/get_version.sh``): written into the
+    work copy as ``.release_version``, as a release tarball carries it."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,14 @@ def plan_build(req: BuildRequest) -> BuildPlan:
     """The commands a build runs, and what it would refuse; no writes, no subprocess."""
     tc = req.tc
     tree = recognise(req.source)
+    if req.release_version:
+        tree = replace(tree, version=req.release_version.removeprefix("v"))
+    elif tree.version_script:
+        how = (f"the tag of {tree.root}'s HEAD (git -C {tree.root} describe --tags)" if (tree.root / ".git").exists()
+               else "the release it is (the tag it was checked out from, e.g. 1.19.2)")
+        raise ConfigError(f"{tree.project.name} at {tree.root} takes its version from m4/get_version.sh (a "
+                          ".release_version file or the git tag), and porter's work copy has neither: git does not "
+                          f"run in {tc.executor.describe()}", hint=f"pass --release-version with {how}")
     device = device_of(tc)
     refusal: PorterError | None = None
     if device == "rocm" and not tree.supports_rocm:
@@ -216,6 +227,8 @@ def run_build(plan: BuildPlan, runner: Runner, log: Logger) -> BuildResult:
         with log.step(f"copying {tree.root} to a work tree"):
             shutil.copytree(tree.root, plan.src, symlinks=True)
             plan.stage.mkdir()
+            if plan.request.release_version:  # what m4/get_version.sh reads first, as in a release tarball
+                atomic_write_text(plan.src / ".release_version", tree.version + "\n")
         if not tree.has_configure:
             found = runner.run(ex.argv("sh", "-c", "command -v autoreconf"), env=plan.env, check=False)
             if not found.ok:

@@ -101,6 +101,10 @@ class Tree:
     has_autogen: bool
     supports_rocm: bool
     """aws-ofi-nccl before 1.18 has no ``--with-rocm``."""
+    version_script: bool = False
+    """A clone whose autogen asks ``m4/get_version.sh`` for its version, which reads ``.release_version`` or the git
+    tag (git is not in the toolchain's root, and a tree from an archive or a snapshot has no ``.git``): porter
+    writes ``.release_version`` into its work copy, from ``--release-version``."""
 
 
 def recognise(root: Path) -> Tree:
@@ -134,8 +138,9 @@ def recognise(root: Path) -> Tree:
         raise ConfigError(f"{root}: {project.name} tree without configure or autogen.sh",
                           hint="pass a complete clone or release tarball")
     supports_rocm = project.rocm_only or _mentions_rocm(root)
+    script = not configure.is_file() and not version and (root / "m4" / "get_version.sh").is_file()
     return Tree(project, version or "unknown", root, configure.is_file(), (root / "autogen.sh").is_file(),
-                supports_rocm)
+                supports_rocm, script)
 
 
 def _mentions_rocm(root: Path) -> bool:

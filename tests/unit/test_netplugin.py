@@ -323,3 +323,19 @@ def test_the_preflight_applies_the_same_site_refusals(tmp_path: Path, monkeypatc
     c = check_plugin(with_rccl_major(frontier, 3), env, nodes=2)
     assert c.status == "failed" and "RCCL 2.27.7 (major 2)" in c.detail
     assert check_plugin(with_rccl_major(frontier, 2), env, nodes=2).status == "ok"
+
+
+def test_a_clone_whose_version_comes_from_git_needs_release_version(tmp_path: Path) -> None:
+    """Real aws-ofi-nccl clones (v1.19.2, v1.21.1) compute AC_INIT's version with m4/get_version.sh, from
+    .release_version or the git tag; git does not run in the chroot, so autogen failed with 'No version found'
+    (issue 18's gauntlet). porter refuses before work, naming --release-version, and writes the file it reads."""
+    tree = clone(tmp_path / "t", "aws-ofi-nccl", "m4_normalize(fatal_esyscmd([m4/get_version.sh]))")
+    (tree / "m4").mkdir()
+    (tree / "m4" / "get_version.sh").write_text("#!/bin/bash\ncat .release_version\n")
+    assert recognise(tree).version_script
+    with pytest.raises(ConfigError, match="m4/get_version.sh") as exc:
+        plan_build(BuildRequest(source=tree, tc=rocm7(), out_dir=tmp_path / "o"))
+    assert "--release-version" in (exc.value.hint or "")
+    plan = plan_build(BuildRequest(source=tree, tc=rocm7(), out_dir=tmp_path / "o", release_version="v1.19.2"))
+    assert plan.tree.version == "1.19.2" and plan.package.startswith("aws-ofi-nccl-1.19.2-")
+    assert not recognise(clone(tmp_path / "r", "aws-ofi-nccl", "m4_normalize(x)", release="1.19.2")).version_script
