@@ -88,13 +88,13 @@ def accelerator_for(tc: Toolchain) -> str:
 def _reason(entry: dict[str, Any], tc: Toolchain, torch: TorchInfo) -> str:
     if entry["class"] in _PLACEHOLDERS:
         return "a placeholder in DeepSpeed's catalogue, not an op"
-    if entry.get("probe_errors"):
-        return "; ".join(entry["probe_errors"])
-    if not entry.get("module") or not entry.get("sources"):
-        return "the builder names no module or no sources"
-    if not entry["compatible"]:
+    if not entry["compatible"]:  # DeepSpeed's own verdict and words first
         said = " ".join(str(entry.get("reason") or "").split())
         return said[:400] or "DeepSpeed's own is_compatible() says no for this toolchain"
+    if entry.get("probe_errors"):
+        return "its builder raised when porter asked it (" + "; ".join(entry["probe_errors"])[:300] + ")"
+    if not entry.get("module") or not entry.get("sources"):
+        return "the builder names no module or no sources"
     if entry["device"] and tc.kind == "cpu":
         return "a GPU op; the cpu profile has no device compiler"
     return ""
