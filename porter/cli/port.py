@@ -12,7 +12,7 @@ import click
 from porter.cli import emit_json
 from porter.cli.options import (dry_run_option, jobs_option, json_option, python_option,
                                 resolve_toolchain, toolchain_options, wheelhouse_option)
-from porter.errors import refusal_line
+from porter.errors import PartialSuccess, refusal_line
 from porter.log import Logger
 
 if TYPE_CHECKING:
@@ -91,16 +91,26 @@ def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs
     res = port_megatron(tree, tc, out=dest, in_place=in_place, wheelhouse=wheelhouse, python=python, jobs=jobs,
                         dry_run=dry_run, kernels=not no_kernels, compile_only=compile_only,
                         target_version=target_version, sets=sets, skip=skip, log=log)
+    failed = [r for r in res.compiled if r["status"] == "failed"]
     if as_json:
         emit_json(res.to_dict())
-        return
-    _echo_tree(res.out, f"megatron version: {res.version or 'unknown'}   toolchain: {res.toolchain}",
-               res.hipified, res.patched, res.patches, res.notes, dry_run)
+    else:
+        _echo_tree(res.out, f"megatron version: {res.version or 'unknown'}   toolchain: {res.toolchain}",
+                   res.hipified, res.patched, res.patches, res.notes, dry_run)
     if res.compiled:
-        for rec in res.compiled:
+        for rec in res.compiled if not as_json else ():
             verdicts = " ".join(f"{a}={v}" for a, v in rec["archs"].items())
             click.echo(f"compiled, not linked: {rec['name']} {verdicts}"
                        + (f"  {rec['error']}" if rec["error"] else ""))
+        if failed:  # some kernels compiled, these did not: exit 3, each named with its archs and first error
+            names = ", ".join(tc.arch_names)
+            raise PartialSuccess(f"{len(failed)} of {len(res.compiled)} fused kernel(s) of {res.source} failed to "
+                                 "compile with " + tc.name + ":\n" + "\n".join(
+                                     f"  {r['name']} ({names}): {r['error']}\n    full log: {r['log']}" for r in failed),
+                                 hint="the other kernels compiled; fix the first error of each (its file and line "
+                                      "are named) in the tree")
+        return
+    if as_json:
         return
     if res.wheel:
         for op in res.built:

@@ -175,3 +175,29 @@ def test_ported_older_loader_imports_its_own_kernels(tmp_path: Path, monkeypatch
     with pytest.raises(RuntimeError) as exc:
         loader.load(args)
     assert "scaled_upper_triang_masked_softmax_cuda" in str(exc.value) and "scaled_softmax_cuda (" not in str(exc.value)
+
+
+def test_port_compile_only_with_a_failed_kernel_exits_3_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Some kernels compiled, one did not: exit 3 (partial), the ERROR names the kernel, its archs, the first error
+    and the log; --json still prints the whole report on stdout."""
+    import porter.port
+    from porter.cli import main
+    from porter.port import PortResult
+
+    tree = tmp_path / "t"
+    res = PortResult(tree, tmp_path / "out", "debian-rocm7", "0", compile_only=True, compiled=[
+        {"name": "scaled_masked_softmax_cuda", "status": "compiled", "error": "", "log": "a.log",
+         "archs": {"gfx90a": "compiled"}, "tus": [], "seconds": 1.0},
+        {"name": "fused_mix_prec_layer_norm_cuda", "status": "failed", "error": "k.cu:3:1: error: boom",
+         "log": "/b/ln/build.log", "archs": {"gfx90a": "failed"}, "tus": [], "seconds": 1.0}])
+    monkeypatch.setattr(porter.port, "port_megatron", lambda *a, **k: res)
+    for extra in ([], ["--json"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["port", "megatron-deepspeed", str(tmp_path), "-t", "debian-rocm7", "--compile-only", *extra])
+        out, err = capsys.readouterr()
+        assert exc.value.code == 3, err
+        assert "fused_mix_prec_layer_norm_cuda (gfx90a, gfx942, gfx950): k.cu:3:1: error: boom" in err
+        assert "full log: /b/ln/build.log" in err and "Traceback" not in err
+        if extra:
+            assert json.loads(out)["compiled"][1]["status"] == "failed"
