@@ -100,8 +100,9 @@ def setup_cache(tc: Toolchain, *, work: Path, compiler_version_text: str, enable
     program = find_ccache(tc)
     if program is None:
         if log is not None:
-            log.warn("ccache not found where the compiler runs: building uncached "
-                     "(apt-get install ccache, or --no-cache to say so)")
+            # not a fault: the build is the same, only not cached (a newcomer's first run stays free of warnings)
+            log.info("note: no ccache where the compiler runs, so compiles are not cached (apt-get install ccache "
+                     "caches them; --no-cache says so and drops this note)")
         return None
     folder = cache_dir or tc.executor.work_dir(work) / "ccache"
     if not tc.executor.sees(folder):

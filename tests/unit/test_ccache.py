@@ -60,3 +60,18 @@ def test_stats_log_is_read_per_compile(tmp_path: Path) -> None:
                    "# d.c\nremote_storage_hit\n# e.c\nunsupported_compiler_option\n")
     assert read_stats(log) == {"hits": 3, "misses": 1, "uncacheable": 1}
     assert read_stats(tmp_path / "none.log") == {"hits": 0, "misses": 0, "uncacheable": 0}
+
+
+def test_no_ccache_is_a_note_not_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's first command builds with whatever is there: a machine without ccache builds uncached, and
+    says so once without a WARNING (issue 21); --no-cache says nothing."""
+    from porter.log import Logger
+
+    monkeypatch.setattr("porter.ccache.find_ccache", lambda tc: None)
+    tc = load_toolchain("cpu", environ={})
+    assert setup_cache(tc, work=tmp_path, compiler_version_text="12", log=Logger(quiet=False)) is None
+    err = capsys.readouterr().err
+    assert "compiles are not cached" in err and "WARNING" not in err
+    assert setup_cache(tc, work=tmp_path, compiler_version_text="12", enabled=False, log=Logger(quiet=False)) is None
+    assert capsys.readouterr().err == ""
