@@ -329,7 +329,7 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         if torch_info is not None:
             with log.step("planning the fused kernels"):
                 view = _view(tc, torch_info, python, py_ex, log, dry_run=True) if compile_only else ()
-                result.plan = _plan(dest, tc, torch_info, result.version, stage=False, compile_only=compile_only,
+                result.plan = _plan(dest, tc, torch_info, result.version, stage=False, compile_only=compile_only, read=src,
                                     extra_includes=view, name=dest.name)
             if refused is not None:
                 result.plan.notes.append(f"a real run here would be refused: {refused.message}")
@@ -481,10 +481,12 @@ def _view(tc: Toolchain, torch_info: TorchInfo, python: str, py_ex: Executor, lo
 
 
 def _plan(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, stage: bool,
-          compile_only: bool = False, extra_includes: tuple[Path, ...] = (), name: str = "") -> Plan:
+          compile_only: bool = False, extra_includes: tuple[Path, ...] = (), name: str = "",
+          read: Path | None = None) -> Plan:
     """The kernels' plan. On the host it builds in the ported tree (``.porter/build``); through a chroot or
     container, the ported kernel folder is copied under the executor's work root (``stage=False``
-    only names it), so every source and header is where the compiler sees it."""
+    only names it), so every source and header is where the compiler sees it. ``read``: the tree whose kernels
+    are planned when ``work`` is not written yet (a dry run names the port's destination)."""
     ex = tc.executor
     tree = work
     if ex.kind == "host":
@@ -499,7 +501,7 @@ def _plan(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, sta
             if (work / HELPERS_SOURCE).is_file():
                 (tree / HELPERS_SOURCE).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(work / HELPERS_SOURCE, tree / HELPERS_SOURCE)
-    ops = prebuilt_ops(tc, work)
+    ops = prebuilt_ops(tc, read if read is not None and not (work / KERNEL_DIR).is_dir() else work)
     if compile_only:  # the GPU compile check; the host-only helpers are not part of it
         ops = [o for o in ops if o.device]
     cat = Catalogue(source=Source("megatron-deepspeed", version or "0", tree, str(work)), torch=torch_info,
