@@ -3,6 +3,13 @@
 DeepSpeed's own setup.py builds the pure-Python wheel (``DS_BUILD_OPS=0``; cached per source), then
 porter's one wheel writer writes it anew with the prebuilt ``.so`` modules, ``installed_ops`` set
 for them, the target named in the PEP 440 local label, and a platform tag.
+
+The wheel's own copy of DeepSpeed's op builder also gets porter's deepspeed/no-jit patch set (:data:`WHEEL_SETS`),
+edited in memory here and never in the source tree: DeepSpeed answers its load-time feature probes (``has_function``)
+by compiling a test program, on import (0.18) or when ``deepspeed.ops.__compatible_ops__`` is first read (0.19);
+patched, an installation porter wrote answers them from ``porter_feature_probes`` (the build python's answers,
+recorded beside ``installed_ops``), so a prebuilt install starts no compiler by default. The same set's opt-in
+``PORTER_NO_JIT=1`` guard comes with it.
 """
 
 from __future__ import annotations
@@ -18,7 +25,13 @@ from porter.artifacts.wheelfile import Payload, read_wheel, rewrite_wheel
 from porter.components.deepspeed import VERSION_INFO
 from porter.errors import ToolError
 from porter.executor import HOST, Executor
+from porter.patching import PatchSet, failure_message, load_shipped
+from porter.patching import plan as plan_patches
 from porter.run import Runner, make_env
+
+WHEEL_SETS: tuple[tuple[str, str], ...] = (("deepspeed", "no-jit"),)
+"""Patch sets (project, name) applied to the wheel's own copy of the files they edit; a file they do not need to
+change (no such probe, already patched in the source tree) is left as DeepSpeed's setup.py wrote it."""
 
 
 def base_wheel(tree: Path, cache: Path, *, python: str, accelerator: str, runner: Runner,
@@ -49,14 +62,45 @@ def compose(base: Path, dest_dir: Path, *, version: str, tag: str, extensions: M
             feature_probes: Mapping[str, bool] | None = None) -> Path:
     """Write the final wheel into ``dest_dir`` (atomically); return its path. ``feature_probes`` (the build
     python's answers to the tree's load-time ``has_function`` probes) are recorded beside ``installed_ops`` as
-    ``porter_feature_probes``, where porter's deepspeed/no-jit patch reads them when PORTER_NO_JIT is set."""
+    ``porter_feature_probes``; the wheel's copy of the op builder, patched with :data:`WHEEL_SETS`, answers from
+    them instead of compiling a test program."""
+    guarded = guard_files(read_wheel(base).files)
+
     def edit(name: str, data: bytes) -> bytes:
+        if name in guarded:
+            return guarded[name]
         if name != VERSION_INFO:
             return data
         return _feature_probes(_installed_ops(data.decode(), installed_ops), feature_probes or {}).encode()
 
     add: dict[str, Payload] = {**extensions, **extra_files}
     return rewrite_wheel(base, dest_dir, version=version, tag=tag, purelib=False, add=add, edit=edit)
+
+
+def guard_files(files: Mapping[str, bytes]) -> dict[str, bytes]:
+    """The files of a wheel (archive name -> bytes) that :data:`WHEEL_SETS` change, as they change them: the sets are
+    planned in memory on a scratch copy of just those files. A needed edit that cannot be made (DeepSpeed moved a
+    line the set anchors on) is an error naming the file, the anchor and the closest line: a wheel that would run
+    the compiler at import is not written. Each patch decides by its own ``needed_if`` (no version gate)."""
+    sets: list[PatchSet] = [load_shipped(project, name) for project, name in WHEEL_SETS]
+    names = {f for s in sets for p in s.patches for f in p.files}
+    mine = {n: d for n, d in files.items() if n in names}
+    if not mine:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="porter-wheel-guard-") as tmp:
+        for rel, data in mine.items():
+            path = Path(tmp, rel)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        planned = plan_patches(tmp, sets)
+    if planned.failed:
+        refs = ", ".join(s.ref for s in sets)
+        raise ToolError(f"cannot add {refs} to the wheel's copy of {', '.join(sorted(mine))}: "
+                        + failure_message(planned.failed),
+                        hint=f"this DeepSpeed moved a line {refs} anchors on, so its wheel would compile feature "
+                             f"probes at import; 'porter patch check TREE --set {refs}' shows which (the source "
+                             "tree itself is never changed by 'porter ops build')")
+    return {c.path: c.after for c in planned.changes if c.after is not None and c.path in mine}
 
 
 def _installed_ops(text: str, installed: Mapping[str, bool]) -> str:

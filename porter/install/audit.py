@@ -354,7 +354,8 @@ class Target:
     ds_no_jit: bool = False
     """The installed builder carries porter's deepspeed/no-jit guard (refuses JIT under PORTER_NO_JIT=1)."""
     ds_probe_patch: bool = False
-    """The installed builder answers feature probes from porter's recorded answers under PORTER_NO_JIT=1."""
+    """The installed builder answers feature probes from porter's recorded answers (every wheel porter ops build
+    writes: its copy of the builder carries deepspeed/no-jit)."""
 
     @classmethod
     def from_env(cls, env: TargetEnv) -> Target:
@@ -443,9 +444,10 @@ def _resolve(raw: Raw, rel: str, text: str, origin: str, target: Target | None, 
                                                                          "_porter_recorded_probe" in text)
         if recorded:
             return site("covered", "answered from the answers porter recorded at build time "
-                                   "(porter_feature_probes) when PORTER_NO_JIT=1")
-        return site("probe", "build the DeepSpeed wheel from a tree patched with deepspeed/no-jit and set "
-                             "PORTER_NO_JIT=1, so the node answers from the build host's recorded answer")
+                                   "(porter_feature_probes), with no compiler")
+        return site("probe", "install the DeepSpeed wheel 'porter ops build' writes: it records the build host's "
+                             "answer and its copy of the op builder (patched with deepspeed/no-jit) answers from it, "
+                             "so the node compiles no test program")
     return site("compiles", "porter prebuilds no Triton kernels: warm TRITON_CACHE_DIR on node-local disk once per "
                             "node type, or use a compiled backend")
 

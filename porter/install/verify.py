@@ -16,8 +16,11 @@ found through ``importlib.metadata`` in the target interpreter plus porter's ins
 A trapped compiler call is either a JIT build (ninja, an extension's sources, torch's extension defines: a
 problem) or a *feature probe* (DeepSpeed's ``has_function`` compiling a lone ``test.c`` to ask whether a library
 is there): that one is reported apart, as a note, not as a failure. It builds nothing, but a node without a
-compiler answers it differently from the build host; porter's deepspeed/no-jit patch answers it from what the
-wheel recorded at build time when ``PORTER_NO_JIT=1``, which the import check sets, as nodes should.
+compiler answers it differently from the build host. A wheel ``porter ops build`` writes answers it from what it
+recorded at build time (its copy of DeepSpeed's op builder carries deepspeed/no-jit), with no setting, so such a
+note means an installation porter did not write (or an older porter's). The import check runs in the caller's
+environment plus the traps, and sets nothing of porter's own (no ``PORTER_NO_JIT``): it checks what a node does by
+default.
 """
 
 from __future__ import annotations
@@ -102,9 +105,9 @@ class ComponentReport:
             return []
         return [f"{self.component}: {len(self.feature_probes)} load-time feature probe call(s), not a JIT build: "
                 f"{'; '.join(self.feature_probes[:3])}. Nothing is built, but a node without a compiler answers "
-                "'feature absent' where the build host may have said present: build from a tree patched with "
-                "deepspeed/no-jit ('porter patch apply TREE --set deepspeed') so the wheel's recorded answers are "
-                "used under PORTER_NO_JIT=1"]
+                "'feature absent' where the build host may have said present: rebuild the wheel with 'porter ops "
+                "build' (its copy of the op builder carries deepspeed/no-jit and answers from the answers recorded "
+                "at build time, by default); unset PORTER_FEATURE_PROBES=compile if it is set"]
 
     @property
     def mode(self) -> str:
@@ -277,7 +280,9 @@ def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node
                                         f"code for {','.join(archs) or 'no GPU arch'}"))
 
 
-def _trap_dir(root: Path) -> tuple[Path, Path]:
+def trap_compilers(root: Path) -> tuple[Path, Path]:
+    """A folder ``root/bin`` of trap compilers (:data:`TRAPPED`: each logs its call and fails) and the log they
+    append to, ``root/compiler-calls.log`` (one ``PROGRAM ARGS...`` line per call)."""
     bin_dir = root / "bin"
     bin_dir.mkdir()
     log = root / "compiler-calls.log"
@@ -289,6 +294,15 @@ def _trap_dir(root: Path) -> tuple[Path, Path]:
     return bin_dir, log
 
 
+def trapped_env(bin_dir: Path, ext_dir: Path) -> dict[str, str | None]:
+    """What the import check changes in the caller's environment: the traps first on PATH and as CC/CXX, a fresh
+    TORCH_EXTENSIONS_DIR. Nothing of porter's own (no PORTER_NO_JIT): what a node does by default is what counts,
+    and a caller's own setting passes through."""
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "TORCH_EXTENSIONS_DIR": str(ext_dir), "CC": str(bin_dir / "cc"), "CXX": str(bin_dir / "c++"),
+            "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1", "MAX_JOBS": "1"}
+
+
 def import_check(env: TargetEnv, reps: Iterable[ComponentReport], runner: Runner) -> None:
     """Import every prebuilt module with compilers trapped and a fresh TORCH_EXTENSIONS_DIR."""
     for rep in reps:
@@ -298,15 +312,10 @@ def import_check(env: TargetEnv, reps: Iterable[ComponentReport], runner: Runner
             continue
         work = Path(tempfile.mkdtemp(prefix="porter-verify-"))
         try:
-            bin_dir, log = _trap_dir(work)
+            bin_dir, log = trap_compilers(work)
             ext_dir = work / "torch_extensions"
             ext_dir.mkdir()
-            update: dict[str, str | None] = {
-                "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-                "TORCH_EXTENSIONS_DIR": str(ext_dir), "CC": str(bin_dir / "cc"), "CXX": str(bin_dir / "c++"),
-                "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1", "MAX_JOBS": "1",
-                "PORTER_NO_JIT": "1",  # as on a node: porter's patched DeepSpeed refuses JIT, answers probes
-            }
+            update = trapped_env(bin_dir, ext_dir)
             update.update(rep.import_env)
             try:
                 data = run_probe("imports", [json.dumps(modules), json.dumps(ds_ops)], python=env.executable,

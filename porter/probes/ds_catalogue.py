@@ -27,6 +27,10 @@ def main() -> None:
     tree, kind = sys.argv[1], sys.argv[2]
     sys.path.insert(0, tree)
     os.chdir(tree)
+    # A tree patched with deepspeed/no-jit answers feature probes False, unasked, under a PORTER_NO_JIT=1 of the
+    # caller's shell; what is recorded must be the build host's real answer, so this process (the probe's own, gone
+    # when it exits) asks the compiler.
+    os.environ["PORTER_FEATURE_PROBES"] = "compile"
     out: dict[str, Any] = {"torch": None, "ops": [], "errors": []}
     noise = io.StringIO()
     with contextlib.redirect_stdout(noise):

@@ -9,6 +9,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,19 @@ def test_runner_program_not_found() -> None:
         Runner().run(["porter-no-such-program", "--version"], env=make_env())
 
 
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in this process, as in a terminal's foreground job, whatever the shell that
+    started pytest did: a background job of a non-interactive shell inherits SIGINT ignored, Python then leaves it
+    ignored, and the SIGINT below would do nothing. The disposition before is put back after."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before if before is not None else signal.default_int_handler)
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_runner_ctrl_c_stops_the_whole_process_group(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
 

@@ -232,25 +232,24 @@ def ds0184_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_deepspeed_0184_cpu_ops_verify_without_a_false_failure(ds0184_venv: Path) -> None:
+    """0.18.4 asks every op's is_compatible() at import: async_io's has_function compiles a test program. porter's
+    wheel answers it from the build host's recorded answer (its copy of the builder carries deepspeed/no-jit), so
+    by default nothing is compiled; asked to probe as upstream does, the call is a note, not a JIT failure."""
     res = porter("verify", "--python", str(ds0184_venv), "--json")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     doc = json.loads(res.stdout)
     (ds,) = [c for c in doc["components"] if c["component"] == "deepspeed"]
     assert all(ds["loader"][op] is None for op in DS_0184_OPS), ds["loader"]
-    # importing 0.18.4 asks every op's is_compatible(): async_io's has_function compiles a test program
-    assert ds["feature_probes"] and all("test.c" in c or "a.out" in c for c in ds["feature_probes"])
-    assert any("feature probe" in n for n in doc["notes"])
-    text = porter("verify", "--python", str(ds0184_venv))
-    assert text.returncode == 0 and "note: deepspeed: 1 load-time feature probe call(s)" in text.stdout, text.stdout
-
-    # the wheel recorded the build host's answer; with deepspeed/no-jit applied (here: to the installed copy)
-    # and PORTER_NO_JIT=1 (verify sets it), the probe is answered from it and nothing is compiled
-    site = Path(next(c for c in doc["components"] if c["component"] == "deepspeed")["modules"][0]["path"])
+    assert ds["feature_probes"] == [] and doc["ok"] and not any("feature probe" in n for n in doc["notes"]), doc
+    site = Path(ds["modules"][0]["path"])
     site_packages = next(p for p in site.parents if p.name == "site-packages")
     info = (site_packages / "deepspeed" / "git_version_info_installed.py").read_text()
     assert "porter_feature_probes={'io_submit:aio': " in info
-    applied = porter("patch", "apply", str(site_packages), "--set", "deepspeed/no-jit", "--json")
-    assert applied.returncode == 0, applied.stderr
-    again = json.loads(porter("verify", "--python", str(ds0184_venv), "--json").stdout)
-    (ds,) = [c for c in again["components"] if c["component"] == "deepspeed"]
-    assert ds["feature_probes"] == [] and again["ok"], again["problems"]
+
+    probing = porter("verify", "--python", str(ds0184_venv), "--json", env={"PORTER_FEATURE_PROBES": "compile"})
+    assert probing.returncode == 0, probing.stdout[-3000:] + probing.stderr[-2000:]
+    doc = json.loads(probing.stdout)
+    (ds,) = [c for c in doc["components"] if c["component"] == "deepspeed"]
+    assert ds["feature_probes"] and all("test.c" in c or "a.out" in c for c in ds["feature_probes"])
+    text = porter("verify", "--python", str(ds0184_venv), env={"PORTER_FEATURE_PROBES": "compile"})
+    assert text.returncode == 0 and "note: deepspeed: 1 load-time feature probe call(s)" in text.stdout, text.stdout

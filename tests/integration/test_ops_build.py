@@ -113,21 +113,39 @@ def test_partial_build_ships_the_good_ops(deepspeed_sdist: Path, tmp_path: Path)
     shutil.rmtree(tmp_path / "cache", ignore_errors=True)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_ctrl_c_stops_ninja_and_leaves_no_wheel(deepspeed_sdist: Path, tmp_path: Path, signum: int) -> None:
-    """Ctrl-C, and SIGTERM (a Slurm time limit, scancel, timeout), stop the compilers too."""
+@pytest.mark.parametrize("signum, sigint", [(signal.SIGINT, signal.SIG_DFL), (signal.SIGTERM, signal.SIG_DFL),
+                                             (signal.SIGTERM, signal.SIG_IGN)],
+                         ids=["ctrl-c", "sigterm", "ctrl-c-ignored"])
+def test_ctrl_c_stops_ninja_and_leaves_no_wheel(deepspeed_sdist: Path, tmp_path: Path, signum: int,
+                                                sigint: signal.Handlers) -> None:
+    """Ctrl-C, and SIGTERM (a Slurm time limit, scancel, timeout), stop the compilers too.
+
+    porter starts with the SIGINT disposition each case names, whatever the shell that runs the tests did (a
+    background job of a non-interactive shell inherits SIGINT ignored): SIG_DFL is a terminal's foreground job.
+    ``ctrl-c-ignored`` is a background job of a script: porter keeps the inherited SIG_IGN, as Python itself does,
+    so a Ctrl-C meant for the script's foreground command leaves the build alone; SIGTERM still stops it."""
     wh = tmp_path / "wh"
     cache = tmp_path / "cache"
     proc = subprocess.Popen([sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_sdist),
                              "-t", "cpu", "--ops", "cpu_adam", "-o", str(wh)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PORTER_CACHE_DIR": str(cache)})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not list(cache.glob("ops/*/build.ninja")):
-        time.sleep(0.2)
-    assert list(cache.glob("ops/*/build.ninja")), "ninja never started"
-    time.sleep(2)  # the compiler is running now
-    proc.send_signal(signum)
-    _, err = proc.communicate(timeout=60)
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PORTER_CACHE_DIR": str(cache)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list(cache.glob("ops/*/build.ninja")):
+            time.sleep(0.2)
+        assert list(cache.glob("ops/*/build.ninja")), "ninja never started"
+        time.sleep(2)  # the compiler is running now
+        if sigint == signal.SIG_IGN:
+            proc.send_signal(signal.SIGINT)
+            time.sleep(3)
+            assert proc.poll() is None, "an inherited SIG_IGN for SIGINT was dropped: Ctrl-C stopped a background build"
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # a failed assertion above: stop porter (it stops its compilers) before leaving
+            proc.terminate()
+            proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err
     assert not list(wh.glob("*.whl")) and not list(wh.glob(".porter-*"))

@@ -176,7 +176,7 @@ class ProbeRunner(ImportRunner):
 
     def run(self, argv: Sequence[str | os.PathLike[str]], **kw: Any) -> Result:
         trap_bin = kw["env"]["PATH"].split(os.pathsep)[0]
-        assert kw["env"]["PORTER_NO_JIT"] == "1"  # as on a node
+        assert "PORTER_NO_JIT" not in kw["env"]  # what a node does by default
         with open(Path(trap_bin).parent / "compiler-calls.log", "a") as f:
             f.write("cc -Wsign-compare -DNDEBUG -g -fwrapv -O2 -Wall -fPIC -c /tmp/tmpk2j3/test.c -o /tmp/tmpk2j3/test.o\n")
         return super().run(argv, **kw)
