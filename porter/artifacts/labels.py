@@ -10,14 +10,28 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from packaging.version import InvalidVersion, Version
 
 from porter.errors import ConfigError
 
-if TYPE_CHECKING:
-    from porter.toolchain.profile import Toolchain
+
+class Target(Protocol):
+    """What a label is made of: a toolchain profile (:class:`porter.toolchain.profile.Toolchain`) has it. A
+    Protocol, so this module imports nothing of the toolchain's (no import cycle between the two)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def toolkit_version(self) -> str: ...
+
+    @property
+    def cpu_isa(self) -> str: ...
+
+    @property
+    def arch_names(self) -> tuple[str, ...]: ...
 
 _HEAD = re.compile(r"^(rocm|cu|cpu)(\d*)$")
 _ARCH = re.compile(r"^(gfx[0-9a-z]+|sm\d+[a-z]?)$")
@@ -47,7 +61,7 @@ def normalize(label: str) -> str:
     return local
 
 
-def make(tc: Toolchain) -> str:
+def make(tc: Target) -> str:
     """The label of a profile's builds."""
     if tc.kind == "cpu":
         return Label("cpu", "", (), tc.cpu_isa.lower()).text()

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from porter.artifacts import labels
 from porter.cli import emit_json
 from porter.cli.options import json_option
 from porter.errors import CheckFailed
@@ -39,7 +40,7 @@ def list_cmd(show_archs: bool, as_json: bool) -> None:
         return
     profiles = [load_toolchain(n) for n in preset_names()]
     if as_json:
-        emit_json([p.to_dict() for p in profiles])
+        emit_json([{**p.to_dict(), "local_label": labels.make(p)} for p in profiles])
         return
     for p in profiles:
         archs = ",".join(p.archs) or "-"
@@ -52,7 +53,7 @@ def list_cmd(show_archs: bool, as_json: bool) -> None:
 def show_cmd(ref: str, as_json: bool) -> None:
     """Show one resolved profile (preset or file, with PORTER_* env applied)."""
     tc = load_toolchain(ref)
-    d = tc.to_dict()
+    d = {**tc.to_dict(), "local_label": labels.make(tc)}
     if as_json:
         emit_json(d)
         return

@@ -40,6 +40,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from porter.artifacts import labels
 from porter.cluster.slurm import SlurmSettings
 from porter.errors import ConfigError
 from porter.toolchain.profile import Toolchain, load_toolchain
@@ -282,11 +283,11 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
         tc = toolchains.get(c["toolchain"])
         if tc is None:
             continue
-        c["label"] = tc.local_label
-        key = (c["component"], c["source"], tc.local_label)
+        c["label"] = labels.make(tc)
+        key = (c["component"], c["source"], labels.make(tc))
         if key in wheels and wheels[key] != c["id"]:
             problems.append(f"cells {wheels[key]} and {c['id']}: both would write the same wheel "
-                            f"({c['component']} from {c['source']} labelled +{tc.local_label})")
+                            f"({c['component']} from {c['source']} labelled +{labels.make(tc)})")
         wheels.setdefault(key, c["id"])
     if problems:
         raise ConfigError(f"{where}: {len(problems)} problem(s) in the matrix; nothing was submitted:\n  "

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING, Any
 
+from porter.artifacts import labels
 from porter.components import InstalledCheck, Recognised
 from porter.components import static
 from porter.errors import ConfigError
@@ -143,7 +144,7 @@ class ApexDriver:
             why = (f"its setup.py reads torch.version.hip at import (setup.py line {line}), so even the host-only "
                    "ops fail there without a ROCm torch")
         return BuildPlan(
-            project="apex", version=info.version, regime=regime, backend=None, label=tc.local_label,
+            project="apex", version=info.version, regime=regime, backend=None, label=labels.make(tc),
             pip_args=tuple(pip_args), env=env, jobs=jobs, per_job_bytes=per_job_bytes, per_job_source=source,
             needs_torch=needs_torch, needs_torch_why=why,
             expect=Expectation(modules=modules, optional=optional, prebuilt=True,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
+from porter.artifacts import labels
 from porter.components import InstalledCheck, Recognised
 from porter.components import static
 from porter.errors import ConfigError
@@ -168,7 +169,7 @@ class FlashAttnDriver:
                                  empty_hint="FLASH_ATTENTION_SKIP_CUDA_BUILD or the Triton switch must have been "
                                             "set inside the build; check the tree's setup.py")
         return BuildPlan(project="flash-attn", version=info.version, regime="env", backend=backend,
-                         label=tc.local_label, pip_args=(), env=env, jobs=jobs, per_job_bytes=per_job_bytes,
+                         label=labels.make(tc), pip_args=(), env=env, jobs=jobs, per_job_bytes=per_job_bytes,
                          per_job_source=source,
                          needs_torch="rocm" if backend == "ck" else None, expect=expect, notes=tuple(notes))
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from porter.artifacts import labels
 from porter.artifacts.manifest import ExtensionEntry, Manifest, build_manifest, carried, write_beside
 from porter.cluster.sites import Site
 from porter.errors import CheckFailed, ConfigError, PorterError, ToolError
@@ -144,7 +145,7 @@ def plan_build(req: BuildRequest) -> BuildPlan:
     if req.jobs < 1:
         raise ConfigError(f"-j {req.jobs}: jobs must be >= 1")
     ex = tc.executor
-    work = ex.work_dir(cache_dir()) / "netplugin" / f"{tree.project.name}-{tree.version}-{tc.local_label}"
+    work = ex.work_dir(cache_dir()) / "netplugin" / f"{tree.project.name}-{tree.version}-{labels.make(tc)}"
     src_in = ex.visible(work / "src", stage=False)
     stage_in = ex.visible(work / "stage", stage=False)
     try:
@@ -158,7 +159,7 @@ def plan_build(req: BuildRequest) -> BuildPlan:
     make_dir = f"{src_in}/{tree.project.make_dir}" if tree.project.make_dir else src_in
     steps.append(Step("make", ex.argv("make", "-C", make_dir, f"-j{req.jobs}")))
     steps.append(Step("install", ex.argv("make", "-C", make_dir, "install")))
-    package = f"{tree.project.name}-{tree.version}-{tc.local_label}.tar.gz"
+    package = f"{tree.project.name}-{tree.version}-{labels.make(tc)}.tar.gz"
     return BuildPlan(req, tree, device, work, tuple(steps), toolchain_env(tc), package,
                      header_dirs(tc, req.libfabric), refusal)
 

@@ -93,13 +93,6 @@ class Toolchain:
         return wavefront_of(self.targets)
 
     @property
-    def local_label(self) -> str:
-        """PEP 440 local label naming the target, in normal form (:mod:`porter.artifacts.labels`)."""
-        from porter.artifacts.labels import make
-
-        return make(self)
-
-    @property
     def executor(self) -> Executor:
         """Where the toolchain's programs run (host, chroot, container): the one owner of argv
         prefixes and of host <-> in-root paths."""
@@ -117,7 +110,6 @@ class Toolchain:
         for k in ("archs", "cflags", "defines", "launcher"):
             d[k] = list(d[k])
         d["wavefront"] = self.wavefront
-        d["local_label"] = self.local_label
         return d
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from porter.artifacts import labels
 from porter.codeobjects import archs_in
 from porter.toolchain.profile import load_toolchain
 from porter.artifacts.manifest import manifest_path, read_manifest
@@ -128,7 +129,7 @@ def test_real_flash_attn_sdist_triton_wheel(tmp_path: Path, flash_attn_sdist: Pa
                "-o", str(house))
     assert r.returncode == 0, r.stderr
     whl = only_wheel(house)
-    label = load_toolchain("mi300x").local_label
+    label = labels.make(load_toolchain("mi300x"))
     assert whl.name == f"flash_attn-2.8.3.post2+{label}-py3-none-any.whl"
     with zipfile.ZipFile(whl) as zf:
         names = zf.namelist()
@@ -161,7 +162,7 @@ def test_apex_host_only_op_in_a_rocm_wheel_is_not_refused_for_lacking_gfx_code(t
                "--no-torch-check", "-o", str(house))
     assert r.returncode == 0, r.stderr
     whl = only_wheel(house)
-    assert whl.name.startswith(f"apex-1.14.0a0+{load_toolchain('frontier').local_label}-{CP}-")
+    assert whl.name.startswith(f"apex-1.14.0a0+{labels.make(load_toolchain('frontier'))}-{CP}-")
     (ext,) = read_manifest(manifest_path(whl))["extensions"]
     assert ext["module"] == "apex.apex_C" and ext.get("host_only") is True and "archs" not in ext
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from porter.artifacts import labels
 from ops_prebuild.build import OpResult
 from porter.errors import ConfigError
 from porter.artifacts.manifest import read_manifest
@@ -91,16 +92,16 @@ def test_package_kernels_wheel_and_manifest(tmp_path: Path) -> None:
     house = tmp_path / "wheelhouse"
     house.mkdir()
     wheel, manifest = package_kernels(ops, tc, torch_info(tmp_path), "0.2.0", house, source="/src")
-    assert wheel.name == f"megatron_fused_kernels-0.2.0+{tc.local_label}-cp311-cp311-linux_x86_64.whl"
+    assert wheel.name == f"megatron_fused_kernels-0.2.0+{labels.make(tc)}-cp311-cp311-linux_x86_64.whl"
     m = read_manifest(manifest)
     assert m["component"] == "megatron-deepspeed" and m["wheel"]["sha256"] == sha256_file(wheel)
     assert m["target"]["wavefront"] == 64 and m["target"]["archs"] == list(tc.arch_names)
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         assert "scaled_softmax_cuda.cpython-311-x86_64-linux-gnu.so" in names
-        record = zf.read(f"megatron_fused_kernels-0.2.0+{tc.local_label}.dist-info/RECORD").decode()
+        record = zf.read(f"megatron_fused_kernels-0.2.0+{labels.make(tc)}.dist-info/RECORD").decode()
         assert "scaled_masked_softmax_cuda.cpython-311-x86_64-linux-gnu.so,sha256=" in record
-        inner = json.loads(zf.read(f"megatron_fused_kernels-0.2.0+{tc.local_label}.dist-info/porter.json"))
+        inner = json.loads(zf.read(f"megatron_fused_kernels-0.2.0+{labels.make(tc)}.dist-info/porter.json"))
         assert inner["component"] == "megatron-deepspeed"
     assert [p.name for p in house.iterdir()] == [wheel.name, manifest.name] or \
         sorted(p.name for p in house.iterdir()) == sorted([wheel.name, manifest.name])

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from porter.artifacts import labels
 from porter.cli import cli
 from porter.errors import ConfigError
 from porter.toolchain.archs import parse_target, wavefront_of
@@ -29,7 +30,7 @@ def test_all_required_presets_ship_and_load() -> None:
 ])
 def test_labels_and_wavefront(name: str, label: str, wave: int | None) -> None:
     tc = load_toolchain(name, environ={})
-    assert tc.local_label == label
+    assert labels.make(tc) == label
     assert tc.wavefront == wave
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from porter.artifacts import labels
 from porter.errors import ConfigError
 from porter.toolchain.profile import load_toolchain
 from porter.components import get_driver, wheel_drivers
@@ -60,7 +61,7 @@ def test_apex_env_regime_all_ops_on_rocm_sets_every_op_switch_and_arch() -> None
     assert p.env["APEX_BUILD_APEX_C"] == "1" and p.env["APEX_BUILD_FUSED_DEMO"] == "1"
     assert p.env["APEX_BUILD_CPP_OPS"] is None and p.env["APEX_BUILD_CUDA_OPS"] is None
     assert p.env["PYTORCH_ROCM_ARCH"] == "gfx942"
-    assert p.pip_args == () and p.needs_torch == "rocm" and p.label == load_toolchain("mi300x").local_label
+    assert p.pip_args == () and p.needs_torch == "rocm" and p.label == labels.make(load_toolchain("mi300x"))
     assert set(p.expect.modules) == {"apex.apex_C", "apex.fused_demo_cuda"}
     assert p.expect.archs == ("gfx942",) and p.expect.prebuilt
 
@@ -129,7 +130,7 @@ def test_flash_attn_triton_plan_needs_no_rocm_torch_and_no_extension() -> None:
     p = plan("flash-attn", FA, "frontier", backend="triton")
     assert p.env["FLASH_ATTENTION_TRITON_AMD_ENABLE"] == "TRUE" and p.env["FLASH_ATTENTION_SKIP_CK_BUILD"] == "TRUE"
     assert p.needs_torch is None and not p.expect.prebuilt
-    assert p.expect.packages == ("flash_attn/flash_attn_triton_amd",) and p.label == load_toolchain("frontier").local_label
+    assert p.expect.packages == ("flash_attn/flash_attn_triton_amd",) and p.label == labels.make(load_toolchain("frontier"))
 
 
 def test_flash_attn_unsupported_arch_is_refused_with_the_tree_list() -> None:
