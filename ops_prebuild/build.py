@@ -30,9 +30,9 @@ from porter.toolchain.check import require_toolchain
 from porter.toolchain.discover import probe
 from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import need_for, probe_torch, refusal
-from ops_prebuild.catalogue import Catalogue, OpSpec, read_catalogue
+from ops_prebuild.catalogue import Catalogue, OpSpec, read_catalogue, source_tops
 from ops_prebuild.plan import CCACHE_STATS, Plan, Step, make_plan
-from ops_prebuild.source import cached_source, mirror_tree, resolve_source, source_tops
+from ops_prebuild.source import cached_source, mirror_tree, resolve_source
 from ops_prebuild.wheel import base_wheel, compose, dist_version
 
 # Memory one compile job may take: host C++ ops ~1 GiB, nvcc/hipcc device units ~3 GiB.

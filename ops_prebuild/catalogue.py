@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,3 +138,9 @@ def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner
                           libraries=tuple(e["libraries"]), bf16=bool(e.get("bf16"))))
     probes = tuple(sorted((str(k), bool(v)) for k, v in (doc.get("feature_probes") or {}).items()))
     return Catalogue(source, torch, doc.get("accelerator", accelerator_for(tc)), tuple(ops), probes)
+
+
+def source_tops(ops: Sequence[OpSpec]) -> list[str]:
+    """The top folders of the tree that the ops' sources and include paths live in (what a mirror holds)."""
+    rels = [p for op in ops for p in (*op.sources, *op.include_paths) if not os.path.isabs(p)]
+    return sorted({Path(p).parts[0] for p in rels if Path(p).parts and Path(p).parts[0] != ".."})

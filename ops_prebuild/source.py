@@ -8,18 +8,13 @@ import shutil
 import sys
 import tarfile
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from porter.errors import ConfigError
 from porter.components import deepspeed
 from porter.fs import cache_dir, sha256_file
 from porter.run import Runner, make_env
-
-if TYPE_CHECKING:
-    from ops_prebuild.catalogue import OpSpec
 
 
 @dataclass(frozen=True)
@@ -139,9 +134,3 @@ def mirror_tree(tree: Path, dest: Path, tops: list[str]) -> int:
             os.replace(tmp, out)
             changed += 1
     return changed
-
-
-def source_tops(ops: Sequence["OpSpec"]) -> list[str]:
-    """The top folders of the tree that the ops' sources and include paths live in (what a mirror holds)."""
-    rels = [p for op in ops for p in (*op.sources, *op.include_paths) if not os.path.isabs(p)]
-    return sorted({Path(p).parts[0] for p in rels if Path(p).parts and Path(p).parts[0] != ".."})

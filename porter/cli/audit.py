@@ -34,6 +34,7 @@ def audit_cmd(log: Logger, tree: Path, python: str | None, no_python: bool, as_j
     compiler. Exit 1 when anything would compile on a compute node, 0 otherwise.
     """
     from porter.install.audit import Target, audit, render
+    from porter.components import all_dists
     from porter.install.env import inspect_env
 
     if not tree.is_dir():
@@ -41,7 +42,7 @@ def audit_cmd(log: Logger, tree: Path, python: str | None, no_python: bool, as_j
     target = None
     if not no_python:
         env = inspect_env(python or sys.executable, Runner(log, echo=log.verbose),
-                          dists=("deepspeed", "apex", "flash-attn", "megatron-fused-kernels", "triton"))
+                          dists=(*all_dists(), "triton"))
         target = Target.from_env(env)
     with log.step(f"reading {tree}"):
         report = audit(tree, target)

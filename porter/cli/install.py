@@ -79,11 +79,12 @@ def verify_cmd(log: Logger, python: str | None, archs: tuple[str, ...], no_impor
     for the node's arch; wavefront, torch and ROCm/CUDA versions match the build. Exit 0 when all
     hold, 1 otherwise, each problem naming the file, what was expected and what was found.
     """
+    from porter.components import all_dists
     from porter.install.env import detect_node, inspect_env
     from porter.install.verify import verify
 
     runner = Runner(log, echo=log.verbose)
-    env = inspect_env(python or sys.executable, runner)
+    env = inspect_env(python or sys.executable, runner, dists=all_dists())
     node = detect_node(runner, archs)
     rep = verify(env, node, runner, imports=not no_import)
     if as_json:
@@ -123,11 +124,12 @@ def report_cmd(log: Logger, python: str | None, archs: tuple[str, ...], as_json:
 
     Reads only (no import of the prebuilt modules: 'porter verify' does that). Always exits 0.
     """
+    from porter.components import all_dists
     from porter.install.env import detect_node, inspect_env
     from porter.install.verify import collect, compilers_on_path
 
     runner = Runner(log, echo=log.verbose)
-    env = inspect_env(python or sys.executable, runner)
+    env = inspect_env(python or sys.executable, runner, dists=all_dists())
     node = detect_node(runner, archs)
     comps = collect(env, node)
     tools = compilers_on_path()

@@ -155,6 +155,7 @@ def check_plugin(site: Site, environ: Mapping[str, str], nodes: int) -> Check:
 
 
 def check_ops_and_archs(site: Site, python: str, runner: Runner, skip: set[str]) -> list[Check]:
+    from porter.components import all_dists
     from porter.install.env import detect_node, inspect_env
     from porter.install.verify import verify
 
@@ -167,7 +168,7 @@ def check_ops_and_archs(site: Site, python: str, runner: Runner, skip: set[str])
             out.append(Check("archs", "failed", f"site {site.name} runs {site.node.arch}; this node has "
                                                 f"{node.describe()}"))
     if "ops" not in skip:
-        env = inspect_env(python, runner)
+        env = inspect_env(python, runner, dists=all_dists())
         rep = verify(env, node, runner)
         if not rep.components:
             out.append(Check("ops", "failed", f"no prebuilt DeepSpeed/APEX/FlashAttention/Megatron kernels in {python}: "

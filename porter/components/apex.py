@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from porter.artifacts import labels
-from porter.components import InstalledCheck, Recognised
+from porter.components.base import InstalledCheck, Recognised
 from porter.components import static
 from porter.errors import ConfigError
 from porter.wheels.base import (GiB, BuildPlan, Expectation, KernelSet, Machine, OpSpec, SourceInfo, WheelRequest,
@@ -33,7 +33,7 @@ from porter.wheels.base import (GiB, BuildPlan, Expectation, KernelSet, Machine,
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest
     from porter.install.env import InstalledDist
-    from porter.wheels.compile import KernelContext
+    from porter.wheels.base import KernelContext
 
 CPP_GROUP_VAR = "APEX_BUILD_CPP_OPS"
 CUDA_GROUP_VAR = "APEX_BUILD_CUDA_OPS"

@@ -13,7 +13,7 @@ import ast
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from porter.components import InstalledCheck, Recognised
+from porter.components.base import InstalledCheck, Recognised
 
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.version import InvalidVersion, Version
 
 from porter.artifacts import labels
-from porter.components import InstalledCheck, Recognised
+from porter.components.base import InstalledCheck, Recognised
 from porter.components import static
 from porter.errors import ConfigError
 from porter.wheels.base import (BACKENDS, GiB, BuildPlan, Expectation, KernelSet, Machine, SourceInfo, WheelRequest,
@@ -36,7 +36,7 @@ from porter.wheels.base import (BACKENDS, GiB, BuildPlan, Expectation, KernelSet
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest
     from porter.install.env import InstalledDist
-    from porter.wheels.compile import KernelContext
+    from porter.wheels.base import KernelContext
 
 CK_DIR = "csrc/composable_kernel"
 CK_GENERATOR = f"{CK_DIR}/example/ck_tile/01_fmha/generate.py"

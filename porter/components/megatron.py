@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from porter.components import InstalledCheck, Recognised
+from porter.components.base import InstalledCheck, Recognised
 
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest

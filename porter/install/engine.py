@@ -22,6 +22,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from porter.components import all_dists
 from porter.errors import ConfigError, ToolError
 from porter.install.env import Node, TargetEnv, detect_node, inspect_env
 from porter.install.records import lock_path, read_records, write_record
@@ -85,7 +86,7 @@ def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> 
     wheelhouse = opts.wheelhouse.resolve()
     with log.step(f"inspect {opts.python}"):
         wheels = scan(wheelhouse)
-        env = inspect_env(opts.python, runner, dists=[str(w.project) for w in wheels])
+        env = inspect_env(opts.python, runner, dists=[*(str(w.project) for w in wheels), *all_dists()])
         node = detect_node(runner, opts.archs)
     log.info(f"target: {env.describe()}; GPU: {node.describe()}")
     for orphan in orphan_manifests(wheelhouse):
@@ -112,7 +113,7 @@ def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> 
     acquired = time.time()
     try:
         # re-inspect under the lock: an install that held it may have changed the environment
-        env = inspect_env(opts.python, runner, dists=[str(w.project) for w in wheels])
+        env = inspect_env(opts.python, runner, dists=[*(str(w.project) for w in wheels), *all_dists()])
         result.env = env
         _install_locked(opts, env, selection, wheelhouse, runner, log, result)
     finally:

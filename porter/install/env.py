@@ -76,12 +76,12 @@ class TargetEnv:
                    tags=tuple(data.get("tags") or ()), pip=data.get("pip"), torch=torch, dists=dists)
 
 
-def inspect_env(python: str | os.PathLike[str], runner: Runner, *, dists: Iterable[str] = ()) -> TargetEnv:
-    """Run the target interpreter and read back what it reports (tags, paths, torch, dists)."""
-    from porter.components import all_dists
+def inspect_env(python: str | os.PathLike[str], runner: Runner, *, dists: Iterable[str]) -> TargetEnv:
+    """Run the target interpreter and read back what it reports (tags, paths, torch, ``dists``: the distributions
+    the caller cares about, usually every component's: :func:`porter.components.all_dists`)."""
     from porter.probe import run_probe
 
-    want = sorted({canonicalize_name(n) for n in dists} | set(all_dists()))
+    want = sorted({canonicalize_name(n) for n in dists})
     try:
         doc = run_probe("env", [json.dumps(want)], python=os.fspath(python), runner=runner,
                         env=make_env({"PYTHONNOUSERSITE": None}), timeout=120, what="about itself")

@@ -18,11 +18,8 @@ profile), keyed to the source and the toolchain, so a second run compiles only w
 
 from __future__ import annotations
 
-import filecmp
 import hashlib
 import json
-import os
-import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -33,129 +30,21 @@ from typing import Any
 
 from porter import torch_hip_view as hip_view
 from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError
-from porter.executor import Executor, build_python
+from porter.executor import build_python
 from porter.fs import atomic_write_text, cache_dir
 from porter.log import Logger, quiet_logger
-from porter.run import Result, Runner, make_env
+from porter.run import Runner
 from porter.toolchain.check import require_toolchain
 from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import TorchInfo, probe_torch
 from porter.wheels import costs as costs_mod
-from porter.wheels.base import BuildPlan, Machine, WheelDriver, WheelRequest
+from porter.wheels.base import BuildPlan, KernelContext, Machine, WheelDriver, WheelRequest
 from porter.wheels.engine import detect, resolve_source
 from ops_prebuild.build import OpResult, compile_report, run_ninja
 from ops_prebuild.catalogue import Catalogue
 from ops_prebuild.hipify_step import hipify_sources
 from ops_prebuild.plan import Plan, make_plan
 from ops_prebuild.source import Source
-
-_IGNORE = (".git", "__pycache__", "*.egg-info", ".eggs")
-
-
-@dataclass
-class KernelContext:
-    """What a driver's ``kernel_ops`` may use: the tree it reads and the work copy it fills."""
-
-    source: Path
-    """The recognised upstream tree (never written)."""
-    tree: Path
-    """The work copy (host path) the ops' relative sources point into; filled by :meth:`copy` / :meth:`put`."""
-    plan_tree: Path
-    """Where the plan's commands find the work copy (the same folder, but in a dry run, where a real run
-    puts it): for an absolute include path."""
-    toolchain: Toolchain
-    python: str
-    """The build python as ``py_ex`` sees it."""
-    py_ex: Executor
-    runner: Runner
-    log: Logger
-    dry_run: bool = False
-    scratch: Path | None = None
-    """A folder the build python sees, for throw-away output (generated sources before they are synced)."""
-
-    def copy(self, rel: str) -> Path:
-        """Copy ``rel`` (a file or folder of the source) into the work copy; files that did not change keep
-        their time stamps, so ninja compiles only what changed."""
-        src = self.source / rel
-        dest = self.tree / rel
-        if not src.exists():
-            raise ConfigError(f"{src} does not exist", hint="is the source tree complete?")
-        if src.is_dir():
-            self._copy_dir(src, dest, set())
-        else:
-            _sync_file(src, dest)
-        return dest
-
-    def _copy_dir(self, src: Path, dest: Path, seen: set[Path]) -> None:
-        """A folder, file by file. A symlinked folder that points inside the source (ROCm/apex's ``contrib/csrc``
-        -> ``../apex/contrib/csrc``) stays a link, and what it points to is copied too, so every header is one file
-        reached by the tree's own paths; one pointing outside the source is copied as a folder."""
-        if src.resolve() in seen:
-            return
-        seen.add(src.resolve())
-        top = self.source.resolve()
-        for dirpath, dirnames, filenames in os.walk(src):
-            base = Path(dirpath)
-            kept = []
-            for d in dirnames:
-                if _ignored(d):
-                    continue
-                if not (base / d).is_symlink():
-                    kept.append(d)
-                    continue
-                target, link = (base / d).resolve(), dest / base.relative_to(src) / d
-                if target.is_relative_to(top):
-                    self._copy_dir(target, self.tree / target.relative_to(top), seen)
-                    if not link.is_symlink():
-                        link.parent.mkdir(parents=True, exist_ok=True)
-                        shutil.rmtree(link, ignore_errors=True)
-                        link.symlink_to(os.readlink(base / d))
-                else:
-                    self._copy_dir(target, link, seen)
-            dirnames[:] = kept
-            for name in filenames:
-                if not _ignored(name):
-                    _sync_file(base / name, dest / base.relative_to(src) / name)
-
-    def put(self, rel: str, data: bytes) -> Path:
-        """Write ``data`` at ``rel`` in the work copy unless the file already holds exactly that."""
-        dest = self.tree / rel
-        if dest.is_file() and dest.stat().st_size == len(data) and dest.read_bytes() == data:
-            return dest
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
-        tmp.write_bytes(data)
-        os.replace(tmp, dest)
-        return dest
-
-    def seen(self, path: Path) -> str:
-        """A host path as the build python sees it."""
-        return self.py_ex.inside(path) if self.py_ex.kind != "host" else str(path)
-
-    def run_python(self, args: Sequence[str], *, cwd: Path, what: str, timeout: float = 1800) -> Result:
-        """Run the build python with ``args`` (paths already as it sees them), for real even in a dry run:
-        drivers only run tree-provided generators into :attr:`scratch`."""
-        argv = self.py_ex.argv(self.python, *args)
-        return self.runner.run(argv, env=make_env(), cwd=cwd if self.py_ex.kind == "host" else None, timeout=timeout,
-                               hint=f"{what} failed in the build python; the output above is the tree's own")
-
-
-def _ignored(name: str) -> bool:
-    import fnmatch
-
-    return any(fnmatch.fnmatch(name, pat) for pat in _IGNORE)
-
-
-def _sync_file(src: Path, dest: Path) -> None:
-    if dest.is_file():
-        s, d = src.stat(), dest.stat()
-        if s.st_size == d.st_size and int(s.st_mtime) == int(d.st_mtime):
-            return
-        if s.st_size == d.st_size and filecmp.cmp(src, dest, shallow=False):
-            return
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(src, dest)
-
 
 @dataclass
 class CompileOnlyResult:

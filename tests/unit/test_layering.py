@@ -1,66 +1,135 @@
-"""The layering rules, read from the code: top-level imports only (what runs at import time)."""
+"""The layering rules, read from the code: every import counts, at module level, inside functions and under
+``TYPE_CHECKING`` (a late import is still a dependency, and a cycle through one is still a cycle)."""
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("porter", "ops_prebuild")
 
 
-def _module(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+def modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for pkg in packages:
+        for path in (root / pkg).rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
 
 
-def _graph() -> dict[str, set[str]]:
-    mods = {_module(p): p for pkg in ("porter", "ops_prebuild") for p in (ROOT / pkg).rglob("*.py")}
-    graph: dict[str, set[str]] = {m: set() for m in mods}
+def graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports, anywhere in its text (``from X import Y`` is X.Y when
+    that is a module, else X; a relative import is resolved against the module's package)."""
+    mods = modules(root, packages)
+    out: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():
-        tree = ast.parse(path.read_text())
-        for node in tree.body:  # module level only: imports inside functions are deliberate late binding
-            if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
-                continue
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            graph[mod] |= {n for n in names if n in mods and n != mod}
-    return graph
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([node.module] if node.module else [])])
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            for name in names:
+                while name and name not in mods:  # a name inside a module: the module
+                    name = name.rpartition(".")[0]
+                if name and name != mod:
+                    out[mod].add(name)
+    return out
 
 
-def test_no_import_cycle_between_porter_and_ops_prebuild() -> None:
-    graph = _graph()
-    down = {m for m in graph if m.startswith("ops_prebuild")}
-    # ops_prebuild may use porter's core, never porter's flows or CLI that call it
-    for mod in down:
-        for dep in graph[mod]:
-            assert not dep.startswith(("porter.cli", "porter.port", "porter.wheels", "porter.install")), (mod, dep)
-    # nothing in ops_prebuild reaches back (transitively) to a porter module that imports ops_prebuild
-    callers = {m for m, deps in graph.items() if m.startswith("porter") and any(d in down for d in deps)}
-    assert callers <= {m for m in graph if m.startswith(("porter.port", "porter.cli", "porter.components",
-                                                         "porter.wheels"))}, callers
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(g):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(g[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(g[child]))))
+                elif child in on:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    top = stack.pop()
+                    on.discard(top)
+                    comp.append(top)
+                    if top == node:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
 
-    def reach(start: str) -> set[str]:
-        seen, todo = set(), [start]
-        while todo:
-            for d in graph[todo.pop()]:
-                if d not in seen:
-                    seen.add(d)
-                    todo.append(d)
-        return seen
 
-    for mod in down:
-        assert not (reach(mod) & callers), (mod, reach(mod) & callers)
+@functools.cache
+def project() -> dict[str, set[str]]:
+    return graph()
+
+
+def test_no_import_cycle_among_porter_and_ops_prebuild() -> None:
+    assert cycles(project()) == []
+
+
+def test_the_cycle_check_sees_late_and_type_checking_imports(tmp_path: Path) -> None:
+    """A planted cycle: one side imports inside a function, the other under TYPE_CHECKING."""
+    pkg = tmp_path / "planted"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from planted import b\n    return b\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import f\n")
+    (pkg / "c.py").write_text("import planted.a\n")
+    g = graph(tmp_path, ("planted",))
+    assert g["planted.a"] == {"planted.b"} and g["planted.b"] == {"planted.a"}
+    assert cycles(g) == [["planted.a", "planted.b"]]
+
+
+def test_ops_prebuild_imports_no_flow_or_command() -> None:
+    for mod, deps in project().items():
+        if mod.startswith("ops_prebuild"):
+            assert not [d for d in deps if d.startswith(("porter.cli", "porter.port", "porter.wheels",
+                                                         "porter.install", "porter.cluster"))], (mod, deps)
+
+
+def test_components_never_import_their_registry() -> None:
+    """Each component imports porter.components.base, never the package that lists them all."""
+    for mod, deps in project().items():
+        if mod.startswith("porter.components."):
+            assert "porter.components" not in deps, mod
 
 
 def test_patching_is_text_edits_only() -> None:
-    graph = _graph()
-    for mod, deps in graph.items():
+    for mod, deps in project().items():
         if mod.startswith("porter.patching"):
             assert all(not d.startswith(("ops_prebuild", "porter.hipify", "porter.wheels", "porter.install",
                                          "porter.port", "porter.toolchain")) for d in deps), (mod, deps)

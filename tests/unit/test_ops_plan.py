@@ -272,7 +272,7 @@ def test_shards_split_the_compiles_and_links_read_a_response_file(tmp_path: Path
 def test_a_cached_plan_reads_the_mirror_and_keys_paths_relative_to_the_work_folder(tmp_path: Path) -> None:
     """What lets the next release hit: sources read from the build folder's mirror, base_dir at the work
     folder, and (in a chroot, whose cwd is its root) the compiler started in the build folder."""
-    from ops_prebuild.source import source_tops
+    from ops_prebuild.catalogue import source_tops
     from porter.ccache import CompilerCache
 
     root = tmp_path / "trixie"

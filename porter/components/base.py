@@ -1,0 +1,57 @@
+"""What every component is: the Protocol the registry holds, and what recognising a tree and checking an installed
+copy give back. Components import this module, never the registry (``porter.components``), so no component
+import goes through a half-built package."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from porter.artifacts.manifest import Manifest
+    from porter.install.env import InstalledDist
+
+
+@dataclass(frozen=True)
+class Recognised:
+    """A tree a component recognised."""
+
+    component: str
+    version: str
+    root: Path
+    regime: str = ""
+
+
+@dataclass
+class InstalledCheck:
+    """What a component adds to verify for one installed distribution."""
+
+    problems: list[tuple[str, str, str, str]] = field(default_factory=list)
+    """(where, check, expected, found)."""
+    loader_ops: list[str] = field(default_factory=list)
+    """Ops to load through the project's own loader in the import probe (DeepSpeed's OpBuilder)."""
+    import_env: dict[str, str] = field(default_factory=dict)
+    """Environment the import probe needs (DS_ACCELERATOR=cpu for a CPU build)."""
+    facts: dict[str, object] = field(default_factory=dict)
+    """Reported as is (DeepSpeed: installed_ops)."""
+
+
+class Component(Protocol):
+    name: str
+    """Registry key and the manifest's ``component``."""
+    title: str
+    dists: tuple[str, ...]
+    """Distribution names (canonical) it installs as."""
+    patch_project: str
+    """Its folder under ``patches/`` ('' when it has none)."""
+    build_command: str
+    """The porter command that builds it (named in messages)."""
+
+    def recognise(self, tree: Path) -> Recognised | None:
+        """The tree's version and regime, or None when it is not this project's."""
+        ...
+
+    def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
+        """Component-specific checks of an installed copy (no subprocess)."""
+        ...
