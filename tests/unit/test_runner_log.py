@@ -35,16 +35,3 @@ def test_quiet_logger_still_prints_errors() -> None:
     log.info("hidden")
     log.error("shown")
     assert stream.getvalue() == "ERROR: shown\n"
-
-
-def test_sigterm_stops_porter_like_ctrl_c() -> None:
-    """A Slurm time limit or scancel sends SIGTERM: it must reach the Runner's Ctrl-C path, which stops the
-    command's own process group (started in a session of its own, so the signal does not reach it)."""
-    import signal
-
-    import pytest
-
-    from porter.cli import terminated
-
-    with pytest.raises(KeyboardInterrupt):
-        terminated(signal.SIGTERM, None)
