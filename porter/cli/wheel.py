@@ -147,8 +147,9 @@ def apex_cmd(log: Logger, /, source: str, ops: tuple[str, ...], regime: str | No
                    "'fmha_fwd_d128_*'); 'flash_attn_2_cuda' selects the extension's own sources. Repeat or "
                    "comma-separate. Default: everything.")
 @click.option("--sample", type=click.IntRange(min=1), default=None, metavar="N",
-              help="--compile-only: the first N CK instances of each kind (fwd, fwd_splitkv, bwd, ...), and the "
-                   "extension's own sources: measures what every kind of unit costs.")
+              help="--compile-only: a stratified sample: the first N CK instances of each family (fwd, fwd_splitkv, "
+                   "appendkv, bwd, ...) x head-dim bucket x dtype, and the extension's own sources: every kind of "
+                   "kernel the build generates, compiled and measured.")
 @click.option("--instances", type=click.IntRange(min=0), default=None, metavar="N",
               help="--compile-only: the first N CK instances (name order) of those --units / --sample select.")
 @_common

@@ -54,6 +54,16 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
 _FAMILY = re.compile(r"^(fmha_[a-z0-9_]+?)_d\d+")
 
 
+_STRATUM = re.compile(r"^(fmha_[a-z0-9_]+?)_d(\d+)_([a-z]+\d+)_")
+
+
+def ck_stratum(unit: str) -> str:
+    """What ``--sample`` takes N of: a CK unit's family, head-dim bucket and dtype (``fmha_bwd_d128_bf16``), so a
+    sample covers every kind of kernel at every size and type the build generates; else its family."""
+    m = _STRATUM.match(unit)
+    return f"{m.group(1)}_d{m.group(2)}_{m.group(3)}" if m else ck_family(unit)
+
+
 def ck_family(unit: str) -> str:
     """The kind of a CK unit: ``fmha_fwd_splitkv_d128_...`` -> ``fmha_fwd_splitkv``; the extension's own
     sources and the API dispatchers -> :data:`FRONTEND`."""
@@ -179,7 +189,7 @@ class FlashAttnDriver:
         setup.py runs it) writes the fmha instances; each instance is one op, and the extension's own
         sources plus the generated API dispatchers are the op :data:`FRONTEND`. Flags, include dirs and
         the generator's arguments are read from setup.py (:func:`read_ck_build`). ``request.units``
-        (fnmatch patterns), ``request.sample`` (the first N of each kind) and ``request.instances`` (the
+        (fnmatch patterns), ``request.sample`` (the first N of each family, head dim and dtype) and ``request.instances`` (the
         first N, in name order) select; the frontend is compiled unless patterns or ``instances`` narrow the
         selection without naming it."""
         from ops_prebuild.catalogue import OpSpec as KernelOp
@@ -206,13 +216,13 @@ class FlashAttnDriver:
         instances = [g for g in generated if not g.stem.endswith("_api")]
         pats = [u for spec in request.units for u in re.split(r"[,\s]+", spec) if u]
         chosen = [g for g in instances if not pats or any(fnmatch.fnmatch(g.stem, pt) for pt in pats)]
-        if request.sample is not None:  # the first N of each kind
+        if request.sample is not None:  # the first N of each family x head-dim bucket x dtype
             seen: dict[str, int] = {}
             kept = []
             for g in chosen:
-                fam = ck_family(g.stem)
-                if seen.get(fam, 0) < request.sample:
-                    seen[fam] = seen.get(fam, 0) + 1
+                stratum = ck_stratum(g.stem)
+                if seen.get(stratum, 0) < request.sample:
+                    seen[stratum] = seen.get(stratum, 0) + 1
                     kept.append(g)
             chosen = kept
         if request.instances is not None:

@@ -18,7 +18,7 @@ from porter.cli import cli as cli_main
 from porter.components import get_driver, wheel_drivers
 from porter.components import static
 from porter.components.apex import builder_specs, flag_specs, read_flag_extensions, reads_hip_at_import
-from porter.components.flash_attn import FRONTEND, ck_families, ck_family, read_ck_build
+from porter.components.flash_attn import FRONTEND, ck_families, ck_family, ck_stratum, read_ck_build
 from porter.errors import ConfigError
 from porter.probe import script_text
 from porter.probes.protocol import MARKER
@@ -324,8 +324,12 @@ def test_fa_units_instances_and_sample_select(tmp_path: Path) -> None:
     assert list(res.plan.objects) == ["fmha_fwd_d128_bf16_batch_b128x128_qr", "fmha_fwd_d64_fp16_group_b128x64_qr",
                                       FRONTEND]
     res, _ = _fa_compile(tmp_path, sample=1)
-    fams = [ck_family(n) for n in res.plan.objects]
-    assert sorted(fams) == sorted(set(fams)) and len(fams) == 8  # one of each kind + the frontend
+    strata = [ck_stratum(n) for n in res.plan.objects]
+    assert sorted(strata) == sorted(set(strata))  # one of each family x head dim x dtype, + the frontend
+    assert set(ck_family(n) for n in res.plan.objects) == set(ck_families(("fwd", "fwd_splitkv", "fwd_appendkv",
+                                                                             "bwd")))
+    assert {"fmha_fwd_d128_bf16", "fmha_fwd_d64_fp16"} <= set(strata), strata
+    assert ck_stratum("fmha_bwd_d256_fp16_batch_b16x64") == "fmha_bwd_d256_fp16" and ck_stratum(FRONTEND) == FRONTEND
     with pytest.raises(ConfigError, match="no CK instance of flash-attn 2.8.0.post2 matches nothing_like_this"):
         _fa_compile(tmp_path, units=("nothing_like_this",))
 
