@@ -41,7 +41,7 @@ def test_two_shards_on_slurm_then_the_link_job_equal_a_local_build(slurm: SlurmC
     assert doc["scripts"]["shard"] == str(d / "jobs" / "shard.sh")
     # the link job was submitted after the array, depending on it (whatever state Slurm shows it in by now); that
     # Slurm held it back until both shards had finished is checked below, from the results' times
-    assert f"--dependency=afterok:{doc['array_job']}" in doc["submission"]["index_argv"], doc["submission"]
+    assert f"--dependency=afterok:{doc['array_job']}" in doc["submission"]["link_argv"], doc["submission"]
     assert f"JobId={doc['link_job']} " in _scontrol(slurm, doc["link_job"])
     assert "--hold" in doc["submission"]["array_argv"] and "--array=0-1%2" in doc["submission"]["array_argv"]
     deadline = time.monotonic() + 600
