@@ -103,10 +103,11 @@ def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs
             click.echo(f"compiled, not linked: {rec['name']} {verdicts}"
                        + (f"  {rec['error']}" if rec["error"] else ""))
         if failed:  # some kernels compiled, these did not: exit 3, each named with its archs and first error
-            names = ", ".join(tc.arch_names)
-            raise PartialSuccess(f"{len(failed)} of {len(res.compiled)} fused kernel(s) of {res.source} failed to "
-                                 "compile with " + tc.name + ":\n" + "\n".join(
-                                     f"  {r['name']} ({names}): {r['error']}\n    full log: {r['log']}" for r in failed),
+            from ops_prebuild.build import OpResult, failures
+
+            raise PartialSuccess(f"{len(failed)} of {len(res.compiled)} fused kernel(s) failed to compile "
+                                 + failures([OpResult(r["name"], "failed", log=r["log"], error=r["error"])
+                                             for r in failed], f"the tree {res.source}", tc),
                                  hint="the other kernels compiled; fix the first error of each (its file and line "
                                       "are named) in the tree")
         return
