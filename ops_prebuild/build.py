@@ -32,7 +32,7 @@ from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import need_for, probe_torch, refusal
 from ops_prebuild.catalogue import Catalogue, OpSpec, read_catalogue, source_tops
 from ops_prebuild.plan import CCACHE_STATS, Plan, Step, make_plan
-from ops_prebuild.source import cached_source, mirror_tree, resolve_source
+from ops_prebuild.source import build_sets, cached_source, mirror_tree, patched_source, resolve_source
 from ops_prebuild.wheel import base_wheel, compose, dist_version
 
 # Memory one compile job may take: host C++ ops ~1 GiB, nvcc/hipcc device units ~3 GiB.
@@ -72,6 +72,8 @@ class BuildResult:
     """ccache hits / misses / uncacheable of this build's compiles."""
     shard: dict[str, Any] = field(default_factory=dict)
     """--shard I/N: which shard ran and the objects it compiled."""
+    source_patches: tuple[str, ...] = ()
+    """The shipped sets (``set: patch, ...``) applied to porter's copy of the source for this toolchain kind."""
 
     @property
     def failed(self) -> list[OpResult]:
@@ -91,6 +93,7 @@ class BuildResult:
                 "jobs": self.jobs, "seconds": round(self.seconds, 2),
                 "ops": [o.__dict__ for o in self.ops], "excluded": self.excluded, "plan": self.plan.to_dict(),
                 "refusal": self.refusal.message if self.refusal else None,
+                "source_patches": list(self.source_patches),
                 "cache": {**self.ccache.to_dict(), **self.cache_stats} if self.ccache else None,
                 **({"shard": self.shard} if self.shard else {}),
                 **({"compile_only": True, "linked": False, "note": "compiled, not linked: no ROCm torch to link "
@@ -160,6 +163,12 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                     parent = cache if py_ex.kind != "host" and cache.is_dir() else None  # its python sees it
                     scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="porter-dry-", dir=parent)))
                 source = resolve_source(source_spec, runner=runner, cache=scratch)
+            patched = patched_source(source, build_sets(source.project, tc.kind), cache, dry_run=dry_run)
+            if patched.warning:
+                log.warn(patched.warning)
+            elif patched.applied:
+                log.info(f"building from a patched copy of the source ({'; '.join(patched.applied)})")
+            source = patched.source if not dry_run else source
             cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose), executor=py_ex)
         selected = cat.select(ops, all_compatible)
         refused = None if compile_only else refusal(need_for(tc.kind), cat.torch, python,
@@ -187,7 +196,10 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]
         n_jobs = jobs or default_jobs(per_job)
         result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, compile_only=compile_only, ccache=ccache,
-                             hip_view=str(view[0]) if view else "")
+                             hip_view=str(view[0]) if view else "", source_patches=patched.applied)
+        if patched.applied:
+            plan.notes.append(f"{'built' if not dry_run else 'a real run builds'} from porter's patched copy of the "
+                              f"source: {'; '.join(patched.applied)}")
         if dry_run:
             try:
                 ex.preflight()

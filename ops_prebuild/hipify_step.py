@@ -36,9 +36,9 @@ def hipify_sources(tree: Path, ops: list[OpSpec], dest: Path, *, python: str, ru
     for rel in sorted({s.split("/")[0] for o in ops for s in o.sources} | {"csrc"}):
         if (tree / rel).is_dir():  # csrc/, and e.g. deepspeed/ where inference v2 keeps its kernels
             shutil.copytree(tree / rel, dest / rel, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    files = sorted({executor.inside(dest / s) for o in ops for s in o.sources})
-    incs = sorted({executor.inside(dest / p) for o in ops for p in o.include_paths})
-    mapping: dict[str, str] = run_probe("hipify_ext", [executor.inside(dest), json.dumps(incs), json.dumps(files)],
+    groups = [[[executor.inside(dest / p) for p in o.include_paths], [executor.inside(dest / s) for s in o.sources]]
+              for o in ops]  # each op with its own include dirs (see porter/probes/hipify_ext.py)
+    mapping: dict[str, str] = run_probe("hipify_ext", [executor.inside(dest), json.dumps(groups)],
                                         python=python, runner=runner, executor=executor, env=make_env(),
                                         timeout=900, what="to hipify the ops' sources")
     inner = executor.inside(dest)

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import sys
 import tarfile
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from porter.errors import ConfigError
 from porter.components import deepspeed
 from porter.fs import cache_dir, sha256_file
+from porter.patching import PatchSet, failure_message, load_project, load_shipped
+from porter.patching import plan as plan_patches
 from porter.run import Runner, make_env
 
 
@@ -134,3 +137,78 @@ def mirror_tree(tree: Path, dest: Path, tops: list[str]) -> int:
             os.replace(tmp, out)
             changed += 1
     return changed
+
+
+@dataclass(frozen=True)
+class Patched:
+    """What :func:`patched_source` did: the source to build from, and in words what was applied."""
+
+    source: Source
+    applied: tuple[str, ...] = ()
+    """``set: patch, patch`` for each set that changed a file."""
+    warning: str = ""
+    """Why a set could not be applied (the build then uses the unpatched source)."""
+
+
+def build_sets(project: str, kind: str) -> list[PatchSet]:
+    """The shipped patch sets the project's manifest names for building with a ``kind`` toolchain."""
+    try:
+        proj = load_project(project)
+    except ConfigError:
+        return []
+    return [load_shipped(project, name) for name in proj.build.get(kind, ())]
+
+
+def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, dry_run: bool = False) -> Patched:
+    """``source`` with ``sets`` applied, as a cache entry of its own beside the unpacked sources (files linked from
+    the source, the patched ones written anew): the source stays as it was, and two builds of one source share
+    the entry. Published once, by rename, under a lock. A source that needs none of the sets (or has them
+    applied already) is returned as it is; a set that cannot be applied (upstream moved its anchor) gives a
+    warning and the unpatched source. A dry run plans in memory and writes nothing."""
+    if not sets:
+        return Patched(source)
+    planned = plan_patches(source.tree, sets)
+    if planned.failed:
+        return Patched(source, warning=f"{', '.join(s.ref for s in sets)} cannot be applied to {source.origin}, "
+                                       f"built as it is: " + failure_message(planned.failed))
+    changes = [c for c in planned.changes if c.after is not None and c.after != c.before]
+    applied = tuple(f"{s.ref}: {', '.join(sorted({r.patch for r in s.results if r.status == 'would-apply'}))}"
+                    for s in planned.sets if any(r.status == "would-apply" for r in s.results))
+    if not changes:
+        return Patched(source)
+    digest = hashlib.sha256(b"\0".join(f"{c.path}\0".encode() + c.after for c in
+                                       sorted(changes, key=lambda c: c.path))).hexdigest()[:12]
+    dest = cache / "sources" / f"{source.tree.name}+{'+'.join(s.name for s in sets)}-{digest}"
+    if dry_run or (dest / ".porter-patched").is_file():
+        return Patched(replace(source, tree=dest), applied)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock
+
+    with FileLock(str(dest) + ".lock"):
+        if (dest / ".porter-patched").is_file():  # another build published it while this one waited
+            return Patched(replace(source, tree=dest), applied)
+        tmp = Path(tempfile.mkdtemp(prefix=".patch-", dir=dest.parent))
+        try:
+            work = tmp / "tree"
+            shutil.copytree(source.tree, work, symlinks=True, copy_function=_link_or_copy)
+            for change in changes:
+                out = work / change.path
+                if out.is_symlink():  # a source tree's alias (deepspeed/ops/op_builder -> ../../op_builder)
+                    out = out.resolve()
+                out.unlink(missing_ok=True)  # a new file, never written through a hard link into the source
+                out.write_bytes(change.after)
+                if change.mode is not None:
+                    out.chmod(change.mode)
+            (work / ".porter-patched").write_text("\n".join(applied) + "\n")
+            shutil.rmtree(dest, ignore_errors=True)
+            os.replace(work, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return Patched(replace(source, tree=dest), applied)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

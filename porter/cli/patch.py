@@ -43,7 +43,7 @@ def list_cmd(project: str | None, as_json: bool) -> None:
     rows: list[dict[str, Any]] = []
     for name in [project] if project else project_names():
         proj = load_project(name)
-        for set_name in proj.sets:
+        for set_name in proj.all_sets:
             s = load_shipped(name, set_name)
             rows.append({"set": s.ref, "description": s.description, "versions": s.versions or "any",
                          "decides_need": s.decides_need,

@@ -21,7 +21,7 @@ import hashlib
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -329,6 +329,16 @@ class Project:
     upstream: str
     version_from: tuple[VersionSource, ...]
     sets: tuple[str, ...]
+    build: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Toolchain kind -> the sets porter's AOT engine applies to its own copy of the sources before building for
+    that kind (``[project] build = { rocm = [...] }``); the source itself is never changed. A set named only here
+    is not one of ``sets`` (what ``--set PROJECT`` applies), but ``--set PROJECT/NAME`` applies it to a tree."""
+
+    @property
+    def all_sets(self) -> tuple[str, ...]:
+        """``sets``, then the sets named only under ``build``."""
+        extra = [n for names in self.build.values() for n in names if n not in self.sets]
+        return (*self.sets, *dict.fromkeys(extra))
 
 
 def _root() -> Traversable:
@@ -353,24 +363,29 @@ def load_project(name: str) -> Project:
     data = _parse(manifest.read_text(encoding="utf-8"), where)
     _keys(data, {"project"}, where)
     head = data.get("project", {})
-    _keys(head, {"description", "upstream", "version_from", "sets"}, f"{where} [project]")
+    _keys(head, {"description", "upstream", "version_from", "sets", "build"}, f"{where} [project]")
     sets = head.get("sets", [])
     if not isinstance(sets, list) or not all(isinstance(s, str) for s in sets):
         raise ConfigError(f"{where}: sets must be a list of set names")
+    build = head.get("build", {})
+    if not isinstance(build, dict) or not all(isinstance(v, list) and all(isinstance(n, str) for n in v)
+                                              for v in build.values()):
+        raise ConfigError(f"{where}: build must map a toolchain kind to a list of set names")
     return Project(name=name, description=_str(head, "description", where, ""),
                    upstream=_str(head, "upstream", where, ""),
-                   version_from=_version_sources(head.get("version_from", []), where), sets=tuple(sets))
+                   version_from=_version_sources(head.get("version_from", []), where), sets=tuple(sets),
+                   build={str(k): tuple(v) for k, v in build.items()})
 
 
 def load_shipped(project: str, name: str) -> PatchSet:
     proj = load_project(project)
-    if name not in proj.sets:
+    if name not in proj.all_sets:
         import difflib
 
-        close = difflib.get_close_matches(name, proj.sets, n=3)
+        close = difflib.get_close_matches(name, proj.all_sets, n=3)
         raise ConfigError(f"project {project!r} has no patch set {name!r}",
                           hint=(f"did you mean {', '.join(close)}? " if close else "")
-                          + f"its sets: {', '.join(proj.sets) or '(none)'}")
+                          + f"its sets: {', '.join(proj.all_sets) or '(none)'}")
     folder = _root().joinpath(project)
     path = folder.joinpath(f"{name}.toml")
     return parse_set(path.read_text(encoding="utf-8"), project=project, name=name,

@@ -48,8 +48,8 @@ def test_bf16_binding_and_kernel_free_unit_compile_for_three_archs(rocm7: Path, 
     host-only for every arch, not failed."""
     tree = tmp_path / "ds"
     shutil.copytree(FIXTURES / "ds-rocm-units", tree)
-    res = run_porter("ops", "build", "--source", str(tree), "-t", "debian-rocm7", "--all-compatible", "--compile-only",
-                     "--json", env={"PORTER_ROCM7_ROOT": str(rocm7)})
+    res = run_porter("ops", "build", "--source", str(tree), "-t", "debian-rocm7", "--ops", "bf16_scale,host_buffer",
+                     "--compile-only", "--json", env={"PORTER_ROCM7_ROOT": str(rocm7)})
     assert res.returncode == 0, res.stderr[-4000:]
     doc = json.loads(res.stdout)
     recs = {r["name"]: r for r in doc["compiled"]}
@@ -63,6 +63,28 @@ def test_bf16_binding_and_kernel_free_unit_compile_for_three_archs(rocm7: Path, 
                      "--compile-only", env={"PORTER_ROCM7_ROOT": str(rocm7), "PORTER_HIP_CXX": "g++"})
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert "bf16_scale (gfx90a, gfx942, gfx950): " in res.stderr and "bf16_scale_hip.cpp:" in res.stderr, res.stderr
+
+
+def test_deepspeed_rocm7_source_problems_compile_through_porters_rocm_sources_set(rocm7: Path, tmp_path: Path) -> None:
+    """Issue 18, seen on DeepSpeed 0.17.6-0.19.8 sdists: hipBLAS 1 data types (removed in ROCm 7), a template
+    parameter redeclared as a local (clang rejects it), PTX-only FP6 linear kernels, integer -> bf16 intrinsics
+    ROCm lacks, and two ops' include dirs holding a header of one name (hipify resolved it in the other op's dir).
+    porter builds from its patched copy of the source (the tree untouched) and hipifies each op on its own."""
+    tree = tmp_path / "ds"
+    shutil.copytree(FIXTURES / "ds-rocm-units", tree)
+    before = {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()}
+    res = run_porter("ops", "build", "--source", str(tree), "-t", "debian-rocm7", "--ops", "fp_quantizer,inference_core_ops",
+                     "--arch", "gfx942", "--compile-only", "--json", env={"PORTER_ROCM7_ROOT": str(rocm7)})
+    assert res.returncode == 0, res.stderr[-4000:]
+    doc = json.loads(res.stdout)
+    recs = {r["name"]: r for r in doc["compiled"]}
+    assert recs["fp_quantizer"]["archs"] == {"gfx942": "compiled"}, recs["fp_quantizer"]
+    # the FP6 units are left out on ROCm: what remains is the binding unit (host code)
+    assert recs["inference_core_ops"]["archs"] == {"gfx942": "host-only"}, recs["inference_core_ops"]
+    assert not [s for s in doc["plan"]["steps"] if "cuda_linear" in s["output"]]
+    assert doc["source_patches"] == ["deepspeed/rocm-sources: bf16-integer-conversions, fp-quantizer-template-shadow, "
+                                     "fp6-linear-bindings-nvidia-only, fp6-linear-nvidia-only, hipblas-v2-datatype"]
+    assert {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()} == before  # the source is never changed
 
 
 def test_megatron_kernels_port_and_compile_for_three_archs(rocm7: Path, tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ def test_list_all_and_json() -> None:
     assert "deepspeed/no-jit" in out and "megatron-deepspeed/rocm" in out
     code, out, _ = run("patch", "list", "deepspeed", "--json")
     rows = json.loads(out)
-    assert [r["set"] for r in rows] == ["deepspeed/no-jit", "deepspeed/explicit-arch"]
+    assert [r["set"] for r in rows] == ["deepspeed/no-jit", "deepspeed/explicit-arch", "deepspeed/rocm-sources"]
     assert rows[0]["patches"][0]["id"] == "no-jit-guard"
 
 

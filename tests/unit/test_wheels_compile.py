@@ -64,7 +64,7 @@ class FakeRunner(Runner):
         if args[-1] == "-" and kw.get("input") == script_text("torch"):
             return Result(args, 0, MARKER + json.dumps(dict(self.torch)) + "\n", 0.0)
         if "-" in args and kw.get("input") == script_text("hipify_ext"):
-            files = json.loads(args[-1])
+            files = [f for _incs, group in json.loads(args[-1]) for f in group]
             return Result(args, 0, MARKER + json.dumps({f: f[:-3] + ".hip" for f in files}) + "\n", 0.0)
         if any(a.endswith("generate.py") for a in args):
             out = Path(args[args.index("--output_dir") + 1])

@@ -1,0 +1,100 @@
+"""The sets a project's manifest names for a toolchain kind (DeepSpeed: rocm-sources) and porter's patched copy of
+a source: the source stays as it was, the copy is published once and reused, a set that cannot apply is a
+warning and the source as it is."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ops_prebuild.source import Source, build_sets, patched_source
+from porter.patching import load_project, load_shipped, plan
+from porter.patching.model import parse_set
+from tests.conftest import FIXTURES
+
+PATCHES = {"bf16-integer-conversions", "fp-quantizer-template-shadow", "fp6-linear-bindings-nvidia-only",
+           "fp6-linear-nvidia-only", "hipblas-v2-datatype"}
+
+
+def _tree(tmp_path: Path) -> Source:
+    tree = tmp_path / "ds"
+    shutil.copytree(FIXTURES / "ds-rocm-units", tree)
+    return Source("deepspeed", "0.1.0", tree, str(tree))
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_deepspeed_names_rocm_sources_for_rocm_builds_only() -> None:
+    assert load_project("deepspeed").build == {"rocm": ("rocm-sources",)}
+    assert [s.ref for s in build_sets("deepspeed", "rocm")] == ["deepspeed/rocm-sources"]
+    assert build_sets("deepspeed", "cpu") == [] and build_sets("deepspeed", "cuda") == []
+    assert build_sets("no-such-project", "rocm") == []
+
+
+def test_every_patch_of_rocm_sources_is_needed_in_the_fixture_and_converges(tmp_path: Path) -> None:
+    src = _tree(tmp_path)
+    sets = [load_shipped("deepspeed", "rocm-sources")]
+    first = plan(src.tree, sets)
+    assert not first.failed
+    assert {r.patch for s in first.sets for r in s.results if r.status == "would-apply"} == PATCHES
+    for change in first.changes:  # write the plan, then plan again: nothing left to do
+        (src.tree / change.path).write_bytes(change.after or b"")
+    again = plan(src.tree, sets)
+    assert not again.failed and not [c for c in again.changes if c.after != c.before]
+    text = (src.tree / "csrc/fp_quantizer/fp_quantize_impl.cu").read_text()
+    assert text.count("int q_exponent_bits_arg = 4>") == 2 and "q_mantisa_bits + q_exponent_bits_arg + 1" in text
+    blas = (src.tree / "deepspeed/inference/v2/kernels/core_ops/blas_kernels/blas_utils.h").read_text()
+    assert "HIPBLAS_R_32F;" not in blas.split("#elif defined(__HIP_PLATFORM_AMD__)")[0].split("typedef hipDataType")[1]
+
+
+def test_patched_copy_leaves_the_source_alone_and_is_reused(tmp_path: Path) -> None:
+    src = _tree(tmp_path)
+    before = _files(src.tree)
+    cache = tmp_path / "cache"
+    sets = build_sets("deepspeed", "rocm")
+    done = patched_source(src, sets, cache)
+    assert not done.warning and done.source.tree != src.tree and done.source.tree.parent == cache / "sources"
+    assert done.applied == ("deepspeed/rocm-sources: " + ", ".join(sorted(PATCHES)),)
+    assert _files(src.tree) == before
+    copy = done.source.tree
+    assert "porter_blas_datatype_t" in (copy / "deepspeed/inference/v2/kernels/core_ops/blas_kernels/blas_utils.h").read_text()
+    # an unchanged file is the source's own (linked), a patched one is a file of its own
+    assert (copy / "csrc/bf16_scale/bf16_scale.cpp").stat().st_ino == (src.tree / "csrc/bf16_scale/bf16_scale.cpp").stat().st_ino
+    assert (copy / "op_builder/fp_quantizer.py").samefile(src.tree / "op_builder/fp_quantizer.py")
+    assert not (copy / "csrc/includes/conversion_utils.h").samefile(src.tree / "csrc/includes/conversion_utils.h")
+    stamp = (copy / ".porter-patched").stat().st_mtime_ns
+    assert patched_source(src, sets, cache).source.tree == copy and (copy / ".porter-patched").stat().st_mtime_ns == stamp
+    # a dry run names the copy and writes nothing
+    dry = patched_source(src, sets, tmp_path / "other-cache", dry_run=True)
+    assert dry.applied == done.applied and not (tmp_path / "other-cache").exists()
+
+
+def test_a_set_that_cannot_apply_is_a_warning_and_the_source_as_it_is(tmp_path: Path) -> None:
+    src = _tree(tmp_path)
+    drifted = parse_set("""
+[set]
+description = "anchors on a line this tree does not have"
+[[patch]]
+id = "drifted"
+why = "test"
+files = ["csrc/includes/conversion_utils.h"]
+needed_if = '__ll2bfloat16_rn'
+[[patch.edit]]
+action = "replace"
+anchor = "a line that is not there"
+text = "x"
+""", project="deepspeed", name="drifted", where="test", base=None)
+    done = patched_source(src, [drifted], tmp_path / "cache")
+    assert done.source == src and not done.applied
+    assert "cannot be applied" in done.warning and "a line that is not there" in done.warning
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("kind", ["cpu", "cuda"])
+def test_no_set_no_copy(tmp_path: Path, kind: str) -> None:
+    src = _tree(tmp_path)
+    assert patched_source(src, build_sets("deepspeed", kind), tmp_path / "cache").source == src
