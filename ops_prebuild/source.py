@@ -15,6 +15,7 @@ from pathlib import Path
 from porter.errors import ConfigError
 from porter.components import deepspeed
 from porter.fs import cache_dir, sha256_file
+from porter.locks import hold
 from porter.patching import PatchSet, failure_message, load_project, load_shipped
 from porter.patching import plan as plan_patches
 from porter.run import Runner, make_env
@@ -39,21 +40,38 @@ def _identify(tree: Path, origin: str) -> Source:
 def _unpack(sdist: Path, dest_root: Path) -> Path:
     digest = sha256_file(sdist)
     dest = dest_root / f"{sdist.name.removesuffix('.tar.gz')}-{digest[:12]}"
-    if (dest / ".porter-unpacked").is_file():
+    if _unpacked(dest, digest):
         return dest
     dest_root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest_root))
-    try:
-        with tarfile.open(sdist) as tf:
-            tf.extractall(tmp, filter="data")
-        tops = [p for p in tmp.iterdir()]
-        top = tops[0] if len(tops) == 1 and tops[0].is_dir() else tmp
-        (top / ".porter-unpacked").write_text(digest + "\n")
-        shutil.rmtree(dest, ignore_errors=True)
-        os.replace(top, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with hold(dest, f"unpacking {sdist.name}"):  # one process unpacks; the others wait and reuse its tree
+        if _unpacked(dest, digest):
+            return dest
+        tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest_root))
+        try:
+            try:
+                with tarfile.open(sdist) as tf:
+                    tf.extractall(tmp, filter="data")
+            except OSError as exc:
+                if exc.filename is None:
+                    exc.filename = str(dest)  # a write that failed names no file: say which tree it was
+                raise
+            tops = [p for p in tmp.iterdir()]
+            top = tops[0] if len(tops) == 1 and tops[0].is_dir() else tmp
+            (top / ".porter-unpacked").write_text(digest + "\n")  # written last: its presence means complete
+            if dest.exists():  # an unpack that did not finish (killed before its marker): set aside, then removed
+                os.replace(dest, tmp / "stale")
+            os.replace(top, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def _unpacked(dest: Path, digest: str) -> bool:
+    """A complete unpack of the sdist with this sha256 (its marker names it)."""
+    try:
+        return (dest / ".porter-unpacked").read_text().strip() == digest
+    except OSError:
+        return False
 
 
 def resolve_source(spec: str, *, runner: Runner | None = None, cache: Path | None = None) -> Source:
@@ -73,14 +91,21 @@ def resolve_source(spec: str, *, runner: Runner | None = None, cache: Path | Non
         dl = cache / "sdists" / f"{m.group(1)}-{m.group(2)}"
         found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []
         if not found:
-            dl.mkdir(parents=True, exist_ok=True)
-            runner.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                        "-d", str(dl), spec], env=make_env(), timeout=900,
-                       hint="check the version exists on the package index and that it is reachable; "
-                            "offline, pass a downloaded sdist file instead")
-            found = sorted(dl.glob("*.tar.gz"))
-            if not found:
-                raise ConfigError(f"pip downloaded no sdist for {spec}")
+            dl.parent.mkdir(parents=True, exist_ok=True)
+            with hold(dl, f"downloading {spec}", say=runner.log.info):
+                found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []
+                if not found:  # pip writes into a temp folder; the sdist is published by rename once complete
+                    with tempfile.TemporaryDirectory(prefix=".download-", dir=dl.parent) as tmp:
+                        runner.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                                    "-d", tmp, spec], env=make_env(), timeout=900,
+                                   hint="check the version exists on the package index and that it is reachable; "
+                                        "offline, pass a downloaded sdist file instead")
+                        got = sorted(Path(tmp).glob("*.tar.gz"))
+                        if not got:
+                            raise ConfigError(f"pip downloaded no sdist for {spec}")
+                        dl.mkdir(parents=True, exist_ok=True)
+                        os.replace(got[0], dl / got[0].name)
+                    found = sorted(dl.glob("*.tar.gz"))
         return resolve_source(str(found[0]), runner=runner, cache=cache)
     if path.exists():
         raise ConfigError(f"{spec} is neither a folder nor a .tar.gz sdist",
@@ -95,8 +120,9 @@ def cached_source(spec: str, cache: Path) -> Source | None:
     if path.is_dir():
         return _identify(path.resolve(), spec)
     if path.is_file() and spec.endswith((".tar.gz", ".tgz")):
-        dest = cache / "sources" / f"{path.name.removesuffix('.tar.gz')}-{sha256_file(path)[:12]}"
-        if (dest / ".porter-unpacked").is_file():
+        digest = sha256_file(path)
+        dest = cache / "sources" / f"{path.name.removesuffix('.tar.gz')}-{digest[:12]}"
+        if _unpacked(dest, digest):
             return Source("deepspeed", deepspeed.tree_version(dest), dest, spec, sha256_file(path))
         return None
     m = re.fullmatch(r"(deepspeed)==([0-9][0-9A-Za-z.+-]*)", spec.strip())
@@ -182,9 +208,7 @@ def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, dry_run
     if dry_run or (dest / ".porter-patched").is_file():
         return Patched(replace(source, tree=dest), applied)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    from filelock import FileLock
-
-    with FileLock(str(dest) + ".lock"):
+    with hold(dest, f"patching {source.tree.name}"):
         if (dest / ".porter-patched").is_file():  # another build published it while this one waited
             return Patched(replace(source, tree=dest), applied)
         tmp = Path(tempfile.mkdtemp(prefix=".patch-", dir=dest.parent))

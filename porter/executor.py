@@ -150,6 +150,27 @@ class Executor:
 HOST = Executor()
 
 
+def chroot_work_root(root: Path, cache: Path | None) -> Path:
+    """Where a chroot's builds of the host cache ``cache`` live, inside the root: ``ROOT/var/cache/porter`` for
+    the default cache (``~/.cache/porter``), the cache itself when it already lies inside the root, and
+    ``ROOT/var/cache/porter/caches/<hash of its path>`` for any other (``PORTER_CACHE_DIR``): two caches are two
+    caches in the chroot too, never one build folder written by both."""
+    base = root / "var" / "cache" / "porter"
+    if cache is None:
+        return base
+    resolved = Path(os.path.abspath(cache))
+    try:
+        if resolved.is_relative_to(os.path.abspath(root)):
+            return resolved
+    except ValueError:
+        pass
+    if resolved == Path(os.path.abspath(os.path.expanduser("~/.cache/porter"))):
+        return base
+    import hashlib
+
+    return base / "caches" / hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
+
+
 def make_executor(launcher: tuple[str, ...], launcher_root: str = "", *, work_root: Path | None = None,
                   needs_proc: bool = False, setup: str = "") -> Executor:
     """An executor from a profile's ``launcher`` (argv prefix) and ``launcher_root``."""
@@ -162,7 +183,7 @@ def make_executor(launcher: tuple[str, ...], launcher_root: str = "", *, work_ro
         if launcher_root and os.path.abspath(launcher_root) != os.path.abspath(root):
             raise ConfigError(f"launcher_root {launcher_root} differs from the chroot {root}",
                               hint="leave launcher_root out for a chroot: the root is the chroot's folder")
-        return Executor("chroot", tuple(launcher), root, root / "var" / "cache" / "porter",
+        return Executor("chroot", tuple(launcher), root, chroot_work_root(root, work_root),
                         needs_proc=needs_proc, setup=setup)
     if os.path.basename(launcher[0]) in CONTAINER_RUNTIMES:
         if len(launcher) < 3 or launcher[1] != "exec":
@@ -176,7 +197,7 @@ def make_executor(launcher: tuple[str, ...], launcher_root: str = "", *, work_ro
     # any other prefix (a wrapper script): with launcher_root, paths map like a chroot's
     if launcher_root:
         root = Path(launcher_root)
-        return Executor("chroot", tuple(launcher), root, root / "var" / "cache" / "porter",
+        return Executor("chroot", tuple(launcher), root, chroot_work_root(root, work_root),
                         needs_proc=needs_proc, setup=setup)
     return Executor("prefix", tuple(launcher))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,21 @@ def test_nested_folders_are_staged_once(tmp_path: Path) -> None:
     assert len(list((ex.work_root / "staged").iterdir())) == 1  # one copy
     one = root / staged[0].lstrip("/") / "torch" / "ordered_dict.h"
     assert one.is_file() and one.samefile(root / staged[1].lstrip("/") / "torch/csrc/api/include/torch/ordered_dict.h")
+
+
+def test_a_chroot_keeps_each_host_cache_apart(tmp_path: Path) -> None:
+    """Issue 22: two PORTER_CACHE_DIRs once shared one build folder inside the chroot, so one build's hipify
+    removed the sources another was compiling."""
+    from porter.executor import chroot_work_root
+
+    root = tmp_path / "root"
+    base = root / "var" / "cache" / "porter"
+    assert chroot_work_root(root, None) == base
+    assert chroot_work_root(root, Path(os.path.expanduser("~/.cache/porter"))) == base
+    a, b = chroot_work_root(root, tmp_path / "a"), chroot_work_root(root, tmp_path / "b")
+    assert a != b and a.parent == b.parent == base / "caches"
+    assert chroot_work_root(root, tmp_path / "a") == a  # the same cache, the same folder
+    inside = root / "scratch" / "cache"
+    assert chroot_work_root(root, inside) == inside  # already where the chroot sees it
+    ex = make_executor(("chroot", str(root)), work_root=tmp_path / "a")
+    assert ex.work_root == a and ex.inside(a).startswith("/var/cache/porter/caches/")

@@ -139,7 +139,9 @@ def test_plan_runs_configure_make_install_in_the_chroot_and_writes_nothing(tmp_p
         assert step.argv[:2] == ["chroot", root]
     configure = plan.steps[0].argv
     assert "./configure" in configure and "--with-rocm=/usr" in configure
-    assert any(a.startswith("--prefix=/var/cache/porter/netplugin/") for a in configure)  # as the chroot sees it
+    assert tc.executor.work_root is not None
+    w = tc.executor.inside(tc.executor.work_root)
+    assert any(a.startswith(f"--prefix={w}/netplugin/") for a in configure)  # as the chroot sees it
     assert plan.package == "aws-ofi-nccl-0.3.0-rocm7.2.gfx90a.gfx942.gfx950.tar.gz"
     assert plan.refusal is None and plan.env["HIP_PLATFORM"] == "amd"
     res = dry_run(plan, quiet_logger())
