@@ -23,6 +23,7 @@ from porter.codeobjects import read_code_objects
 from porter.errors import CheckFailed, ConfigError, PorterError
 from porter.executor import Executor, build_python
 from porter.fs import atomic_write_text, cache_dir, ensure_writable_dir, sha256_file
+from porter.locks import hold
 from porter.log import Logger, quiet_logger
 from porter.resources import default_jobs
 from porter.run import Runner, make_env
@@ -175,6 +176,10 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                                                     what=f"building DeepSpeed ops for {tc.name}")
         build_dir = cache / "ops" / f"{source.project}-{source.version}-{tc.name}-" \
             f"{_key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag, compile_only)}"
+        if not dry_run:  # two builds of one target take turns from here on (hipify rewrites build_dir/hip); the
+            # shards of one build only while they set up
+            lock = stack.enter_context(hold(build_dir, f"building {source.project} {source.version} for {tc.name}",
+                                            say=log.info))
         hip_map = hipify_for_rocm(cat, tc, selected, build_dir, python=python, runner=runner, log=log,
                                   executor=py_ex, dry_run=dry_run) if tc.kind == "rocm" else None
         view: tuple[Path, ...] = ()
@@ -209,11 +214,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                 plan.notes.append(f"a real run here would be refused: {result.refusal.message}")
             result.seconds = time.monotonic() - start
             return result
-    build_dir.mkdir(parents=True, exist_ok=True)
-    from filelock import FileLock
-
-    lock = FileLock(str(build_dir) + ".lock")
-    with lock:  # two builds of the same target take turns; the shards of one build only while they set up
+        build_dir.mkdir(parents=True, exist_ok=True)
         mirror_tree(source.tree, build_dir / "src", source_tops(selected))
         for path, text in plan.files.items():
             if not Path(path).is_file() or Path(path).read_text() != text:  # an unchanged file keeps its time
@@ -243,8 +244,15 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         stats.unlink(missing_ok=True)
         targets = [s.output for s in part if s.kind == "compile"] if part is not None and shard is not None \
             else None
+        discarded = check_outputs(build_dir, [s.output for s in plan.steps])
+        if discarded:
+            log.warn(f"{len(discarded)} built file(s) in {build_dir} no longer match what porter recorded when it "
+                     f"built them (truncated or changed since: a crash, a full disk, another tool): discarded and "
+                     f"built again: {', '.join(discarded[:3])}{' ...' if len(discarded) > 3 else ''}")
         result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env), targets=targets,
                                ninja_file=ninja_file, log_name=log_name)
+        if shard is None:  # the shards of one build compile at once: the set-up of the next run checks theirs
+            record_outputs(build_dir, [s.output for s in plan.steps])
         if shard is not None:
             result.shard = {"index": shard[0], "count": shard[1], "objects": targets or []}
             if ccache is not None:
@@ -275,6 +283,54 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             download_dependencies(result.wheel, wheelhouse, python=sys.executable, runner=runner)
     result.seconds = time.monotonic() - start
     return result
+
+
+OUTPUTS_RECORD = "porter-outputs.json"
+"""In a build folder: each file porter built there (objects, modules) with its size and sha256, written after a
+run; the next run discards what no longer matches (ninja would take a truncated object with a new time as up to
+date) and builds it again."""
+
+
+def record_outputs(build_dir: Path, outputs: list[str]) -> None:
+    rec: dict[str, dict[str, Any]] = {}
+    for out in outputs:
+        path = Path(out)
+        if path.is_file():
+            rec[os.path.relpath(path, build_dir)] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+    atomic_write_text(build_dir / OUTPUTS_RECORD, json.dumps(rec, indent=1, sort_keys=True) + "\n")
+
+
+def check_outputs(build_dir: Path, outputs: list[str]) -> list[str]:
+    """Remove the recorded outputs whose size or sha256 changed since they were recorded; return them (relative
+    paths). A garbled record cannot vouch for anything: it is removed with every output of ``outputs`` there is."""
+    path = build_dir / OUTPUTS_RECORD
+    try:
+        rec = json.loads(path.read_text())
+        if not (isinstance(rec, dict) and all(isinstance(v, dict) and isinstance(v.get("size"), int)
+                                              and isinstance(v.get("sha256"), str) for v in rec.values())):
+            raise ValueError("not a record of outputs")
+    except FileNotFoundError:
+        return []
+    except (ValueError, OSError):
+        gone = [os.path.relpath(o, build_dir) for o in outputs if Path(o).is_file()]
+        for o in outputs:
+            Path(o).unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+        return [f"{OUTPUTS_RECORD} (unreadable)", *gone]
+    bad: list[str] = []
+    for rel, want in sorted(rec.items()):
+        out = build_dir / rel
+        try:
+            if out.stat().st_size == want["size"] and sha256_file(out) == want["sha256"]:
+                continue
+        except FileNotFoundError:
+            continue  # missing: ninja builds it again by itself
+        out.unlink(missing_ok=True)
+        bad.append(rel)
+    if bad:
+        atomic_write_text(path, json.dumps({k: v for k, v in rec.items() if k not in bad}, indent=1,
+                                           sort_keys=True) + "\n")
+    return bad
 
 
 def download_dependencies(wheel: Path, wheelhouse: Path, *, python: str, runner: Runner) -> list[str]:

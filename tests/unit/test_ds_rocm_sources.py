@@ -4,6 +4,7 @@ warning and the source as it is."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -98,3 +99,26 @@ text = "x"
 def test_no_set_no_copy(tmp_path: Path, kind: str) -> None:
     src = _tree(tmp_path)
     assert patched_source(src, build_sets("deepspeed", kind), tmp_path / "cache").source == src
+
+
+def test_outputs_whose_content_changed_since_recorded_are_discarded(tmp_path: Path) -> None:
+    from ops_prebuild.build import OUTPUTS_RECORD, check_outputs, record_outputs
+
+    build = tmp_path / "build"
+    (build / "op").mkdir(parents=True)
+    so, obj, other = build / "op" / "op.so", build / "op" / "a.o", build / "op" / "b.o"
+    for p in (so, obj, other):
+        p.write_bytes(p.name.encode() * 1000)
+    outputs = [str(so), str(obj), str(other), str(build / "op" / "never-built.o")]
+    record_outputs(build, outputs)
+    assert set(json.loads((build / OUTPUTS_RECORD).read_text())) == {"op/op.so", "op/a.o", "op/b.o"}
+    assert check_outputs(build, outputs) == []  # all as recorded: kept
+    so.write_bytes(so.read_bytes()[:1000])  # truncated
+    obj.write_bytes(b"x" * obj.stat().st_size)  # same size, other bytes
+    assert check_outputs(build, outputs) == ["op/a.o", "op/op.so"]
+    assert not so.exists() and not obj.exists() and other.exists()
+    assert set(json.loads((build / OUTPUTS_RECORD).read_text())) == {"op/b.o"}
+    (build / OUTPUTS_RECORD).write_text("{garbled")
+    assert check_outputs(build, outputs) == [f"{OUTPUTS_RECORD} (unreadable)", "op/b.o"]
+    assert not other.exists() and not (build / OUTPUTS_RECORD).exists()
+    assert check_outputs(build, outputs) == []  # no record: nothing to vouch for, nothing to discard
