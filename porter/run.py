@@ -3,6 +3,11 @@
 argv lists only (never a shell), an explicit env dict per call (``os.environ`` is read once, copied,
 never changed), a timeout, the command echoed before it runs, and its output replayed when it fails.
 A dry run is just another runner: :class:`RecordingRunner` records what would run.
+
+Nothing a command starts outlives porter. Each command runs in a session of its own under a small guardian
+(:data:`GUARD`, a second python with no site imports) that asks Linux for a signal when its parent dies
+(``PR_SET_PDEATHSIG``): when porter ends in any way, a ``kill -9`` included, the guardian stops the whole process
+group (ninja and every compiler it started). Ctrl-C, SIGTERM and timeouts stop the group from porter itself.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,13 +75,14 @@ class Runner:
             self.log.command(args, env_changes(full_env), os.fspath(cwd) if cwd else None)
         start = time.monotonic()
         try:
-            proc = subprocess.Popen(args, env=full_env, cwd=cwd, stdout=subprocess.PIPE,
+            proc = subprocess.Popen([*guard_prefix(), *args], env=full_env, cwd=cwd, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL if input is None else subprocess.PIPE, text=True,
                                     errors="replace", start_new_session=True)
         except FileNotFoundError as exc:
             raise ToolError(f"program not found: {args[0]}",
                             hint=hint or "install it or put it on PATH, or name it in the toolchain profile") from exc
+
         try:
             out, _ = proc.communicate(input=input, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -87,11 +94,84 @@ class Runner:
             _kill_group(proc)
             proc.communicate()
             raise Interrupted(f"interrupted while running {args[0]}; the process group was stopped")
+        if proc.returncode == 127 and (out or "").startswith(GUARD_NOT_FOUND):
+            raise ToolError(f"program not found: {args[0]}",
+                            hint=hint or "install it or put it on PATH, or name it in the toolchain profile")
         result = Result(args, proc.returncode, out or "", time.monotonic() - start)
         if check and not result.ok:
             self.log.replay(result.output)
             raise CommandFailed(args, result.returncode, result.output, hint=hint)
         return result
+
+
+GUARD_NOT_FOUND = "porter-guard: not found: "
+GUARD = r"""
+import os, signal, sys
+parent = int(sys.argv[1])
+try:
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+except Exception:
+    pass
+def stop(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        os.killpg(0, signal.SIGTERM)
+    except OSError:
+        pass
+    signal.alarm(10)
+def last(signum, frame):
+    os.killpg(0, signal.SIGKILL)
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGALRM, last)
+if os.getppid() != parent:
+    stop(0, None)
+    sys.exit(143)
+try:
+    pid = os.fork()
+except OSError as exc:
+    sys.stdout.write("porter-guard: fork: %s\n" % exc)
+    sys.exit(126)
+if pid == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    except FileNotFoundError:
+        sys.stdout.write("porter-guard: not found: %s\n" % sys.argv[2])
+        sys.stdout.flush()
+        os._exit(127)
+    except OSError as exc:
+        sys.stdout.write("porter-guard: %s: %s\n" % (sys.argv[2], exc))
+        sys.stdout.flush()
+        os._exit(126)
+while True:
+    try:
+        _, status = os.waitpid(pid, 0)
+        break
+    except InterruptedError:
+        continue
+    except ChildProcessError:
+        status = 0
+        break
+if os.WIFSIGNALED(status):
+    try:
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass  # SIGKILL, SIGSTOP: their disposition is the default already
+    os.kill(os.getpid(), os.WTERMSIG(status))
+sys.exit(os.WEXITSTATUS(status))
+"""
+"""The guardian between porter and each command: it forks the command (same session, same process group, the
+same stdin and stdout), passes its exit status on (a signal as the same signal; a program not found as 127 and
+:data:`GUARD_NOT_FOUND`), and stops the group when porter dies (the thread that started it: porter runs commands
+from its main thread only) or asks it to."""
+
+
+def guard_prefix() -> list[str]:
+    """The argv that runs a command under :data:`GUARD` (Linux; elsewhere none: the command runs as it is)."""
+    if not sys.platform.startswith("linux"):
+        return []
+    return [sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid())]
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:

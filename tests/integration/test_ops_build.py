@@ -153,6 +153,45 @@ def test_ctrl_c_stops_ninja_and_leaves_no_wheel(deepspeed_sdist: Path, tmp_path:
     assert left == "", f"processes left behind: {left}"
 
 
+def test_kill_9_of_porter_leaves_no_compiler_and_the_rerun_builds(deepspeed_sdist: Path, tmp_path: Path) -> None:
+    """Issue 22: a SIGKILL of porter (an OOM kill, 'kill -9' on a login node) once left ninja and its compilers
+    running as orphans, writing into the cache while the next run started. Now the guardian of each command stops
+    the group when porter dies, and the next run builds from what was published."""
+    wh, cache = tmp_path / "wh", tmp_path / "cache"
+    argv = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops",
+            "cpu_adam", "-o", str(wh)]
+    env = {**os.environ, "PORTER_CACHE_DIR": str(cache)}
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list(cache.glob("ops/*/build.ninja")):
+            time.sleep(0.2)
+        assert list(cache.glob("ops/*/build.ninja")), "ninja never started"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _compilers(cache):
+            time.sleep(0.2)
+        assert _compilers(cache), "no compiler started"
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _compilers(cache):
+        time.sleep(0.2)
+    assert not _compilers(cache), f"processes outlived porter: {_compilers(cache)}"
+    assert not list(wh.glob("*.whl"))
+    res = subprocess.run(argv + ["--json"], capture_output=True, text=True, env=env, timeout=1200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [o["status"] for o in json.loads(res.stdout)["ops"]] == ["built"]
+    assert len(list(wh.glob("*.whl"))) == 1
+
+
+def _compilers(cache: Path) -> str:
+    return subprocess.run(["pgrep", "-a", "-f", str(cache)], capture_output=True, text=True).stdout.strip()
+
+
 @pytest.mark.parametrize("args,code,needle", [
     (["--ops", "cpu_adm"], 2, "did you mean cpu_adam"),
     (["--ops", "async_io"], 2, "cannot be built with this toolchain"),
