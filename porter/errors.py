@@ -63,3 +63,53 @@ class Interrupted(PorterError):
 def refusal_line(message: str) -> str:
     """How a dry run reports what a real run would refuse: one line, printed with the plan."""
     return "# a real run here would be refused: " + " ".join(message.split())
+
+
+class FileSystemError(PorterError):
+    """The file system refused a write or a read: no space, read-only, no permission, over quota."""
+
+    exit_code = 1
+
+
+def from_os_error(exc: OSError) -> FileSystemError:
+    """An ``OSError`` that escaped, as an ERROR naming the cause and the path, with a TIP for that cause (never a
+    traceback, never a hint that blames another program)."""
+    import errno
+    import os
+    import shutil
+
+    path = exc.filename if exc.filename is not None else ""
+    where = f" ({path})" if path else ""
+    folder = _existing_parent(os.fspath(path)) if path else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        free = ""
+        if folder:
+            try:
+                free = f"; {shutil.disk_usage(folder).free / 2**20:.0f} MiB free there now"
+            except OSError:
+                pass
+        what = "no space left on device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
+        return FileSystemError(f"{what} while writing{where or ' a file'}{free}",
+                               hint=f"free space on the file system that holds {folder or 'it'} (df -h), or point "
+                                    "porter elsewhere: PORTER_CACHE_DIR for the cache, -o for a wheelhouse; nothing "
+                                    "half-written was kept")
+    if exc.errno == errno.EROFS:
+        return FileSystemError(f"read-only file system{where}",
+                               hint="give porter a writable place: PORTER_CACHE_DIR for the cache, -o for outputs")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return FileSystemError(f"permission denied{where}",
+                               hint=f"check who owns {folder or 'it'} and its mode (ls -ld), or point porter at a "
+                                    "folder of yours (PORTER_CACHE_DIR, -o)")
+    return FileSystemError(f"{exc.strerror or exc}{where}", hint="see the path above; nothing half-written was kept")
+
+
+def _existing_parent(path: str) -> str:
+    import os
+
+    path = os.path.abspath(path)
+    while path and not os.path.isdir(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return ""
+        path = parent
+    return path

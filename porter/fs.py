@@ -50,8 +50,10 @@ def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield Path(tmp)
         os.replace(tmp, dest)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(dest)  # zipfile's write() names no file: say which one was being written
         raise
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from porter import __version__
-from porter.errors import CommandFailed, PorterError
+from porter.errors import CommandFailed, PorterError, from_os_error
 from porter.log import Logger
 
 # name -> "module:attribute"; a new command is one line here plus its module.
@@ -90,16 +90,27 @@ def main(argv: list[str] | None = None) -> None:
         log.error("aborted")
         sys.exit(130)
     except PorterError as exc:
+        hint = exc.hint
         if isinstance(exc, CommandFailed):
-            log.error(f"{exc.message}\n  command: {' '.join(exc.argv)}")
+            full = "No space left on device" in exc.output or "Disk quota exceeded" in exc.output
+            log.error(f"{exc.message}" + (" (the command ran out of disk space: 'No space left on device' in its "
+                                          "output above)" if full else "") + f"\n  command: {' '.join(exc.argv)}")
+            if full:
+                hint = ("free space where the command writes (df -h), or point porter elsewhere: PORTER_CACHE_DIR "
+                        "for the cache, -o for a wheelhouse")
         else:
             log.error(exc.message)
-        if exc.hint:
-            log.tip(exc.hint)
+        if hint:
+            log.tip(hint)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         log.error("interrupted")
         sys.exit(130)
+    except OSError as exc:  # a full disk, a read-only or foreign folder: the cause and the path, no traceback
+        err = from_os_error(exc)
+        log.error(err.message)
+        log.tip(err.hint or "")
+        sys.exit(err.exit_code)
     sys.exit(0)
 
 

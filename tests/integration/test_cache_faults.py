@@ -1,0 +1,104 @@
+"""Issue 22, with real builds: a built file that a crash or a full disk left truncated in the cache is found out
+and built again (ninja alone would take it as up to date), and the wheel is the one a clean build writes."""
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from porter.fs import sha256_bytes
+from tests.integration.conftest import CPU_OPS, run_porter
+
+pytestmark = [pytest.mark.integration]
+
+
+def _build(sdist: Path, wheelhouse: Path) -> tuple[dict, str]:  # type: ignore[type-arg]
+    res = run_porter("ops", "build", "--source", str(sdist), "--toolchain", "cpu", "--ops", ",".join(CPU_OPS),
+                     "-o", str(wheelhouse), "--json")
+    assert res.returncode == 0, res.stderr[-4000:]
+    return json.loads(res.stdout), res.stderr
+
+
+def _modules(wheel: Path) -> dict[str, str]:
+    with zipfile.ZipFile(wheel) as z:
+        return {n: sha256_bytes(z.read(n)) for n in z.namelist() if n.endswith(".so")}
+
+
+def test_truncated_module_and_object_are_rebuilt_not_reused(cpu_ops_wheelhouse: Path, deepspeed_sdist: Path,
+                                                             tmp_path: Path) -> None:
+    (clean,) = cpu_ops_wheelhouse.glob("*.whl")
+    doc, _ = _build(deepspeed_sdist, tmp_path / "a")  # the same build: every op from the cache
+    assert all(o["status"] == "cached" for o in doc["ops"]), doc["ops"]
+    steps = doc["plan"]["steps"]
+    module = Path(next(s["output"] for s in steps if s["kind"] == "link" and "cpu_adam" in s["output"]))
+    obj = Path(next(s["output"] for s in steps if s["kind"] == "compile" and "cpu_lion" in s["output"]))
+    for path in (module, obj):  # as a crash or a full disk leaves them: a new time, the first 1000 bytes
+        path.write_bytes(path.read_bytes()[:1000])
+    doc, err = _build(deepspeed_sdist, tmp_path / "b")
+    assert "no longer match what porter recorded" in err and module.name in err, err[-3000:]
+    status = {o["name"]: o["status"] for o in doc["ops"]}
+    assert status["cpu_adam"] == "built" and status["cpu_lion"] == "built", status
+    (again,) = (tmp_path / "b").glob("*.whl")
+    assert _modules(again) == _modules(clean)  # what a clean build wrote, byte for byte
+    assert module.stat().st_size > 100_000
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A 1 MiB tmpfs: a real file system that fills (mounting needs root; without it the test is skipped and the
+    unit tier's injected ENOSPC stands in)."""
+    import subprocess
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (not root)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_full_disk_is_an_error_naming_the_path(cpu_ops_wheelhouse: Path, deepspeed_sdist: Path,
+                                               small_fs: Path) -> None:
+    # the wheelhouse fills while the wheel is written (every op from the cache: only the wheel is new)
+    wh = small_fs / "wh"
+    res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "--toolchain", "cpu", "--ops", ",".join(CPU_OPS),
+                     "-o", str(wh))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "ERROR: no space left on device while writing" in res.stderr and str(wh) in res.stderr, res.stderr[-2000:]
+    assert "TIP: free space on the file system that holds" in res.stderr
+    assert not list(wh.glob("*")), list(wh.glob("*"))  # nothing half-written
+    # the cache fills while the sdist is unpacked
+    res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "--toolchain", "cpu", "--ops", "cpu_adam",
+                     "-o", str(small_fs.parent / "wh2"), env={"PORTER_CACHE_DIR": str(small_fs / "cache")})
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "ERROR: no space left on device while writing" in res.stderr and str(small_fs / "cache") in res.stderr, \
+        res.stderr[-2000:]
+    assert "setup.py" not in res.stderr.split("ERROR:")[-1]  # the TIP names the disk, not another program
+    assert not [p for p in (small_fs / "cache").rglob("*") if p.is_file() and not p.name.endswith((".lock", ".owner"))]
+
+
+def test_four_builds_at_once_on_one_cache_share_the_work(deepspeed_sdist: Path, tmp_path: Path) -> None:
+    """Issue 22: two builds on one cache once failed 3 runs out of 3 (an unpack renamed onto another's, a
+    half-unpacked tree read as a source). Four at once, one fresh cache: each succeeds, the op is compiled once
+    (the others wait for the build folder, then find it built) and the wheels are byte-identical."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    env = {**__import__("os").environ, "PORTER_CACHE_DIR": str(cache)}
+    procs = [subprocess.Popen([sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_sdist),
+                               "-t", "cpu", "--ops", "cpu_adam", "-o", str(tmp_path / f"wh{i}"), "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(4)]
+    outs = [p.communicate(timeout=1800) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    status = sorted(json.loads(out)["ops"][0]["status"] for out, _ in outs)
+    assert status == ["built", "cached", "cached", "cached"], status
+    assert sum("waiting for" in err for _, err in outs) >= 1  # the waiters said so
+    wheels = [next((tmp_path / f"wh{i}").glob("*.whl")).read_bytes() for i in range(4)]
+    assert all(w == wheels[0] for w in wheels)
+    assert len(list((cache / "sources").glob("deepspeed-*"))) == 1  # unpacked once

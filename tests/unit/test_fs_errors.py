@@ -1,0 +1,36 @@
+"""Issue 22: an OSError that reaches the CLI is an ERROR naming its cause and its path, with a TIP for that cause."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from porter.errors import from_os_error
+from porter.fs import atomic_path
+
+
+def test_no_space_names_the_path_the_space_left_and_what_to_do(tmp_path: Path) -> None:
+    err = from_os_error(OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "wh" / "x.whl")))
+    assert err.message.startswith(f"no space left on device while writing ({tmp_path / 'wh' / 'x.whl'})")
+    assert "MiB free there now" in err.message  # measured on the nearest folder that exists
+    assert err.hint is not None and f"holds {tmp_path}" in err.hint and "PORTER_CACHE_DIR" in err.hint
+    assert err.exit_code == 1
+
+
+@pytest.mark.parametrize("code,words", [(errno.EROFS, "read-only file system"), (errno.EACCES, "permission denied"),
+                                        (errno.EPERM, "permission denied"), (errno.EDQUOT, "disk quota exceeded")])
+def test_each_cause_in_its_own_words(code: int, words: str) -> None:
+    err = from_os_error(OSError(code, "x", "/some/cache/entry"))
+    assert err.message.startswith(words) and "/some/cache/entry" in err.message and err.hint
+
+
+def test_an_unnamed_write_error_is_named_by_the_atomic_writer(tmp_path: Path) -> None:
+    dest = tmp_path / "out.whl"
+    with pytest.raises(OSError) as info:
+        with atomic_path(dest):
+            raise OSError(errno.ENOSPC, "No space left on device")  # as zipfile's write() raises it
+    assert info.value.filename == str(dest)
+    assert str(dest) in from_os_error(info.value).message
+    assert not list(tmp_path.iterdir())  # the temp file beside it is gone
