@@ -110,20 +110,34 @@ class Executor:
         if holder is not None:
             return str(PurePosixPath(self.visible(holder, stage=stage)) / src.relative_to(holder).as_posix())
         dest = self.staged_path(src)
-        if stage and not (dest / _DONE).is_file() and not (dest.is_file() and src.is_file()):
+        if stage and not self._staged(src, dest):
             if not src.exists():
                 raise ConfigError(f"cannot stage {src} into {self.describe()}: it does not exist")
             dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            if src.is_dir():
-                shutil.copytree(src, tmp, symlinks=True)
-                (tmp / _DONE).write_text(str(src) + "\n")
-                shutil.rmtree(dest, ignore_errors=True)
-            else:
-                shutil.copy2(src, tmp)
-            os.replace(tmp, dest)
+            from porter.locks import hold
+
+            with hold(dest, f"staging {src}"):  # one copier; the others wait, then use its copy
+                if not self._staged(src, dest):
+                    tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    if src.is_dir():
+                        shutil.copytree(src, tmp, symlinks=True)
+                        (tmp / _DONE).write_text(str(src) + "\n")
+                        shutil.rmtree(dest, ignore_errors=True)  # unfinished (no marker): removed under the lock
+                    else:
+                        shutil.copy2(src, tmp)
+                    os.replace(tmp, dest)
         return self.inside(dest)
+
+    @staticmethod
+    def _staged(src: Path, dest: Path) -> bool:
+        """A complete copy of ``src`` at ``dest``: a folder with its marker, or a file of the same size."""
+        if src.is_dir():
+            return (dest / _DONE).is_file()
+        try:
+            return dest.is_file() and dest.stat().st_size == src.stat().st_size
+        except OSError:
+            return False
 
     def work_dir(self, host_default: Path) -> Path:
         """The host folder for porter's work files of a build: ``host_default`` on the host, else

@@ -19,6 +19,7 @@ from pathlib import Path
 from porter.errors import ConfigError
 from porter.executor import HOST, Executor
 from porter.fs import atomic_write_text
+from porter.locks import hold
 from porter.probe import run_probe
 from porter.run import Runner, make_env
 from porter.torch_facts import TorchInfo
@@ -59,6 +60,14 @@ def make_view(torch: TorchInfo, work: Path, *, python: str, runner: Runner, exec
                           "HIP view of it can be made",
                           hint="use a build python whose torch wheel has them (the CPU and CUDA wheels from PyPI do)")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    with hold(dest, f"a HIP view of torch {torch.version}", say=runner.log.info):
+        if (dest / DONE).is_file():  # another build made it while this one waited
+            return dest
+        _make(torch, include, dest, python=python, runner=runner, executor=executor)
+    return dest
+
+
+def _make(torch: TorchInfo, include: str, dest: Path, *, python: str, runner: Runner, executor: Executor) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         doc = run_probe("torch_hip_view", [executor.inside(include) if executor.kind != "host" else include,
@@ -71,8 +80,7 @@ def make_view(torch: TorchInfo, work: Path, *, python: str, runner: Runner, exec
             atomic_write_text(tmp / rel, text)
         atomic_write_text(tmp / DONE, f"torch {torch.version}: {doc['files']} hipified headers + "
                                       f"{len(EXTRA)} written by porter\n")
-        shutil.rmtree(dest, ignore_errors=True)
+        shutil.rmtree(dest, ignore_errors=True)  # an unfinished view (no DONE): only its maker, under the lock
         tmp.rename(dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return dest
