@@ -20,7 +20,7 @@ from porter.artifacts.labels import with_label
 from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, manifest_path, write_beside
 from porter.ccache import CacheRequest, CompilerCache, read_stats, setup_cache
 from porter.codeobjects import read_code_objects
-from porter.errors import CheckFailed, ConfigError, PorterError
+from porter.errors import CheckFailed, ConfigError, PorterError, first_error
 from porter.executor import Executor, build_python
 from porter.fs import atomic_write_text, cache_dir, ensure_writable_dir, sha256_file
 from porter.locks import hold
@@ -463,22 +463,6 @@ def failures(failed: list[OpResult], where: str, tc: Toolchain) -> str:
     lines = [f"  {o.name} ({archs}): {o.error or 'failed'}" + (f"\n    full log: {o.log}" if o.log else "")
              for o in failed]
     return f"in {where} with {tc.name}:\n" + "\n".join(lines)
-
-
-def first_error(text: str) -> str:
-    """The compiler's own first error line, else the last non-empty line. An error inside an included header
-    says which unit included it (the last line of the compiler's include chain), so it names the tree's file."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("FAILED:")]
-    at = next((i for i, ln in enumerate(lines) if re.search(r"\berror\b:", ln)), None)  # the compiler's "error:"
-    if at is None:
-        return next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else "failed with no output")[:400]
-    chain: list[str] = []
-    for ln in reversed(lines[:at]):
-        if not ln.startswith(("In file included from ", "from ")):
-            break
-        chain.append(ln)
-    unit = chain[0].removeprefix("In file included from ").removeprefix("from ").rstrip(":,") if chain else ""
-    return (lines[at] + (f" (included from {unit})" if unit else ""))[:600]
 
 
 def _failure_blocks(output: str) -> list[str]:

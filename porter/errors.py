@@ -113,3 +113,29 @@ def _existing_parent(path: str) -> str:
             return ""
         path = parent
     return path
+
+
+def first_error(text: str) -> str:
+    """The line of a command's output worth reading first (porter's one reader of compiler and tool output):
+
+    1. the compiler's first ``error:`` line; when it is inside an included header, with the unit that included it
+       (the last line of the compiler's include chain), so it names the tree's own file;
+    2. else porter's or pip's last ``ERROR`` line;
+    3. else the first line that mentions an error, else the last line (``failed with no output`` for none).
+    """
+    import re
+
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("FAILED:")]
+    at = next((i for i, ln in enumerate(lines) if re.search(r"\berror\b:", ln) and not ln.startswith("ERROR")), None)
+    if at is None:
+        errors = [ln for ln in lines if ln.startswith("ERROR")]
+        if errors:
+            return errors[-1].removeprefix("ERROR: ")[:400]
+        return next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else "failed with no output")[:400]
+    chain: list[str] = []
+    for ln in reversed(lines[:at]):
+        if not ln.startswith(("In file included from ", "from ")):
+            break
+        chain.append(ln)
+    unit = chain[0].removeprefix("In file included from ").removeprefix("from ").rstrip(":,") if chain else ""
+    return (lines[at] + (f" (included from {unit})" if unit else ""))[:600]

@@ -24,7 +24,6 @@ rule, so a local run rehearses the cluster run exactly.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import socket
@@ -37,7 +36,7 @@ from typing import Any
 from porter import __version__
 from porter.cluster import slurm as sl
 from porter.cluster.matrix import Cell, Matrix
-from porter.errors import CheckFailed, ConfigError, PartialSuccess, PorterError, ToolError
+from porter.errors import CheckFailed, ConfigError, PartialSuccess, PorterError, ToolError, first_error
 from porter.fs import atomic_write_json, atomic_write_text, ensure_writable_dir
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
@@ -170,21 +169,6 @@ def _slurm_ids(env: Mapping[str, str]) -> dict[str, str]:
     return {k: env[v] for k, v in keys.items() if env.get(v)}
 
 
-_COMPILER_ERROR = re.compile(r"(\S+?):(\d+)(?::\d+)?: (?:fatal )?error: (.*)")
-
-
-def _first_error(output: str) -> str:
-    """The line worth reading first: the first compiler error (``file:line: error: ...``), else porter's
-    (or pip's) last ERROR line, else the last line."""
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
-    for line in lines:
-        m = _COMPILER_ERROR.search(line)
-        if m:
-            return f"{Path(m[1]).name}:{m[2]}: error: {m[3]}"[:400]
-    errors = [ln for ln in lines if ln.startswith("ERROR")]
-    line = errors[-1] if errors else (lines[-1] if lines else "no output")
-    return line.removeprefix("ERROR: ")[:400]
-
 
 def _move(src: Path, dest: Path) -> None:
     """Rename ``src`` onto ``dest``; across filesystems, copy beside ``dest`` and rename."""
@@ -255,9 +239,9 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
         else:
             doc.update(status="built" if code == 0 else "partial", wheel=wheel.name, wheel_path=str(wheel))
             if code:
-                doc["error"] = _first_error(output)
+                doc["error"] = first_error(output)
     else:
-        doc.update(status="failed", error=_first_error(output))
+        doc.update(status="failed", error=first_error(output))
     try:
         out.rmdir()  # empty once shipped; what a failed build left stays for a look
     except OSError:

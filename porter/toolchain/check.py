@@ -16,7 +16,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from porter.codeobjects import CodeObject, read_code_objects
-from porter.errors import ConfigError, ToolError
+from porter.errors import ConfigError, ToolError, first_error
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
 from porter.toolchain.archs import Target
@@ -164,7 +164,7 @@ def check_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger 
             start = time.monotonic()
             with log.step(f"compiling for {label}"):
                 res = runner.run(argv, env=env, timeout=600, check=False)
-            msg = "" if res.ok else _first_error(res.output)
+            msg = "" if res.ok else first_error(res.output)
             report.archs.append(ArchResult(label if target is None else target.spec, res.ok,
                                            time.monotonic() - start, msg))
             if res.ok and target is not None:
@@ -184,17 +184,10 @@ def check_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger 
                 else:
                     report.shared_object = so.name
             else:
-                report.link_error = _first_error(res.output)
+                report.link_error = first_error(res.output)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return report
-
-
-def _first_error(output: str) -> str:
-    """The compiler's own message: the error lines, else the last lines."""
-    lines = [l for l in output.splitlines() if l.strip()]
-    errors = [l for l in lines if "error" in l.lower()]
-    return "\n".join((errors or lines)[:5]) or "failed with no output"
 
 
 ARCH_HINT = ("drop the failing archs from the profile, or use a ROCm that knows them (debian-trixie-rocm, "

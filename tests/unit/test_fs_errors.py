@@ -34,3 +34,17 @@ def test_an_unnamed_write_error_is_named_by_the_atomic_writer(tmp_path: Path) ->
     assert info.value.filename == str(dest)
     assert str(dest) in from_os_error(info.value).message
     assert not list(tmp_path.iterdir())  # the temp file beside it is gone
+
+
+def test_one_reader_of_command_output_for_every_caller() -> None:
+    """Issue 19: first_error was written three times (toolchain check, Slurm jobs, the op build)."""
+    from porter.errors import first_error
+
+    chain = ("In file included from /w/hip/ops/k.hip:3:\n/w/hip/includes/u.h:9:1: error: unknown type name 'x'\n"
+             "1 error generated.\n")
+    assert first_error(chain) == "/w/hip/includes/u.h:9:1: error: unknown type name 'x' (included from /w/hip/ops/k.hip:3)"
+    assert first_error("pip stuff\nERROR: first\nmore\nERROR: No matching distribution\n") == "No matching distribution"
+    assert first_error("warning: a\nlink failed with an Error here\nlast\n") == "link failed with an Error here"
+    assert first_error("one\ntwo\n") == "two" and first_error("") == "failed with no output"
+    assert first_error("FAILED: x.o\nx.cu:1:2: fatal error: 'y.h' file not found\n") == \
+        "x.cu:1:2: fatal error: 'y.h' file not found"

@@ -345,7 +345,7 @@ def test_a_cell_records_its_wheel_and_a_failed_cell_its_log(project: Path) -> No
     assert runner.ran[0][-2:] == ["-o", str(d / "cells" / "apex-apex-env-cpu" / "out")]
     bad = run_cell(d, 2, runner=runner, env={})
     assert bad["status"] == "failed" and bad["returncode"] == 1
-    assert bad["error"] == "x.cpp:3: error: 'nope' was not declared"
+    assert bad["error"] == "x.cpp:3:5: error: 'nope' was not declared"  # the compiler's own line, as porter reads it everywhere
     log = Path(bad["log"])
     assert log == d / "cells" / "deepspeed-0.19.8-cpu" / "build.log" and "not declared" in log.read_text()
     assert json.loads((d / "cells" / "deepspeed-0.19.8-cpu" / "result.json").read_text())["status"] == "failed"
