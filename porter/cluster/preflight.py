@@ -124,7 +124,7 @@ def plugin_path(site: Site, environ: Mapping[str, str]) -> str:
 
 
 def check_plugin(site: Site, environ: Mapping[str, str], nodes: int) -> Check:
-    from porter.cluster.netplugin import inspect_library, manifest_near
+    from porter.netplugin.node import inspect_library, manifest_near
     from porter.netplugin.checks import site_refusals
 
     if site.plugin is None:

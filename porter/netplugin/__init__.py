@@ -6,5 +6,7 @@
   built there, package it with a manifest (``porter net-plugin build``);
 - :mod:`porter.netplugin.verify`: load a package or library in the target environment and list its plugin
   symbols (``porter net-plugin verify``);
-- :mod:`porter.netplugin.checks`: whether a plugin fits a site (ROCm, RCCL major); the preflight asks it too.
+- :mod:`porter.netplugin.checks`: whether a plugin fits a site (ROCm, RCCL major); the preflight asks it too;
+- :mod:`porter.netplugin.node`: a plugin as a node sees it (does it load here, what it exports, the manifest beside
+  an installed one), for the preflight.
 """

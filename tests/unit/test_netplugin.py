@@ -305,7 +305,7 @@ def test_header_facts_read_rccl_libfabric_and_hip_versions(tmp_path: Path) -> No
 
 
 def test_the_preflight_applies_the_same_site_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import porter.cluster.netplugin as cn
+    import porter.netplugin.node as cn
     from porter.cluster.preflight import check_plugin
 
     lib = tmp_path / "pkg" / "lib" / "librccl-net.so"
