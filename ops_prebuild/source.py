@@ -197,13 +197,12 @@ def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, dry_run
     if planned.failed:
         return Patched(source, warning=f"{', '.join(s.ref for s in sets)} cannot be applied to {source.origin}, "
                                        f"built as it is: " + failure_message(planned.failed))
-    changes = [c for c in planned.changes if c.after is not None and c.after != c.before]
+    changes = [(c.path, c.after, c.mode) for c in planned.changes if c.after is not None and c.after != c.before]
     applied = tuple(f"{s.ref}: {', '.join(sorted({r.patch for r in s.results if r.status == 'would-apply'}))}"
                     for s in planned.sets if any(r.status == "would-apply" for r in s.results))
     if not changes:
         return Patched(source)
-    digest = hashlib.sha256(b"\0".join(f"{c.path}\0".encode() + c.after for c in
-                                       sorted(changes, key=lambda c: c.path))).hexdigest()[:12]
+    digest = hashlib.sha256(b"\0".join(f"{path}\0".encode() + after for path, after, _ in sorted(changes))).hexdigest()[:12]
     dest = cache / "sources" / f"{source.tree.name}+{'+'.join(s.name for s in sets)}-{digest}"
     if dry_run or (dest / ".porter-patched").is_file():
         return Patched(replace(source, tree=dest), applied)
@@ -215,14 +214,14 @@ def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, dry_run
         try:
             work = tmp / "tree"
             shutil.copytree(source.tree, work, symlinks=True, copy_function=_link_or_copy)
-            for change in changes:
-                out = work / change.path
+            for rel, after, mode in changes:
+                out = work / rel
                 if out.is_symlink():  # a source tree's alias (deepspeed/ops/op_builder -> ../../op_builder)
                     out = out.resolve()
                 out.unlink(missing_ok=True)  # a new file, never written through a hard link into the source
-                out.write_bytes(change.after)
-                if change.mode is not None:
-                    out.chmod(change.mode)
+                out.write_bytes(after)
+                if mode is not None:
+                    out.chmod(mode)
             (work / ".porter-patched").write_text("\n".join(applied) + "\n")
             shutil.rmtree(dest, ignore_errors=True)
             os.replace(work, dest)

@@ -139,3 +139,16 @@ def first_error(text: str) -> str:
         chain.append(ln)
     unit = chain[0].removeprefix("In file included from ").removeprefix("from ").rstrip(":,") if chain else ""
     return (lines[at] + (f" (included from {unit})" if unit else ""))[:600]
+
+
+def shown(value: object) -> str:
+    """A value read from a user's file, for a message: short however big or deep (its plain repr may be huge, run
+    out of recursion on a table thousands deep, or raise on an integer of thousands of digits)."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother = 3, 80, 80
+    try:
+        return short.repr(value)
+    except ValueError:  # an int past Python's int-to-string limit (a TOML 0x... of thousands of digits)
+        return f"a {value.bit_length()}-bit number" if isinstance(value, int) else "a value too large to show"

@@ -55,8 +55,10 @@ def normalize(label: str) -> str:
     """The normal form of a local label (what packaging prints)."""
     try:
         local = Version(f"0+{label}").local
-    except InvalidVersion:
-        raise ConfigError(f"{label!r} is not a valid PEP 440 local version label") from None
+    except ValueError as exc:  # InvalidVersion, or a numeric segment past Python's int-from-string limit
+        why = "" if isinstance(exc, InvalidVersion) else " (a numeric segment is too long)"
+        raise ConfigError(f"{label!r} is not a valid PEP 440 local version label{why}",
+                          hint="lower-case letters and digits in segments joined by '.', e.g. rocm6.2.gfx90a") from None
     assert local is not None
     return local
 
@@ -96,6 +98,6 @@ def with_label(version: str, label: str) -> str:
     """``0.19.8`` (or ``0.19.8+abc``) -> ``0.19.8+<label>``, in normal form."""
     try:
         public = Version(version).public
-    except InvalidVersion:
-        raise ConfigError(f"{version!r} is not a PEP 440 version") from None
+    except ValueError:  # InvalidVersion, or a release number past Python's int-from-string limit
+        raise ConfigError(f"{version!r} is not a PEP 440 version", hint="e.g. 0.19.8 or 2.5.1.post1") from None
     return str(Version(f"{public}+{label}"))

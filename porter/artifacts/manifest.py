@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from porter import __version__
 from porter.artifacts import labels
-from porter.errors import ConfigError
+from porter.errors import ConfigError, from_os_error
 from porter.fs import atomic_write_json, sha256_file
 
 if TYPE_CHECKING:
@@ -109,18 +109,36 @@ def manifest_path(wheel: str | os.PathLike[str]) -> Path:
 
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     path = Path(path)
+    corrupt = "rebuild the wheel with porter; a manifest is never edited by hand"
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"manifest missing: {path}",
                           hint="rebuild the wheel with porter, or remove it from the wheelhouse") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"manifest corrupt: {path}: {exc}",
-                          hint="rebuild the wheel with porter; a manifest is never edited by hand") from None
+    except IsADirectoryError:
+        raise ConfigError(f"manifest corrupt: {path} is a folder, not a file", hint=corrupt) from None
+    except OSError as exc:  # no permission, an I/O error: the cause and the path
+        raise from_os_error(exc) from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a number past Python's int-from-string limit
+        raise ConfigError(f"manifest corrupt: {path}: {exc}", hint=corrupt) from None
+    except RecursionError:
+        raise ConfigError(f"manifest corrupt: {path}: nested too deeply", hint=corrupt) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ConfigError(f"manifest {path} is not a {SCHEMA} document",
                           hint="rebuild the wheel with this porter version")
     for key in ("component", "version", "wheel", "target", "extensions"):
         if key not in data:
             raise ConfigError(f"manifest {path} lacks the key {key!r}", hint="rebuild the wheel with porter")
+    # the sections its readers index (install, verify, the matrix report), with the types they index them as
+    for key, kind in _SECTIONS.items():
+        if key in data and not isinstance(data[key], kind):
+            raise ConfigError(f"manifest corrupt: {path}: {key!r} is a {type(data[key]).__name__}, not a "
+                              f"{kind.__name__}", hint=corrupt)
+    for key in ("extensions", "ops"):
+        if not all(isinstance(entry, dict) for entry in data.get(key, [])):
+            raise ConfigError(f"manifest corrupt: {path}: an entry of {key!r} is not an object", hint=corrupt)
     return data  # type: ignore[return-value]
+
+
+_SECTIONS: dict[str, type] = {"component": str, "version": str, "wheel": dict, "toolchain": dict, "target": dict,
+                              "torch": dict, "sources": dict, "extensions": list, "ops": list, "build": dict}

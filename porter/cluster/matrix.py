@@ -42,7 +42,7 @@ from packaging.version import InvalidVersion, Version
 
 from porter.artifacts import labels
 from porter.cluster.slurm import SlurmSettings
-from porter.errors import ConfigError
+from porter.errors import ConfigError, shown
 from porter.toolchain.profile import Toolchain, load_toolchain
 
 TOP_KEYS = ("name", "dir", "wheelhouse", "toolchains", "python", "jobs", "component", "slurm")
@@ -116,12 +116,27 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-") or "x"
 
 
+
+
 def _strings(value: Any, where: str, key: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{where}: {key!r} must be a list of non-empty strings, not {value!r}")
+        raise ConfigError(f"{where}: {key!r} must be a list of non-empty strings, not {shown(value)}",
+                          hint=f"e.g. {key} = [\"...\", \"...\"]")
+    nul = next((v for v in value if "\0" in v), None)
+    if nul is not None:
+        raise ConfigError(f"{where}: {key!r} holds {nul!r}, with a NUL byte",
+                          hint="no path, name, version or argument can contain NUL; remove it")
     return list(value)
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False for a name no file can have (too long for the file system) instead of an OSError."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _check_keys(data: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
@@ -147,18 +162,33 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
                 python: str | None = None) -> Matrix:
     """Read and validate a matrix file. ``directory`` and ``wheelhouse`` (the command line) win over the
     file's ``dir`` and ``wheelhouse``; relative paths in the file are relative to the file."""
-    file = Path(path).resolve()
     where = str(path)
+    if "\0" in where:
+        raise ConfigError(f"matrix file {where!r}: a path cannot hold a NUL byte", hint="pass the matrix file's path")
+    file = Path(path).resolve()
     try:
-        data = tomllib.loads(file.read_text())
+        if file.exists() and not file.is_file():  # a folder, or a device such as /dev/zero (read forever)
+            raise ConfigError(f"{where}: not a file", hint="pass the path of a matrix TOML file")
+        data = tomllib.loads(file.read_bytes().decode("utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"matrix file not found: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where}: invalid TOML: {exc}") from None
+        raise ConfigError(f"matrix file not found: {path}", hint="pass the path of a matrix TOML file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          hint="a matrix file is a UTF-8 TOML file") from None
+    except OSError as exc:  # a folder, no permission, a name too long
+        raise ConfigError(f"{where}: cannot read the matrix file: {exc.strerror or exc}",
+                          hint="pass the path of a readable matrix TOML file") from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError, or a number past Python's int-from-string limit
+        raise ConfigError(f"{where}: invalid TOML: {exc}", hint="fix the file's syntax") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: invalid TOML: arrays or inline tables nested too deeply",
+                          hint="fix the file's syntax") from None
     _check_keys(data, TOP_KEYS, where)
     base = file.parent
 
     def here(p: str) -> Path:
+        if "\0" in p:  # expanduser and resolve raise ValueError on it
+            raise ConfigError(f"{where}: path {p!r} holds a NUL byte", hint="no path can contain NUL; remove it")
         return (base / os.path.expanduser(p)).resolve()
 
     name = data.get("name", file.stem)
@@ -179,11 +209,13 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
         house = folder / "wheelhouse"
     default_tcs = _strings(data.get("toolchains"), where, "toolchains")
     build_python = data.get("python")
-    if build_python is not None and not isinstance(build_python, str):
-        raise ConfigError(f"{where}: 'python' must be a string (the build python, as --python takes it)")
+    if build_python is not None and (not isinstance(build_python, str) or "\0" in build_python):
+        raise ConfigError(f"{where}: 'python' must be a string (the build python, as --python takes it)",
+                          hint="e.g. python = \"/opt/venv/bin/python\"")
     jobs = data.get("jobs")
-    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
-        raise ConfigError(f"{where}: 'jobs' must be a whole number >= 1, not {jobs!r}")
+    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs < 2 ** 63):
+        raise ConfigError(f"{where}: 'jobs' must be a whole number >= 1, not {shown(jobs)}",
+                          hint="the parallel compile jobs of each cell (--jobs), e.g. jobs = 16")
     slurm_table = data.get("slurm", {})
     if not isinstance(slurm_table, dict):
         raise ConfigError(f"{where}: [slurm] must be a table")
@@ -223,8 +255,9 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
         for v in versions:
             try:
                 Version(v)
-            except InvalidVersion:
-                problems.append(f"{ewhere} ({comp}): {v!r} is not a version")
+            except ValueError as exc:  # InvalidVersion, or a release number past Python's int-from-string limit
+                why = "" if isinstance(exc, InvalidVersion) else " (a number in it is too long)"
+                problems.append(f"{ewhere} ({comp}): {v!r} is not a version{why}")
         items: list[tuple[str, str, str | None]] = [(v, f"{comp}=={v}", None) for v in versions]
         for s in sources:
             p = s if "==" in s else str(here(s))
@@ -276,7 +309,7 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
                 problems.append(f"cell {c['id']}: {component.build_command} takes no --ops")
             c["command"] = component.build_command.split()[1:]
     for c in planned:
-        if c["given"] is not None and not Path(c["source"]).exists():
+        if c["given"] is not None and not _exists(Path(c["source"])):
             problems.append(f"cell {c['id']}: source {c['given']!r} not found ({c['source']})")
     wheels: dict[tuple[str, str, str], str] = {}
     for c in planned:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from porter.errors import ConfigError
+from porter.errors import ConfigError, shown
 from porter.toolchain.archs import parse_target
 
 
@@ -151,10 +152,18 @@ def load_site(ref: str | os.PathLike[str]) -> Site:
     """A built-in site by name, or a TOML file (a path ending in ``.toml`` or naming an existing file)."""
     text_ref = os.fspath(ref)
     path = Path(text_ref)
-    if text_ref.endswith(".toml") or os.sep in text_ref or path.is_file():
-        if not path.is_file():
+    if text_ref.endswith(".toml") or os.sep in text_ref or _is_file(path):
+        if not _is_file(path):
             raise ConfigError(f"site file {path} does not exist", hint="pass a built-in site name or a TOML file")
-        return _parse(path.read_text(), name=path.stem, where=str(path), file=str(path.resolve()))
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                              hint="a site profile is a UTF-8 TOML file") from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the file: {exc.strerror or exc}",
+                              hint="pass a readable TOML file or a built-in site name") from None
+        return _parse(text, name=path.stem, where=str(path), file=str(path.resolve()))
     names = site_names()
     if text_ref not in names:
         close = difflib.get_close_matches(text_ref, names, n=3, cutoff=0.5)
@@ -166,14 +175,29 @@ def load_site(ref: str | os.PathLike[str]) -> Site:
     return _parse(res.read_text(), name=text_ref, where=f"site {text_ref}", file=str(res))
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a name no file can have (too long, a NUL byte) instead of an OSError."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+_INT64 = range(-(2 ** 63), 2 ** 63)
+"""TOML's integers are 64-bit; tomllib reads wider ones (a 0x... of any length): refused where a number is read."""
+
+
 _TABLES: dict[str, type[Any]] = {"node": NodeLayout, "runtime": Runtime, "scheduler": Scheduler, "plugin": Plugin}
 
 
 def _parse(text: str, *, name: str, where: str, file: str) -> Site:
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where}: not valid TOML: {exc}") from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError, or a number past Python's int-from-string limit
+        raise ConfigError(f"{where}: not valid TOML: {exc}", hint="fix the file's syntax") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: not valid TOML: arrays or inline tables nested too deeply",
+                          hint="fix the file's syntax") from None
     data.setdefault("name", name)
     top = {f.name for f in dataclasses.fields(Site)} - {"file"}
     _check_keys(data, top, where, "")
@@ -181,11 +205,11 @@ def _parse(text: str, *, name: str, where: str, file: str) -> Site:
     for key, value in data.items():
         if key in _TABLES:
             if not isinstance(value, dict):
-                raise ConfigError(f"{where}: [{key}] must be a table")
+                raise ConfigError(f"{where}: [{key}] must be a table", hint=f"write it as a [{key}] section")
             values[key] = _table(_TABLES[key], value, where, key)
         else:
             if not isinstance(value, str):
-                raise ConfigError(f"{where}: {key} must be a string, not {value!r}")
+                raise ConfigError(f"{where}: {key} must be a string, not {shown(value)}")
             values[key] = value
     if "node" not in values:
         raise ConfigError(f"{where}: no [node] table", hint="a site names its node layout (gpus, arch, cores ...)")
@@ -212,28 +236,30 @@ def _table(cls: type[Any], data: Mapping[str, Any], where: str, table: str) -> A
     for key, value in data.items():
         kind = str(fields[key].type)
         if kind.startswith("tuple"):
-            if not isinstance(value, list):
-                raise ConfigError(f"{where}: [{table}] {key} must be a list, not {value!r}")
+            item = int if kind == "tuple[int, ...]" else str
+            if not isinstance(value, list) or not all(_is(v, item) for v in value):
+                raise ConfigError(f"{where}: [{table}] {key} must be a list of "
+                                  f"{'whole numbers' if item is int else 'strings'}, not {shown(value)}")
             values[key] = tuple(value)
         elif kind.startswith("Mapping"):
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise ConfigError(f"{where}: [{table}] {key} must be a table of strings")
             values[key] = dict(value)
         elif kind == "int":
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ConfigError(f"{where}: [{table}] {key} must be a whole number, not {value!r}")
+            if not _is(value, int):
+                raise ConfigError(f"{where}: [{table}] {key} must be a whole number, not {shown(value)}")
             values[key] = value
         elif kind == "float":
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ConfigError(f"{where}: [{table}] {key} must be a number, not {value!r}")
+            if not (_is(value, int) or isinstance(value, float)) or not math.isfinite(value):
+                raise ConfigError(f"{where}: [{table}] {key} must be a number, not {shown(value)}")
             values[key] = float(value)
         elif kind == "bool":
             if not isinstance(value, bool):
-                raise ConfigError(f"{where}: [{table}] {key} must be true or false, not {value!r}")
+                raise ConfigError(f"{where}: [{table}] {key} must be true or false, not {shown(value)}")
             values[key] = value
         else:
             if not isinstance(value, str):
-                raise ConfigError(f"{where}: [{table}] {key} must be a string, not {value!r}")
+                raise ConfigError(f"{where}: [{table}] {key} must be a string, not {shown(value)}")
             values[key] = value
     try:
         return cls(**values)
@@ -241,6 +267,13 @@ def _table(cls: type[Any], data: Mapping[str, Any], where: str, table: str) -> A
         missing = [n for n, f in fields.items() if n not in values and f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING]
         raise ConfigError(f"{where}: [{table}] lacks {', '.join(missing) or exc}") from None
+
+
+def _is(value: Any, kind: type) -> bool:
+    """A string, or a whole number TOML can hold (64-bit; never a bool)."""
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool) and value in _INT64
+    return isinstance(value, kind)
 
 
 def _validate(site: Site, where: str) -> None:

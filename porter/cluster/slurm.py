@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from porter.errors import CommandFailed, ConfigError, PorterError, ToolError
+from porter.errors import CommandFailed, ConfigError, PorterError, ToolError, shown
 from porter.log import Logger, quiet_logger
 from porter.run import Runner, which
 
@@ -93,12 +93,17 @@ class SlurmSettings:
         values = dict(data)
         if "sbatch_args" in values:
             args = values["sbatch_args"]
-            if not isinstance(args, list):
-                raise ConfigError(f"{where}: [slurm] sbatch_args must be a list of strings")
+            if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+                raise ConfigError(f"{where}: [slurm] sbatch_args must be a list of strings",
+                                  hint="give options as '--name=value' strings")
             values["sbatch_args"] = tuple(args)
         for key in ("partition", "account", "qos", "time", "mem", "index_time"):
             if key in values and not isinstance(values[key], str):
-                raise ConfigError(f"{where}: [slurm] {key} must be a string, not {values[key]!r}")
+                raise ConfigError(f"{where}: [slurm] {key} must be a string, not {shown(values[key])}")
+        for key in ("cpus_per_task", "max_parallel"):  # checked here so that a message never shows a huge value
+            value = values.get(key)
+            if key in values and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2 ** 63):
+                raise ConfigError(f"{where}: [slurm] {key} must be a whole number >= 1, not {shown(value)}")
         try:
             return cls(**values)
         except ConfigError as exc:
@@ -122,6 +127,8 @@ class SlurmSettings:
         out = [f"--{k}={v}" for k, v in (("partition", self.partition), ("account", self.account),
                                           ("qos", self.qos)) if v]
         return out + list(self.sbatch_args)
+
+
 
 
 @dataclass(frozen=True)

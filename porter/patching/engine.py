@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from porter import __version__
 from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError
@@ -273,7 +273,7 @@ def detect_version(root: Path, sources: Iterable[VersionSource]) -> tuple[str, s
 def _in_range(version: str, spec: str) -> bool:
     try:
         return SpecifierSet(spec).contains(Version(version), prereleases=True)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a number past Python's int-from-string limit (4300 digits)
         raise ConfigError(f"version {version!r} is not a PEP 440 version",
                           hint="pass --target-version with a version such as 0.19.8") from None
 
@@ -282,7 +282,7 @@ def _maybe_in_range(version: str, spec: str) -> bool | None:
     """Like ``_in_range``; None when ``version`` is not a PEP 440 version."""
     try:
         return SpecifierSet(spec).contains(Version(version), prereleases=True)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a number past Python's int-from-string limit
         return None
 
 

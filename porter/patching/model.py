@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from porter.errors import ConfigError
+from porter.errors import ConfigError, shown
 
 Action = Literal["replace", "insert_before", "insert_after", "delete"]
 ACTIONS: tuple[str, ...] = ("replace", "insert_before", "insert_after", "delete")
@@ -154,8 +154,39 @@ class PatchSet:
 def _parse(text: str, where: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # tomllib.TOMLDecodeError, or a number past Python's int-from-string limit
         raise ConfigError(f"{where}: invalid TOML: {exc}", hint="fix the file's syntax") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: invalid TOML: arrays or inline tables nested too deeply",
+                          hint="fix the file's syntax") from None
+
+
+_INT64 = range(-(2 ** 63), 2 ** 63)
+"""TOML's integers are 64-bit; tomllib reads wider ones (a 0x... of any length): refused where a number is read."""
+
+
+def _table(value: Any, where: str, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {what} must be a table, not {shown(value)}",
+                          hint=f"write {what} as a TOML table ([[...]] or {{ key = value }})")
+    return value
+
+
+def _tables(value: Any, where: str, what: str) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: {what} must be a list of tables, not {shown(value)}",
+                          hint=f"write each entry as a [[...]] table or an inline {{ key = value }} table")
+    return [_table(v, f"{where} {what} {i + 1}", "the entry") for i, v in enumerate(value)]
+
+
+def _regex(rx: str, where: str, what: str, flags: int = 0) -> None:
+    try:
+        re.compile(rx, flags)
+    except (re.error, OverflowError, RecursionError) as exc:  # a{99999999999}: OverflowError; ((((...: too deep
+        detail = str(exc) if isinstance(exc, re.error) else (
+            "a repeat count is too large" if isinstance(exc, OverflowError) else "nested too deeply")
+        raise ConfigError(f"{where}: invalid regex{f' in {what}' if what else ''}: {detail}",
+                          hint="a Python regular expression (re module syntax)") from None
 
 
 def _keys(data: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -166,11 +197,14 @@ def _keys(data: Mapping[str, Any], allowed: set[str], where: str) -> None:
 
 
 def _spec(value: str, where: str) -> str:
+    hint = "use a PEP 440 specifier such as '>=0.16,<0.20'"
     try:
-        SpecifierSet(value)
+        for one in SpecifierSet(value):
+            one.contains("0", prereleases=True)  # reads its version now, as a later check would
     except InvalidSpecifier:
-        raise ConfigError(f"{where}: invalid version range {value!r}",
-                          hint="use a PEP 440 specifier such as '>=0.16,<0.20'") from None
+        raise ConfigError(f"{where}: invalid version range {value!r}", hint=hint) from None
+    except ValueError:  # a number past Python's int-from-string limit (4300 digits)
+        raise ConfigError(f"{where}: invalid version range {value!r}: a number in it is too long", hint=hint) from None
     return value
 
 
@@ -204,18 +238,16 @@ def _edit(data: Mapping[str, Any], where: str) -> Edit:
     count = data.get("count", 1)
     if not isinstance(regex, bool):
         raise ConfigError(f"{where}: regex must be true or false")
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise ConfigError(f"{where}: count must be a positive integer, not {count!r}")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1 or count not in _INT64:
+        raise ConfigError(f"{where}: count must be a positive integer, not {shown(count)}",
+                          hint="the number of lines the anchor must match, e.g. count = 1")
     text = _str(data, "text", where, "")
     if action != "delete" and "text" not in data:
         raise ConfigError(f"{where}: action {action} needs text", hint="add text = '''...'''")
     applied_if = _str(data, "applied_if", where, "")
     for rx, what in ((anchor, "anchor"), (applied_if, "applied_if")):
         if (what == "applied_if" and rx) or (what == "anchor" and regex):
-            try:
-                re.compile(rx)
-            except re.error as exc:
-                raise ConfigError(f"{where}: invalid regex in {what}: {exc}") from None
+            _regex(rx, where, what)
     return Edit(action=action, anchor=anchor, regex=regex, count=count, text=text,  # type: ignore[arg-type]
                 applied_if=applied_if)
 
@@ -231,10 +263,7 @@ def _need(raw: Any, where: str) -> Need:
     rx = _str(raw, "regex", where)
     if not rx.strip():
         raise ConfigError(f"{where}: empty regex", hint="match a short distinctive line that shows the problem")
-    try:
-        re.compile(rx, re.MULTILINE)
-    except re.error as exc:
-        raise ConfigError(f"{where}: invalid regex: {exc}") from None
+    _regex(rx, where, "", re.MULTILINE)
     files = raw.get("files", [])
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         raise ConfigError(f"{where}: files must be a list of tree-relative globs")
@@ -256,13 +285,11 @@ def _patch(data: Mapping[str, Any], where: str, base: Traversable | Path | None)
         name = _str(data, "diff", where)
         if base is None:
             raise ConfigError(f"{where}: diff {name!r} has no folder to be read from")
-        try:
-            diff_text = base.joinpath(name).read_text(encoding="utf-8")
-        except (FileNotFoundError, OSError) as exc:
-            raise ConfigError(f"{where}: cannot read diff {name!r}: {exc}") from None
+        diff_text = _read_diff(base, name, where)
         strip = data.get("strip")
-        if strip is not None and (not isinstance(strip, int) or strip < 0):
-            raise ConfigError(f"{where}: strip must be a non-negative integer")
+        if strip is not None and (not isinstance(strip, int) or strip < 0 or strip not in _INT64):
+            raise ConfigError(f"{where}: strip must be a non-negative integer",
+                              hint="the leading path components to drop from the diff's headers, e.g. strip = 1")
         return Patch(id=pid, why=why, diff=diff_text, diff_name=name, strip=strip, versions=versions,
                      needed_if=need)
     files = data.get("files")
@@ -272,8 +299,24 @@ def _patch(data: Mapping[str, Any], where: str, base: Traversable | Path | None)
     if not isinstance(edits, list) or not edits:
         raise ConfigError(f"{where}: no [[patch.edit]] entries", hint="add at least one edit, or diff = \"x.patch\"")
     return Patch(id=pid, why=why, files=tuple(check_relpath(f, where) for f in files),
-                 edits=tuple(_edit(e, f"{where} edit {i + 1}") for i, e in enumerate(edits)), versions=versions,
+                 edits=tuple(_edit(_table(e, f"{where} edit {i + 1}", "[[patch.edit]]"), f"{where} edit {i + 1}")
+                             for i, e in enumerate(edits)), versions=versions,
                  needed_if=need)
+
+
+def _read_diff(base: Traversable | Path, name: str, where: str) -> str:
+    """The text of a set's ``diff = "x.patch"``: a regular UTF-8 file beside the set (never a device such as
+    /dev/zero, which would be read forever, nor a folder)."""
+    hint = "name a unified-diff file in the set's folder, e.g. diff = \"fix.patch\""
+    try:
+        if "\0" in name or not base.joinpath(name).is_file():
+            raise ConfigError(f"{where}: diff {name!r} is not a file in {base}", hint=hint)
+        return base.joinpath(name).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: diff {name!r} is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          hint=hint) from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{where}: cannot read diff {name!r}: {exc}", hint=hint) from None
 
 
 def parse_set(text: str, *, project: str, name: str, where: str, base: Traversable | Path | None,
@@ -282,12 +325,12 @@ def parse_set(text: str, *, project: str, name: str, where: str, base: Traversab
     _keys(data, {"set", "patch"}, where)
     head = data.get("set", {})
     if not isinstance(head, dict):
-        raise ConfigError(f"{where}: [set] must be a table")
+        raise ConfigError(f"{where}: [set] must be a table", hint="write the set's head as a [set] table")
     _keys(head, {"description", "versions", "verified", "project", "name", "version_from"}, f"{where} [set]")
     project = _str(head, "project", where, project)
     name = _str(head, "name", where, name)
     verified: list[Verified] = []
-    for i, v in enumerate(head.get("verified", [])):
+    for i, v in enumerate(_tables(head.get("verified", []), where, "verified")):
         _keys(v, {"ref", "commit", "date", "note"}, f"{where} verified {i + 1}")
         verified.append(Verified(ref=_str(v, "ref", where), commit=_str(v, "commit", where, ""),
                                  date=_str(v, "date", where, ""), note=_str(v, "note", where, "")))
@@ -295,8 +338,9 @@ def parse_set(text: str, *, project: str, name: str, where: str, base: Traversab
         version_from = _version_sources(head["version_from"], where)
     raw = data.get("patch", [])
     if not isinstance(raw, list) or not raw:
-        raise ConfigError(f"{where}: the set has no [[patch]] entries")
-    patches = tuple(_patch(p, f"{where} patch {i + 1}", base) for i, p in enumerate(raw))
+        raise ConfigError(f"{where}: the set has no [[patch]] entries", hint="add at least one [[patch]] table")
+    patches = tuple(_patch(_table(p, f"{where} patch {i + 1}", "[[patch]]"), f"{where} patch {i + 1}", base)
+                    for i, p in enumerate(raw))
     ids = [p.id for p in patches]
     dup = next((i for i in ids if ids.count(i) > 1), None)
     if dup:
@@ -311,13 +355,10 @@ def _version_sources(raw: Any, where: str) -> tuple[VersionSource, ...]:
     if not isinstance(raw, list):
         raise ConfigError(f"{where}: version_from must be a list of {{file, regex}} tables")
     out = []
-    for i, v in enumerate(raw):
+    for i, v in enumerate(_tables(raw, where, "version_from")):
         _keys(v, {"file", "regex"}, f"{where} version_from {i + 1}")
         rx = _str(v, "regex", where)
-        try:
-            re.compile(rx)
-        except re.error as exc:
-            raise ConfigError(f"{where}: invalid version regex: {exc}") from None
+        _regex(rx, where, "version_from", 0)
         out.append(VersionSource(file=check_relpath(_str(v, "file", where), where), regex=rx))
     return tuple(out)
 
@@ -394,9 +435,20 @@ def load_shipped(project: str, name: str) -> PatchSet:
 
 def load_file(path: Path) -> PatchSet:
     """A user's set: a set TOML file, or a plain unified-diff ``.patch`` / ``.diff`` file."""
-    if not path.is_file():
-        raise ConfigError(f"patch set file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        found = path.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        found = False
+    if not found:
+        raise ConfigError(f"patch set file not found: {path}",
+                          hint="pass a set TOML file, a .patch/.diff file, or a shipped set (porter patch list)")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          hint="a patch set is a UTF-8 TOML file; a diff, a UTF-8 unified diff") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the file: {exc.strerror or exc}") from None
     if path.suffix in (".patch", ".diff"):
         digest = hashlib.sha256(text.encode()).hexdigest()
         patch = Patch(id=path.stem, why=f"user diff {path.name}", diff=text, diff_name=path.name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from porter.errors import ConfigError
 from porter.patching.text import EditFailed, Lines, closest
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -31,8 +32,15 @@ class FileDiff:
         return self.new_path or self.old_path or ""
 
 
-class DiffError(Exception):
-    pass
+_DIFF_HINT = ("a unified diff: '--- a/FILE' and '+++ b/FILE' headers, then '@@ -L,N +L,N @@' hunks of ' ', '-' "
+              "and '+' lines (diff -u, git diff)")
+
+
+class DiffError(ConfigError):
+    """Text that is not a unified diff: porter's own refusal (a ConfigError, so a bad diff is bad input)."""
+
+    def __init__(self, message: str, *, hint: str | None = _DIFF_HINT) -> None:
+        super().__init__(message, hint=hint)
 
 
 def _name(raw: str, strip: int | None) -> str | None:
@@ -61,9 +69,12 @@ def parse(text: str, strip: int | None = None) -> list[FileDiff]:
         if m:
             if not files:
                 raise DiffError(f"hunk at diff line {i + 1} before any ---/+++ header")
-            old_n = int(m.group(2)) if m.group(2) is not None else 1
-            new_n = int(m.group(4)) if m.group(4) is not None else 1
-            hunk = Hunk(int(m.group(1)))
+            try:
+                old_n = int(m.group(2)) if m.group(2) is not None else 1
+                new_n = int(m.group(4)) if m.group(4) is not None else 1
+                hunk = Hunk(int(m.group(1)))
+            except ValueError:  # a line number past Python's int-from-string limit (4300 digits)
+                raise DiffError(f"hunk header at diff line {i + 1} has a line number too large to read") from None
             i += 1
             last = ""
             while i < len(lines) and (len(hunk.old) < old_n or len(hunk.new) < new_n or

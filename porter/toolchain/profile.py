@@ -140,10 +140,11 @@ def _validate(tc: Toolchain) -> None:
             raise ConfigError(f"{where}: {', '.join(wrong)} are not {tc.kind} archs")
         wavefront_of(targets)  # mixing wave32 and wave64 -> error that explains why
     if tc.compiler_version:
-        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.specifiers import SpecifierSet
         try:
-            SpecifierSet(tc.compiler_version)
-        except InvalidSpecifier:
+            for one in SpecifierSet(tc.compiler_version):
+                one.contains("0", prereleases=True)  # reads its version now, as the compiler check will
+        except ValueError:  # InvalidSpecifier, or a number past Python's int-from-string limit
             raise ConfigError(f"{where}: compiler_version {tc.compiler_version!r} is not a version specifier",
                               hint="write it like \">=5.7,<5.8\"") from None
     if bool(tc.launcher_root) and not tc.launcher:
@@ -157,9 +158,17 @@ def preset_names() -> list[str]:
                   if p.name.endswith(".toml"))
 
 
+def _is_file(path: Any) -> bool:
+    """``path.is_file()``, False for a name no file can have (too long, a NUL byte) instead of an OSError."""
+    try:
+        return bool(path.is_file())
+    except (OSError, ValueError):
+        return False
+
+
 def _preset_data(name: str) -> dict[str, Any]:
     path = resources.files("porter.toolchain").joinpath("presets").joinpath(f"{name}.toml")
-    if not path.is_file():
+    if not _is_file(path):
         close = difflib.get_close_matches(name, preset_names(), n=3)
         raise ConfigError(f"no toolchain preset or file named {name!r}"
                           + (f"; did you mean {', '.join(close)}?" if close else ""),
@@ -167,11 +176,26 @@ def _preset_data(name: str) -> dict[str, Any]:
     return _parse_toml(path.read_text(), f"preset {name}")
 
 
+def _read_text(path: Path, where: str) -> str:
+    """A profile file's text: UTF-8, as TOML is; what cannot be read is a ConfigError naming the file."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          hint="a toolchain profile is a UTF-8 TOML file") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read the file: {exc.strerror or exc}",
+                          hint="pass a readable TOML file or a preset name") from None
+
+
 def _parse_toml(text: str, where: str) -> dict[str, Any]:
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where}: invalid TOML: {exc}") from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError, or a number past Python's int-from-string limit
+        raise ConfigError(f"{where}: invalid TOML: {exc}", hint="fix the file's syntax") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: invalid TOML: arrays or inline tables nested too deeply",
+                          hint="fix the file's syntax") from None
     _check_keys(data, where, extra={"extends"})
     return data
 
@@ -203,6 +227,8 @@ _VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 def _expand(value: str, environ: Mapping[str, str]) -> str:
     """``${VAR}`` and ``${VAR:-default}`` and a leading ``~``: lets presets name relocatable paths."""
     value = _VAR.sub(lambda m: environ.get(m.group(1)) or (m.group(2) or ""), value)
+    if "\0" in value:  # refused by the caller (_no_nul); expanduser would raise ValueError on it
+        return value
     return os.path.expanduser(value)
 
 
@@ -215,16 +241,27 @@ def _coerce(data: Mapping[str, Any], where: str, environ: Mapping[str, str]) -> 
             if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{where}: {key} must be a list of strings")
             value = tuple(_expand(v, environ) for v in value)
+            _no_nul(key, value, where)
         elif key == "env":
-            if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+            if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                         for k, v in value.items()):
                 raise ConfigError(f"{where}: env must be a table of strings")
             value = {k: _expand(v, environ) for k, v in value.items()}
+            _no_nul(key, [*value, *value.values()], where)
         elif not isinstance(value, str):
             raise ConfigError(f"{where}: {key} must be a string, not {type(value).__name__}")
         else:
             value = _expand(value, environ)
+            _no_nul(key, [value], where)
         out[key] = value
     return out
+
+
+def _no_nul(key: str, values: Any, where: str) -> None:
+    """No value of a profile may hold a NUL byte: no path, flag, argument or variable can."""
+    if any("\0" in v for v in values):
+        raise ConfigError(f"{where}: {key} holds a NUL byte (\\0)",
+                          hint="a path, flag or name cannot contain NUL; remove it")
 
 
 def load_toolchain(ref: str | os.PathLike[str] | None = None, *, overrides: Mapping[str, Any] | None = None,
@@ -234,13 +271,16 @@ def load_toolchain(ref: str | os.PathLike[str] | None = None, *, overrides: Mapp
     ref = os.fspath(ref) if ref is not None else environ.get("PORTER_TOOLCHAIN", "cpu")
     layers: list[tuple[str, dict[str, Any]]] = []
     path = Path(ref)
-    if ref.endswith(".toml") or os.sep in ref or path.is_file():
-        if not path.is_file():
+    if ref.endswith(".toml") or os.sep in ref or _is_file(path):
+        if not _is_file(path):
             raise ConfigError(f"toolchain file not found: {ref}", hint="pass an existing TOML file or a preset name")
-        data = _parse_toml(path.read_text(), str(path))
+        data = _parse_toml(_read_text(path, str(path)), str(path))
         base = data.pop("extends", None)
         if base is not None:
-            layers.append((f"preset {base}", _preset_data(str(base))))
+            if not isinstance(base, str):
+                raise ConfigError(f"{path}: extends must be a preset name (a string), not {type(base).__name__}",
+                                  hint="e.g. extends = \"mi300x\"; 'porter toolchain list' shows the presets")
+            layers.append((f"preset {base}", _preset_data(base)))
         data.setdefault("name", path.stem)
         layers.append((str(path), data))
     else:
