@@ -118,20 +118,24 @@ def _existing_parent(path: str) -> str:
 def first_error(text: str) -> str:
     """The line of a command's output worth reading first (porter's one reader of compiler and tool output):
 
-    1. the compiler's first ``error:`` line; when it is inside an included header, with the unit that included it
-       (the last line of the compiler's include chain), so it names the tree's own file;
+    1. the compiler's first diagnostic (``file:line[:col]: [fatal ]error: ...``); when it is inside an included
+       header, with the unit that included it (the last line of the compiler's include chain), so it names the
+       tree's own file;
     2. else porter's or pip's last ``ERROR`` line;
-    3. else the first line that mentions an error, else the last line (``failed with no output`` for none).
+    3. else the first other ``error:`` line (``clang: error: ...``), else the first line that mentions an error,
+       else the last line (``failed with no output`` for none).
     """
     import re
 
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("FAILED:")]
-    at = next((i for i, ln in enumerate(lines) if re.search(r"\berror\b:", ln) and not ln.startswith("ERROR")), None)
+    at = next((i for i, ln in enumerate(lines) if re.match(r"\S+?:\d+(?::\d+)?: (?:fatal )?error: ", ln)), None)
     if at is None:
         errors = [ln for ln in lines if ln.startswith("ERROR")]
         if errors:
             return errors[-1].removeprefix("ERROR: ")[:400]
-        return next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else "failed with no output")[:400]
+        return next((ln for ln in lines if re.search(r"\berror\b:", ln)),
+                    next((ln for ln in lines if "error" in ln.lower()),
+                         lines[-1] if lines else "failed with no output"))[:400]
     chain: list[str] = []
     for ln in reversed(lines[:at]):
         if not ln.startswith(("In file included from ", "from ")):

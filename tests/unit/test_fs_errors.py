@@ -48,3 +48,15 @@ def test_one_reader_of_command_output_for_every_caller() -> None:
     assert first_error("one\ntwo\n") == "two" and first_error("") == "failed with no output"
     assert first_error("FAILED: x.o\nx.cu:1:2: fatal error: 'y.h' file not found\n") == \
         "x.cu:1:2: fatal error: 'y.h' file not found"
+
+
+def test_a_compiler_diagnostic_comes_before_pips_wrapper_lines() -> None:
+    from porter.errors import first_error
+
+    pip = ("  /t/src/flatten_sum.cpp:4:2: error: #error deliberately broken cell\n"
+           "  error: command '/usr/bin/g++' failed with exit code 1\n"
+           "error: subprocess-exited-with-error\nERROR: Failed building wheel for apex\n")
+    assert first_error(pip) == "/t/src/flatten_sum.cpp:4:2: error: #error deliberately broken cell"
+    assert first_error("clang: error: unknown argument: '-foo'\n") == "clang: error: unknown argument: '-foo'"
+    assert first_error("error: subprocess-exited-with-error\nERROR: Failed building wheel\n") == \
+        "Failed building wheel"
