@@ -132,3 +132,15 @@ def ensure_writable_dir(path: str | os.PathLike[str], *, what: str = "output fol
         except OSError as exc:
             raise ConfigError(f"cannot create the {what} {p}: {exc.strerror}", hint=hint) from None
     return p
+
+
+def read_user_text(path: Path, where: str, *, kind: str, unreadable_hint: str | None = None) -> str:
+    """A user's text file (a profile, a patch set, a site): UTF-8, or a ConfigError naming the file and saying
+    what ``kind`` of file it should be; a file that cannot be read is a ConfigError too, never a traceback."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          hint=f"{kind} is a UTF-8 file") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read the file: {exc.strerror or exc}", hint=unreadable_hint) from None

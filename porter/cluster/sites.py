@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from porter.errors import ConfigError, shown
+from porter.fs import read_user_text
 from porter.toolchain.archs import parse_target
 
 
@@ -155,14 +156,8 @@ def load_site(ref: str | os.PathLike[str]) -> Site:
     if text_ref.endswith(".toml") or os.sep in text_ref or _is_file(path):
         if not _is_file(path):
             raise ConfigError(f"site file {path} does not exist", hint="pass a built-in site name or a TOML file")
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})",
-                              hint="a site profile is a UTF-8 TOML file") from None
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read the file: {exc.strerror or exc}",
-                              hint="pass a readable TOML file or a built-in site name") from None
+        text = read_user_text(path, str(path), kind="a site profile (TOML)",
+                              unreadable_hint="pass a readable TOML file or a built-in site name")
         return _parse(text, name=path.stem, where=str(path), file=str(path.resolve()))
     names = site_names()
     if text_ref not in names:

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from porter.errors import ConfigError, shown
+from porter.fs import read_user_text
 
 Action = Literal["replace", "insert_before", "insert_after", "delete"]
 ACTIONS: tuple[str, ...] = ("replace", "insert_before", "insert_after", "delete")
@@ -442,13 +443,7 @@ def load_file(path: Path) -> PatchSet:
     if not found:
         raise ConfigError(f"patch set file not found: {path}",
                           hint="pass a set TOML file, a .patch/.diff file, or a shipped set (porter patch list)")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})",
-                          hint="a patch set is a UTF-8 TOML file; a diff, a UTF-8 unified diff") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the file: {exc.strerror or exc}") from None
+    text = read_user_text(path, str(path), kind="a patch set (TOML) or a unified diff")
     if path.suffix in (".patch", ".diff"):
         digest = hashlib.sha256(text.encode()).hexdigest()
         patch = Patch(id=path.stem, why=f"user diff {path.name}", diff=text, diff_name=path.name)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from porter.errors import ConfigError
+from porter.fs import read_user_text
 from porter.toolchain.archs import Target, parse_target, wavefront_of
 
 if TYPE_CHECKING:
@@ -178,14 +179,8 @@ def _preset_data(name: str) -> dict[str, Any]:
 
 def _read_text(path: Path, where: str) -> str:
     """A profile file's text: UTF-8, as TOML is; what cannot be read is a ConfigError naming the file."""
-    try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})",
-                          hint="a toolchain profile is a UTF-8 TOML file") from None
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read the file: {exc.strerror or exc}",
-                          hint="pass a readable TOML file or a preset name") from None
+    return read_user_text(path, where, kind="a toolchain profile (TOML)",
+                          unreadable_hint="pass a readable TOML file or a preset name")
 
 
 def _parse_toml(text: str, where: str) -> dict[str, Any]:
