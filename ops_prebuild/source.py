@@ -123,7 +123,7 @@ def cached_source(spec: str, cache: Path) -> Source | None:
         digest = sha256_file(path)
         dest = cache / "sources" / f"{path.name.removesuffix('.tar.gz')}-{digest[:12]}"
         if _unpacked(dest, digest):
-            return Source("deepspeed", deepspeed.tree_version(dest), dest, spec, sha256_file(path))
+            return Source("deepspeed", deepspeed.tree_version(dest), dest, spec, digest)
         return None
     m = re.fullmatch(r"(deepspeed)==([0-9][0-9A-Za-z.+-]*)", spec.strip())
     if m:
@@ -156,10 +156,7 @@ def mirror_tree(tree: Path, dest: Path, tops: list[str]) -> int:
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_name(f".{out.name}.porter-tmp-{os.getpid()}")
             tmp.unlink(missing_ok=True)
-            try:
-                os.link(src, tmp)
-            except OSError:
-                shutil.copy2(src, tmp)
+            _link_or_copy(str(src), str(tmp))
             os.replace(tmp, out)
             changed += 1
     return changed
