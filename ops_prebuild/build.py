@@ -1,4 +1,6 @@
-"""``porter ops build``: source -> catalogue -> plan -> one ninja run -> one wheel + manifest."""
+"""The one AOT engine's run: a catalogue's ops -> hipify -> one ninja plan -> compile / compile-only / link ->
+per op and per arch results (:func:`compile_catalogue`). DeepSpeed's ops (``porter ops build``), Megatron's fused
+kernels (``porter port``) and the setup.py projects' compile-only (``porter wheel --compile-only``) all run here."""
 
 from __future__ import annotations
 
@@ -6,8 +8,6 @@ import hashlib
 import json
 import os
 import re
-import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -15,26 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from porter import torch_hip_view as hip_view
-from porter.artifacts import labels
-from porter.artifacts.labels import with_label
-from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, manifest_path, write_beside
 from porter.ccache import CacheRequest, CompilerCache, read_stats, setup_cache
 from porter.codeobjects import read_code_objects
 from porter.errors import CheckFailed, ConfigError, PorterError, first_error
-from porter.executor import Executor, build_python
-from porter.fs import atomic_write_text, cache_dir, ensure_writable_dir, sha256_file
+from porter.executor import Executor
+from porter.fs import atomic_write_text, cache_dir, sha256_file
 from porter.locks import hold
-from porter.log import Logger, quiet_logger
+from porter.log import Logger
 from porter.resources import default_jobs
-from porter.run import Runner, make_env
-from porter.toolchain.check import require_toolchain
-from porter.toolchain.discover import probe
+from porter.run import Runner
 from porter.toolchain.profile import Toolchain, toolchain_env
-from porter.torch_facts import need_for, probe_torch, refusal
-from ops_prebuild.catalogue import Catalogue, OpSpec, read_catalogue, source_tops
+from ops_prebuild.catalogue import Catalogue, OpSpec, source_tops
 from ops_prebuild.plan import CCACHE_STATS, Plan, Step, make_plan
-from ops_prebuild.source import build_sets, cached_source, mirror_tree, patched_source, resolve_source
-from ops_prebuild.wheel import base_wheel, compose, dist_version
+from ops_prebuild.source import mirror_tree
 
 # Memory one compile job may take: host C++ ops ~1 GiB, nvcc/hipcc device units ~3 GiB.
 PER_JOB_BYTES = {"cpu": 1 << 30, "device": 3 << 30}
@@ -106,80 +99,49 @@ def _key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, all_compatible: bool = False,
-              wheelhouse: Path, jobs: int | None = None, dry_run: bool = False, python: str | None = None,
-              with_deps: bool = False, log: Logger | None = None, runner: Runner | None = None,
-              cache: Path | None = None, compile_only: bool = False,
-              compiler_cache: CacheRequest = CacheRequest(), shard: tuple[int, int] | None = None,
-              link_only: bool = False, pch: bool = False, debug: str = "full") -> BuildResult:
-    """source -> catalogue -> plan -> one ninja run -> one wheel + manifest.
+@dataclass(frozen=True)
+class EngineRun:
+    """How the engine runs a build (the same for every catalogue)."""
 
-    Everything is checked before any work (output folder writable, toolchain root ready, torch of the
-    right kind); a dry run returns the complete plan with ``refusal`` set instead of raising, and
-    writes nothing into caches or trees.
+    jobs: int | None = None
+    compile_only: bool = False
+    """Compile every unit for every arch, link nothing (no torch of the profile's kind needed)."""
+    compiler_cache: CacheRequest = CacheRequest()
+    shard: tuple[int, int] | None = None
+    """(i, n): compile only shard i of n of the compile steps into the shared build folder, and stop."""
+    link_only: bool = False
+    """The run after the shards: compile nothing, refuse when an object is missing, link."""
+    pch: bool = False
+    """Host units that differ only in their op's name share one precompiled torch header."""
+    debug: str = "full"
+    """Debug info of the compiles: ``full`` (the builders' own ``-g``), ``lines``, ``none``."""
 
-    ``shard=(i, n)`` compiles only shard i of n of the plan's compile steps into the (shared) build folder
-    and stops: n such runs (a Slurm job array) and then one run without ``shard`` (which finds every object
-    up to date, links and packages) give what one local run gives. ``link_only`` is that last run: it
-    compiles nothing, refuses when an object is missing (naming its shard), links and packages.
-    ``pch``: host units that differ only in their op's name share one precompiled torch header.
-    ``debug``: the debug info of the compiles (``full``: the builders' own ``-g``; ``lines``; ``none``).
-    """
-    if shard is not None and (link_only or compile_only):
-        raise ConfigError("--shard compiles one part of a build; --link-only and --compile-only are other runs",
-                          hint="run the shards first, then one --link-only run")
-    log = log or quiet_logger()
-    runner = runner or Runner(log)
-    if compile_only and tc.kind == "cpu":
-        raise ConfigError(f"--compile-only compiles GPU code for every arch of a rocm or cuda profile; "
-                          f"toolchain {tc.name} is a cpu profile",
-                          hint="pick a GPU profile (-t debian-rocm7, -t cuda-h100, ...), or drop --compile-only "
-                               "to build the CPU ops into a wheel")
+    def __post_init__(self) -> None:
+        if self.shard is not None and (self.link_only or self.compile_only):
+            raise ConfigError("--shard compiles one part of a build; --link-only and --compile-only are other runs",
+                              hint="run the shards first, then one --link-only run")
+
+
+def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], build_dir: Path, *, python: str,
+                      py_ex: Executor, runner: Runner, log: Logger, cache: Path, how: EngineRun = EngineRun(),
+                      compiler_version: str = "", dry_run: bool = False, refused: PorterError | None = None,
+                      source_patches: tuple[str, ...] = (), what: str = "") -> BuildResult:
+    """The engine: any catalogue's selected ops -> hipify (rocm) -> one ninja plan -> compile (all, one shard, or
+    none with ``link_only``) -> link unless ``compile_only`` -> per op result and, compile-only, per op x arch
+    report. The build folder is held under a lock while it is set up (the shards of one build then compile at
+    once, each with its own ninja file); what was built is recorded with its sha256, and anything that no longer
+    matches is built again. A dry run plans and returns with ``refusal`` set instead of raising.
+
+    The caller owns what comes before (its source, its catalogue, its checks) and after (its wheel)."""
+    jobs, compile_only, compiler_cache, shard, link_only, pch, debug = (
+        how.jobs, how.compile_only, how.compiler_cache, how.shard, how.link_only, how.pch, how.debug)
     ex = tc.executor
-    py_ex, python = build_python(ex, tc.python, python)
-    cache = cache or ex.work_dir(cache_dir())
     start = time.monotonic()
-    compiler_version = ""
-    if not dry_run:
-        if not compile_only and shard is None:
-            ensure_writable_dir(wheelhouse, what="wheelhouse")
-        if not compile_only:  # compiling needs no torch of the profile's kind: linking does
-            torch = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
-            refused = refusal(need_for(tc.kind), torch, python, what=f"building DeepSpeed ops for {tc.name}")
-            if refused is not None:
-                raise refused
-        ex.preflight()
-        if tc.kind != "cpu":  # a compiler that rejects an arch stops the build in seconds, not after hipify
-            with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
-                compiler_version = require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log).compiler.version
-        else:
-            compiler_version = probe(tc.compiler, Runner(log, echo=log.verbose), launcher=ex.prefix,
-                                     env=toolchain_env(tc)).version
     with ExitStack() as stack:
-        with log.step("reading the source and its op catalogue"):
-            source = cached_source(source_spec, cache) if dry_run else None
-            if source is None:
-                scratch = cache
-                if dry_run:  # a dry run downloads and unpacks into a temp folder, never into the cache
-                    parent = cache if py_ex.kind != "host" and cache.is_dir() else None  # its python sees it
-                    scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="porter-dry-", dir=parent)))
-                source = resolve_source(source_spec, runner=runner, cache=scratch)
-            patched = patched_source(source, build_sets(source.project, tc.kind), cache, dry_run=dry_run)
-            if patched.warning:
-                log.warn(patched.warning)
-            elif patched.applied:
-                log.info(f"building from a patched copy of the source ({'; '.join(patched.applied)})")
-            source = patched.source if not dry_run else source
-            cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose), executor=py_ex)
-        selected = cat.select(ops, all_compatible)
-        refused = None if compile_only else refusal(need_for(tc.kind), cat.torch, python,
-                                                    what=f"building DeepSpeed ops for {tc.name}")
-        build_dir = cache / "ops" / f"{source.project}-{source.version}-{tc.name}-" \
-            f"{_key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag, compile_only)}"
         if not dry_run:  # two builds of one target take turns from here on (hipify rewrites build_dir/hip); the
             # shards of one build only while they set up
-            lock = stack.enter_context(hold(build_dir, f"building {source.project} {source.version} for {tc.name}",
-                                            say=log.info))
+            lock = stack.enter_context(hold(build_dir, what or f"building {cat.source.project} "
+                                            f"{cat.source.version} for {tc.name}", say=log.info))
         hip_map = hipify_for_rocm(cat, tc, selected, build_dir, python=python, runner=runner, log=log,
                                   executor=py_ex, dry_run=dry_run) if tc.kind == "rocm" else None
         view: tuple[Path, ...] = ()
@@ -201,10 +163,10 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]
         n_jobs = jobs or default_jobs(per_job)
         result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, compile_only=compile_only, ccache=ccache,
-                             hip_view=str(view[0]) if view else "", source_patches=patched.applied)
-        if patched.applied:
+                             hip_view=str(view[0]) if view else "", source_patches=source_patches)
+        if source_patches:
             plan.notes.append(f"{'built' if not dry_run else 'a real run builds'} from porter's patched copy of the "
-                              f"source: {'; '.join(patched.applied)}")
+                              f"source: {'; '.join(source_patches)}")
         if dry_run:
             try:
                 ex.preflight()
@@ -215,7 +177,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             result.seconds = time.monotonic() - start
             return result
         build_dir.mkdir(parents=True, exist_ok=True)
-        mirror_tree(source.tree, build_dir / "src", source_tops(selected))
+        mirror_tree(cat.source.tree, build_dir / "src", source_tops(selected))
         for path, text in plan.files.items():
             if not Path(path).is_file() or Path(path).read_text() != text:  # an unchanged file keeps its time
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -267,22 +229,8 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             result.compiled = compile_report(plan, result.ops, tc)
             result.seconds = time.monotonic() - start
             return result
-        built = [o for o in result.ops if o.status != "failed"]
-        for o in result.failed:
-            log.error(f"op {o.name} failed to build; log: {o.log}")
-        if not built:
-            raise CheckFailed(f"no op built ({', '.join(o.name for o in result.failed)} failed)",
-                              hint=f"read the logs under {build_dir}")
-        with log.step("packaging the wheel"):
-            result.wheel, result.manifest = package(cat, tc, selected, result.ops, wheelhouse, python=python,
-                                                    runner=runner, cache=cache, executor=py_ex,
-                                                    build={"cache": {**ccache.to_dict(), **result.cache_stats}
-                                                           if ccache else None, "debug_info": debug, "pch": pch})
-    if with_deps:
-        with log.step("downloading the wheel's dependencies (all but torch) into the wheelhouse"):
-            download_dependencies(result.wheel, wheelhouse, python=sys.executable, runner=runner)
-    result.seconds = time.monotonic() - start
-    return result
+        result.seconds = time.monotonic() - start
+        return result
 
 
 OUTPUTS_RECORD = "porter-outputs.json"
@@ -331,28 +279,6 @@ def check_outputs(build_dir: Path, outputs: list[str]) -> list[str]:
         atomic_write_text(path, json.dumps({k: v for k, v in rec.items() if k not in bad}, indent=1,
                                            sort_keys=True) + "\n")
     return bad
-
-
-def download_dependencies(wheel: Path, wheelhouse: Path, *, python: str, runner: Runner) -> list[str]:
-    """Binary wheels of the wheel's runtime requirements, so compute nodes can install offline.
-
-    torch is left out on purpose: the node's torch comes from the site (module, container, venv).
-    """
-    import email.parser
-    import zipfile
-
-    from packaging.requirements import Requirement
-
-    with zipfile.ZipFile(wheel) as z:
-        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
-        msg = email.parser.BytesParser().parsebytes(z.read(meta))
-    reqs = [Requirement(r) for r in msg.get_all("Requires-Dist") or []]
-    wanted = [str(r) for r in reqs if r.name.lower() != "torch" and "extra" not in str(r.marker or "")]
-    if wanted:
-        runner.run([python, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", str(wheelhouse), *wanted],
-                   env=make_env(), timeout=1800,
-                   hint="the package index must be reachable from the build host; or fill the wheelhouse yourself")
-    return wanted
 
 
 def hipify_for_rocm(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path, *, python: str,
@@ -484,44 +410,3 @@ def _failure_blocks(output: str) -> list[str]:
     return blocks
 
 
-def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list[OpResult], wheelhouse: Path,
-            *, python: str, runner: Runner, cache: Path, executor: Executor,
-            build: dict[str, Any] | None = None) -> tuple[Path, Path]:
-    src = cat.source
-    base = base_wheel(src.tree, cache / "base" / f"{src.project}-{src.version}-"
-                      f"{_key(str(src.tree), cat.accelerator, cat.torch.version)}",
-                      python=python, accelerator=cat.accelerator, runner=Runner(runner.log, echo=runner.echo),
-                      executor=executor)
-    _dist, base_version = dist_version(base)
-    version = with_label(base_version, labels.make(tc))
-    tag = f"{cat.torch.python_tag}-{cat.torch.python_tag}-{cat.torch.platform_tag}"
-    specs = {o.name: o for o in selected}
-    ok = [r for r in results if r.status != "failed"]
-    extensions = {specs[r.name].module.replace(".", "/") + cat.torch.ext_suffix: Path(r.so) for r in ok}
-    installed = {o.name: False for o in cat.ops if o.module}
-    installed.update({r.name: True for r in ok})
-    entries: list[ExtensionEntry] = []
-    for arc, r in zip(extensions, ok):
-        entry: ExtensionEntry = {"module": specs[r.name].module, "path": arc, "sha256": r.sha256, "op": r.name,
-                                 "archs": list(tc.arch_names) if specs[r.name].device else []}
-        if not specs[r.name].device:
-            entry["host_only"] = True
-        entries.append(entry)
-    manifest = build_manifest(
-        component=src.project, version=version, tc=tc, torch=cat.torch, python_tag=cat.torch.python_tag,
-        sources={"sdist_sha256": src.sha256, "origin": src.origin, "version": src.version},
-        extensions=entries, target={"accelerator": cat.accelerator},
-        ops=[{"name": r.name, "status": r.status, "seconds": round(r.seconds, 2), "log": r.log} for r in results])
-    if build:
-        manifest["build"] = build
-    # the wheel appears in the wheelhouse only by an atomic rename, after its manifest
-    wheelhouse.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".porter-", dir=wheelhouse) as tmpdir:
-        tmp = compose(base, Path(tmpdir), version=version, tag=tag, extensions=extensions, installed_ops=installed,
-                      extra_files={"{dist_info}/porter.json": carried(manifest)},
-                      feature_probes=dict(cat.feature_probes))
-        dest = wheelhouse / tmp.name
-        mpath = write_beside(tmp, manifest)
-        os.replace(mpath, manifest_path(dest))
-        os.replace(tmp, dest)
-    return dest, manifest_path(dest)

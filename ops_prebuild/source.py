@@ -1,4 +1,8 @@
-"""Where the DeepSpeed source comes from: an sdist file, an unpacked tree, or ``deepspeed==X`` (PyPI)."""
+"""Where a project's source comes from: an sdist file, an unpacked tree, or ``NAME==X`` (the package index).
+
+The project is anything with the shape of :class:`Project` (a component under ``porter/components/`` passes
+itself); this engine knows no project by name. Unpacked sdists and patched copies are cache entries: made in a
+temporary sibling, published once by rename under a lock, and checked by their marker when reused."""
 
 from __future__ import annotations
 
@@ -11,9 +15,9 @@ import tarfile
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 from porter.errors import ConfigError
-from porter.components import deepspeed
 from porter.fs import cache_dir, sha256_file
 from porter.locks import hold
 from porter.patching import PatchSet, failure_message, load_project, load_shipped
@@ -21,20 +25,38 @@ from porter.patching import plan as plan_patches
 from porter.run import Runner, make_env
 
 
+class Project(Protocol):
+    """What the engine needs to know of a project to find its source."""
+
+    name: str
+    """Its distribution name (``NAME==VERSION`` downloads that sdist)."""
+    title: str
+    tree_marks: str
+    """In words, what a tree of it has (for the error when a folder is not one)."""
+
+    def is_tree(self, tree: Path) -> bool: ...
+
+    def tree_version(self, tree: Path) -> str: ...
+
+
+def source_hint(project: Project) -> str:
+    return f"pass a {project.title} sdist (.tar.gz), its unpacked folder, or {project.name}==VERSION"
+
+
 @dataclass(frozen=True)
 class Source:
-    project: str        # deepspeed
+    project: str        # the project's name (deepspeed)
     version: str
     tree: Path          # unpacked tree (read-only for porter)
     origin: str         # what the user passed
     sha256: str = ""    # of the sdist, when there was one
 
 
-def _identify(tree: Path, origin: str) -> Source:
-    if deepspeed.is_tree(tree):
-        return Source("deepspeed", deepspeed.tree_version(tree), tree, origin)
-    raise ConfigError(f"{origin} is not a DeepSpeed source tree (no op_builder/builder.py and deepspeed/)",
-                      hint="pass a DeepSpeed sdist (.tar.gz), its unpacked folder, or deepspeed==VERSION")
+def _identify(project: Project, tree: Path, origin: str) -> Source:
+    if project.is_tree(tree):
+        return Source(project.name, project.tree_version(tree), tree, origin)
+    raise ConfigError(f"{origin} is not a {project.title} source tree (no {project.tree_marks})",
+                      hint=source_hint(project))
 
 
 def _unpack(sdist: Path, dest_root: Path) -> Path:
@@ -74,21 +96,26 @@ def _unpacked(dest: Path, digest: str) -> bool:
         return False
 
 
-def resolve_source(spec: str, *, runner: Runner | None = None, cache: Path | None = None) -> Source:
+def _requirement(project: Project, spec: str) -> tuple[str, str] | None:
+    m = re.fullmatch(rf"({re.escape(project.name)})==([0-9][0-9A-Za-z.+-]*)", spec.strip())
+    return (m.group(1), m.group(2)) if m else None
+
+
+def resolve_source(project: Project, spec: str, *, runner: Runner | None = None, cache: Path | None = None) -> Source:
     """Resolve ``spec`` to an unpacked tree (sdists are unpacked once into ``cache``; a dry run passes
     a temp folder that shadows the cache, so it writes nothing there)."""
     cache = cache or cache_dir()
     runner = runner or Runner()
     path = Path(spec)
     if path.is_dir():
-        return _identify(path.resolve(), spec)
+        return _identify(project, path.resolve(), spec)
     if path.is_file() and spec.endswith((".tar.gz", ".tgz")):
         tree = _unpack(path, cache / "sources")
-        src = _identify(tree, spec)
+        src = _identify(project, tree, spec)
         return Source(src.project, src.version, src.tree, spec, sha256_file(path))
-    m = re.fullmatch(r"(deepspeed)==([0-9][0-9A-Za-z.+-]*)", spec.strip())
-    if m:
-        dl = cache / "sdists" / f"{m.group(1)}-{m.group(2)}"
+    req = _requirement(project, spec)
+    if req:
+        dl = cache / "sdists" / "-".join(req)
         found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []
         if not found:
             dl.parent.mkdir(parents=True, exist_ok=True)
@@ -106,30 +133,28 @@ def resolve_source(spec: str, *, runner: Runner | None = None, cache: Path | Non
                         dl.mkdir(parents=True, exist_ok=True)
                         os.replace(got[0], dl / got[0].name)
                     found = sorted(dl.glob("*.tar.gz"))
-        return resolve_source(str(found[0]), runner=runner, cache=cache)
+        return resolve_source(project, str(found[0]), runner=runner, cache=cache)
     if path.exists():
-        raise ConfigError(f"{spec} is neither a folder nor a .tar.gz sdist",
-                          hint="pass a DeepSpeed sdist (.tar.gz), its unpacked folder, or deepspeed==VERSION")
-    raise ConfigError(f"source not found: {spec}",
-                      hint="pass a DeepSpeed sdist (.tar.gz), its unpacked folder, or deepspeed==VERSION")
+        raise ConfigError(f"{spec} is neither a folder nor a .tar.gz sdist", hint=source_hint(project))
+    raise ConfigError(f"source not found: {spec}", hint=source_hint(project))
 
 
-def cached_source(spec: str, cache: Path) -> Source | None:
+def cached_source(project: Project, spec: str, cache: Path) -> Source | None:
     """The source if ``cache`` already holds it unpacked (read only: nothing is downloaded or written)."""
     path = Path(spec)
     if path.is_dir():
-        return _identify(path.resolve(), spec)
+        return _identify(project, path.resolve(), spec)
     if path.is_file() and spec.endswith((".tar.gz", ".tgz")):
         digest = sha256_file(path)
         dest = cache / "sources" / f"{path.name.removesuffix('.tar.gz')}-{digest[:12]}"
         if _unpacked(dest, digest):
-            return Source("deepspeed", deepspeed.tree_version(dest), dest, spec, digest)
+            return Source(project.name, project.tree_version(dest), dest, spec, digest)
         return None
-    m = re.fullmatch(r"(deepspeed)==([0-9][0-9A-Za-z.+-]*)", spec.strip())
-    if m:
-        dl = cache / "sdists" / f"{m.group(1)}-{m.group(2)}"
+    req = _requirement(project, spec)
+    if req:
+        dl = cache / "sdists" / "-".join(req)
         found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []
-        return cached_source(str(found[0]), cache) if found else None
+        return cached_source(project, str(found[0]), cache) if found else None
     return None
 
 

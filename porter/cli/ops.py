@@ -40,7 +40,8 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
              python: str | None, as_json: bool) -> None:
     """Every op of the tree (read from its own op_builder), its sources, and whether this toolchain can
     build it, and if not, why."""
-    from ops_prebuild.catalogue import read_catalogue
+    from porter.components.deepspeed import DEEPSPEED
+    from porter.components.deepspeed.catalogue import read_catalogue
     from ops_prebuild.source import resolve_source
     from porter.executor import build_python
     from porter.fs import cache_dir
@@ -48,7 +49,7 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     runner = Runner(log, echo=log.verbose)
     py_ex, py = build_python(tc.executor, tc.python, python)
-    src = resolve_source(source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
+    src = resolve_source(DEEPSPEED, source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
     cat = read_catalogue(src, tc, python=py, runner=runner, executor=py_ex)
     rows: list[dict[str, Any]] = [{"name": o.name, "compatible": o.compatible, "reason": o.reason, "device": o.device,
              "module": o.module, "build_var": o.build_var, "sources": list(o.sources)} for o in cat.ops]
@@ -118,7 +119,8 @@ def build_cmd(log: Logger, /, source: str, toolchain_ref: str | None, archs: tup
 
     With --shards N --slurm the build runs as Slurm jobs instead: N array tasks (--shard I/N) and a link
     job after them (porter ops status DIR follows it)."""
-    from ops_prebuild.build import build_ops, failures
+    from porter.components.deepspeed.build import build_ops
+    from ops_prebuild.build import EngineRun, failures
 
     if op_names and all_compatible:
         raise click.UsageError("--ops and --all-compatible exclude each other")
@@ -146,10 +148,10 @@ def build_cmd(log: Logger, /, source: str, toolchain_ref: str | None, archs: tup
                        cache=cache_request(no_cache, cache_dir, cache_remote), python=python, as_json=as_json,
                        slurm={**slurm, "time": time_limit}, pch=pch, debug_info=debug_info)
         return
-    result = build_ops(source, tc, ops=names, all_compatible=all_compatible, wheelhouse=wheelhouse, jobs=jobs,
-                       dry_run=dry_run, python=python, with_deps=with_deps, log=log, compile_only=compile_only,
-                       compiler_cache=cache_request(no_cache, cache_dir, cache_remote), shard=_shard(shard),
-                       link_only=link_only, pch=pch, debug=debug_info)
+    how = EngineRun(jobs=jobs, compile_only=compile_only, compiler_cache=cache_request(no_cache, cache_dir, cache_remote),
+                    shard=_shard(shard), link_only=link_only, pch=pch, debug=debug_info)
+    result = build_ops(source, tc, ops=names, all_compatible=all_compatible, wheelhouse=wheelhouse, how=how,
+                       dry_run=dry_run, python=python, with_deps=with_deps, log=log)
     if as_json:
         emit_json(result.to_dict())
     elif dry_run:

@@ -421,15 +421,17 @@ def ops_build_facts(source: str, tc: Toolchain, *, ops: list[str] | None, all_co
                     python: str | None, compiler_cache: CacheRequest, dry_run: bool, log: Logger, runner: Runner) -> BuildFacts:
     """The plan of ``porter ops build`` (a dry run of it). A real submission first unpacks (or downloads)
     the source into the shared cache, so the shards all find it there and none races another to it."""
-    from ops_prebuild.build import build_ops
+    from porter.components.deepspeed import DEEPSPEED
+    from porter.components.deepspeed.build import build_ops
+    from ops_prebuild.build import EngineRun
     from ops_prebuild.source import resolve_source
     from porter.fs import cache_dir
 
     if not dry_run:
         with log.step("unpacking the source into the shared cache"):
-            resolve_source(source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
+            resolve_source(DEEPSPEED, source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
     res = build_ops(source, tc, ops=ops, all_compatible=all_compatible, wheelhouse=Path("."), dry_run=True,
-                    python=python, log=log, runner=runner, compiler_cache=compiler_cache)
+                    python=python, log=log, runner=runner, how=EngineRun(compiler_cache=compiler_cache))
     return BuildFacts(build_dir=res.plan.build_dir,
                       compile_steps=sum(1 for st in res.plan.steps if st.kind == "compile"),
                       refusal=res.refusal.message if res.refusal else None)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from wheel.wheelfile import WheelFile
 
-from ops_prebuild.wheel import compose, guard_files
+from porter.components.deepspeed.wheel import compose, guard_files
 from porter.errors import ToolError
 from porter.patching import apply, resolve_sets
 

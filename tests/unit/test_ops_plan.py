@@ -11,7 +11,7 @@ from ops_prebuild.build import _failure_blocks
 from ops_prebuild.catalogue import Catalogue, OpSpec
 from ops_prebuild.plan import host_args, make_plan, simd_define
 from ops_prebuild.source import Source
-from ops_prebuild.wheel import compose
+from porter.components.deepspeed.wheel import compose
 from porter.errors import ConfigError
 from porter.resources import default_jobs
 from porter.toolchain.profile import load_toolchain
@@ -225,11 +225,12 @@ def test_bf16_on_rocm_follows_the_profile_archs(tmp_path: Path) -> None:
 
 
 def test_compile_only_is_for_gpu_profiles(tmp_path: Path) -> None:
-    from ops_prebuild.build import build_ops
+    from porter.components.deepspeed.build import build_ops
+    from ops_prebuild.build import EngineRun
 
     with pytest.raises(ConfigError, match="--compile-only compiles GPU code") as exc:
         build_ops("deepspeed==0.19.8", load_toolchain("cpu", environ={}), ops=["cpu_adam"], wheelhouse=tmp_path,
-                  compile_only=True)
+                  how=EngineRun(compile_only=True))
     assert exc.value.exit_code == 2 and "debian-rocm7" in (exc.value.hint or "")
 
 

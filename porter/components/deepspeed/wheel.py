@@ -1,4 +1,4 @@
-"""Package prebuilt ops into the project's own wheel.
+"""DeepSpeed's own wheel with the prebuilt ops in it.
 
 DeepSpeed's own setup.py builds the pure-Python wheel (``DS_BUILD_OPS=0``; cached per source), then
 porter's one wheel writer writes it anew with the prebuilt ``.so`` modules, ``installed_ops`` set

@@ -1,10 +1,13 @@
-"""DeepSpeed: its ops are compiled ahead of time by :mod:`ops_prebuild` (``porter ops build``).
+"""DeepSpeed: everything porter knows of it, in this package; its ops are compiled ahead of time on the one AOT
+engine (:mod:`ops_prebuild`) by ``porter ops build``.
 
-What porter knows about a DeepSpeed tree or install lives here: how to recognise a tree and read its
-version, where prebuilt ops are recorded (``deepspeed/git_version_info_installed.py``,
-``installed_ops``), and what verify checks beyond files and code objects: every op that ships a
-prebuilt module is marked prebuilt (else DeepSpeed JIT-compiles it anyway), and no op is marked
-prebuilt without its module. DeepSpeed-specific build knowledge (flags, catalogue) is in ops_prebuild.
+- here: how to recognise a tree and read its version, where prebuilt ops are recorded
+  (``deepspeed/git_version_info_installed.py``, ``installed_ops``), and what verify checks beyond files and code
+  objects: every op that ships a prebuilt module is marked prebuilt (else DeepSpeed JIT-compiles it anyway), and
+  no op is marked prebuilt without its module;
+- :mod:`.catalogue`: the op catalogue, read from the tree's own ``op_builder`` in the build python;
+- :mod:`.build`: source -> patched copy -> catalogue -> the engine -> DeepSpeed's own wheel with the modules;
+- :mod:`.wheel`: that wheel (``installed_ops``, the no-JIT patch set, recorded feature probes).
 """
 
 from __future__ import annotations
@@ -59,9 +62,16 @@ def read_installed_ops(text: str) -> dict[str, bool] | None:
 class DeepSpeedComponent:
     name = "deepspeed"
     title = "DeepSpeed"
+    tree_marks = "op_builder/builder.py and deepspeed/"
     dists: tuple[str, ...] = ("deepspeed",)
     patch_project = "deepspeed"
     build_command = "porter ops build"
+
+    def is_tree(self, tree: Path) -> bool:
+        return is_tree(tree)
+
+    def tree_version(self, tree: Path) -> str:
+        return tree_version(tree)
 
     def recognise(self, tree: Path) -> Recognised | None:
         return Recognised(self.name, tree_version(tree), tree) if is_tree(tree) else None

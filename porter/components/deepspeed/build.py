@@ -1,0 +1,185 @@
+"""``porter ops build``: DeepSpeed's source -> porter's patched copy -> its op catalogue -> the AOT engine ->
+DeepSpeed's own wheel with the prebuilt modules and a manifest (+ its dependencies, for offline nodes)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from porter.artifacts import labels
+from porter.artifacts.labels import with_label
+from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, manifest_path, write_beside
+from porter.components.deepspeed import DEEPSPEED
+from porter.components.deepspeed.catalogue import read_catalogue
+from porter.components.deepspeed.wheel import base_wheel, compose, dist_version
+from porter.errors import CheckFailed, ConfigError
+from porter.executor import Executor, build_python
+from porter.fs import cache_dir, ensure_writable_dir
+from porter.log import Logger, quiet_logger
+from porter.run import Runner, make_env
+from porter.toolchain.check import require_toolchain
+from porter.toolchain.discover import probe
+from porter.toolchain.profile import Toolchain, toolchain_env
+from porter.torch_facts import need_for, probe_torch, refusal
+from ops_prebuild.build import BuildResult, EngineRun, OpResult, _key, compile_catalogue
+from ops_prebuild.catalogue import Catalogue, OpSpec
+from ops_prebuild.source import build_sets, cached_source, patched_source, resolve_source
+
+
+def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, all_compatible: bool = False,
+              wheelhouse: Path, how: EngineRun = EngineRun(), dry_run: bool = False, python: str | None = None,
+              with_deps: bool = False, log: Logger | None = None, runner: Runner | None = None,
+              cache: Path | None = None) -> BuildResult:
+    """source -> catalogue -> plan -> one ninja run -> one wheel + manifest.
+
+    Everything is checked before any work (output folder writable, toolchain root ready, torch of the
+    right kind); a dry run returns the complete plan with ``refusal`` set instead of raising, and
+    writes nothing into caches or trees.
+
+    ``how`` is the engine's part (:class:`ops_prebuild.build.EngineRun`): with ``shard=(i, n)`` a run compiles
+    only shard i of n of the compile steps into the (shared) build folder and stops: n such runs (a Slurm job
+    array) and then one ``link_only`` run (which compiles nothing, refuses when an object is missing, links and
+    packages) give what one local run gives.
+    """
+    compile_only, shard = how.compile_only, how.shard
+    log = log or quiet_logger()
+    runner = runner or Runner(log)
+    if compile_only and tc.kind == "cpu":
+        raise ConfigError(f"--compile-only compiles GPU code for every arch of a rocm or cuda profile; "
+                          f"toolchain {tc.name} is a cpu profile",
+                          hint="pick a GPU profile (-t debian-rocm7, -t cuda-h100, ...), or drop --compile-only "
+                               "to build the CPU ops into a wheel")
+    ex = tc.executor
+    py_ex, python = build_python(ex, tc.python, python)
+    cache = cache or ex.work_dir(cache_dir())
+    start = time.monotonic()
+    compiler_version = ""
+    if not dry_run:
+        if not compile_only and shard is None:
+            ensure_writable_dir(wheelhouse, what="wheelhouse")
+        if not compile_only:  # compiling needs no torch of the profile's kind: linking does
+            torch = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
+            refused = refusal(need_for(tc.kind), torch, python, what=f"building DeepSpeed ops for {tc.name}")
+            if refused is not None:
+                raise refused
+        ex.preflight()
+        if tc.kind != "cpu":  # a compiler that rejects an arch stops the build in seconds, not after hipify
+            with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
+                compiler_version = require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log).compiler.version
+        else:
+            compiler_version = probe(tc.compiler, Runner(log, echo=log.verbose), launcher=ex.prefix,
+                                     env=toolchain_env(tc)).version
+    with ExitStack() as stack:
+        with log.step("reading the source and its op catalogue"):
+            source = cached_source(DEEPSPEED, source_spec, cache) if dry_run else None
+            if source is None:
+                scratch = cache
+                if dry_run:  # a dry run downloads and unpacks into a temp folder, never into the cache
+                    parent = cache if py_ex.kind != "host" and cache.is_dir() else None  # its python sees it
+                    scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="porter-dry-", dir=parent)))
+                source = resolve_source(DEEPSPEED, source_spec, runner=runner, cache=scratch)
+            patched = patched_source(source, build_sets(source.project, tc.kind), cache, dry_run=dry_run)
+            if patched.warning:
+                log.warn(patched.warning)
+            elif patched.applied:
+                log.info(f"building from a patched copy of the source ({'; '.join(patched.applied)})")
+            source = patched.source if not dry_run else source
+            cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose), executor=py_ex)
+        selected = cat.select(ops, all_compatible)
+        refused = None if compile_only else refusal(need_for(tc.kind), cat.torch, python,
+                                                    what=f"building DeepSpeed ops for {tc.name}")
+        build_dir = cache / "ops" / f"{source.project}-{source.version}-{tc.name}-" \
+            f"{_key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag, compile_only)}"
+        result = compile_catalogue(cat, tc, selected, build_dir, python=python, py_ex=py_ex, runner=runner, log=log,
+                                   cache=cache, how=how, compiler_version=compiler_version, dry_run=dry_run,
+                                   refused=refused, source_patches=patched.applied)
+        if dry_run or shard is not None or compile_only:
+            result.seconds = time.monotonic() - start
+            return result
+        ccache = result.ccache
+        built = [o for o in result.ops if o.status != "failed"]
+        for o in result.failed:
+            log.error(f"op {o.name} failed to build; log: {o.log}")
+        if not built:
+            raise CheckFailed(f"no op built ({', '.join(o.name for o in result.failed)} failed)",
+                              hint=f"read the logs under {build_dir}")
+        with log.step("packaging the wheel"):
+            result.wheel, result.manifest = package(cat, tc, selected, result.ops, wheelhouse, python=python,
+                                                    runner=runner, cache=cache, executor=py_ex,
+                                                    build={"cache": {**ccache.to_dict(), **result.cache_stats}
+                                                           if ccache else None, "debug_info": how.debug, "pch": how.pch})
+    if with_deps:
+        with log.step("downloading the wheel's dependencies (all but torch) into the wheelhouse"):
+            download_dependencies(result.wheel, wheelhouse, python=sys.executable, runner=runner)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def download_dependencies(wheel: Path, wheelhouse: Path, *, python: str, runner: Runner) -> list[str]:
+    """Binary wheels of the wheel's runtime requirements, so compute nodes can install offline.
+
+    torch is left out on purpose: the node's torch comes from the site (module, container, venv).
+    """
+    import email.parser
+    import zipfile
+
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        msg = email.parser.BytesParser().parsebytes(z.read(meta))
+    reqs = [Requirement(r) for r in msg.get_all("Requires-Dist") or []]
+    wanted = [str(r) for r in reqs if r.name.lower() != "torch" and "extra" not in str(r.marker or "")]
+    if wanted:
+        runner.run([python, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", str(wheelhouse), *wanted],
+                   env=make_env(), timeout=1800,
+                   hint="the package index must be reachable from the build host; or fill the wheelhouse yourself")
+    return wanted
+
+
+def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list[OpResult], wheelhouse: Path,
+            *, python: str, runner: Runner, cache: Path, executor: Executor,
+            build: dict[str, Any] | None = None) -> tuple[Path, Path]:
+    src = cat.source
+    base = base_wheel(src.tree, cache / "base" / f"{src.project}-{src.version}-"
+                      f"{_key(str(src.tree), cat.accelerator, cat.torch.version)}",
+                      python=python, accelerator=cat.accelerator, runner=Runner(runner.log, echo=runner.echo),
+                      executor=executor)
+    _dist, base_version = dist_version(base)
+    version = with_label(base_version, labels.make(tc))
+    tag = f"{cat.torch.python_tag}-{cat.torch.python_tag}-{cat.torch.platform_tag}"
+    specs = {o.name: o for o in selected}
+    ok = [r for r in results if r.status != "failed"]
+    extensions = {specs[r.name].module.replace(".", "/") + cat.torch.ext_suffix: Path(r.so) for r in ok}
+    installed = {o.name: False for o in cat.ops if o.module}
+    installed.update({r.name: True for r in ok})
+    entries: list[ExtensionEntry] = []
+    for arc, r in zip(extensions, ok):
+        entry: ExtensionEntry = {"module": specs[r.name].module, "path": arc, "sha256": r.sha256, "op": r.name,
+                                 "archs": list(tc.arch_names) if specs[r.name].device else []}
+        if not specs[r.name].device:
+            entry["host_only"] = True
+        entries.append(entry)
+    manifest = build_manifest(
+        component=src.project, version=version, tc=tc, torch=cat.torch, python_tag=cat.torch.python_tag,
+        sources={"sdist_sha256": src.sha256, "origin": src.origin, "version": src.version},
+        extensions=entries, target={"accelerator": cat.accelerator},
+        ops=[{"name": r.name, "status": r.status, "seconds": round(r.seconds, 2), "log": r.log} for r in results])
+    if build:
+        manifest["build"] = build
+    # the wheel appears in the wheelhouse only by an atomic rename, after its manifest
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".porter-", dir=wheelhouse) as tmpdir:
+        tmp = compose(base, Path(tmpdir), version=version, tag=tag, extensions=extensions, installed_ops=installed,
+                      extra_files={"{dist_info}/porter.json": carried(manifest)},
+                      feature_probes=dict(cat.feature_probes))
+        dest = wheelhouse / tmp.name
+        mpath = write_beside(tmp, manifest)
+        os.replace(mpath, manifest_path(dest))
+        os.replace(tmp, dest)
+    return dest, manifest_path(dest)
