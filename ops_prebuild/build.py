@@ -10,8 +10,9 @@ import os
 import re
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from porter import torch_hip_view as hip_view
@@ -125,14 +126,24 @@ class EngineRun:
 def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], build_dir: Path, *, python: str,
                       py_ex: Executor, runner: Runner, log: Logger, cache: Path, how: EngineRun = EngineRun(),
                       compiler_version: str = "", dry_run: bool = False, refused: PorterError | None = None,
-                      source_patches: tuple[str, ...] = (), what: str = "") -> BuildResult:
+                      source_patches: tuple[str, ...] = (), what: str = "", hipify: Sequence[str] | None = None,
+                      mirror: bool = True, torch_view: bool | None = None, hipify_from: Path | None = None,
+                      notes: Sequence[str] = ()) -> BuildResult:
     """The engine: any catalogue's selected ops -> hipify (rocm) -> one ninja plan -> compile (all, one shard, or
     none with ``link_only``) -> link unless ``compile_only`` -> per op result and, compile-only, per op x arch
     report. The build folder is held under a lock while it is set up (the shards of one build then compile at
     once, each with its own ninja file); what was built is recorded with its sha256, and anything that no longer
     matches is built again. A dry run plans and returns with ``refusal`` set instead of raising.
 
-    The caller owns what comes before (its source, its catalogue, its checks) and after (its wheel)."""
+    The caller owns what comes before (its source, its catalogue, its checks) and after (its wheel).
+
+    ``hipify``: the ops whose CUDA sources the engine hipifies on a rocm profile (torch's hipify, into a copy
+    under the build folder; default: every device op; ``()``: the sources are HIP already). ``mirror``: compile
+    from a hard-linked mirror of the source tree inside the build folder (the same relative paths for every
+    release, so the compiler cache hits across them); else from ``cat.source.tree`` where it is. ``torch_view``:
+    a compile-only run without a ROCm torch sees torch's headers through a generated HIP view (default: when an
+    op was hipified here). ``hipify_from``: where hipify reads the sources when they are not at
+    ``cat.source.tree`` yet (a dry run's temporary copy). ``notes`` go first in the plan's notes."""
     jobs, compile_only, compiler_cache, shard, link_only, pch, debug = (
         how.jobs, how.compile_only, how.compiler_cache, how.shard, how.link_only, how.pch, how.debug)
     ex = tc.executor
@@ -142,12 +153,16 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             # shards of one build only while they set up
             lock = stack.enter_context(hold(build_dir, what or f"building {cat.source.project} "
                                             f"{cat.source.version} for {tc.name}", say=log.info))
-        hip_map = hipify_for_rocm(cat, tc, selected, build_dir, python=python, runner=runner, log=log,
-                                  executor=py_ex, dry_run=dry_run) if tc.kind == "rocm" else None
+        to_hipify = [o for o in selected if o.device and (hipify is None or o.name in hipify)] \
+            if tc.kind == "rocm" else []
+        quiet = replace(runner, echo=log.verbose)
+        hip_map = hipify_for_rocm(hipify_from or cat.source.tree, to_hipify, build_dir, python=python, log=log,
+                                  runner=quiet, executor=py_ex, dry_run=dry_run) if to_hipify else None
         view: tuple[Path, ...] = ()
-        if compile_only and tc.kind == "rocm" and hip_view.needed(cat.torch):
+        wants_view = bool(to_hipify) if torch_view is None else torch_view
+        if compile_only and tc.kind == "rocm" and wants_view and hip_view.needed(cat.torch):
             with log.step(f"a HIP view of torch {cat.torch.version}'s headers (compile checks only)"):
-                view = (hip_view.make_view(cat.torch, cache, python=python, runner=Runner(log, echo=log.verbose),
+                view = (hip_view.make_view(cat.torch, cache, python=python, runner=quiet,
                                            executor=py_ex, dry_run=dry_run),)
         # --compile-only measures each unit's time and memory (what later plans' jobs are sized by): a
         # cache hit would record a copy, not a compile, so those runs never go through the cache
@@ -155,8 +170,10 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
                              enabled=compiler_cache.enabled and not compile_only, cache_dir=compiler_cache.dir,
                              remote="" if compile_only else compiler_cache.remote, log=log, dry_run=dry_run)
         plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not dry_run,
-                         compile_only=compile_only, extra_includes=view, cache=ccache, tree=build_dir / "src",
+                         compile_only=compile_only, extra_includes=view, cache=ccache,
+                         tree=build_dir / "src" if mirror else None,
                          pch=pch, debug=debug)
+        plan.notes[:0] = list(notes)
         if view:
             plan.notes.append(f"torch {cat.torch.version} is a {cat.torch.kind} build: its headers are seen through "
                               f"a generated HIP view ({view[0]}); objects are compiled, never linked")
@@ -177,7 +194,8 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             result.seconds = time.monotonic() - start
             return result
         build_dir.mkdir(parents=True, exist_ok=True)
-        mirror_tree(cat.source.tree, build_dir / "src", source_tops(selected))
+        if mirror:
+            mirror_tree(cat.source.tree, build_dir / "src", source_tops(selected))
         for path, text in plan.files.items():
             if not Path(path).is_file() or Path(path).read_text() != text:  # an unchanged file keeps its time
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -281,14 +299,14 @@ def check_outputs(build_dir: Path, outputs: list[str]) -> list[str]:
     return bad
 
 
-def hipify_for_rocm(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path, *, python: str,
-                    runner: Runner, log: Logger, executor: Executor, dry_run: bool) -> dict[str, dict[str, str]]:
+def hipify_for_rocm(tree: Path, ops: list[OpSpec], build_dir: Path, *, python: str, log: Logger, runner: Runner,
+                    executor: Executor, dry_run: bool) -> dict[str, dict[str, str]]:
     """Hipify (for real, with torch's hipify in the build python) a copy of the ops' sources."""
     from ops_prebuild.hipify_step import hipify_sources
 
-    with log.step("hipifying the device ops' sources (a copy; the tree is untouched)"):
-        return hipify_sources(cat.source.tree, [o for o in ops if o.device], build_dir / "hip",
-                              python=python, runner=Runner(log, echo=log.verbose), executor=executor,
+    with log.step(f"hipifying {len(ops)} op(s)' CUDA sources (a copy; the tree is untouched)"):
+        return hipify_sources(tree, ops, build_dir / "hip",
+                              python=python, runner=runner, executor=executor,
                               dry_run=dry_run)
 
 

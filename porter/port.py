@@ -35,16 +35,16 @@ from porter.components.megatron import (DIST, HELPERS_MODULE, HELPERS_SOURCE, KE
 from porter.errors import CheckFailed, ConfigError, PorterError
 from porter import torch_hip_view as hip_view
 from porter.executor import HOST, Executor, build_python
-from porter.fs import atomic_write_json, atomic_write_text, cache_dir, ensure_writable_dir
+from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir
 from porter.log import Logger, quiet_logger
 from porter.patching import PatchFailed, apply
 from porter.patching.model import PatchSet, resolve_sets
 from porter.patching.engine import Plan as PatchPlan, PatchResult, failure_message, plan as patch_plan
 from porter.run import Runner
 from porter.toolchain.check import require_toolchain
-from porter.toolchain.profile import Toolchain, toolchain_env
+from porter.toolchain.profile import Toolchain
 from porter.torch_facts import TorchInfo, need_for, probe_torch, refusal
-from ops_prebuild.build import OpResult, compile_report, failures, run_ninja
+from ops_prebuild.build import EngineRun, OpResult, compile_catalogue, failures
 from ops_prebuild.catalogue import Catalogue, OpSpec
 from ops_prebuild.plan import Plan, make_plan
 from ops_prebuild.source import Source
@@ -440,20 +440,20 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
     result.notes = _version_notes(src, done.plan)
     if torch_info is None:
         return result
-    with log.step("planning the fused kernels"):
-        view = _view(tc, torch_info, python, py_ex, log, dry_run=False) if compile_only else ()
-        plan = _plan(work, tc, torch_info, result.version, stage=True, compile_only=compile_only,
-                     extra_includes=view, name=dest.name)
-    result.plan = plan
+    cat, build_dir = _catalogue(work, tc, torch_info, result.version, stage=True, compile_only=compile_only,
+                                name=dest.name)
     from porter.resources import default_jobs
 
-    plan.build_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(plan.build_dir / "build.ninja", plan.ninja())
-    ops = run_ninja(plan, jobs or default_jobs(6 << 30), runner=runner, log=log, env=toolchain_env(tc))
+    built = compile_catalogue(cat, tc, list(cat.ops), build_dir, python=python, py_ex=py_ex, runner=runner, log=log,
+                              cache=tc.executor.work_dir(cache_dir()),
+                              how=EngineRun(jobs=jobs or default_jobs(6 << 30), compile_only=compile_only),
+                              hipify=(), mirror=False, torch_view=True,
+                              what=f"building the fused kernels of {src.name} for {tc.name}")
+    result.plan, ops = built.plan, built.ops
     result.built = [o.__dict__ for o in ops]
     failed = [o for o in ops if o.status == "failed"]
     if compile_only:
-        result.compiled = compile_report(plan, ops, tc)
+        result.compiled = built.compiled
         if len(failed) == len(ops):
             raise CheckFailed("no fused kernel compiled " + failures(failed, f"the tree {src}", tc),
                               hint="fix the first error of each kernel (its file and line are named) in the tree, "
@@ -480,13 +480,13 @@ def _view(tc: Toolchain, torch_info: TorchInfo, python: str, py_ex: Executor, lo
                                    runner=Runner(log, echo=log.verbose), executor=py_ex, dry_run=dry_run),)
 
 
-def _plan(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, stage: bool,
-          compile_only: bool = False, extra_includes: tuple[Path, ...] = (), name: str = "",
-          read: Path | None = None) -> Plan:
-    """The kernels' plan. On the host it builds in the ported tree (``.porter/build``); through a chroot or
-    container, the ported kernel folder is copied under the executor's work root (``stage=False``
-    only names it), so every source and header is where the compiler sees it. ``read``: the tree whose kernels
-    are planned when ``work`` is not written yet (a dry run names the port's destination)."""
+def _catalogue(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, stage: bool,
+               compile_only: bool = False, name: str = "", read: Path | None = None) -> tuple[Catalogue, Path]:
+    """The kernels as a catalogue for the engine, and their build folder. On the host it builds in the ported tree
+    (``.porter/build``); through a chroot or container, the ported kernel folder is copied under the executor's
+    work root (``stage=False`` only names it), so every source and header is where the compiler sees it.
+    ``read``: the tree whose kernels are planned when ``work`` is not written yet (a dry run names the port's
+    destination)."""
     ex = tc.executor
     tree = work
     if ex.kind == "host":
@@ -506,6 +506,15 @@ def _plan(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, sta
         ops = [o for o in ops if o.device]
     cat = Catalogue(source=Source("megatron-deepspeed", version or "0", tree, str(work)), torch=torch_info,
                     accelerator="cuda" if tc.kind != "cpu" else "cpu", ops=tuple(ops))
+    return cat, build_dir
+
+
+def _plan(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, stage: bool,
+          compile_only: bool = False, extra_includes: tuple[Path, ...] = (), name: str = "",
+          read: Path | None = None) -> Plan:
+    """The kernels' plan, as the engine will run it (a dry run prints it; :func:`_catalogue` says where)."""
+    cat, build_dir = _catalogue(work, tc, torch_info, version, stage=stage, compile_only=compile_only, name=name,
+                                read=read)
     return make_plan(cat, tc, list(cat.ops), build_dir, stage=stage, compile_only=compile_only,
                      extra_includes=extra_includes)
 

@@ -5,9 +5,8 @@
     planner, compile only) -> per op x arch report -> measured costs recorded
 
 The driver knows the project (which sources, flags and include dirs the tree's own build declares);
-this flow is the same for every driver and reuses the planner of ``porter ops build --compile-only``
-(:func:`ops_prebuild.plan.make_plan`, :func:`ops_prebuild.build.run_ninja`,
-:func:`ops_prebuild.build.compile_report`), so the report has the same shape: per op, status, per-arch
+this flow is the same for every driver and runs on the AOT engine of ``porter ops build --compile-only``
+(:func:`ops_prebuild.build.compile_catalogue`), so the report has the same shape: per op, status, per-arch
 verdict, and per TU its time, peak memory and the code objects in its object file. Nothing is linked.
 Each TU's time and peak memory are merged into the project's measured-costs file
 (:mod:`porter.wheels.costs`), which later plans of the same project read to size MAX_JOBS.
@@ -22,28 +21,26 @@ import hashlib
 import json
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from porter import torch_hip_view as hip_view
 from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError
 from porter.executor import build_python
-from porter.fs import atomic_write_text, cache_dir
+from porter.fs import cache_dir
+from porter.locks import hold
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
 from porter.toolchain.check import require_toolchain
-from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import TorchInfo, probe_torch
 from porter.wheels import costs as costs_mod
 from porter.wheels.base import BuildPlan, KernelContext, Machine, WheelDriver, WheelRequest
 from porter.wheels.engine import detect, resolve_source
-from ops_prebuild.build import OpResult, compile_report, run_ninja
+from ops_prebuild.build import EngineRun, OpResult, compile_catalogue
 from ops_prebuild.catalogue import Catalogue
-from ops_prebuild.hipify_step import hipify_sources
-from ops_prebuild.plan import Plan, make_plan
+from ops_prebuild.plan import Plan
 from ops_prebuild.source import Source
 
 @dataclass
@@ -133,10 +130,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         tree = base / "src"
         build_dir = base / "build"
         if not dry_run:  # two runs of the same target take turns, from the work copy on
-            from filelock import FileLock
-
-            base.parent.mkdir(parents=True, exist_ok=True)
-            stack.enter_context(FileLock(str(base) + ".lock"))
+            stack.enter_context(hold(base, f"compiling {driver.title} {info.version} for {tc.name}", say=log.info))
         scratch = tmp / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         ctx = KernelContext(source=root, tree=tmp / "tree" if dry_run else tree, plan_tree=tree, toolchain=tc,
@@ -152,42 +146,21 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                               hint="widen --units / --instances, or drop them")
         for name, why in kset.unplanned:
             log.warn(f"{name}: not planned: {why}")
-        hipify_ops = [o for o in kset.ops if o.name in kset.hipify]
-        hip_map: dict[str, dict[str, str]] = {}
-        if hipify_ops:
-            with log.step(f"hipifying {len(hipify_ops)} op(s)' CUDA sources (a copy; the tree is untouched)"):
-                hip_map = hipify_sources(ctx.tree, hipify_ops, build_dir / "hip", python=python, runner=quiet,
-                                         executor=py_ex, dry_run=dry_run)
-        view: tuple[Path, ...] = ()
-        if hipify_ops and hip_view.needed(torch):  # only hipified sources include torch's CUDA headers
-            with log.step(f"a HIP view of torch {torch.version}'s headers (compile checks only)"):
-                view = (hip_view.make_view(torch, work_root, python=python, runner=quiet, executor=py_ex,
-                                           dry_run=dry_run),)
         cat = Catalogue(source=Source(info.project, info.version, tree, source), torch=torch, accelerator="cuda",
                         ops=kset.ops)
-        plan = make_plan(cat, tc, list(kset.ops), build_dir, sources=hip_map, stage=not dry_run,
-                         compile_only=True, extra_includes=view)
-        plan.notes += [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned)]
-        if view:
-            plan.notes.append(f"torch {torch.version} is a {torch.kind} build: its headers are seen through a generated "
-                              f"HIP view ({view[0]}); objects are compiled, never linked")
+        notes = [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned)]
+        built = compile_catalogue(cat, tc, list(kset.ops), build_dir, python=python, py_ex=py_ex, runner=runner,
+                                  log=log, cache=work_root, how=EngineRun(jobs=wplan.jobs, compile_only=True),
+                                  dry_run=dry_run, hipify=tuple(kset.hipify), mirror=False, hipify_from=ctx.tree,
+                                  notes=notes)
         units = sum(len(o.sources) for o in kset.ops)
-        result = CompileOnlyResult(info.project, info.version, tc.name, plan, wplan, jobs=wplan.jobs, dry_run=dry_run,
-                                   hip_view=str(view[0]) if view else "", selected_units=units,
-                                   total_units=kset.total_units or units, notes=list(plan.notes))
+        result = CompileOnlyResult(info.project, info.version, tc.name, built.plan, wplan, jobs=wplan.jobs,
+                                   dry_run=dry_run, hip_view=built.hip_view, selected_units=units,
+                                   total_units=kset.total_units or units, notes=list(built.plan.notes),
+                                   refusal=built.refusal, ops=built.ops, compiled=built.compiled)
         if dry_run:
-            try:
-                ex.preflight()
-            except PorterError as exc:
-                result.refusal = exc
-                plan.notes.append(f"a real run here would be refused: {exc.message}")
-            result.notes = list(plan.notes)
             result.seconds = time.monotonic() - start
             return result
-        build_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(build_dir / "build.ninja", plan.ninja())
-        result.ops = run_ninja(plan, wplan.jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env))
-        result.compiled = compile_report(plan, result.ops, tc)
     for name, why in kset.unplanned:  # per-op isolation from the first step: reported, not fatal
         result.ops.append(OpResult(name, "failed", error=why))
         result.compiled.append({"name": name, "status": "failed", "error": why, "log": "", "tus": [],
