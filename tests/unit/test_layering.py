@@ -140,3 +140,51 @@ def test_probes_are_standalone() -> None:
         for line in path.read_text().splitlines():
             if line.startswith(("import porter", "from porter")):
                 assert line.endswith("# porter: concatenated"), (path.name, line)
+
+
+# The layers, top to bottom (DESIGN.md "Layout"): an import may point down or within its layer, never up.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("cli", ("porter.cli", "porter.__main__")),
+    ("components and flows", ("porter.components", "porter.port", "porter.install", "porter.cluster",
+                              "porter.netplugin")),
+    ("engines", ("ops_prebuild", "porter.wheels", "porter.hipify", "porter.patching", "porter.ccache")),
+    ("artifacts and toolchain", ("porter.artifacts", "porter.toolchain")),
+    ("core", ("porter.errors", "porter.log", "porter.run", "porter.executor", "porter.fs", "porter.locks",
+              "porter.probe", "porter.probes", "porter.torch_facts", "porter.torch_hip_view", "porter.codeobjects",
+              "porter.resources", "porter")),
+)
+
+
+def layer_of(mod: str) -> int:
+    """The index of the module's layer (the longest matching prefix decides; every module has one)."""
+    best, rank = -1, -1
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (mod == p or mod.startswith(p + ".")) and len(p) > best:
+                best, rank = len(p), i
+    return rank
+
+
+def upward(g: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} ({LAYERS[layer_of(m)][0]}) -> {d} ({LAYERS[layer_of(d)][0]})"
+                  for m, deps in g.items() for d in deps if layer_of(d) < layer_of(m))
+
+
+def test_every_module_has_a_layer() -> None:
+    assert [m for m in project() if layer_of(m) < 0] == []
+
+
+def test_no_import_points_up_the_layers() -> None:
+    assert upward(project()) == []
+
+
+def test_the_layer_check_sees_an_upward_late_import(tmp_path: Path) -> None:
+    """A planted engine module that imports a component inside a function: reported, with both layers."""
+    for pkg in ("ops_prebuild", "porter", "porter/components"):
+        (tmp_path / pkg).mkdir(parents=True, exist_ok=True)
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "porter" / "components" / "thing.py").write_text("X = 1\n")
+    (tmp_path / "ops_prebuild" / "engine.py").write_text("def f():\n    from porter.components.thing import X\n"
+                                                         "    return X\n")
+    g = graph(tmp_path, PACKAGES)
+    assert upward(g) == ["ops_prebuild.engine (engines) -> porter.components.thing (components and flows)"]
