@@ -51,7 +51,7 @@ def build_cmd(log: Logger, source: Path, toolchain_ref: str | None, archs: tuple
               python: str, release_version: str, dry_run: bool, as_json: bool) -> None:
     """Configure, compile, link and package a network plugin with a toolchain (through its executor)."""
     from porter.cluster.sites import load_site
-    from porter.netplugin.build import BuildRequest, dry_run as plan_only, plan_build, run_build
+    from porter.components.netplugin.build import BuildRequest, dry_run as plan_only, plan_build, run_build
     from porter.run import Runner
 
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
@@ -100,7 +100,7 @@ def verify_cmd(log: Logger, target: Path, toolchain_ref: str | None, archs: tupl
     there, or does not fit --site; exit 2 for bad input (an unknown site, a file that is no plugin package).
     """
     from porter.cluster.sites import load_site
-    from porter.netplugin.verify import verify_plugin
+    from porter.components.netplugin.verify import verify_plugin
     from porter.run import Runner
 
     site = load_site(site_ref) if site_ref else None

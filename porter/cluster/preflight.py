@@ -124,8 +124,8 @@ def plugin_path(site: Site, environ: Mapping[str, str]) -> str:
 
 
 def check_plugin(site: Site, environ: Mapping[str, str], nodes: int) -> Check:
-    from porter.netplugin.node import inspect_library, manifest_near
-    from porter.netplugin.checks import site_refusals
+    from porter.components.netplugin.node import inspect_library, manifest_near
+    from porter.components.netplugin.checks import site_refusals
 
     if site.plugin is None:
         return Check("plugin", "skipped", f"site {site.name} names no network plugin")

@@ -3,17 +3,19 @@
 A component recognises its trees (and their version and build regime), names the distributions it
 installs as, its patch sets, the command that builds it, which of its modules are host-only, and
 how verify checks an installed copy beyond what every component gets (files, sha256, code objects,
-imports with no compiler). Adding a project is one module here plus one line in :func:`registry`.
+imports with no compiler). Adding a project is one package here plus one line in :data:`BUILTIN`; a project
+defined elsewhere (a site's own, a test's) joins with :func:`register`.
 
-Builds: ``deepspeed`` is built by :mod:`ops_prebuild` (``porter ops build``), ``megatron-deepspeed``
-by :mod:`porter.port`, ``apex`` and ``flash-attn`` by :mod:`porter.wheels` with the driver their
-module defines (``driver``).
+Builds: ``deepspeed``'s ops and ``megatron-deepspeed``'s fused kernels run on the AOT engine (:mod:`ops_prebuild`)
+from their own packages here; ``apex`` and ``flash-attn`` are built by :mod:`porter.wheels` with the driver their
+package defines (``driver``); ``netplugin`` builds the RCCL network plugin with autotools.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import importlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,16 +27,35 @@ if TYPE_CHECKING:
     from porter.wheels.base import WheelDriver
 
 
+BUILTIN: tuple[tuple[str, str], ...] = (
+    ("porter.components.deepspeed", "DEEPSPEED"),
+    ("porter.components.megatron", "MEGATRON"),
+    ("porter.components.apex", "APEX"),
+    ("porter.components.flash_attn", "FLASH_ATTN"),
+    ("porter.components.netplugin", "NETPLUGIN"),
+)
+"""The components porter ships, in the order recognition tries them: (module, attribute), imported on first use."""
+
+_ADDED: dict[str, Component] = {}
+
+
 @functools.cache
 def registry() -> Mapping[str, Component]:
-    """The components, by name (imported on first use, not when this package is imported)."""
-    from porter.components.apex import APEX
-    from porter.components.deepspeed import DEEPSPEED
-    from porter.components.flash_attn import FLASH_ATTN
-    from porter.components.megatron import MEGATRON
+    """The components, by name: :data:`BUILTIN` (imported on first use, not when this package is imported), then
+    those added with :func:`register`."""
+    found = [getattr(importlib.import_module(mod), attr) for mod, attr in BUILTIN]
+    return {**{c.name: c for c in found}, **_ADDED}
 
-    found: tuple[Component, ...] = (DEEPSPEED, MEGATRON, APEX, FLASH_ATTN)
-    return {c.name: c for c in found}
+
+def register(component: Component) -> None:
+    """Add a component (or replace one of the same name) to the registry."""
+    _ADDED[component.name] = component
+    registry.cache_clear()
+
+
+def unregister(name: str) -> None:
+    _ADDED.pop(name, None)
+    registry.cache_clear()
 
 
 def __getattr__(name: str) -> object:
@@ -88,4 +109,4 @@ def get_driver(name: str) -> WheelDriver:
 
 
 __all__ = ["Component", "InstalledCheck", "Recognised", "all_dists", "for_dist", "get", "get_driver", "recognise",
-           "registry", "wheel_drivers"]
+           "register", "registry", "unregister", "wheel_drivers"]

@@ -17,7 +17,7 @@ from tests.conftest import FIXTURES
 
 
 def test_registry_knows_each_project_once() -> None:
-    assert set(components.REGISTRY) == {"deepspeed", "megatron-deepspeed", "apex", "flash-attn"}
+    assert set(components.REGISTRY) == {"deepspeed", "megatron-deepspeed", "apex", "flash-attn", "netplugin"}
     dists = components.all_dists()
     assert len(dists) == len(set(dists))
     assert components.for_dist("megatron-fused-kernels") is components.get("megatron-deepspeed")
@@ -30,10 +30,44 @@ def test_registry_knows_each_project_once() -> None:
 @pytest.mark.parametrize("tree,name", [
     ("patch/megatron-deepspeed", "megatron-deepspeed"), ("patch/deepspeed", "deepspeed"),
     ("apex-env", "apex"), ("apex-flags", "apex"), ("flash-attn-mini", "flash-attn"),
+    ("aws-ofi-nccl-mini", "netplugin"), ("aws-ofi-rccl-mini", "netplugin"),
 ])
 def test_each_fixture_tree_is_recognised_by_its_component(tree: str, name: str) -> None:
     found = components.recognise(FIXTURES / tree)
     assert found is not None and found.component == name
+
+
+class ToyComponent:
+    """A project porter does not ship, defined here: registering it touches nothing under porter/."""
+
+    name = "toy"
+    title = "Toy"
+    dists: tuple[str, ...] = ("toy-kernels",)
+    patch_project = ""
+    build_command = "toy build"
+
+    def recognise(self, tree: Path) -> components.Recognised | None:
+        marker = tree / "toy.txt"
+        return components.Recognised(self.name, marker.read_text().strip(), tree) if marker.is_file() else None
+
+    def check_installed(self, dist: object, manifest: object, kind: str) -> components.InstalledCheck:
+        return components.InstalledCheck(facts={"toy": True})
+
+
+def test_a_component_defined_outside_porter_joins_the_registry(tmp_path: Path) -> None:
+    (tmp_path / "toy.txt").write_text("1.2\n")
+    assert components.recognise(tmp_path) is None
+    toy = ToyComponent()
+    components.register(toy)
+    try:
+        assert components.get("toy") is toy and components.for_dist("toy-kernels") is toy
+        assert "toy-kernels" in components.all_dists()
+        found = components.recognise(tmp_path)
+        assert found is not None and (found.component, found.version) == ("toy", "1.2")
+        assert components.recognise(FIXTURES / "apex-env").component == "apex"  # the others are as they were
+    finally:
+        components.unregister("toy")
+    assert "toy" not in components.registry() and components.recognise(tmp_path) is None
 
 
 def test_unknown_tree_is_nobodys(tmp_path: Path) -> None:

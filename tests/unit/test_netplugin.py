@@ -16,10 +16,10 @@ from click.testing import CliRunner
 from porter.cli import cli
 from porter.cluster.sites import Site, load_site
 from porter.errors import ConfigError, ToolError
-from porter.netplugin.build import BuildRequest, _installed, dry_run, plan_build, run_build
-from porter.netplugin.checks import is_rocm_site, site_refusals
-from porter.netplugin.projects import AWS_OFI_NCCL, AWS_OFI_RCCL, recognise
-from porter.netplugin.verify import plugin_facts, rccl_picks, read_package
+from porter.components.netplugin.build import BuildRequest, _installed, dry_run, plan_build, run_build
+from porter.components.netplugin.checks import is_rocm_site, site_refusals
+from porter.components.netplugin.projects import AWS_OFI_NCCL, AWS_OFI_RCCL, recognise
+from porter.components.netplugin.verify import plugin_facts, rccl_picks, read_package
 from porter.probes.netplugin_lib import header_facts
 from porter.probes.protocol import MARKER
 from porter.run import Result, Runner
@@ -305,7 +305,7 @@ def test_header_facts_read_rccl_libfabric_and_hip_versions(tmp_path: Path) -> No
 
 
 def test_the_preflight_applies_the_same_site_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import porter.netplugin.node as cn
+    import porter.components.netplugin.node as cn
     from porter.cluster.preflight import check_plugin
 
     lib = tmp_path / "pkg" / "lib" / "librccl-net.so"

@@ -13,7 +13,7 @@
   in ``AC_INIT``.
 
 A tree as a user clones it has ``autogen.sh`` and ``configure.ac`` but no ``configure``; a release tarball has
-``configure``. Both are recognised here; :mod:`porter.netplugin.build` runs ``autogen.sh`` when needed.
+``configure``. Both are recognised here; :mod:`porter.components.netplugin.build` runs ``autogen.sh`` when needed.
 """
 
 from __future__ import annotations

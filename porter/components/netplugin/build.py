@@ -3,7 +3,7 @@
 The flow (every program runs through the toolchain's executor, so against the RCCL, libfabric and HIP
 runtime of the chroot or container the toolchain names):
 
-1. recognise the tree (:mod:`porter.netplugin.projects`) and refuse what cannot work before any work: a
+1. recognise the tree (:mod:`porter.components.netplugin.projects`) and refuse what cannot work before any work: a
    ROCm toolchain and a tree without ``--with-rocm``; a site whose GPUs need ROCm and a toolchain without it;
 2. read the build environment's versions from its headers (RCCL, libfabric, HIP) with the ``netplugin``
    probe, and refuse a site's other RCCL major;
@@ -34,8 +34,8 @@ from porter.errors import CheckFailed, ConfigError, PorterError, ToolError
 from porter.executor import Executor
 from porter.fs import atomic_path, atomic_write_text, cache_dir, ensure_writable_dir, sha256_file
 from porter.log import Logger
-from porter.netplugin.checks import is_rocm_site, site_refusals
-from porter.netplugin.projects import Tree, device_of, recognise
+from porter.components.netplugin.checks import is_rocm_site, site_refusals
+from porter.components.netplugin.projects import Tree, device_of, recognise
 from porter.probe import run_probe
 from porter.run import RecordingRunner, Runner, env_changes
 from porter.toolchain.profile import Toolchain, toolchain_env

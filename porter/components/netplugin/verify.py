@@ -6,7 +6,7 @@ the host), in a fresh process per library: it loads or the dlopen error names th
 shared objects the load mapped are listed (``libamdhip64`` among them: it was built with ROCm); its
 ``ncclNetPlugin_vN`` / ``ncclCollNetPlugin_vN`` symbols are listed with their API versions, and set against
 the net API versions the environment's RCCL knows (from its ``nccl_net.h``): RCCL takes the newest both know.
-The plugin's functions are never called and no NIC is touched. With ``--site``, :mod:`porter.netplugin.checks`
+The plugin's functions are never called and no NIC is touched. With ``--site``, :mod:`porter.components.netplugin.checks`
 says whether it fits the site.
 """
 
@@ -27,8 +27,8 @@ from porter.errors import ConfigError
 from porter.executor import HOST, Executor
 from porter.fs import cache_dir
 from porter.log import Logger
-from porter.netplugin.build import MANIFEST_MEMBER, header_dirs, links_hip, probe_env
-from porter.netplugin.checks import site_refusals
+from porter.components.netplugin.build import MANIFEST_MEMBER, header_dirs, links_hip, probe_env
+from porter.components.netplugin.checks import site_refusals
 from porter.run import Runner, make_env
 from porter.toolchain.profile import Toolchain, toolchain_env
 
