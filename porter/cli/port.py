@@ -85,7 +85,7 @@ def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs
     the kernels ahead of time into a wheel in the wheelhouse. A build python whose torch is not of the
     profile's kind (ROCm profiles need a ROCm torch) is refused before any work; --dry-run prints the
     plan and the refusal, --no-kernels ports the tree without building the kernels."""
-    from porter.port import port_megatron
+    from porter.components.megatron.port import port_megatron
 
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     res = port_megatron(tree, tc, out=dest, in_place=in_place, wheelhouse=wheelhouse, python=python, jobs=jobs,
@@ -147,7 +147,7 @@ def deepspeed_cmd(log: Logger, tree: Path, dest: Path | None, in_place: bool, ta
                   sets: tuple[str, ...], skip: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
     """Port a DeepSpeed TREE: apply the deepspeed patch sets (layered on op_builder/builder.py), each patch where
     its problem is present. Then build its ops ahead of time with 'porter ops build --source OUT'."""
-    from porter.port import port_deepspeed
+    from porter.components.deepspeed.port import port_deepspeed
 
     res = port_deepspeed(tree, out=dest, in_place=in_place, sets=sets, skip=skip, target_version=target_version,
                          dry_run=dry_run, log=log)

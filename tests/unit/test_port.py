@@ -15,7 +15,8 @@ from ops_prebuild.build import OpResult
 from porter.errors import ConfigError
 from porter.artifacts.manifest import read_manifest
 from porter.fs import sha256_file
-from porter.port import PORT_RECORD, _plan, kernel_ops, package_kernels, prepare_tree
+from porter.components.megatron.port import _plan, kernel_ops, package_kernels, prepare_tree
+from porter.port import PORT_RECORD
 from porter.toolchain.profile import load_toolchain
 from porter.torch_facts import TorchInfo
 
@@ -143,7 +144,7 @@ def test_ported_older_loader_imports_its_own_kernels(tmp_path: Path, monkeypatch
     import sys
     import types
 
-    from porter.port import port_megatron
+    from porter.components.megatron.port import port_megatron
 
     pytest.importorskip("torch.utils.hipify", reason="the port hipifies with torch's hipify; torch is not installed")
 
@@ -184,7 +185,7 @@ def test_port_compile_only_with_a_failed_kernel_exits_3_naming_it(tmp_path: Path
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """Some kernels compiled, one did not: exit 3 (partial), the ERROR names the kernel, its archs, the first error
     and the log; --json still prints the whole report on stdout."""
-    import porter.port
+    import porter.components.megatron.port
     from porter.cli import main
     from porter.port import PortResult
 
@@ -194,7 +195,7 @@ def test_port_compile_only_with_a_failed_kernel_exits_3_naming_it(tmp_path: Path
          "archs": {"gfx90a": "compiled"}, "tus": [], "seconds": 1.0},
         {"name": "fused_mix_prec_layer_norm_cuda", "status": "failed", "error": "k.cu:3:1: error: boom",
          "log": "/b/ln/build.log", "archs": {"gfx90a": "failed"}, "tus": [], "seconds": 1.0}])
-    monkeypatch.setattr(porter.port, "port_megatron", lambda *a, **k: res)
+    monkeypatch.setattr(porter.components.megatron.port, "port_megatron", lambda *a, **k: res)
     for extra in ([], ["--json"]):
         with pytest.raises(SystemExit) as exc:
             main(["port", "megatron-deepspeed", str(tmp_path), "-t", "debian-rocm7", "--compile-only", *extra])

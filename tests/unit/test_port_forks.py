@@ -18,7 +18,9 @@ from porter.errors import ConfigError
 from porter.fs import sha256_file
 from porter.patching import read_journal
 from porter.patching.engine import PatchFailed
-from porter.port import HELPERS_OP, helpers_op, package_kernels, patch_sets, port_megatron, prebuilt_ops
+from porter.components.megatron import PATCH_PROJECT
+from porter.components.megatron.port import HELPERS_OP, helpers_op, package_kernels, port_megatron, prebuilt_ops
+from porter.port import patch_sets
 from porter.toolchain.profile import load_toolchain
 from tests.unit.test_port import torch_info
 
@@ -97,10 +99,10 @@ def test_port_skip_leaves_a_patch_out_and_the_journal_knows(tmp_path: Path) -> N
 
 def test_set_and_skip_are_checked() -> None:
     with pytest.raises(ConfigError, match="--skip nope: no such patch in megatron-deepspeed/rocm"):
-        patch_sets([], ["nope"])
-    sets, skipped = patch_sets(["megatron-deepspeed/rocm"], ["hip-platform-amd"])
+        patch_sets([], ["nope"], project=PATCH_PROJECT)
+    sets, skipped = patch_sets(["megatron-deepspeed/rocm"], ["hip-platform-amd"], project=PATCH_PROJECT)
     assert skipped == {"megatron-deepspeed/rocm": ["hip-platform-amd"]}
-    whole, _ = patch_sets()
+    whole, _ = patch_sets(project=PATCH_PROJECT)
     assert sets[0].digest != whole[0].digest and len(sets[0].patches) == len(whole[0].patches) - 1
 
 

@@ -1,4 +1,4 @@
-"""Megatron-DeepSpeed: ported by :mod:`porter.port` (``porter port megatron-deepspeed``).
+"""Megatron-DeepSpeed: ported by :mod:`.port` (``porter port megatron-deepspeed``).
 
 What porter knows about the tree: its fused kernels (``megatron/fused_kernels``, each a ``.cpp`` binding
 + ``.cu`` kernel pair that Megatron JIT-builds on rank 0 and imports as a top-level module), the device

@@ -1,0 +1,68 @@
+"""``porter port deepspeed``: a DeepSpeed tree with porter's ``deepspeed`` patch sets (no-jit, then explicit-arch),
+published as OUT by one rename; its ops are then built ahead of time from OUT (``porter ops build --source OUT``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from porter import __version__
+from porter.errors import ConfigError
+from porter.fs import atomic_write_json, ensure_writable_dir
+from porter.log import Logger, quiet_logger
+from porter.patching import apply
+
+from porter.port import PORT_RECORD, PortResult, check_patches, destination, patch_sets, summarize
+def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = None,
+                   in_place: bool = False, sets: Sequence[str] = (), skip: Sequence[str] = (),
+                   target_version: str | None = None, dry_run: bool = False,
+                   log: Logger | None = None) -> PortResult:
+    """A DeepSpeed tree, ported: every ``deepspeed`` set (no-jit, then explicit-arch on the same file: layered),
+    each patch where its problem is present; OUT (default TREE-ported) appears by one rename. Its ops are then
+    built ahead of time from OUT with ``porter ops build --source OUT``."""
+    from porter.components.deepspeed import is_tree as deepspeed_tree
+
+    log = log or quiet_logger()
+    src = Path(tree)
+    if not src.is_dir() or not deepspeed_tree(src.resolve()):
+        raise ConfigError(f"{src} is not a DeepSpeed tree (no op_builder/builder.py beside deepspeed/)",
+                          hint="pass the top folder of a DeepSpeed checkout or unpacked sdist")
+    src = src.resolve()
+    dest = destination(src, Path(out) if out is not None else None, in_place, "ported")
+    psets, skipped = patch_sets(sets, skip, project="deepspeed")
+    pp = check_patches(src, psets, skipped, target_version, dest)
+    result = PortResult(src, dest, "", pp.sets[0].version, sets=[ps.ref for ps in psets], kernels=False)
+    if dry_run:
+        result.patched = [c.path for c in pp.changes]
+        result.patches = summarize(pp, skipped)
+        result.notes = [n for sp in pp.sets for n in sp.notes]
+        return result
+    if not in_place:
+        ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest")
+    staging = None if in_place else Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        work = dest
+        if staging is not None:
+            with log.step("copying the tree"):
+                work = staging / "t"
+                shutil.copytree(dest if dest.exists() else src, work, symlinks=True)
+                atomic_write_json(work / PORT_RECORD, {"source": str(src), "porter_version": __version__})
+        with log.step(f"applying {', '.join(result.sets)}"):
+            done = apply(work, psets, target_version=target_version)
+        result.patched = list(done.changed)
+        result.patch_results = [r.to_dict() for sp in done.plan.sets for r in sp.results]
+        result.patches = summarize(done.plan, skipped)
+        result.notes = list(dict.fromkeys(n for sp in done.plan.sets for n in sp.notes))
+        if staging is not None:
+            if dest.exists():
+                os.replace(dest, staging / "old")
+            os.replace(work, dest)
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
