@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import json_option
+from porter.cli.options import into, json_option
 from porter.errors import CheckFailed
 from porter.hipify import Finding, HipifyReport, hipify_tree
 from porter.hipify.engine import ALREADY_HIPIFIED, FindingGroup
 from porter.log import Logger
+
+
+@dataclass(frozen=True)
+class HipifyOptions:
+    """``porter hipify``'s options as typed, parsed once (``--help`` says what each is)."""
+
+    src: Path
+    out: Path | None
+    in_place: bool
+    check: bool
+    maps: tuple[Path, ...]
+    fail_on_unsupported: bool
+    no_cache: bool
 
 
 @click.command()
@@ -29,8 +43,8 @@ from porter.log import Logger
 @click.option("--no-cache", is_flag=True, help="Translate every file again, ignoring OUT/.porter-hipify.json.")
 @json_option
 @click.pass_obj
-def hipify(log: Logger, src: Path, out: Path | None, in_place: bool, check: bool, maps: tuple[Path, ...],
-           fail_on_unsupported: bool, no_cache: bool, as_json: bool) -> None:
+@into(HipifyOptions)
+def hipify(log: Logger, /, req: HipifyOptions, as_json: bool) -> None:
     """Translate the CUDA sources under SRC to HIP with torch's own hipify plus porter's extra map.
 
     \b
@@ -40,13 +54,13 @@ def hipify(log: Logger, src: Path, out: Path | None, in_place: bool, check: bool
     non-UTF-8 files are copied byte-identical; symlinks are not followed. A re-run on an
     unchanged tree reuses OUT/.porter-hipify.json and translates nothing.
     """
-    report = hipify_tree(src, out, in_place=in_place, check=check, extra_maps=maps, log=log,
-                         use_cache=not no_cache)
+    report = hipify_tree(req.src, req.out, in_place=req.in_place, check=req.check, extra_maps=req.maps, log=log,
+                         use_cache=not req.no_cache)
     if as_json:
         emit_json(report.to_dict())
     else:
         _print_text(report)
-    if check and report.written:
+    if req.check and report.written:
         listed = ", ".join(f.path for f in report.written[:5]) + (" ..." if len(report.written) > 5 else "")
         if report.in_place:
             raise CheckFailed(f"{len(report.written)} file(s) would change: {listed}",
@@ -54,7 +68,7 @@ def hipify(log: Logger, src: Path, out: Path | None, in_place: bool, check: bool
                                    "for a hipified copy")
         raise CheckFailed(f"{len(report.written)} file(s) of {report.out} would be written (missing or out of "
                           f"date): {listed}", hint="run porter hipify without --check to write them")
-    if fail_on_unsupported and report.unsupported:
+    if req.fail_on_unsupported and report.unsupported:
         names = Counter(f.identifier for f in report.unsupported)
         raise CheckFailed(f"{len(report.unsupported)} use(s) of {len(names)} CUDA API(s) without a HIP "
                           f"equivalent remain: " + ", ".join(n for n, _ in names.most_common(5)),

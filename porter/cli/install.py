@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import json_option
+from porter.cli.options import into, json_option
 from porter.errors import CheckFailed
 from porter.log import Logger
 from porter.run import Runner
@@ -19,6 +20,20 @@ python_option = click.option(
 arch_option = click.option(
     "--arch", "archs", multiple=True, metavar="GFX",
     help="The node's GPU arch (gfx90a, gfx942, sm_90); default: what rocminfo / nvidia-smi see.")
+
+
+@dataclass(frozen=True)
+class InstallCommandOptions:
+    """``porter install``'s options as typed, parsed once (``--help`` says what each is)."""
+
+    wheelhouse: Path
+    python: str | None
+    archs: tuple[str, ...]
+    only: tuple[str, ...]
+    reinstall: bool
+    no_deps: bool
+    lock_timeout: float
+    dry_run: bool
 
 
 @click.command("install")
@@ -34,8 +49,8 @@ arch_option = click.option(
 @click.option("--dry-run", is_flag=True, help="Select and check the wheels, print the pip command, install nothing.")
 @json_option
 @click.pass_obj
-def install_cmd(log: Logger, wheelhouse: Path, python: str | None, archs: tuple[str, ...], only: tuple[str, ...],
-                reinstall: bool, no_deps: bool, lock_timeout: float, dry_run: bool, as_json: bool) -> None:
+@into(InstallCommandOptions)
+def install_cmd(log: Logger, /, req: InstallCommandOptions, as_json: bool) -> None:
     """Install the wheels from WHEELHOUSE that fit this environment and node, offline.
 
     \b
@@ -48,9 +63,9 @@ def install_cmd(log: Logger, wheelhouse: Path, python: str | None, archs: tuple[
     """
     from porter.install.engine import InstallOptions, install, parse_only
 
-    opts = InstallOptions(wheelhouse=wheelhouse, python=python or sys.executable, archs=archs,
-                          only=parse_only(only), reinstall=reinstall, no_deps=no_deps,
-                          lock_timeout=lock_timeout, dry_run=dry_run)
+    opts = InstallOptions(wheelhouse=req.wheelhouse, python=req.python or sys.executable, archs=req.archs,
+                          only=parse_only(req.only), reinstall=req.reinstall, no_deps=req.no_deps,
+                          lock_timeout=req.lock_timeout, dry_run=req.dry_run)
     result = install(opts, Runner(log, echo=not log.quiet), log)
     if as_json:
         emit_json(result.to_json())
@@ -59,7 +74,7 @@ def install_cmd(log: Logger, wheelhouse: Path, python: str | None, archs: tuple[
         click.echo(f"installed {w.component} {w.version_text} ({w.filename})")
     for w in result.skipped:
         click.echo(f"unchanged {w.component} {w.version_text} (already installed from {w.filename})")
-    if dry_run:
+    if req.dry_run:
         for w in result.selection.chosen:
             click.echo(f"would install {w.component} {w.version_text} ({w.filename})")
 

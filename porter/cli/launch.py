@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import json_option
+from porter.cli.options import into, json_option
 
 
 @click.group()
@@ -66,6 +67,23 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
         click.echo("\n".join(p.describe()))
 
 
+@dataclass(frozen=True)
+class LaunchWriteOptions:
+    """``porter launch write``'s options as typed, parsed once (``--help`` says what each is)."""
+
+    out_dir: Path
+    python: str | None
+    entry: str
+    account: str
+    partition: str
+    time_limit: str
+    broadcast_env: str
+    preflight_skip: tuple[str, ...]
+    job_name: str
+    entry_args: tuple[str, ...]
+    kw: dict[str, Any] = field(default_factory=dict)
+
+
 @launch.command("write")
 @_plan_options
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
@@ -83,9 +101,8 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
 @click.option("--job-name", default="", help="Slurm job name (default: porter-<model>).")
 @click.argument("entry_args", nargs=-1, type=click.UNPROCESSED)
 @json_option
-def write_cmd(as_json: bool, out_dir: Path, python: str | None, entry: str, account: str, partition: str,
-              time_limit: str, broadcast_env: str, preflight_skip: tuple[str, ...], job_name: str,
-              entry_args: tuple[str, ...], **kw: Any) -> None:
+@into(LaunchWriteOptions, rest="kw")
+def write_cmd(req: LaunchWriteOptions, as_json: bool) -> None:
     """Plan, then write the sbatch job (site env, MIOpen DB on node-local storage, a preflight on every node,
     one rank per device bound to its cores) and the DeepSpeed config. ENTRY_ARGS (after --) go to the
     training script after the layout's own Megatron arguments."""
@@ -93,14 +110,14 @@ def write_cmd(as_json: bool, out_dir: Path, python: str | None, entry: str, acco
     from porter.cluster.preflight import CHECKS
     from porter.errors import ConfigError
 
-    for s in preflight_skip:
+    for s in req.preflight_skip:
         if s not in CHECKS:
             raise ConfigError(f"unknown preflight check {s!r}", hint=f"checks: {', '.join(CHECKS)}")
-    site, p = _make_plan(**kw)
-    opts = JobOptions(python=python or sys.executable, entry=entry, entry_args=entry_args,
-                      porter_python=sys.executable, account=account, partition=partition, time=time_limit,
-                      broadcast_env=broadcast_env, preflight_skip=preflight_skip, job_name=job_name)
-    written = write_job(p, site, opts, out_dir)
+    site, p = _make_plan(**req.kw)
+    opts = JobOptions(python=req.python or sys.executable, entry=req.entry, entry_args=req.entry_args,
+                      porter_python=sys.executable, account=req.account, partition=req.partition, time=req.time_limit,
+                      broadcast_env=req.broadcast_env, preflight_skip=req.preflight_skip, job_name=req.job_name)
+    written = write_job(p, site, opts, req.out_dir)
     if as_json:
         emit_json({"plan": p.to_dict(), "written": written.to_dict()})
     else:

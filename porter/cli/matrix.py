@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import dry_run_option, json_option, slurm_options
+from porter.cli.options import into, dry_run_option, json_option, slurm_options
 from porter.log import Logger
 from porter.run import Runner, make_env
 
@@ -40,6 +41,21 @@ def _exit_for(doc: dict[str, Any]) -> None:
         raise err
 
 
+@dataclass(frozen=True)
+class MatrixRunOptions:
+    """``porter matrix run``'s options as typed, parsed once (``--help`` says what each is)."""
+
+    file: Path
+    mode: str | None
+    directory: Path | None
+    wheelhouse: Path | None
+    force: bool
+    wait: bool
+    dry_run: bool
+    time_limit: str | None
+    slurm: dict[str, Any] = field(default_factory=dict)
+
+
 @matrix.command("run")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--local", "mode", flag_value="local", help="Run the cells here, one after another, then index.")
@@ -56,8 +72,8 @@ def _exit_for(doc: dict[str, Any]) -> None:
 @dry_run_option
 @json_option
 @click.pass_obj
-def run_cmd(log: Logger, /, file: Path, mode: str | None, directory: Path | None, wheelhouse: Path | None,
-            force: bool, wait: bool, dry_run: bool, as_json: bool, time_limit: str | None, **slurm: Any) -> None:
+@into(MatrixRunOptions, rest="slurm")
+def run_cmd(log: Logger, /, req: MatrixRunOptions, as_json: bool) -> None:
     """Build every cell of the matrix FILE.
 
     \b
@@ -67,15 +83,15 @@ def run_cmd(log: Logger, /, file: Path, mode: str | None, directory: Path | None
     from porter.cluster.jobs import run_matrix
     from porter.cluster.matrix import load_matrix
 
-    if mode is None:
+    if req.mode is None:
         raise click.UsageError("pass --local (the cells here, one after another) or --slurm (a Slurm job array)")
-    if wait and mode != "slurm":
+    if req.wait and req.mode != "slurm":
         raise click.UsageError("--wait goes with --slurm (--local always waits)")
     env = make_env()
-    m = load_matrix(file, directory=directory, wheelhouse=wheelhouse, environ=env)
-    settings = m.slurm.merged({**slurm, "time": time_limit})
-    result = run_matrix(m, mode=mode, force=force, runner=Runner(log, echo=not dry_run), env=env,
-                        settings=settings, wait=wait, dry_run=dry_run, log=log)
+    m = load_matrix(req.file, directory=req.directory, wheelhouse=req.wheelhouse, environ=env)
+    settings = m.slurm.merged({**req.slurm, "time": req.time_limit})
+    result = run_matrix(m, mode=req.mode, force=req.force, runner=Runner(log, echo=not req.dry_run), env=env,
+                        settings=settings, wait=req.wait, dry_run=req.dry_run, log=log)
     if as_json:
         emit_json(result.to_dict())
     elif result.dry_run is not None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import dry_run_option, json_option, resolve_toolchain, toolchain_options
+from porter.cli.options import into, dry_run_option, json_option, resolve_toolchain, toolchain_options
 from porter.errors import CheckFailed, refusal_line
 from porter.log import Logger
 
@@ -24,6 +25,24 @@ def net_plugin() -> None:
     porter net-plugin build --source TREE -t debian-rocm7 -o OUTDIR [--site NAME] [--dry-run] [--json]
     porter net-plugin verify PACKAGE|LIBRARY [-t TOOLCHAIN] [--site NAME] [--json]
     """
+
+
+@dataclass(frozen=True)
+class NetPluginBuildOptions:
+    """``porter net-plugin build``'s options as typed, parsed once (``--help`` says what each is)."""
+
+    source: Path
+    toolchain_ref: str | None
+    archs: tuple[str, ...]
+    cpu_isa: str | None
+    out_dir: Path
+    libfabric: str
+    configure_args: tuple[str, ...]
+    site_ref: str | None
+    jobs: int
+    python: str
+    release_version: str
+    dry_run: bool
 
 
 @net_plugin.command("build")
@@ -46,26 +65,26 @@ def net_plugin() -> None:
 @dry_run_option
 @json_option
 @click.pass_obj
-def build_cmd(log: Logger, source: Path, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
-              out_dir: Path, libfabric: str, configure_args: tuple[str, ...], site_ref: str | None, jobs: int,
-              python: str, release_version: str, dry_run: bool, as_json: bool) -> None:
+@into(NetPluginBuildOptions)
+def build_cmd(log: Logger, /, req: NetPluginBuildOptions, as_json: bool) -> None:
     """Configure, compile, link and package a network plugin with a toolchain (through its executor)."""
     from porter.cluster.sites import load_site
     from porter.components.netplugin.build import BuildRequest, dry_run as plan_only, plan_build, run_build
     from porter.run import Runner
 
-    tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
-    site = load_site(site_ref) if site_ref else None
-    plan = plan_build(BuildRequest(source=source.resolve(), tc=tc, out_dir=out_dir.resolve(), libfabric=libfabric,
-                                   configure_args=configure_args, jobs=jobs, site=site, python=python,
-                                   release_version=release_version))
-    if dry_run:
+    tc = resolve_toolchain(req.toolchain_ref, req.archs, req.cpu_isa)
+    site = load_site(req.site_ref) if req.site_ref else None
+    plan = plan_build(BuildRequest(source=req.source.resolve(), tc=tc, out_dir=req.out_dir.resolve(),
+                                   libfabric=req.libfabric,
+                                   configure_args=req.configure_args, jobs=req.jobs, site=site, python=req.python,
+                                   release_version=req.release_version))
+    if req.dry_run:
         result = plan_only(plan, Logger(quiet=as_json) if as_json else log)
         if as_json:
             emit_json(result.to_dict() | {"dry_run": True})
             return
         click.echo(f"# {plan.tree.project.name} {plan.tree.version} with {tc.name} ({plan.device}) in "
-                   f"{tc.executor.describe()} -> {out_dir / plan.package}")
+                   f"{tc.executor.describe()} -> {req.out_dir / plan.package}")
         for step in plan.steps:
             click.echo(shlex.join(step.argv))
         if plan.refusal is not None:
@@ -84,6 +103,18 @@ def build_cmd(log: Logger, source: Path, toolchain_ref: str | None, archs: tuple
                f"{rccl.get('version') or 'unknown'}; libfabric {(facts.get('libfabric') or {}).get('version') or 'unknown'}")
 
 
+@dataclass(frozen=True)
+class NetPluginVerifyOptions:
+    """``porter net-plugin verify``'s options as typed, parsed once (``--help`` says what each is)."""
+
+    target: Path
+    toolchain_ref: str | None
+    archs: tuple[str, ...]
+    cpu_isa: str | None
+    site_ref: str | None
+    python: str | None
+
+
 @net_plugin.command("verify")
 @click.argument("target", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="PACKAGE|LIBRARY")
 @toolchain_options
@@ -92,8 +123,8 @@ def build_cmd(log: Logger, source: Path, toolchain_ref: str | None, archs: tuple
 @click.option("--python", "python", default=None, metavar="PATH", help=_python_help)
 @json_option
 @click.pass_obj
-def verify_cmd(log: Logger, target: Path, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
-               site_ref: str | None, python: str | None, as_json: bool) -> None:
+@into(NetPluginVerifyOptions)
+def verify_cmd(log: Logger, /, req: NetPluginVerifyOptions, as_json: bool) -> None:
     """Load a plugin in the target environment (the toolchain's, else this host) and list its plugin symbols.
 
     Exit 1 when it does not load, exports no ncclNetPlugin_vN, shares no net API version with the RCCL
@@ -103,9 +134,9 @@ def verify_cmd(log: Logger, target: Path, toolchain_ref: str | None, archs: tupl
     from porter.components.netplugin.verify import verify_plugin
     from porter.run import Runner
 
-    site = load_site(site_ref) if site_ref else None
-    tc = resolve_toolchain(toolchain_ref, archs, cpu_isa) if toolchain_ref else None
-    rep = verify_plugin(target.resolve(), tc=tc, site=site, python=python, runner=Runner(log, echo=log.verbose),
+    site = load_site(req.site_ref) if req.site_ref else None
+    tc = resolve_toolchain(req.toolchain_ref, req.archs, req.cpu_isa) if req.toolchain_ref else None
+    rep = verify_plugin(req.target.resolve(), tc=tc, site=site, python=req.python, runner=Runner(log, echo=log.verbose),
                         log=log)
     if as_json:
         emit_json(rep.to_dict())
@@ -114,5 +145,5 @@ def verify_cmd(log: Logger, target: Path, toolchain_ref: str | None, archs: tupl
             click.echo(line)
     if not rep.ok:
         more = f" (and {len(rep.problems) - 1} more problem(s), listed above)" if len(rep.problems) > 1 else ""
-        raise CheckFailed(f"verify of {target.name} failed: {rep.problems[0]}{more}",
+        raise CheckFailed(f"verify of {req.target.name} failed: {rep.problems[0]}{more}",
                           hint="rebuild it with 'porter net-plugin build' and the site's toolchain")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,7 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (cache_options, cache_request, dry_run_option, jobs_option, json_option,
-                                python_option, resolve_toolchain, slurm_options,
+                                into, python_option, resolve_toolchain, slurm_options,
                                 toolchain_options, wheelhouse_option)
 from porter.ccache import CacheRequest
 from porter.errors import CheckFailed, PartialSuccess
@@ -30,14 +30,25 @@ def ops() -> None:
     """Ahead-of-time DeepSpeed ops: list what a tree offers, build them into one wheel."""
 
 
+@dataclass(frozen=True)
+class ListOptions:
+    """``porter ops list``'s options as typed, parsed once (``--help`` says what each is)."""
+
+    source: str
+    toolchain_ref: str | None
+    archs: tuple[str, ...]
+    cpu_isa: str | None
+    python: str | None
+
+
 @ops.command("list")
 @source_option
 @toolchain_options
 @python_option
 @json_option
 @click.pass_obj
-def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
-             python: str | None, as_json: bool) -> None:
+@into(ListOptions)
+def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
     """Every op of the tree (read from its own op_builder), its sources, and whether this toolchain can
     build it, and if not, why."""
     from porter.components.deepspeed import DEEPSPEED
@@ -46,10 +57,10 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
     from porter.executor import build_python
     from porter.fs import cache_dir
 
-    tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
+    tc = resolve_toolchain(req.toolchain_ref, req.archs, req.cpu_isa)
     runner = Runner(log, echo=log.verbose)
-    py_ex, py = build_python(tc.executor, tc.python, python)
-    src = resolve_source(DEEPSPEED, source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
+    py_ex, py = build_python(tc.executor, tc.python, req.python)
+    src = resolve_source(DEEPSPEED, req.source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
     cat = read_catalogue(src, tc, python=py, runner=runner, executor=py_ex)
     rows: list[dict[str, Any]] = [{"name": o.name, "compatible": o.compatible, "reason": o.reason, "device": o.device,
              "module": o.module, "build_var": o.build_var, "sources": list(o.sources)} for o in cat.ops]
@@ -63,6 +74,41 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
         mark = "yes" if r["compatible"] else "no "
         click.echo(f"  {r['name']:<26} {mark} {len(r['sources']):>3} sources"
                    + (f"  ({r['reason'][:110]})" if r["reason"] else ""))
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """``porter ops build`` as typed: every option, parsed once (see ``--help`` for each)."""
+
+    source: str
+    toolchain_ref: str | None
+    archs: tuple[str, ...]
+    cpu_isa: str | None
+    op_names: str | None
+    all_compatible: bool
+    wheelhouse: Path
+    jobs: int | None
+    dry_run: bool
+    compile_only: bool
+    with_deps: bool
+    shard: str | None
+    link_only: bool
+    pch: bool
+    debug_info: str
+    shards: int | None
+    use_slurm: bool
+    shards_dir: Path | None
+    wait: bool
+    time_limit: str | None
+    no_cache: bool
+    cache_dir: Path | None
+    cache_remote: str
+    python: str | None
+    slurm: dict[str, Any] = field(default_factory=dict)
+    """The other Slurm settings (--partition, --account, ...)."""
+
+    def cache(self) -> CacheRequest:
+        return cache_request(self.no_cache, self.cache_dir, self.cache_remote)
 
 
 @ops.command("build")
@@ -108,12 +154,8 @@ def list_cmd(log: Logger, source: str, toolchain_ref: str | None, archs: tuple[s
 @python_option
 @json_option
 @click.pass_obj
-def build_cmd(log: Logger, /, source: str, toolchain_ref: str | None, archs: tuple[str, ...], cpu_isa: str | None,
-              op_names: str | None, all_compatible: bool, wheelhouse: Path, jobs: int | None, dry_run: bool,
-              compile_only: bool, with_deps: bool, shard: str | None, link_only: bool, pch: bool, debug_info: str,
-              shards: int | None,
-              use_slurm: bool, shards_dir: Path | None, wait: bool, time_limit: str | None, no_cache: bool,
-              cache_dir: Path | None, cache_remote: str, python: str | None, as_json: bool, **slurm: Any) -> None:
+@into(BuildOptions, rest="slurm")
+def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
     """Compile the selected ops in one ninja graph and package one DeepSpeed wheel in which they are
     prebuilt (installed_ops), plus a manifest. An op that fails is reported and left out (exit 3).
 
@@ -122,39 +164,35 @@ def build_cmd(log: Logger, /, source: str, toolchain_ref: str | None, archs: tup
     from porter.components.deepspeed.build import build_ops
     from ops_prebuild.build import EngineRun, failures
 
-    if op_names and all_compatible:
+    if req.op_names and req.all_compatible:
         raise click.UsageError("--ops and --all-compatible exclude each other")
-    if shards is not None or use_slurm:
-        if shards is None or not use_slurm:
+    if req.shards is not None or req.use_slurm:
+        if req.shards is None or not req.use_slurm:
             raise click.UsageError("--shards N and --slurm go together: N array tasks, then a link job; to build "
                                    "here, drop both")
-        if shard is not None or link_only:
+        if req.shard is not None or req.link_only:
             raise click.UsageError("--shards submits the shards and the link job itself; --shard I/N and "
                                    "--link-only are what those jobs run")
-        if compile_only:
+        if req.compile_only:
             raise click.UsageError("--shards splits a build that links a wheel; --compile-only is not sharded")
     else:
-        given = _given_on_command_line("wait", "shards_dir", "time_limit", *slurm)
+        given = _given_on_command_line("wait", "shards_dir", "time_limit", *req.slurm)
         if given:
             raise click.UsageError(f"{', '.join(given)}: only with --shards N --slurm")
-    tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
-    names = [n.strip() for n in op_names.split(",") if n.strip()] if op_names else None
-    if compile_only and with_deps:
+    tc = resolve_toolchain(req.toolchain_ref, req.archs, req.cpu_isa)
+    names = [n.strip() for n in req.op_names.split(",") if n.strip()] if req.op_names else None
+    if req.compile_only and req.with_deps:
         raise click.UsageError("--with-deps downloads a wheel's dependencies; --compile-only makes no wheel")
-    if shards is not None:
-        _submit_shards(log, tc, source=source, toolchain_ref=toolchain_ref, archs=archs, cpu_isa=cpu_isa,
-                       op_names=names, all_compatible=all_compatible, wheelhouse=wheelhouse, jobs=jobs,
-                       with_deps=with_deps, shards=shards, shards_dir=shards_dir, wait=wait, dry_run=dry_run,
-                       cache=cache_request(no_cache, cache_dir, cache_remote), python=python, as_json=as_json,
-                       slurm={**slurm, "time": time_limit}, pch=pch, debug_info=debug_info)
+    if req.shards is not None:
+        _submit_shards(log, tc, req, names, as_json)
         return
-    how = EngineRun(jobs=jobs, compile_only=compile_only, compiler_cache=cache_request(no_cache, cache_dir, cache_remote),
-                    shard=_shard(shard), link_only=link_only, pch=pch, debug=debug_info)
-    result = build_ops(source, tc, ops=names, all_compatible=all_compatible, wheelhouse=wheelhouse, how=how,
-                       dry_run=dry_run, python=python, with_deps=with_deps, log=log)
+    how = EngineRun(jobs=req.jobs, compile_only=req.compile_only, compiler_cache=req.cache(), shard=_shard(req.shard),
+                    link_only=req.link_only, pch=req.pch, debug=req.debug_info)
+    result = build_ops(req.source, tc, ops=names, all_compatible=req.all_compatible, wheelhouse=req.wheelhouse, how=how,
+                       dry_run=req.dry_run, python=req.python, with_deps=req.with_deps, log=log)
     if as_json:
         emit_json(result.to_dict())
-    elif dry_run:
+    elif req.dry_run:
         plan = result.plan
         click.echo(f"# plan: {len(plan.outputs)} op(s), toolchain {tc.name}, {result.jobs} job(s), "
                    f"build dir {plan.build_dir}")
@@ -169,7 +207,7 @@ def build_cmd(log: Logger, /, source: str, toolchain_ref: str | None, archs: tup
     elif result.shard:
         click.echo(f"shard {result.shard['index']}/{result.shard['count']}: "
                    f"{len(result.shard['objects'])} object(s) in {result.plan.build_dir}")
-    elif compile_only:
+    elif req.compile_only:
         names = list(tc.arch_names)
         click.echo(f"# compiled, not linked: {len(result.compiled)} op(s) for {', '.join(names)} with {tc.name}")
         click.echo(f"  {'op':<28} " + " ".join(f"{a:<9}" for a in names) + "  seconds  peak MiB")
@@ -182,22 +220,22 @@ def build_cmd(log: Logger, /, source: str, toolchain_ref: str | None, archs: tup
             click.echo(f"  {o.name:<22} {o.status:<7} {o.seconds:6.1f}s  {o.log if o.status == 'failed' else ''}")
         click.echo(f"wheel: {result.wheel}")
         click.echo(f"manifest: {result.manifest}")
-    if not as_json and not dry_run and result.excluded:
+    if not as_json and not req.dry_run and result.excluded:
         click.echo(f"# not built, declared incompatible by {result.catalogue.source.project}'s own builders:")
         for ex in result.excluded:
             click.echo(f"  {ex['name']:<28} {ex['reason'] or '(no reason given)'}")
     if result.cache_stats and not as_json:
         click.echo(f"compiler cache: {result.cache_stats['hits']} hit(s), {result.cache_stats['misses']} miss(es)")
-    if compile_only and not dry_run and result.failed and len(result.failed) == len(result.ops):
+    if req.compile_only and not req.dry_run and result.failed and len(result.failed) == len(result.ops):
         src = result.catalogue.source
-        raise CheckFailed(f"no op compiled " + failures(result.failed, f"{src.project} {src.version} ({src.origin})", tc),
+        raise CheckFailed("no op compiled " + failures(result.failed, f"{src.project} {src.version} ({src.origin})", tc),
                           hint="fix the first error of each op (its file and line are named), or leave the op out "
                                "with --ops; 'porter ops list' shows what DeepSpeed itself declares incompatible")
     if result.failed:
         raise PartialSuccess(f"{len(result.failed)} op(s) failed"
-                             + (" to compile: " if compile_only else " and were left out of the wheel: ")
+                             + (" to compile: " if req.compile_only else " and were left out of the wheel: ")
                              + ", ".join(o.name for o in result.failed),
-                             hint="the other ops " + ("compiled" if compile_only else "shipped")
+                             hint="the other ops " + ("compiled" if req.compile_only else "shipped")
                                   + "; read the failed ops' logs")
 
 
@@ -228,11 +266,7 @@ def _path_or_name(value: str) -> str:
     return str(Path(value).resolve()) if Path(value).exists() else value
 
 
-def _submit_shards(log: Logger, tc: Toolchain, *, source: str, toolchain_ref: str | None, archs: tuple[str, ...],
-                   cpu_isa: str | None, op_names: list[str] | None, all_compatible: bool, wheelhouse: Path,
-                   jobs: int | None, with_deps: bool, shards: int, shards_dir: Path | None, wait: bool,
-                   dry_run: bool, cache: CacheRequest, python: str | None, as_json: bool, slurm: dict[str, Any],
-                   pch: bool = False, debug_info: str = "full") -> None:
+def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list[str] | None, as_json: bool) -> None:
     """--shards N --slurm: the same build's arguments for every job, then porter.cluster.shards."""
     import sys
 
@@ -242,31 +276,32 @@ def _submit_shards(log: Logger, tc: Toolchain, *, source: str, toolchain_ref: st
     from porter.run import make_env
 
     env = make_env()
-    settings = SlurmSettings(max_parallel=shards).merged(slurm)
-    ref = toolchain_ref or env.get("PORTER_TOOLCHAIN")
-    args = ["--source", _path_or_name(source), *(["-t", _path_or_name(ref)] if ref else [])]
-    args += [f"--arch={a}" for a in archs] + ([f"--cpu-isa={cpu_isa}"] if cpu_isa else [])
-    args += ["--ops", ",".join(op_names)] if op_names else (["--all-compatible"] if all_compatible else [])
-    per_task = jobs or settings.cpus_per_task
+    cache = req.cache()
+    settings = SlurmSettings(max_parallel=req.shards or 1).merged({**req.slurm, "time": req.time_limit})
+    ref = req.toolchain_ref or env.get("PORTER_TOOLCHAIN")
+    args = ["--source", _path_or_name(req.source), *(["-t", _path_or_name(ref)] if ref else [])]
+    args += [f"--arch={a}" for a in req.archs] + ([f"--cpu-isa={req.cpu_isa}"] if req.cpu_isa else [])
+    args += ["--ops", ",".join(op_names)] if op_names else (["--all-compatible"] if req.all_compatible else [])
+    per_task = req.jobs or settings.cpus_per_task
     args += [f"-j{per_task}"] if per_task else []
     if not cache.enabled:
         args.append("--no-cache")
-    args += ["--pch"] if pch else []
-    args += [f"--debug-info={debug_info}"] if debug_info != "full" else []
+    args += ["--pch"] if req.pch else []
+    args += [f"--debug-info={req.debug_info}"] if req.debug_info != "full" else []
     args += ([f"--cache-dir={cache.dir}"] if cache.dir else []) + ([f"--cache-remote={cache.remote}"] if cache.remote else [])
-    args += [f"--python={python}"] if python else []
+    args += [f"--python={req.python}"] if req.python else []
     shared = cache_dir().resolve()
-    req = sh.ShardRequest(build_args=tuple(args), link_args=("--with-deps",) if with_deps else (), shards=shards,
-                          dir=shards_dir.resolve() if shards_dir else Path(), wheelhouse=wheelhouse.resolve(),
-                          cache=shared, python=sys.executable)
-    runner = Runner(log, echo=not dry_run)
+    shard_req = sh.ShardRequest(build_args=tuple(args), link_args=("--with-deps",) if req.with_deps else (),
+                                shards=req.shards or 1, dir=req.shards_dir.resolve() if req.shards_dir else Path(),
+                                wheelhouse=req.wheelhouse.resolve(), cache=shared, python=sys.executable)
+    runner = Runner(log, echo=not req.dry_run)
 
     def planner() -> sh.BuildFacts:
-        return sh.ops_build_facts(source, tc, ops=op_names, all_compatible=all_compatible, python=python,
-                                  compiler_cache=cache, dry_run=dry_run, log=log, runner=Runner(log, echo=log.verbose))
+        return sh.ops_build_facts(req.source, tc, ops=op_names, all_compatible=req.all_compatible, python=req.python,
+                                  compiler_cache=cache, dry_run=req.dry_run, log=log, runner=Runner(log, echo=log.verbose))
 
-    run = sh.submit_build(req, planner, settings=settings, runner=runner, env=env, dir_given=shards_dir is not None,
-                          dry_run=dry_run, wait=wait, log=log)
+    run = sh.submit_build(shard_req, planner, settings=settings, runner=runner, env=env,
+                          dir_given=req.shards_dir is not None, dry_run=req.dry_run, wait=req.wait, log=log)
     if as_json:
         emit_json(run.to_dict())
     elif run.dry_run is not None:
@@ -275,7 +310,7 @@ def _submit_shards(log: Logger, tc: Toolchain, *, source: str, toolchain_ref: st
         click.echo("\n".join(sh.describe(run.status)))
     else:
         sub = run.submission or {}
-        click.echo(f"array job {sub.get('array_job')} ({shards} shard(s)), link job {sub.get('link_job')}; "
+        click.echo(f"array job {sub.get('array_job')} ({req.shards} shard(s)), link job {sub.get('link_job')}; "
                    f"the wheel will land in {run.request.wheelhouse}")
         log.tip(f"porter ops status {run.request.dir}")
     if run.status is not None:

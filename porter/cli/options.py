@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -94,4 +97,25 @@ def slurm_options(*, task: str = "cell", final: str = "index") -> Callable[[F], 
         for opt in reversed(opts):
             f = opt(f)
         return f
+    return decorate
+
+
+def into(request: type[Any], *, rest: str = "") -> Callable[[F], F]:
+    """Gather a command's options into one frozen request object: click's keyword arguments named like the
+    ``request`` dataclass's fields become that object, passed on as ``req``; what the command function takes
+    itself (``as_json``, say) is passed as it is; with ``rest``, the others go into that field as a dict
+    (the Slurm settings). Put it right above the function, below every click decorator."""
+    names = {f.name for f in dataclasses.fields(request)}
+
+    def decorate(f: F) -> F:
+        own = set(inspect.signature(f).parameters)
+
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            fields = {k: kwargs.pop(k) for k in list(kwargs) if k in names and k not in own}
+            if rest:
+                fields[rest] = {k: kwargs.pop(k) for k in list(kwargs) if k not in own}
+            return f(*args, req=request(**fields), **kwargs)
+
+        return wrapper  # type: ignore[return-value]
     return decorate

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from typing import TYPE_CHECKING
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (dry_run_option, jobs_option, json_option, python_option,
+from porter.cli.options import (into, dry_run_option, jobs_option, json_option, python_option,
                                 resolve_toolchain, toolchain_options, wheelhouse_option)
 from porter.errors import PartialSuccess, refusal_line
 from porter.log import Logger
@@ -51,6 +52,27 @@ def port() -> None:
     """Port a project tree to a toolchain in one command (copy, hipify, patch, prebuild)."""
 
 
+@dataclass(frozen=True)
+class PortMegatronOptions:
+    """``porter port megatron-deepspeed``'s options as typed, parsed once (``--help`` says what each is)."""
+
+    tree: Path
+    toolchain_ref: str | None
+    archs: tuple[str, ...]
+    cpu_isa: str | None
+    dest: Path | None
+    in_place: bool
+    wheelhouse: Path
+    no_kernels: bool
+    compile_only: bool
+    python: str | None
+    jobs: int | None
+    target_version: str | None
+    sets: tuple[str, ...]
+    skip: tuple[str, ...]
+    dry_run: bool
+
+
 @port.command("megatron-deepspeed")
 @click.argument("tree", type=click.Path(file_okay=False, path_type=Path))
 @toolchain_options
@@ -76,27 +98,25 @@ def port() -> None:
 @dry_run_option
 @json_option
 @click.pass_obj
-def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs: tuple[str, ...],
-                       cpu_isa: str | None, dest: Path | None, in_place: bool, wheelhouse: Path, no_kernels: bool,
-                       compile_only: bool,
-                       python: str | None, jobs: int | None, target_version: str | None, sets: tuple[str, ...],
-                       skip: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
+@into(PortMegatronOptions)
+def megatron_deepspeed(log: Logger, /, req: PortMegatronOptions, as_json: bool) -> None:
     """Port a Megatron-DeepSpeed TREE: hipify its fused kernels, apply megatron-deepspeed/rocm, and build
     the kernels ahead of time into a wheel in the wheelhouse. A build python whose torch is not of the
     profile's kind (ROCm profiles need a ROCm torch) is refused before any work; --dry-run prints the
     plan and the refusal, --no-kernels ports the tree without building the kernels."""
     from porter.components.megatron.port import port_megatron
 
-    tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
-    res = port_megatron(tree, tc, out=dest, in_place=in_place, wheelhouse=wheelhouse, python=python, jobs=jobs,
-                        dry_run=dry_run, kernels=not no_kernels, compile_only=compile_only,
-                        target_version=target_version, sets=sets, skip=skip, log=log)
+    tc = resolve_toolchain(req.toolchain_ref, req.archs, req.cpu_isa)
+    res = port_megatron(req.tree, tc, out=req.dest, in_place=req.in_place, wheelhouse=req.wheelhouse,
+                        python=req.python, jobs=req.jobs,
+                        dry_run=req.dry_run, kernels=not req.no_kernels, compile_only=req.compile_only,
+                        target_version=req.target_version, sets=req.sets, skip=req.skip, log=log)
     failed = [r for r in res.compiled if r["status"] == "failed"]
     if as_json:
         emit_json(res.to_dict())
     else:
         _echo_tree(res.out, f"megatron version: {res.version or 'unknown'}   toolchain: {res.toolchain}",
-                   res.hipified, res.patched, res.patches, res.notes, dry_run)
+                   res.hipified, res.patched, res.patches, res.notes, req.dry_run)
     if res.compiled:
         for rec in res.compiled if not as_json else ():
             verdicts = " ".join(f"{a}={v}" for a, v in rec["archs"].items())
@@ -129,6 +149,19 @@ def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs
         click.echo(refusal_line(res.refusal.message))
 
 
+@dataclass(frozen=True)
+class PortDeepSpeedOptions:
+    """``porter port deepspeed``'s options as typed, parsed once (``--help`` says what each is)."""
+
+    tree: Path
+    dest: Path | None
+    in_place: bool
+    target_version: str | None
+    sets: tuple[str, ...]
+    skip: tuple[str, ...]
+    dry_run: bool
+
+
 @port.command("deepspeed")
 @click.argument("tree", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--dest", "dest", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -143,19 +176,20 @@ def megatron_deepspeed(log: Logger, tree: Path, toolchain_ref: str | None, archs
 @dry_run_option
 @json_option
 @click.pass_obj
-def deepspeed_cmd(log: Logger, tree: Path, dest: Path | None, in_place: bool, target_version: str | None,
-                  sets: tuple[str, ...], skip: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
+@into(PortDeepSpeedOptions)
+def deepspeed_cmd(log: Logger, /, req: PortDeepSpeedOptions, as_json: bool) -> None:
     """Port a DeepSpeed TREE: apply the deepspeed patch sets (layered on op_builder/builder.py), each patch where
     its problem is present. Then build its ops ahead of time with 'porter ops build --source OUT'."""
     from porter.components.deepspeed.port import port_deepspeed
 
-    res = port_deepspeed(tree, out=dest, in_place=in_place, sets=sets, skip=skip, target_version=target_version,
-                         dry_run=dry_run, log=log)
+    res = port_deepspeed(req.tree, out=req.dest, in_place=req.in_place, sets=req.sets, skip=req.skip,
+                         target_version=req.target_version,
+                         dry_run=req.dry_run, log=log)
     if as_json:
         emit_json(res.to_dict())
         return
     _echo_tree(res.out, f"deepspeed version: {res.version or 'unknown'}", [], res.patched, res.patches, res.notes,
-               dry_run)
+               req.dry_run)
     click.echo(f"next: porter ops build --source {res.out} --toolchain <profile> --ops <ops> -o <wheelhouse>")
 
 
