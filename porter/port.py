@@ -105,14 +105,14 @@ class PortResult:
 def destination(tree: Path, out: Path | None, in_place: bool, suffix: str) -> Path:
     if in_place:
         if out is not None and out.resolve() != tree:
-            raise ConfigError("--in-place and -o exclude each other", hint="drop one of them")
+            raise ConfigError("--in-place and --dest exclude each other", hint="drop one of them")
         return tree
     dest = (out if out is not None else tree.with_name(f"{tree.name}-{suffix}")).resolve()
     if dest == tree or dest.is_relative_to(tree):
         raise ConfigError(f"output {dest} is the tree or inside it", hint="put the ported copy next to the tree")
     if dest.exists() and not (dest / PORT_RECORD).is_file():
         raise ConfigError(f"{dest} exists and was not written by porter port",
-                          hint="pass a new -o folder, or remove this one")
+                          hint="pass a new --dest folder, or remove this one")
     return dest
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import json_option
+from porter.cli.options import target_python_option, json_option
 from porter.errors import CheckFailed, ConfigError
 from porter.log import Logger
 from porter.run import Runner
@@ -16,8 +16,7 @@ from porter.run import Runner
 
 @click.command("audit")
 @click.argument("tree", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--python", "python", default=None, metavar="PATH",
-              help="Interpreter of the environment the training runs in (default: the one running porter).")
+@target_python_option
 @click.option("--no-python", is_flag=True,
               help="Read the tree only: say which sites porter's patches guard, without looking for prebuilt "
                    "modules in a target environment.")

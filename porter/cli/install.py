@@ -9,14 +9,11 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import into, json_option
+from porter.cli.options import target_python_option, into, json_option
 from porter.errors import CheckFailed
 from porter.log import Logger
 from porter.run import Runner
 
-python_option = click.option(
-    "--python", "python", default=None, metavar="PATH",
-    help="Interpreter of the target environment (default: the one running porter).")
 arch_option = click.option(
     "--arch", "archs", multiple=True, metavar="GFX",
     help="The node's GPU arch (gfx90a, gfx942, sm_90); default: what rocminfo / nvidia-smi see.")
@@ -38,7 +35,7 @@ class InstallCommandOptions:
 
 @click.command("install")
 @click.argument("wheelhouse", type=click.Path(file_okay=False, path_type=Path))
-@python_option
+@target_python_option
 @arch_option
 @click.option("--only", "only", multiple=True, metavar="NAMES",
               help="Install only these components or projects (repeat or comma-separate).")
@@ -80,7 +77,7 @@ def install_cmd(log: Logger, /, req: InstallCommandOptions, as_json: bool) -> No
 
 
 @click.command("verify")
-@python_option
+@target_python_option
 @arch_option
 @click.option("--no-import", "no_import", is_flag=True, help="Skip the import check (static checks only).")
 @json_option
@@ -130,7 +127,7 @@ def verify_cmd(log: Logger, python: str | None, archs: tuple[str, ...], no_impor
 
 
 @click.command("report")
-@python_option
+@target_python_option
 @arch_option
 @json_option
 @click.pass_obj

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import into, json_option
+from porter.cli.options import target_python_option, into, json_option
 
 
 @click.group()
@@ -88,8 +88,7 @@ class LaunchWriteOptions:
 @_plan_options
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for job.sbatch, ds_config.json and plan.json.")
-@click.option("--python", "python", default=None, metavar="PATH",
-              help="The training python as the compute nodes see it (default: porter's python).")
+@target_python_option
 @click.option("--entry", default="pretrain_gpt.py", show_default=True, help="The training script.")
 @click.option("--account", default="", help="Slurm account.")
 @click.option("--partition", default="", help="Slurm partition (default: the site's).")

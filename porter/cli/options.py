@@ -26,7 +26,13 @@ dry_run_option = click.option(
 python_option = click.option(
     "--python", "python", default=None, metavar="PATH", envvar="PORTER_PYTHON", show_envvar=True,
     help="The build python (its torch is what is built against), as the toolchain's launcher sees it "
-         "(inside its chroot or container). Default: the profile's 'python', else porter's own python on the host.")
+         "(inside its chroot or container). Default: the profile's 'python', else porter's own python on the host. "
+         "(For node commands, --python is the training environment's python.)")
+
+target_python_option = click.option(
+    "--python", "python", default=None, metavar="PATH",
+    help="The training environment's python (what is installed into, verified or launched), as the compute "
+         "nodes see it. Default: the python running porter. (For builds, --python is the build python.)")
 
 wheelhouse_option = click.option(
     "-o", "--wheelhouse", "wheelhouse", type=click.Path(file_okay=False, path_type=Path),

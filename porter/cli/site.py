@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import json_option
+from porter.cli.options import target_python_option, json_option
 
 
 @click.group()
@@ -74,8 +74,7 @@ def show_cmd(ref: str, as_json: bool) -> None:
 
 @site.command("preflight")
 @click.argument("ref", metavar="NAME|FILE")
-@click.option("--python", "python", default=None, metavar="PATH",
-              help="The training python whose prebuilt ops are verified (default: porter's python).")
+@target_python_option
 @click.option("--nodes", type=click.IntRange(min=1), default=None,
               help="Nodes of the job (default: $SLURM_JOB_NUM_NODES, else 1); a one-node job needs no network plugin.")
 @click.option("--skip", "skip", multiple=True, metavar="CHECK", help="Skip a check: env, miopen, plugin, ops, archs.")

@@ -159,3 +159,20 @@ def test_package_puts_helpers_in_a_package_and_marks_them_host_only(tmp_path: Pa
     assert "host_only" not in entries["scaled_softmax_cuda"]
     with zipfile.ZipFile(wheel) as zf:
         assert "megatron_fused_kernels/__init__.py" in zf.namelist()
+
+
+def test_in_place_and_dest_are_named_as_the_command_names_them(tmp_path: Path) -> None:
+    """port's -o is the wheelhouse; the ported tree's folder is --dest, and the messages say so."""
+    from porter.port import PORT_RECORD, destination
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    with pytest.raises(ConfigError, match="--in-place and --dest exclude each other"):
+        destination(tree.resolve(), tmp_path / "elsewhere", True, "x")
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(ConfigError) as exc:
+        destination(tree.resolve(), tmp_path / "taken", False, "x")
+    assert "--dest" in (exc.value.hint or "") and "-o" not in (exc.value.hint or "")
+    (tmp_path / "taken" / PORT_RECORD).parent.mkdir(parents=True)
+    (tmp_path / "taken" / PORT_RECORD).write_text("{}")
+    assert destination(tree.resolve(), tmp_path / "taken", False, "x") == (tmp_path / "taken").resolve()
