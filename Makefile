@@ -9,7 +9,7 @@ ROCM7_ROOT  ?= $(or $(PORTER_ROCM7_ROOT),/var/lib/porter/sid-rocm7)
 PY          := $(VENV)/bin/python
 export HIP_PLATFORM := amd
 
-.PHONY: help venv demo test test-unit test-integration typecheck rocm-debian chroot-trixie cuda-venv clean
+.PHONY: help venv demo test test-unit test-unit-no-torch test-integration typecheck rocm-debian chroot-trixie cuda-venv clean
 .PHONY: chroot-rocm7
 
 help:
@@ -44,8 +44,20 @@ demo: venv
 	$(VENV)/bin/porter install wheelhouse --python $(NODE_VENV)/bin/python
 	$(VENV)/bin/porter verify --python $(NODE_VENV)/bin/python
 
-test: venv
+test: venv test-unit-no-torch
 	$(PY) -m pytest tests/unit tests/integration
+
+# The unit tier must pass where torch is absent (what needs torch skips, with its reason).
+NOTORCH_VENV ?= .venv-notorch
+$(NOTORCH_VENV)/.stamp: pyproject.toml setup.py
+	$(PYTHON) -m venv $(NOTORCH_VENV)
+	$(NOTORCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(NOTORCH_VENV)/bin/python -m pip install -q -e ".[test]"
+	touch $@
+
+test-unit-no-torch: $(NOTORCH_VENV)/.stamp
+	@! $(NOTORCH_VENV)/bin/python -c "import torch" 2>/dev/null || { echo "$(NOTORCH_VENV) has torch"; exit 1; }
+	$(NOTORCH_VENV)/bin/python -m pytest -q tests/unit
 
 test-unit: venv
 	$(PY) -m pytest tests/unit
