@@ -12,7 +12,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from porter import torch_hip_view as hip_view
@@ -118,9 +118,13 @@ class EngineRun:
     """Debug info of the compiles: ``full`` (the builders' own ``-g``), ``lines``, ``none``."""
 
     def __post_init__(self) -> None:
-        if self.shard is not None and (self.link_only or self.compile_only):
-            raise ConfigError("--shard compiles one part of a build; --link-only and --compile-only are other runs",
+        if self.shard is not None and self.link_only:
+            raise ConfigError("--shard compiles one part of a build; --link-only is the run after the shards",
                               hint="run the shards first, then one --link-only run")
+        if self.link_only and self.compile_only:
+            raise ConfigError("--link-only links what the shards compiled; --compile-only links nothing",
+                              hint="after compile-only shards, run the same build once more without --shard: "
+                                   "every object is up to date and it writes the whole report")
 
 
 def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], build_dir: Path, *, python: str,
@@ -128,7 +132,7 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
                       compiler_version: str = "", dry_run: bool = False, refused: PorterError | None = None,
                       source_patches: tuple[str, ...] = (), what: str = "", hipify: Sequence[str] | None = None,
                       mirror: bool = True, torch_view: bool | None = None, hipify_from: Path | None = None,
-                      notes: Sequence[str] = ()) -> BuildResult:
+                      notes: Sequence[str] = (), on_shard_setup: Callable[[], None] | None = None) -> BuildResult:
     """The engine: any catalogue's selected ops -> hipify (rocm) -> one ninja plan -> compile (all, one shard, or
     none with ``link_only``) -> link unless ``compile_only`` -> per op result and, compile-only, per op x arch
     report. The build folder is held under a lock while it is set up (the shards of one build then compile at
@@ -143,7 +147,9 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
     release, so the compiler cache hits across them); else from ``cat.source.tree`` where it is. ``torch_view``:
     a compile-only run without a ROCm torch sees torch's headers through a generated HIP view (default: when an
     op was hipified here). ``hipify_from``: where hipify reads the sources when they are not at
-    ``cat.source.tree`` yet (a dry run's temporary copy). ``notes`` go first in the plan's notes."""
+    ``cat.source.tree`` yet (a dry run's temporary copy). ``notes`` go first in the plan's notes.
+    ``on_shard_setup``: called once a shard run has set up (when it lets go of the build folder's lock), for the
+    caller's own locks."""
     jobs, compile_only, compiler_cache, shard, link_only, pch, debug = (
         how.jobs, how.compile_only, how.compiler_cache, how.shard, how.link_only, how.pch, how.debug)
     ex = tc.executor
@@ -212,6 +218,8 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             if ccache is not None:
                 plan.env["CCACHE_STATSLOG"] = ex.inside(stats)
             lock.release()  # each shard has its own ninja file, ninja log and stats: they compile at once
+            if on_shard_setup is not None:
+                on_shard_setup()
         elif link_only:
             missing = [s for s in plan.steps if s.kind == "compile" and not Path(s.output).is_file()]
             if missing:

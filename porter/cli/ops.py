@@ -11,7 +11,8 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (cache_options, cache_request, dry_run_option, jobs_option, json_option,
-                                into, python_option, resolve_toolchain, slurm_options,
+                                into, parse_shard, path_or_name, python_option, resolve_toolchain,
+                                slurm_options,
                                 toolchain_options, wheelhouse_option)
 from porter.ccache import CacheRequest
 from porter.errors import CheckFailed, PartialSuccess
@@ -186,7 +187,7 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
     if req.shards is not None:
         _submit_shards(log, tc, req, names, as_json)
         return
-    how = EngineRun(jobs=req.jobs, compile_only=req.compile_only, compiler_cache=req.cache(), shard=_shard(req.shard),
+    how = EngineRun(jobs=req.jobs, compile_only=req.compile_only, compiler_cache=req.cache(), shard=parse_shard(req.shard),
                     link_only=req.link_only, pch=req.pch, debug=req.debug_info)
     result = build_ops(req.source, tc, ops=names, all_compatible=req.all_compatible, wheelhouse=req.wheelhouse, how=how,
                        dry_run=req.dry_run, python=req.python, with_deps=req.with_deps, log=log)
@@ -239,19 +240,6 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
                                   + "; read the failed ops' logs")
 
 
-def _shard(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    try:
-        index, count = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not I/N (e.g. 0/4)", param_hint="--shard") from None
-    if count < 1 or not 0 <= index < count:
-        raise click.BadParameter(f"shard {index}/{count} does not exist: I runs from 0 to N-1",
-                                 param_hint="--shard")
-    return index, count
-
-
 def _given_on_command_line(*params: str) -> list[str]:
     """The options among ``params`` the user typed (not their defaults, not PORTER_SLURM_* from the env)."""
     from click.core import ParameterSource
@@ -259,11 +247,6 @@ def _given_on_command_line(*params: str) -> list[str]:
     ctx = click.get_current_context()
     opts = {p.name: p.opts[-1] for p in ctx.command.params}
     return [opts[p] for p in params if ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE]
-
-
-def _path_or_name(value: str) -> str:
-    """A file or folder the jobs must find from anywhere: made absolute; a preset name or spec as it is."""
-    return str(Path(value).resolve()) if Path(value).exists() else value
 
 
 def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list[str] | None, as_json: bool) -> None:
@@ -279,7 +262,7 @@ def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list
     cache = req.cache()
     settings = SlurmSettings(max_parallel=req.shards or 1).merged({**req.slurm, "time": req.time_limit})
     ref = req.toolchain_ref or env.get("PORTER_TOOLCHAIN")
-    args = ["--source", _path_or_name(req.source), *(["-t", _path_or_name(ref)] if ref else [])]
+    args = ["--source", path_or_name(req.source), *(["-t", path_or_name(ref)] if ref else [])]
     args += [f"--arch={a}" for a in req.archs] + ([f"--cpu-isa={req.cpu_isa}"] if req.cpu_isa else [])
     args += ["--ops", ",".join(op_names)] if op_names else (["--all-compatible"] if req.all_compatible else [])
     per_task = req.jobs or settings.cpus_per_task

@@ -125,3 +125,21 @@ def into(request: type[Any], *, rest: str = "") -> Callable[[F], F]:
 
         return wrapper  # type: ignore[return-value]
     return decorate
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not I/N (e.g. 0/4)", param_hint="--shard") from None
+    if count < 1 or not 0 <= index < count:
+        raise click.BadParameter(f"shard {index}/{count} does not exist: I runs from 0 to N-1",
+                                 param_hint="--shard")
+    return index, count
+
+
+def path_or_name(value: str) -> str:
+    """A file or folder the jobs must find from anywhere: made absolute; a preset name or spec as it is."""
+    return str(Path(value).resolve()) if Path(value).exists() else value

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (dry_run_option, jobs_option, json_option, python_option,
-                                resolve_toolchain, toolchain_options, wheelhouse_option)
+from porter.cli.options import (dry_run_option, jobs_option, json_option, parse_shard, path_or_name, python_option,
+                                resolve_toolchain, slurm_options, toolchain_options, wheelhouse_option)
 from porter.errors import PartialSuccess, refusal_line
 from porter.log import Logger
 from porter.run import Runner
@@ -56,7 +56,8 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _run(log: Logger, name: str, source: str, toolchain_ref: str | None, archs: tuple[str, ...],
          cpu_isa: str | None, wheelhouse: Path, python: str | None, jobs: int | None, patch_set: str | None,
-         no_torch_check: bool, as_json: bool, dry_run: bool, compile_only: bool = False, **extra: Any) -> None:
+         no_torch_check: bool, as_json: bool, dry_run: bool, compile_only: bool = False,
+         shard: tuple[int, int] | None = None, **extra: Any) -> None:
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     from porter.components import wheel_drivers
 
@@ -72,7 +73,7 @@ def _run(log: Logger, name: str, source: str, toolchain_ref: str | None, archs: 
         from porter.wheels.compile import compile_only as run_compile_only
 
         res = run_compile_only(drivers[name], source, request, runner=Runner(log, echo=log.verbose), log=log,
-                               dry_run=dry_run, others=drivers)
+                               dry_run=dry_run, others=drivers, shard=shard)
         _show_compiled(res, as_json)
         return
     result = build_wheel(drivers[name], source, request, runner=Runner(log, echo=not dry_run),
@@ -152,9 +153,101 @@ def apex_cmd(log: Logger, /, source: str, ops: tuple[str, ...], regime: str | No
                    "kernel the build generates, compiled and measured.")
 @click.option("--instances", type=click.IntRange(min=0), default=None, metavar="N",
               help="--compile-only: the first N CK instances (name order) of those --units / --sample select.")
+@click.option("--shard", default=None, metavar="I/N",
+              help="--compile-only: compile only shard I of N of the units into the (shared) build folder, and "
+                   "stop; a run without --shard afterwards finds them up to date and reports every unit.")
+@click.option("--shards", type=click.IntRange(min=1), default=None, metavar="N",
+              help="With --slurm and --compile-only: submit a job array of N tasks, each compiling one shard, then "
+                   "one job (afterok) that writes the whole report ('porter ops status DIR' follows it).")
+@click.option("--slurm", "use_slurm", is_flag=True, help="Submit the compile-only build as Slurm jobs (--shards N).")
+@click.option("-d", "--dir", "shards_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="With --slurm: the folder for the job scripts, results and logs, on a filesystem every node "
+                   "sees (default: shards/<build> in porter's cache, which must be shared too).")
+@click.option("--wait", is_flag=True, help="With --slurm: wait for the last job, then report.")
+@slurm_options(task="shard", final="report")
 @_common
 @click.pass_obj
 def flash_attn_cmd(log: Logger, /, source: str, backend: str, units: tuple[str, ...], sample: int | None,
                    instances: int | None, **kw: Any) -> None:
-    """Build FlashAttention 2 for ROCm (GPU_ARCHS from the profile, checked against the tree's list)."""
-    _run(log, "flash-attn", source, backend=backend, units=units, sample=sample, instances=instances, **kw)
+    """Build FlashAttention 2 for ROCm (GPU_ARCHS from the profile, checked against the tree's list).
+
+    With --compile-only --shards N --slurm the compile runs as Slurm jobs: N array tasks (--shard I/N) into one
+    shared build folder, then one job that reports every unit."""
+    shard_opts = {k: kw.pop(k) for k in ("shard", "shards", "use_slurm", "shards_dir", "wait", "time_limit",
+                                          "partition", "account", "qos", "cpus_per_task", "mem", "max_parallel",
+                                          "index_time", "sbatch_args")}
+    if shard_opts["shards"] is not None or shard_opts["use_slurm"]:
+        _submit_fa_shards(log, source, backend=backend, units=units, sample=sample, instances=instances,
+                          shard_opts=shard_opts, **kw)
+        return
+    given = [f"--{k.replace('_', '-')}" for k in ("shards_dir", "wait") if shard_opts[k]]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: only with --shards N --slurm")
+    shard = parse_shard(shard_opts["shard"])
+    if shard is not None and not kw.get("compile_only"):
+        raise click.UsageError("--shard splits a --compile-only build; the linked build runs FlashAttention's "
+                               "setup.py, which porter does not shard")
+    _run(log, "flash-attn", source, backend=backend, units=units, sample=sample, instances=instances, shard=shard,
+         **kw)
+
+
+def _submit_fa_shards(log: Logger, source: str, *, backend: str, units: tuple[str, ...], sample: int | None,
+                      instances: int | None, shard_opts: dict[str, Any], toolchain_ref: str | None,
+                      archs: tuple[str, ...], cpu_isa: str | None, wheelhouse: Path, python: str | None,
+                      jobs: int | None, dry_run: bool, as_json: bool, compile_only: bool, **_: Any) -> None:
+    """--compile-only --shards N --slurm: the same arguments for every job, then porter.cluster.shards."""
+    import sys
+
+    from porter.cluster import shards as sh
+    from porter.cluster.slurm import SlurmSettings
+    from porter.fs import cache_dir
+    from porter.run import make_env
+
+    n = shard_opts["shards"]
+    if n is None or not shard_opts["use_slurm"]:
+        raise click.UsageError("--shards N and --slurm go together: N array tasks, then a report job")
+    if not compile_only:
+        raise click.UsageError("--shards splits a --compile-only build; the linked build runs FlashAttention's "
+                               "setup.py, which porter does not shard")
+    if shard_opts["shard"] is not None:
+        raise click.UsageError("--shards submits the shards itself; --shard I/N is what each array task runs")
+    env = make_env()
+    slurm = {k: v for k, v in shard_opts.items() if k not in ("shard", "shards", "use_slurm", "shards_dir", "wait",
+                                                               "time_limit")}
+    settings = SlurmSettings(max_parallel=n).merged({**slurm, "time": shard_opts["time_limit"]})
+    ref = toolchain_ref or env.get("PORTER_TOOLCHAIN")
+    args = ["--source", path_or_name(source), *(["-t", path_or_name(ref)] if ref else []), "--backend", backend,
+            "--compile-only", *[f"--arch={a}" for a in archs], *([f"--cpu-isa={cpu_isa}"] if cpu_isa else []),
+            *[f"--units={u}" for u in units], *([f"--sample={sample}"] if sample is not None else []),
+            *([f"--instances={instances}"] if instances is not None else [])]
+    per_task = jobs or settings.cpus_per_task
+    args += [f"-j{per_task}"] if per_task else []
+    args += [f"--python={python}"] if python else []
+    tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
+    request = WheelRequest(source=Path(source), toolchain=tc, output=wheelhouse.resolve(), python=python, jobs=jobs,
+                           backend=backend, units=units, sample=sample, instances=instances)
+    shard_req = sh.ShardRequest(build_args=tuple(args), shards=n, wheelhouse=wheelhouse.resolve(),
+                                dir=shard_opts["shards_dir"].resolve() if shard_opts["shards_dir"] else Path(),
+                                cache=cache_dir().resolve(), python=sys.executable, name="porter-fa",
+                                command=("wheel", "flash-attn"), final=())
+
+    def planner() -> sh.BuildFacts:
+        return sh.fa_compile_facts(source, request, dry_run=dry_run, log=log, runner=Runner(log, echo=log.verbose))
+
+    run = sh.submit_build(shard_req, planner, settings=settings, runner=Runner(log, echo=not dry_run), env=env,
+                          dir_given=shard_opts["shards_dir"] is not None, dry_run=dry_run, wait=shard_opts["wait"],
+                          log=log)
+    if as_json:
+        emit_json(run.to_dict())
+    elif run.dry_run is not None:
+        click.echo("\n".join(run.dry_run))
+    elif run.status is not None:
+        click.echo("\n".join(sh.describe(run.status)))
+    else:
+        sub = run.submission or {}
+        click.echo(f"array job {sub.get('array_job')} ({n} shard(s)), report job {sub.get('link_job')}")
+        log.tip(f"porter ops status {run.request.dir}")
+    if run.status is not None:
+        err = sh.outcome(run.status)
+        if err is not None:
+            raise err

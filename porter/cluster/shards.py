@@ -81,6 +81,11 @@ class ShardRequest:
     link_args: tuple[str, ...] = ()
     """Arguments only the link job gets (--with-deps)."""
     name: str = "porter-ops"
+    command: tuple[str, ...] = ("ops", "build")
+    """The porter command every job runs (``wheel flash-attn`` for FlashAttention's compile-only)."""
+    final: tuple[str, ...] = ("--link-only",)
+    """What makes the last job the last: ``--link-only`` (link and package what the shards compiled); nothing for a
+    compile-only build, whose last run finds every object up to date and writes the whole report."""
 
     def __post_init__(self) -> None:
         if isinstance(self.shards, bool) or not isinstance(self.shards, int) or self.shards < 1:
@@ -115,27 +120,31 @@ class ShardRequest:
         return self.results / "link.exit"
 
     def porter(self) -> list[str]:
-        return [self.python, "-m", "porter", "ops", "build", *self.build_args]
+        return [self.python, "-m", "porter", *self.command, *self.build_args]
 
     def link_argv(self) -> list[str]:
-        return [*self.porter(), *self.link_args, "--link-only", "-o", str(self.wheelhouse), "--json"]
+        return [*self.porter(), *self.link_args, *self.final, "-o", str(self.wheelhouse), "--json"]
 
     def with_facts(self, facts: BuildFacts) -> ShardRequest:
-        name = f"porter-{facts.build_dir.name.rsplit('-', 1)[0]}" if facts.build_dir.name else self.name
+        key = build_key(facts.build_dir)
+        name = f"porter-{key.rsplit('-', 1)[0]}" if key else self.name
         return dataclasses.replace(self, build_dir=facts.build_dir, compile_steps=facts.compile_steps, name=name)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "porter_version": __version__, "name": self.name,
                 "build_args": list(self.build_args), "link_args": list(self.link_args), "shards": self.shards,
                 "dir": str(self.dir), "wheelhouse": str(self.wheelhouse), "cache": str(self.cache),
-                "python": self.python, "build_dir": str(self.build_dir), "compile_steps": self.compile_steps}
+                "python": self.python, "build_dir": str(self.build_dir), "compile_steps": self.compile_steps,
+                "command": list(self.command), "final": list(self.final)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], folder: Path) -> ShardRequest:
         return cls(build_args=tuple(data["build_args"]), link_args=tuple(data.get("link_args", ())),
                    shards=int(data["shards"]), dir=folder, wheelhouse=Path(data["wheelhouse"]),
                    cache=Path(data["cache"]), python=str(data["python"]), build_dir=Path(data["build_dir"]),
-                   compile_steps=int(data["compile_steps"]), name=str(data.get("name", "porter-ops")))
+                   compile_steps=int(data["compile_steps"]), name=str(data.get("name", "porter-ops")),
+                   command=tuple(data.get("command", ("ops", "build"))),
+                   final=tuple(data.get("final", ("--link-only",))))
 
 
 def read_request(directory: str | Path) -> ShardRequest:
@@ -163,7 +172,7 @@ def _record(req: ShardRequest, command: str, name: str) -> str:
 
 def _header(req: ShardRequest, what: str) -> str:
     return ("#!/bin/bash\n"
-            f"# porter ops build in {req.shards} shard(s): {what}\n"
+            f"# porter {' '.join(req.command)} in {req.shards} shard(s): {what}\n"
             f"# written by porter {__version__}; the request is in {req.dir / REQUEST}\n"
             f"export PORTER_CACHE_DIR={shlex.quote(str(req.cache))}\n"
             f"results={shlex.quote(str(req.results))}\n")
@@ -174,7 +183,8 @@ def scripts(req: ShardRequest) -> dict[Path, str]:
     shard = (_header(req, "one shard per array task (or: bash shard.sh INDEX)")
              + 'i="${1:-${SLURM_ARRAY_TASK_ID:?pass the shard index, or run as an array task}}"\n'
              + _record(req, f'{shlex.join(req.porter())} --shard "$i/{req.shards}" --json', 'shard-"$i"'))
-    link = (_header(req, "link and package after every shard (afterok)")
+    link = (_header(req, "link and package after every shard (afterok)" if req.final else
+                    "the whole report after every shard (afterok): every object is up to date by then")
             + _record(req, shlex.join(req.link_argv()), "link"))
     return {req.shard_script: shard, req.link_script: link}
 
@@ -332,8 +342,9 @@ def preflight(req: ShardRequest) -> list[str]:
 def _dry_run_lines(req: ShardRequest, settings: sl.SlurmSettings, programs: sl.Programs | None,
                    refusal: str | None) -> list[str]:
     sbatch = programs.sbatch if programs else "sbatch"
+    last = "one link job; the wheel into" if req.final else "one job that reports every unit; its report beside"
     lines = [f"# {req.shards} shard(s) of {req.compile_steps} compile step(s) into {req.build_dir}, "
-             f"then one link job; the wheel into {req.wheelhouse}",
+             f"then {last} {req.wheelhouse}",
              f"# folder {req.dir} (scripts, results, logs); porter cache {req.cache}"]
     for path, text in scripts(req).items():
         lines.append(f"# --- {path}")
@@ -349,9 +360,15 @@ def _dry_run_lines(req: ShardRequest, settings: sl.SlurmSettings, programs: sl.P
     return lines
 
 
+def build_key(build_dir: Path) -> str:
+    """The name that tells one build from another: the build folder's, or its parent's where the folder is a
+    ``build/`` inside a per-build folder (``porter wheel``'s work copy and build side by side)."""
+    return build_dir.parent.name if build_dir.name == "build" else build_dir.name
+
+
 def default_dir(cache: Path, build_dir: Path) -> Path:
     """Where a sharded build's folder goes unless --dir says: beside its build folder's name, in the cache."""
-    return cache / "shards" / build_dir.name
+    return cache / "shards" / build_key(build_dir)
 
 
 def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settings: sl.SlurmSettings,
@@ -432,6 +449,18 @@ def ops_build_facts(source: str, tc: Toolchain, *, ops: list[str] | None, all_co
             resolve_source(DEEPSPEED, source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
     res = build_ops(source, tc, ops=ops, all_compatible=all_compatible, wheelhouse=Path("."), dry_run=True,
                     python=python, log=log, runner=runner, how=EngineRun(compiler_cache=compiler_cache))
+    return BuildFacts(build_dir=res.plan.build_dir,
+                      compile_steps=sum(1 for st in res.plan.steps if st.kind == "compile"),
+                      refusal=res.refusal.message if res.refusal else None)
+
+
+def fa_compile_facts(source: str, request: Any, *, dry_run: bool, log: Logger, runner: Runner) -> BuildFacts:
+    """The plan of ``porter wheel flash-attn --compile-only`` (a dry run of it), for its shards."""
+    from porter.components import wheel_drivers
+    from porter.wheels.compile import compile_only
+
+    drivers = wheel_drivers()
+    res = compile_only(drivers["flash-attn"], source, request, runner=runner, log=log, dry_run=True, others=drivers)
     return BuildFacts(build_dir=res.plan.build_dir,
                       compile_steps=sum(1 for st in res.plan.steps if st.kind == "compile"),
                       refusal=res.refusal.message if res.refusal else None)

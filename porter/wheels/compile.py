@@ -63,6 +63,8 @@ class CompileOnlyResult:
     """The measured-costs file this run added to (empty: nothing measured)."""
     measured: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    shard: dict[str, Any] = field(default_factory=dict)
+    """--shard I/N: which shard ran and the objects it compiled."""
 
     @property
     def failed(self) -> list[OpResult]:
@@ -79,7 +81,7 @@ class CompileOnlyResult:
                 "note": "compiled, not linked: no ROCm torch to link against here" if self.hip_view
                         else "compiled, not linked",
                 "hip_view": self.hip_view or None, "compiled": self.compiled,
-                "costs": self.costs or None, "measured": self.measured}
+                "costs": self.costs or None, "measured": self.measured, **({"shard": self.shard} if self.shard else {})}
 
 
 def _key(*parts: Any) -> str:
@@ -89,11 +91,13 @@ def _key(*parts: Any) -> str:
 def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, runner: Runner,
                  log: Logger | None = None, dry_run: bool = False, machine: Machine | None = None,
                  others: Mapping[str, WheelDriver] | None = None, torch_info: TorchInfo | None = None,
-                 costs_root: Path | None = None) -> CompileOnlyResult:
+                 costs_root: Path | None = None, shard: tuple[int, int] | None = None) -> CompileOnlyResult:
     """The whole compile-only flow (module docstring). A dry run plans everything (the CK generator and
     hipify run into temp folders, as they decide the TUs) and compiles nothing.
 
     ``costs_root``: where measured costs are read and merged (default: porter's cache).
+    ``shard=(i, n)``: compile only shard i of n of the units into the shared build folder (a Slurm array task); a
+    run without it afterwards finds them up to date and reports every unit.
     """
     log = log or quiet_logger()
     tc = request.toolchain
@@ -129,8 +133,10 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
             f"{_key(origin, tc.to_dict(), torch.version, torch.python_tag)}"
         tree = base / "src"
         build_dir = base / "build"
-        if not dry_run:  # two runs of the same target take turns, from the work copy on
-            stack.enter_context(hold(base, f"compiling {driver.title} {info.version} for {tc.name}", say=log.info))
+        base_lock = None
+        if not dry_run:  # two runs of the same target take turns, from the work copy on (shards: until set up)
+            base_lock = stack.enter_context(hold(base, f"compiling {driver.title} {info.version} for {tc.name}",
+                                                 say=log.info))
         scratch = tmp / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         ctx = KernelContext(source=root, tree=tmp / "tree" if dry_run else tree, plan_tree=tree, toolchain=tc,
@@ -150,15 +156,17 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                         ops=kset.ops)
         notes = [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned)]
         built = compile_catalogue(cat, tc, list(kset.ops), build_dir, python=python, py_ex=py_ex, runner=runner,
-                                  log=log, cache=work_root, how=EngineRun(jobs=wplan.jobs, compile_only=True),
+                                  log=log, cache=work_root,
+                                  how=EngineRun(jobs=wplan.jobs, compile_only=True, shard=shard),
                                   dry_run=dry_run, hipify=tuple(kset.hipify), mirror=False, hipify_from=ctx.tree,
-                                  notes=notes)
+                                  notes=notes, on_shard_setup=base_lock.release if base_lock is not None else None)
         units = sum(len(o.sources) for o in kset.ops)
         result = CompileOnlyResult(info.project, info.version, tc.name, built.plan, wplan, jobs=wplan.jobs,
                                    dry_run=dry_run, hip_view=built.hip_view, selected_units=units,
                                    total_units=kset.total_units or units, notes=list(built.plan.notes),
                                    refusal=built.refusal, ops=built.ops, compiled=built.compiled)
-        if dry_run:
+        result.shard = built.shard
+        if dry_run or shard is not None:  # a shard's units are reported by the run after every shard
             result.seconds = time.monotonic() - start
             return result
     for name, why in kset.unplanned:  # per-op isolation from the first step: reported, not fatal

@@ -71,3 +71,31 @@ def test_two_shards_on_slurm_then_the_link_job_equal_a_local_build(slurm: SlurmC
     assert ldoc["cache"]["misses"] >= 2 and ldoc["cache"]["hits"] == 0  # compiled, not taken from the shards
     other = Path(ldoc["wheel"])
     assert other.name == wheel.name and _digest(other) == _digest(wheel)
+
+
+@pytest.mark.rocm7
+def test_flash_attn_compile_only_in_two_shards_on_slurm(slurm: SlurmCluster, rocm7: Path, flash_attn_sdist: Path,
+                                                        tmp_path: Path) -> None:
+    """FlashAttention's CK compile-only as a job array: two real CK instances, one per shard, compiled for gfx942
+    in the ROCm 7.2 chroot into one shared build folder; the job after them reports both units compiled."""
+    env = {**slurm.env, "PORTER_CACHE_DIR": str(tmp_path / "cache"), "PORTER_ROCM7_ROOT": str(rocm7)}
+    d = tmp_path / "shared"
+    res = run_porter("wheel", "flash-attn", "--source", str(flash_attn_sdist), "-t", "debian-rocm7",
+                     "--arch", "gfx942", "--compile-only", "--units", "fmha_bwd_convert_dq_*", "--instances", "2",
+                     "--shards", "2", "--slurm", "--dir", str(d), "-o", str(tmp_path / "w"), "--cpus-per-task", "1",
+                     "--time", "30:00", "--wait", "--json", env=env, timeout=1800)
+    assert res.returncode == 0, res.stderr[-3000:] + "".join(p.read_text()[-2000:]
+                                                             for p in sorted((d / "logs").glob("*.log")))
+    doc = json.loads(res.stdout)
+    assert doc["shards"] == 2 and doc["compile_steps"] == 2 and doc["status"]["state"] == "finished"
+    assert [t["objects"] for t in doc["status"]["tasks"]] == [1, 1]
+    assert "--shard" in (d / "jobs" / "shard.sh").read_text() and "--compile-only" in (d / "jobs" / "link.sh").read_text()
+    report = json.loads((d / "results" / "link.json").read_text())
+    assert report["compile_only"] is True and not report.get("shard")
+    units = [tu for op in report["compiled"] for tu in op["tus"]]
+    assert len(units) == 2 and all(op["archs"] == {"gfx942": "compiled"} for op in report["compiled"])
+    # each unit was compiled by an array task; the report job found both objects up to date and compiled nothing
+    shard_objects = [json.loads((d / "results" / f"shard-{i}.json").read_text())["shard"]["objects"] for i in (0, 1)]
+    assert sorted(len(o) for o in shard_objects) == [1, 1] and shard_objects[0] != shard_objects[1]
+    assert all(Path(o).is_file() for objs in shard_objects for o in objs)
+    assert [op["status"] for op in report["ops"]] == ["cached"] * len(report["ops"])
