@@ -10,10 +10,9 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (cache_options, cache_request, dry_run_option, jobs_option, json_option,
-                                into, parse_shard, path_or_name, python_option, resolve_toolchain,
-                                slurm_options,
-                                toolchain_options, wheelhouse_option)
+from porter.cli.options import (cache_options, cache_request, dry_run_option, into, jobs_option, json_option,
+                                parse_shard, path_or_name, python_option, resolve_toolchain, show_shard_run,
+                                slurm_options, toolchain_options, wheelhouse_option)
 from porter.ccache import CacheRequest
 from porter.errors import CheckFailed, PartialSuccess
 from porter.errors import refusal_line
@@ -285,21 +284,7 @@ def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list
 
     run = sh.submit_build(shard_req, planner, settings=settings, runner=runner, env=env,
                           dir_given=req.shards_dir is not None, dry_run=req.dry_run, wait=req.wait, log=log)
-    if as_json:
-        emit_json(run.to_dict())
-    elif run.dry_run is not None:
-        click.echo("\n".join(run.dry_run))
-    elif run.status is not None:
-        click.echo("\n".join(sh.describe(run.status)))
-    else:
-        sub = run.submission or {}
-        click.echo(f"array job {sub.get('array_job')} ({req.shards} shard(s)), link job {sub.get('link_job')}; "
-                   f"the wheel will land in {run.request.wheelhouse}")
-        log.tip(f"porter ops status {run.request.dir}")
-    if run.status is not None:
-        err = sh.outcome(run.status)
-        if err is not None:
-            raise err
+    show_shard_run(log, run, as_json, f"link job {{}}; the wheel will land in {run.request.wheelhouse}")
 
 
 @ops.command("status")

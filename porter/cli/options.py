@@ -143,3 +143,26 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 def path_or_name(value: str) -> str:
     """A file or folder the jobs must find from anywhere: made absolute; a preset name or spec as it is."""
     return str(Path(value).resolve()) if Path(value).exists() else value
+
+
+def show_shard_run(log: Any, run: Any, as_json: bool, last: str) -> None:
+    """What ``--shards N --slurm`` says: the JSON, the dry run's plan, the status after ``--wait``, or the job ids
+    (``last``: the last job in words, ``{}`` standing for its id); then the error of a failed build."""
+    from porter.cli import emit_json
+    from porter.cluster import shards as sh
+
+    if as_json:
+        emit_json(run.to_dict())
+    elif run.dry_run is not None:
+        click.echo("\n".join(run.dry_run))
+    elif run.status is not None:
+        click.echo("\n".join(sh.describe(run.status)))
+    else:
+        sub = run.submission or {}
+        click.echo(f"array job {sub.get('array_job')} ({run.request.shards} shard(s)), "
+                   + last.format(sub.get("link_job")))
+        log.tip(f"porter ops status {run.request.dir}")
+    if run.status is not None:
+        err = sh.outcome(run.status)
+        if err is not None:
+            raise err

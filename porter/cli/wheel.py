@@ -11,7 +11,8 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (dry_run_option, jobs_option, json_option, parse_shard, path_or_name, python_option,
-                                resolve_toolchain, slurm_options, toolchain_options, wheelhouse_option)
+                                resolve_toolchain, show_shard_run, slurm_options, toolchain_options,
+                                wheelhouse_option)
 from porter.errors import PartialSuccess, refusal_line
 from porter.log import Logger
 from porter.run import Runner
@@ -237,17 +238,4 @@ def _submit_fa_shards(log: Logger, source: str, *, backend: str, units: tuple[st
     run = sh.submit_build(shard_req, planner, settings=settings, runner=Runner(log, echo=not dry_run), env=env,
                           dir_given=shard_opts["shards_dir"] is not None, dry_run=dry_run, wait=shard_opts["wait"],
                           log=log)
-    if as_json:
-        emit_json(run.to_dict())
-    elif run.dry_run is not None:
-        click.echo("\n".join(run.dry_run))
-    elif run.status is not None:
-        click.echo("\n".join(sh.describe(run.status)))
-    else:
-        sub = run.submission or {}
-        click.echo(f"array job {sub.get('array_job')} ({n} shard(s)), report job {sub.get('link_job')}")
-        log.tip(f"porter ops status {run.request.dir}")
-    if run.status is not None:
-        err = sh.outcome(run.status)
-        if err is not None:
-            raise err
+    show_shard_run(log, run, as_json, "report job {}")
