@@ -27,6 +27,7 @@ from porter.toolchain.profile import Toolchain
 from porter.wheels.costs import MeasuredCosts
 
 if TYPE_CHECKING:
+    from porter.torch_facts import TorchInfo
     from ops_prebuild.catalogue import OpSpec as KernelOp
 
 GiB = 1 << 30
@@ -266,6 +267,14 @@ class KernelContext:
     dry_run: bool = False
     scratch: Path | None = None
     """A folder the build python sees, for throw-away output (generated sources before they are synced)."""
+    torch: TorchInfo | None = None
+    """The build python's torch (its headers decide some of a tree's flags)."""
+
+    def host_path(self, path: str) -> Path:
+        """A path the build python reported, as this host sees it (under the root for a chroot python)."""
+        if self.py_ex.kind == "chroot" and self.py_ex.root is not None:
+            return Path(self.py_ex.root) / path.lstrip("/")
+        return Path(path)
 
     def copy(self, rel: str) -> Path:
         """Copy ``rel`` (a file or folder of the source) into the work copy; files that did not change keep

@@ -140,7 +140,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         scratch = tmp / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         ctx = KernelContext(source=root, tree=tmp / "tree" if dry_run else tree, plan_tree=tree, toolchain=tc,
-                            python=python, py_ex=py_ex, runner=quiet, log=log, dry_run=dry_run, scratch=scratch)
+                            python=python, py_ex=py_ex, runner=quiet, log=log, dry_run=dry_run, scratch=scratch,
+                            torch=torch)
         with log.step(f"reading the translation units of {wplan.project} {wplan.version} from the tree"):
             kset = driver.kernel_ops(info, request, ctx)
         if not kset.ops:

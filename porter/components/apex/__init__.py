@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -180,10 +180,11 @@ class ApexDriver:
                 continue
             device = op.group == "cuda"
             macros = VERSION_MACROS if spec.version_macros else ()
+            heads = [ctx.host_path(d) for d in (ctx.torch.include_dirs if ctx.torch else ())]
             ops.append(KernelOp(name=op.name, builder=spec.where, build_var=op.switch, module=op.module,
                                 sources=spec.sources, include_paths=spec.include_paths, device=device,
-                                compatible=True, cxx_args=(*spec.cxx_args, *macros),
-                                nvcc_args=(*spec.nvcc_args, *macros) if device else ()))
+                                compatible=True, cxx_args=(*_resolve_markers(spec.cxx_args, heads), *macros),
+                                nvcc_args=(*_resolve_markers(spec.nvcc_args, heads), *macros) if device else ()))
             dirs |= {s.split("/")[0] for s in (*spec.sources, *spec.include_paths)}
             if spec.skipped:
                 notes.append(f"{op.name}: not read from {spec.where} (left out): {'; '.join(spec.skipped[:3])}")
@@ -371,8 +372,41 @@ def _rocm_truth(node: ast.expr, scope: static.Scope) -> bool | None:
     return None
 
 
+TORCH_HEADER_ARGS = ("aten_atomic_args", "generator_args", "backward_pass_guard_args")
+"""apex's builder methods whose flags depend on which headers the build torch ships: read as a marker here and
+answered from the build torch's include folders when the op is planned (:func:`torch_header_flags`)."""
+_MARK = "@torch-headers:"
+
+
+def torch_header_flags(method: str, include_dirs: Iterable[str | Path]) -> list[str]:
+    """What apex's ``method`` returns for a torch whose headers are in ``include_dirs`` (upstream's own rule:
+    a header's presence, or which guard class ``ATen/Context.h`` declares first)."""
+    def find(rel: str) -> Path | None:
+        return next((Path(d) / rel for d in include_dirs if (Path(d) / rel).is_file()), None)
+
+    if method == "aten_atomic_args":
+        return ["-DATEN_ATOMIC_HEADER"] if find("ATen/Atomic.cuh") else []
+    if method == "generator_args":
+        return ["-DOLD_GENERATOR_PATH"] if find("ATen/CUDAGeneratorImpl.h") else []
+    context = find("ATen/Context.h")
+    line = next((ln for ln in context.read_text(errors="replace").splitlines() if "BackwardPassGuard" in ln),
+                "") if context else ""
+    if not line:
+        return []
+    return ["-DBACKWARD_PASS_GUARD", "-DBACKWARD_PASS_GUARD_CLASS="
+            + ("ROCmBackwardPassGuard" if "ROCmBackwardPassGuard" in line else "BackwardPassGuard")]
+
+
+def _resolve_markers(args: Iterable[str], include_dirs: Sequence[str | Path]) -> tuple[str, ...]:
+    return tuple(f for a in args for f in (torch_header_flags(a[len(_MARK):], include_dirs)
+                                            if a.startswith(_MARK) else [a]))
+
+
 def _builder_call(node: ast.Call, scope: static.Scope) -> Any:
     name = static.dotted(node.func)
+    method = name.rpartition(".")[2]
+    if name.startswith("self.") and method in TORCH_HEADER_ARGS:
+        return [_MARK + method]
     if name.endswith("version_dependent_macros"):
         scope.names["__version_macros__"] = True
         return []
