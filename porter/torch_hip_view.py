@@ -1,8 +1,9 @@
 """A HIP view of a CPU or CUDA torch's headers: a stand-in for compile checks only.
 
 A ROCm build of a torch extension includes ``ATen/hip/HIPContext.h``, ``c10/hip/HIPGuard.h`` and
-friends, which only ROCm builds of torch ship. torch's own hipify, run in pytorch mode on a CPU/CUDA
-wheel's ``ATen/cuda`` and ``c10/cuda`` headers, generates them the way ROCm torch's build does; the
+friends, which only ROCm builds of torch ship, and torch's own ``torch/csrc/cuda/*.h`` as a ROCm torch ships
+them (hipified in place). torch's own hipify, run in pytorch mode on a CPU/CUDA wheel's ``ATen/cuda``,
+``c10/cuda`` and ``torch/csrc/cuda`` headers, generates them the way ROCm torch's build does; the
 few headers ROCm torch's CMake writes are added here (:data:`EXTRA`, as small as possible). With
 that view first on the include path, a hipified extension *compiles* for gfx targets; it never
 *links*: there is no libtorch_hip here. The view is never used when the build python has a real
@@ -25,6 +26,8 @@ from porter.run import Runner, make_env
 from porter.torch_facts import TorchInfo
 
 DONE = ".porter-view"
+LAYOUT = 2
+"""What a view holds (2: ``torch/csrc/cuda`` hipified in place too); part of its folder's key."""
 
 # Headers ROCm torch's CMake generates (no CUDA counterpart to hipify): what they define here is
 # what a ROCm build of torch defines for an extension that includes them.
@@ -42,7 +45,7 @@ def needed(torch: TorchInfo) -> bool:
 
 
 def view_dir(torch: TorchInfo, work: Path) -> Path:
-    key = hashlib.sha256(f"{torch.version}|{torch.root}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{torch.version}|{torch.root}|{LAYOUT}".encode()).hexdigest()[:12]
     return work / "torch-hip-view" / f"torch-{torch.version.replace('+', '-')}-{key}"
 
 

@@ -31,12 +31,14 @@ def test_apex_fixture_kernels_compile_for_gfx90a_and_gfx942(rocm7: Path, tmp_pat
     assert kernel["source"].endswith("multi_tensor_scale_kernel.hip")  # hipified copy
     assert kernel["code_objects"] == ["gfx90a", "gfx942"] and archs_in(kernel["object"]) == ["gfx90a", "gfx942"]
     assert recs["apex_C"]["archs"] == {"gfx90a": "host-only", "gfx942": "host-only"}
+    # a host file of a device op that reaches torch/csrc/cuda: compiled against the view's hipified copy of them
+    assert recs["nccl_alloc"]["archs"] == {"gfx90a": "host-only", "gfx942": "host-only"}, recs["nccl_alloc"]
     assert recs["fused_scale_cuda"]["status"] == "failed"
     assert "mask must be a 64-bit integer" in recs["fused_scale_cuda"]["error"]
-    for tu in recs["amp_C"]["tus"] + recs["apex_C"]["tus"]:
+    for tu in recs["amp_C"]["tus"] + recs["apex_C"]["tus"] + recs["nccl_alloc"]["tus"]:
         assert tu["seconds"] > 0 and tu["peak_rss_mib"] > 50 and tu["returncode"] == 0
     # what was measured sizes the next plan of the same ROCm line
-    assert doc["measured"]["units"] == 3 and Path(doc["costs"]).is_file()
+    assert doc["measured"]["units"] == 4 and Path(doc["costs"]).is_file()
     plan = run_porter("wheel", "apex", "--source", str(FIXTURES / "apex-rocm"), "-t", "mi300x", "--dry-run",
                       env=env)
     assert plan.returncode == 0, plan.stderr
