@@ -54,6 +54,14 @@ class TorchInfo:
     def major_minor(self) -> str:
         return ".".join(self.release.split(".")[:2])
 
+    @property
+    def wheel_tag(self) -> str:
+        """The tag of a wheel with extension modules for this python (``cp311-cp311-linux_x86_64``): the
+        interpreter's own tag for both interpreter and ABI, as packaging spells a CPython extension's."""
+        from packaging.tags import Tag
+
+        return str(Tag(self.python_tag, self.python_tag, self.platform_tag))
+
     def describe(self) -> str:
         extra = f", HIP {self.hip}" if self.hip else f", CUDA {self.cuda}" if self.cuda else ""
         return f"{self.version} ({self.kind}{extra})"

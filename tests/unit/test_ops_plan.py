@@ -431,3 +431,12 @@ def test_ops_the_tree_declares_incompatible_are_listed_with_its_reason(tmp_path:
     plan = make_plan(cat, load_toolchain("cpu", environ={}), cat.select(None, True)[:1], tmp_path)
     doc = BuildResult(plan, cat).to_dict()
     assert doc["excluded"] == [{"name": "evoformer_attn", "reason": "needs CUTLASS"}]
+
+
+def test_the_wheel_tag_of_extension_modules_comes_from_packaging() -> None:
+    from packaging.tags import parse_tag
+
+    tag = TorchInfo("2.13.0+cpu", python_tag="cp311", platform_tag="manylinux_2_28_x86_64").wheel_tag
+    assert tag == "cp311-cp311-manylinux_2_28_x86_64"
+    (parsed,) = parse_tag(tag)
+    assert (parsed.interpreter, parsed.abi, parsed.platform) == ("cp311", "cp311", "manylinux_2_28_x86_64")

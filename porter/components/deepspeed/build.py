@@ -152,7 +152,7 @@ def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list
                       executor=executor)
     _dist, base_version = dist_version(base)
     version = with_label(base_version, labels.make(tc))
-    tag = f"{cat.torch.python_tag}-{cat.torch.python_tag}-{cat.torch.platform_tag}"
+    tag = cat.torch.wheel_tag
     specs = {o.name: o for o in selected}
     ok = [r for r in results if r.status != "failed"]
     extensions = {specs[r.name].module.replace(".", "/") + cat.torch.ext_suffix: Path(r.so) for r in ok}

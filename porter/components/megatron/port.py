@@ -337,7 +337,7 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
     """One wheel with the fused kernels (top-level modules, as Megatron imports them) and the dataset helpers
     (``megatron_fused_kernels.helpers``, host-only), and its porter manifest beside it."""
     full_version = with_label(version or "0", labels.make(tc))
-    tag = f"{torch_info.python_tag}-{torch_info.python_tag}-{torch_info.platform_tag}"
+    tag = torch_info.wheel_tag
     entries: list[ExtensionEntry] = []
     files: dict[str, Payload] = {}
     for o in ops:
