@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import into, dry_run_option, json_option, resolve_toolchain, toolchain_options
+from porter.cli.options import ToolchainChoice, dry_run_option, into, json_option, toolchain_options
 from porter.errors import CheckFailed, refusal_line
 from porter.log import Logger
 
@@ -28,13 +28,10 @@ def net_plugin() -> None:
 
 
 @dataclass(frozen=True)
-class NetPluginBuildOptions:
+class NetPluginBuildOptions(ToolchainChoice):
     """``porter net-plugin build``'s options as typed, parsed once (``--help`` says what each is)."""
 
     source: Path
-    toolchain_ref: str | None
-    archs: tuple[str, ...]
-    cpu_isa: str | None
     out_dir: Path
     libfabric: str
     configure_args: tuple[str, ...]
@@ -72,7 +69,7 @@ def build_cmd(log: Logger, /, req: NetPluginBuildOptions, as_json: bool) -> None
     from porter.components.netplugin.build import BuildRequest, dry_run as plan_only, plan_build, run_build
     from porter.run import Runner
 
-    tc = resolve_toolchain(req.toolchain_ref, req.archs, req.cpu_isa)
+    tc = req.toolchain()
     site = load_site(req.site_ref) if req.site_ref else None
     plan = plan_build(BuildRequest(source=req.source.resolve(), tc=tc, out_dir=req.out_dir.resolve(),
                                    libfabric=req.libfabric,
@@ -104,13 +101,10 @@ def build_cmd(log: Logger, /, req: NetPluginBuildOptions, as_json: bool) -> None
 
 
 @dataclass(frozen=True)
-class NetPluginVerifyOptions:
+class NetPluginVerifyOptions(ToolchainChoice):
     """``porter net-plugin verify``'s options as typed, parsed once (``--help`` says what each is)."""
 
     target: Path
-    toolchain_ref: str | None
-    archs: tuple[str, ...]
-    cpu_isa: str | None
     site_ref: str | None
     python: str | None
 
@@ -135,7 +129,7 @@ def verify_cmd(log: Logger, /, req: NetPluginVerifyOptions, as_json: bool) -> No
     from porter.run import Runner
 
     site = load_site(req.site_ref) if req.site_ref else None
-    tc = resolve_toolchain(req.toolchain_ref, req.archs, req.cpu_isa) if req.toolchain_ref else None
+    tc = req.toolchain() if req.toolchain_ref else None
     rep = verify_plugin(req.target.resolve(), tc=tc, site=site, python=req.python, runner=Runner(log, echo=log.verbose),
                         log=log)
     if as_json:

@@ -10,9 +10,9 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (cache_options, cache_request, dry_run_option, into, jobs_option, json_option,
-                                parse_shard, path_or_name, python_option, resolve_toolchain, show_shard_run,
-                                slurm_options, toolchain_options, wheelhouse_option)
+from porter.cli.options import (ToolchainChoice, cache_options, cache_request, dry_run_option, into, jobs_option,
+                                json_option, parse_shard, path_or_name, python_option, show_shard_run, slurm_options,
+                                toolchain_options, wheelhouse_option)
 from porter.ccache import CacheRequest
 from porter.errors import CheckFailed, PartialSuccess
 from porter.errors import refusal_line
@@ -31,13 +31,10 @@ def ops() -> None:
 
 
 @dataclass(frozen=True)
-class ListOptions:
+class ListOptions(ToolchainChoice):
     """``porter ops list``'s options as typed, parsed once (``--help`` says what each is)."""
 
     source: str
-    toolchain_ref: str | None
-    archs: tuple[str, ...]
-    cpu_isa: str | None
     python: str | None
 
 
@@ -57,7 +54,7 @@ def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
     from porter.executor import build_python
     from porter.fs import cache_dir
 
-    tc = resolve_toolchain(req.toolchain_ref, req.archs, req.cpu_isa)
+    tc = req.toolchain()
     runner = Runner(log, echo=log.verbose)
     py_ex, py = build_python(tc.executor, tc.python, req.python)
     src = resolve_source(DEEPSPEED, req.source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
@@ -77,13 +74,10 @@ def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
 
 
 @dataclass(frozen=True)
-class BuildOptions:
+class BuildOptions(ToolchainChoice):
     """``porter ops build`` as typed: every option, parsed once (see ``--help`` for each)."""
 
     source: str
-    toolchain_ref: str | None
-    archs: tuple[str, ...]
-    cpu_isa: str | None
     op_names: str | None
     all_compatible: bool
     wheelhouse: Path
@@ -179,7 +173,7 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
         given = _given_on_command_line("wait", "shards_dir", "time_limit", *req.slurm)
         if given:
             raise click.UsageError(f"{', '.join(given)}: only with --shards N --slurm")
-    tc = resolve_toolchain(req.toolchain_ref, req.archs, req.cpu_isa)
+    tc = req.toolchain()
     names = [n.strip() for n in req.op_names.split(",") if n.strip()] if req.op_names else None
     if req.compile_only and req.with_deps:
         raise click.UsageError("--with-deps downloads a wheel's dependencies; --compile-only makes no wheel")

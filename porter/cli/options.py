@@ -74,6 +74,18 @@ def resolve_toolchain(toolchain_ref: str | None, archs: tuple[str, ...] = (), cp
     return load_toolchain(toolchain_ref, overrides={"archs": split, "cpu_isa": cpu_isa})
 
 
+@dataclasses.dataclass(frozen=True)
+class ToolchainChoice:
+    """What :func:`toolchain_options` parse (-t, --arch, --cpu-isa): the base of a building command's options."""
+
+    toolchain_ref: str | None
+    archs: tuple[str, ...]
+    cpu_isa: str | None
+
+    def toolchain(self) -> Toolchain:
+        return resolve_toolchain(self.toolchain_ref, self.archs, self.cpu_isa)
+
+
 def slurm_options(*, task: str = "cell", final: str = "index") -> Callable[[F], F]:
     """What each Slurm job asks for (:class:`porter.cluster.slurm.SlurmSettings`), from the command line or
     ``PORTER_SLURM_*``. ``task``: what one array task runs (a cell, a shard); ``final``: the job after them

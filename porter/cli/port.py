@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (into, dry_run_option, jobs_option, json_option, python_option,
-                                resolve_toolchain, toolchain_options, wheelhouse_option)
+from porter.cli.options import (ToolchainChoice, dry_run_option, into, jobs_option, json_option, python_option,
+                                toolchain_options, wheelhouse_option)
 from porter.errors import PartialSuccess, refusal_line
 from porter.log import Logger
 
@@ -53,13 +53,10 @@ def port() -> None:
 
 
 @dataclass(frozen=True)
-class PortMegatronOptions:
+class PortMegatronOptions(ToolchainChoice):
     """``porter port megatron-deepspeed``'s options as typed, parsed once (``--help`` says what each is)."""
 
     tree: Path
-    toolchain_ref: str | None
-    archs: tuple[str, ...]
-    cpu_isa: str | None
     dest: Path | None
     in_place: bool
     wheelhouse: Path
@@ -106,7 +103,7 @@ def megatron_deepspeed(log: Logger, /, req: PortMegatronOptions, as_json: bool) 
     plan and the refusal, --no-kernels ports the tree without building the kernels."""
     from porter.components.megatron.port import port_megatron
 
-    tc = resolve_toolchain(req.toolchain_ref, req.archs, req.cpu_isa)
+    tc = req.toolchain()
     res = port_megatron(req.tree, tc, out=req.dest, in_place=req.in_place, wheelhouse=req.wheelhouse,
                         python=req.python, jobs=req.jobs,
                         dry_run=req.dry_run, kernels=not req.no_kernels, compile_only=req.compile_only,
