@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,27 +53,6 @@ def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.filename is None:
             exc.filename = str(dest)  # zipfile's write() names no file: say which one was being written
-        raise
-
-
-@contextmanager
-def atomic_dir(dest: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield an empty temp folder beside ``dest``; on success it becomes ``dest`` (an existing ``dest``
-    is replaced), on error it is removed and ``dest`` is left as it was."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
-        yield tmp
-        if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
-            os.replace(dest, old / "d")
-            os.replace(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
