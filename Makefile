@@ -21,10 +21,11 @@ help:
 	@echo "make chroot-rocm7   debootstrap a Debian sid chroot with ROCm 7.2 (experimental) at $(ROCM7_ROOT)"
 	@echo "make cuda-venv      a venv with the CUDA build of torch ($(TORCH_CUDA)) for the cuda tier"
 
+# pip -qq: errors still show; setuptools' note that an editable install is editable (InformationOnly) does not
 $(VENV)/.stamp: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_CPU)" -e ".[test]"
+	$(PY) -m pip install -qq --upgrade pip
+	$(PY) -m pip install -qq "$(TORCH_CPU)" -e ".[test]"
 	touch $@
 
 venv: $(VENV)/.stamp
@@ -40,7 +41,7 @@ demo: venv
 	$(VENV)/bin/porter ops build --source deepspeed==$(DS_VERSION) --toolchain cpu --ops $(CPU_OPS) \
 	  --with-deps -o wheelhouse
 	rm -rf $(NODE_VENV) && $(PYTHON) -m venv $(NODE_VENV)
-	$(NODE_VENV)/bin/python -m pip install -q "$(TORCH_CPU)"
+	$(NODE_VENV)/bin/python -m pip install -qq "$(TORCH_CPU)"
 	$(VENV)/bin/porter install wheelhouse --python $(NODE_VENV)/bin/python
 	$(VENV)/bin/porter verify --python $(NODE_VENV)/bin/python
 
