@@ -111,7 +111,8 @@ class EngineRun:
     shard: tuple[int, int] | None = None
     """(i, n): compile only shard i of n of the compile steps into the shared build folder, and stop."""
     link_only: bool = False
-    """The run after the shards: compile nothing, refuse when an object is missing, link."""
+    """The run after the shards: compile nothing, refuse when an object is missing, link (with ``compile_only``:
+    link nothing either, and report every unit the shards compiled)."""
     pch: bool = False
     """Host units that differ only in their op's name share one precompiled torch header."""
     debug: str = "full"
@@ -121,10 +122,7 @@ class EngineRun:
         if self.shard is not None and self.link_only:
             raise ConfigError("--shard compiles one part of a build; --link-only is the run after the shards",
                               hint="run the shards first, then one --link-only run")
-        if self.link_only and self.compile_only:
-            raise ConfigError("--link-only links what the shards compiled; --compile-only links nothing",
-                              hint="after compile-only shards, run the same build once more without --shard: "
-                                   "every object is up to date and it writes the whole report")
+
 
 
 def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], build_dir: Path, *, python: str,
@@ -226,7 +224,8 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
                 compiles = [s.output for s in plan.steps if s.kind == "compile"]
                 raise CheckFailed(f"{len(missing)} object(s) are missing, e.g. {missing[0].output} "
                                   f"(compile step {compiles.index(missing[0].output)} of {len(compiles)})",
-                                  hint="a shard did not finish: rerun it (--shard I/N), then --link-only")
+                                  hint="a shard did not finish: rerun it (--shard I/N), then "
+                                       + ("--report-only" if compile_only else "--link-only"))
             part, ninja_file = plan.links(), "build.link.ninja"
             atomic_write_text(build_dir / ninja_file, plan.ninja(part, builddir=".ninja-link"))
         stats.unlink(missing_ok=True)

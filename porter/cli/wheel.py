@@ -58,7 +58,7 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
 def _run(log: Logger, name: str, source: str, toolchain_ref: str | None, archs: tuple[str, ...],
          cpu_isa: str | None, wheelhouse: Path, python: str | None, jobs: int | None, patch_set: str | None,
          no_torch_check: bool, as_json: bool, dry_run: bool, compile_only: bool = False,
-         shard: tuple[int, int] | None = None, **extra: Any) -> None:
+         shard: tuple[int, int] | None = None, report_only: bool = False, **extra: Any) -> None:
     tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
     from porter.components import wheel_drivers
 
@@ -74,7 +74,7 @@ def _run(log: Logger, name: str, source: str, toolchain_ref: str | None, archs: 
         from porter.wheels.compile import compile_only as run_compile_only
 
         res = run_compile_only(drivers[name], source, request, runner=Runner(log, echo=log.verbose), log=log,
-                               dry_run=dry_run, others=drivers, shard=shard)
+                               dry_run=dry_run, others=drivers, shard=shard, report_only=report_only)
         _show_compiled(res, as_json)
         return
     result = build_wheel(drivers[name], source, request, runner=Runner(log, echo=not dry_run),
@@ -156,7 +156,10 @@ def apex_cmd(log: Logger, /, source: str, ops: tuple[str, ...], regime: str | No
               help="--compile-only: the first N CK instances (name order) of those --units / --sample select.")
 @click.option("--shard", default=None, metavar="I/N",
               help="--compile-only: compile only shard I of N of the units into the (shared) build folder, and "
-                   "stop; a run without --shard afterwards finds them up to date and reports every unit.")
+                   "stop; N such runs then one --report-only run equal one local compile-only run.")
+@click.option("--report-only", is_flag=True,
+              help="--compile-only, after the shards: compile nothing, refuse if an object is missing, and report "
+                   "every unit the shards compiled.")
 @click.option("--shards", type=click.IntRange(min=1), default=None, metavar="N",
               help="With --slurm and --compile-only: submit a job array of N tasks, each compiling one shard, then "
                    "one job (afterok) that writes the whole report ('porter ops status DIR' follows it).")
@@ -174,7 +177,8 @@ def flash_attn_cmd(log: Logger, /, source: str, backend: str, units: tuple[str, 
 
     With --compile-only --shards N --slurm the compile runs as Slurm jobs: N array tasks (--shard I/N) into one
     shared build folder, then one job that reports every unit."""
-    shard_opts = {k: kw.pop(k) for k in ("shard", "shards", "use_slurm", "shards_dir", "wait", "time_limit",
+    shard_opts = {k: kw.pop(k) for k in ("shard", "report_only", "shards", "use_slurm", "shards_dir", "wait",
+                                          "time_limit",
                                           "partition", "account", "qos", "cpus_per_task", "mem", "max_parallel",
                                           "index_time", "sbatch_args")}
     if shard_opts["shards"] is not None or shard_opts["use_slurm"]:
@@ -185,11 +189,13 @@ def flash_attn_cmd(log: Logger, /, source: str, backend: str, units: tuple[str, 
     if given:
         raise click.UsageError(f"{', '.join(given)}: only with --shards N --slurm")
     shard = parse_shard(shard_opts["shard"])
-    if shard is not None and not kw.get("compile_only"):
-        raise click.UsageError("--shard splits a --compile-only build; the linked build runs FlashAttention's "
-                               "setup.py, which porter does not shard")
+    if (shard is not None or shard_opts["report_only"]) and not kw.get("compile_only"):
+        raise click.UsageError("--shard and --report-only split a --compile-only build; the linked build runs "
+                               "FlashAttention's setup.py, which porter does not shard")
+    if shard is not None and shard_opts["report_only"]:
+        raise click.UsageError("--shard compiles one part; --report-only is the run after every part")
     _run(log, "flash-attn", source, backend=backend, units=units, sample=sample, instances=instances, shard=shard,
-         **kw)
+         report_only=shard_opts["report_only"], **kw)
 
 
 def _submit_fa_shards(log: Logger, source: str, *, backend: str, units: tuple[str, ...], sample: int | None,
@@ -210,11 +216,12 @@ def _submit_fa_shards(log: Logger, source: str, *, backend: str, units: tuple[st
     if not compile_only:
         raise click.UsageError("--shards splits a --compile-only build; the linked build runs FlashAttention's "
                                "setup.py, which porter does not shard")
-    if shard_opts["shard"] is not None:
-        raise click.UsageError("--shards submits the shards itself; --shard I/N is what each array task runs")
+    if shard_opts["shard"] is not None or shard_opts["report_only"]:
+        raise click.UsageError("--shards submits the shards and the report job itself; --shard I/N and "
+                               "--report-only are what those jobs run")
     env = make_env()
-    slurm = {k: v for k, v in shard_opts.items() if k not in ("shard", "shards", "use_slurm", "shards_dir", "wait",
-                                                               "time_limit")}
+    slurm = {k: v for k, v in shard_opts.items() if k not in ("shard", "report_only", "shards", "use_slurm",
+                                                               "shards_dir", "wait", "time_limit")}
     settings = SlurmSettings(max_parallel=n).merged({**slurm, "time": shard_opts["time_limit"]})
     ref = toolchain_ref or env.get("PORTER_TOOLCHAIN")
     args = ["--source", path_or_name(source), *(["-t", path_or_name(ref)] if ref else []), "--backend", backend,
@@ -230,7 +237,7 @@ def _submit_fa_shards(log: Logger, source: str, *, backend: str, units: tuple[st
     shard_req = sh.ShardRequest(build_args=tuple(args), shards=n, wheelhouse=wheelhouse.resolve(),
                                 dir=shard_opts["shards_dir"].resolve() if shard_opts["shards_dir"] else Path(),
                                 cache=cache_dir().resolve(), python=sys.executable, name="porter-fa",
-                                command=("wheel", "flash-attn"), final=())
+                                command=("wheel", "flash-attn"), final=("--report-only",))
 
     def planner() -> sh.BuildFacts:
         return sh.fa_compile_facts(source, request, dry_run=dry_run, log=log, runner=Runner(log, echo=log.verbose))

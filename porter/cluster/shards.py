@@ -84,8 +84,8 @@ class ShardRequest:
     command: tuple[str, ...] = ("ops", "build")
     """The porter command every job runs (``wheel flash-attn`` for FlashAttention's compile-only)."""
     final: tuple[str, ...] = ("--link-only",)
-    """What makes the last job the last: ``--link-only`` (link and package what the shards compiled); nothing for a
-    compile-only build, whose last run finds every object up to date and writes the whole report."""
+    """What makes the last job the last: ``--link-only`` (link and package what the shards compiled), or
+    ``--report-only`` for a compile-only build (report every unit the shards compiled)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.shards, bool) or not isinstance(self.shards, int) or self.shards < 1:
@@ -183,8 +183,8 @@ def scripts(req: ShardRequest) -> dict[Path, str]:
     shard = (_header(req, "one shard per array task (or: bash shard.sh INDEX)")
              + 'i="${1:-${SLURM_ARRAY_TASK_ID:?pass the shard index, or run as an array task}}"\n'
              + _record(req, f'{shlex.join(req.porter())} --shard "$i/{req.shards}" --json', 'shard-"$i"'))
-    link = (_header(req, "link and package after every shard (afterok)" if req.final else
-                    "the whole report after every shard (afterok): every object is up to date by then")
+    link = (_header(req, "link and package after every shard (afterok)" if req.final != ("--report-only",) else
+                    "report every unit after every shard (afterok): it compiles nothing")
             + _record(req, shlex.join(req.link_argv()), "link"))
     return {req.shard_script: shard, req.link_script: link}
 
@@ -342,7 +342,8 @@ def preflight(req: ShardRequest) -> list[str]:
 def _dry_run_lines(req: ShardRequest, settings: sl.SlurmSettings, programs: sl.Programs | None,
                    refusal: str | None) -> list[str]:
     sbatch = programs.sbatch if programs else "sbatch"
-    last = "one link job; the wheel into" if req.final else "one job that reports every unit; its report beside"
+    last = "one link job; the wheel into" if req.final != ("--report-only",) else \
+        "one job that reports every unit; its report beside"
     lines = [f"# {req.shards} shard(s) of {req.compile_steps} compile step(s) into {req.build_dir}, "
              f"then {last} {req.wheelhouse}",
              f"# folder {req.dir} (scripts, results, logs); porter cache {req.cache}"]

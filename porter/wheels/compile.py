@@ -91,13 +91,15 @@ def _key(*parts: Any) -> str:
 def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, runner: Runner,
                  log: Logger | None = None, dry_run: bool = False, machine: Machine | None = None,
                  others: Mapping[str, WheelDriver] | None = None, torch_info: TorchInfo | None = None,
-                 costs_root: Path | None = None, shard: tuple[int, int] | None = None) -> CompileOnlyResult:
+                 costs_root: Path | None = None, shard: tuple[int, int] | None = None,
+                 report_only: bool = False) -> CompileOnlyResult:
     """The whole compile-only flow (module docstring). A dry run plans everything (the CK generator and
     hipify run into temp folders, as they decide the TUs) and compiles nothing.
 
     ``costs_root``: where measured costs are read and merged (default: porter's cache).
     ``shard=(i, n)``: compile only shard i of n of the units into the shared build folder (a Slurm array task); a
-    run without it afterwards finds them up to date and reports every unit.
+    run with ``report_only`` afterwards compiles nothing, refuses when an object is missing (naming its shard)
+    and reports every unit.
     """
     log = log or quiet_logger()
     tc = request.toolchain
@@ -158,7 +160,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         notes = [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned)]
         built = compile_catalogue(cat, tc, list(kset.ops), build_dir, python=python, py_ex=py_ex, runner=runner,
                                   log=log, cache=work_root,
-                                  how=EngineRun(jobs=wplan.jobs, compile_only=True, shard=shard),
+                                  how=EngineRun(jobs=wplan.jobs, compile_only=True, shard=shard, link_only=report_only),
                                   dry_run=dry_run, hipify=tuple(kset.hipify), mirror=False, hipify_from=ctx.tree,
                                   notes=notes, on_shard_setup=base_lock.release if base_lock is not None else None)
         units = sum(len(o.sources) for o in kset.ops)

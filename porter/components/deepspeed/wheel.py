@@ -25,6 +25,7 @@ from porter.artifacts.wheelfile import Payload, read_wheel, rewrite_wheel
 from porter.components.deepspeed import VERSION_INFO
 from porter.errors import ToolError
 from porter.executor import HOST, Executor
+from porter.locks import hold
 from porter.patching import PatchSet, failure_message, load_shipped
 from porter.patching import plan as plan_patches
 from porter.run import Runner, make_env
@@ -36,24 +37,29 @@ change (no such probe, already patched in the source tree) is left as DeepSpeed'
 
 def base_wheel(tree: Path, cache: Path, *, python: str, accelerator: str, runner: Runner,
                executor: Executor = HOST) -> Path:
-    """The pure-Python DeepSpeed wheel built by its own setup.py with no ops (cached)."""
+    """The pure-Python DeepSpeed wheel built by its own setup.py with no ops (a cache entry: one process builds
+    it, under a lock, and publishes it by rename; builds at once wait for it and reuse it)."""
     found = sorted(cache.glob("*.whl")) if cache.is_dir() else []
     if found:
         return found[0]
     cache.mkdir(parents=True, exist_ok=True)
-    # beside the cache entry (same filesystem, visible where the build python runs)
-    with tempfile.TemporaryDirectory(prefix=".porter-ds-", dir=cache.parent) as tmp:
-        copy = Path(tmp) / "src"
-        shutil.copytree(tree, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-        out = Path(tmp) / "out"
-        runner.run(executor.argv(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                                 executor.inside(out), executor.inside(copy)),
-                   cwd=copy, env=make_env({"DS_BUILD_OPS": "0", "DS_ACCELERATOR": accelerator}), timeout=1800,
-                   hint="DeepSpeed's setup.py failed to build its pure-Python wheel; see its output above")
-        wheels = sorted(out.glob("*.whl"))
-        if not wheels:
-            raise ToolError(f"pip wheel produced no wheel for {tree}")
-        os.replace(wheels[0], cache / wheels[0].name)
+    with hold(cache, f"building DeepSpeed's own wheel from {tree.name}", say=runner.log.info):
+        found = sorted(cache.glob("*.whl"))
+        if found:  # another build made it while this one waited
+            return found[0]
+        # beside the cache entry (same filesystem, visible where the build python runs)
+        with tempfile.TemporaryDirectory(prefix=".porter-ds-", dir=cache.parent) as tmp:
+            copy = Path(tmp) / "src"
+            shutil.copytree(tree, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+            out = Path(tmp) / "out"
+            runner.run(executor.argv(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                                     executor.inside(out), executor.inside(copy)),
+                       cwd=copy, env=make_env({"DS_BUILD_OPS": "0", "DS_ACCELERATOR": accelerator}), timeout=1800,
+                       hint="DeepSpeed's setup.py failed to build its pure-Python wheel; see its output above")
+            wheels = sorted(out.glob("*.whl"))
+            if not wheels:
+                raise ToolError(f"pip wheel produced no wheel for {tree}")
+            os.replace(wheels[0], cache / wheels[0].name)
     return cache / wheels[0].name
 
 
