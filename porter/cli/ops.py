@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,11 +10,10 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (ToolchainChoice, cache_options, cache_request, dry_run_option, into, jobs_option,
-                                json_option, parse_shard, path_or_name, python_option, show_shard_run, slurm_options,
-                                toolchain_options, wheelhouse_option)
+                                json_option, parse_shard, path_or_name, python_option, show_plan, show_shard_run,
+                                slurm_options, toolchain_options, wheelhouse_option)
 from porter.ccache import CacheRequest
 from porter.errors import CheckFailed, PartialSuccess
-from porter.errors import refusal_line
 from porter.log import Logger
 from porter.run import Runner
 from porter.toolchain.profile import Toolchain
@@ -180,24 +178,15 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
     if req.shards is not None:
         _submit_shards(log, tc, req, names, as_json)
         return
-    how = EngineRun(jobs=req.jobs, compile_only=req.compile_only, compiler_cache=req.cache(), shard=parse_shard(req.shard),
-                    link_only=req.link_only, pch=req.pch, debug=req.debug_info)
+    how = EngineRun(jobs=req.jobs, compile_only=req.compile_only, compiler_cache=req.cache(),
+                    shard=parse_shard(req.shard), link_only=req.link_only, pch=req.pch, debug=req.debug_info)
     result = build_ops(req.source, tc, ops=names, all_compatible=req.all_compatible, wheelhouse=req.wheelhouse, how=how,
                        dry_run=req.dry_run, python=req.python, with_deps=req.with_deps, log=log)
     if as_json:
         emit_json(result.to_dict())
     elif req.dry_run:
-        plan = result.plan
-        click.echo(f"# plan: {len(plan.outputs)} op(s), toolchain {tc.name}, {result.jobs} job(s), "
-                   f"build dir {plan.build_dir}")
-        for note in plan.notes:
-            click.echo(f"# note: {note}")
-        if plan.env:
-            click.echo("# env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items())))
-        for step in plan.steps:
-            click.echo(shlex.join(step.argv))
-        if result.refusal is not None:
-            click.echo(refusal_line(result.refusal.message))
+        show_plan(f"{len(result.plan.outputs)} op(s), toolchain {tc.name}, {result.jobs} job(s)", result.plan,
+                  result.refusal)
     elif result.shard:
         click.echo(f"shard {result.shard['index']}/{result.shard['count']}: "
                    f"{len(result.shard['objects'])} object(s) in {result.plan.build_dir}")
@@ -273,8 +262,9 @@ def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list
     runner = Runner(log, echo=not req.dry_run)
 
     def planner() -> sh.BuildFacts:
-        return sh.ops_build_facts(req.source, tc, ops=op_names, all_compatible=req.all_compatible, python=req.python,
-                                  compiler_cache=cache, dry_run=req.dry_run, log=log, runner=Runner(log, echo=log.verbose))
+        return sh.ops_build_facts(req.source, tc, ops=op_names, all_compatible=req.all_compatible,
+                                  python=req.python, compiler_cache=cache, dry_run=req.dry_run, log=log,
+                                  runner=Runner(log, echo=log.verbose))
 
     run = sh.submit_build(shard_req, planner, settings=settings, runner=runner, env=env,
                           dir_given=req.shards_dir is not None, dry_run=req.dry_run, wait=req.wait, log=log)

@@ -178,3 +178,21 @@ def show_shard_run(log: Any, run: Any, as_json: bool, last: str) -> None:
         err = sh.outcome(run.status)
         if err is not None:
             raise err
+
+
+def show_plan(header: str, plan: Any, refusal: Any) -> None:
+    """A dry run's plan as every build command prints it: the header line, the plan's notes and environment,
+    each command as it would run, then what a real run here would refuse."""
+    import shlex
+
+    from porter.errors import refusal_line
+
+    click.echo(f"# plan: {header}, build dir {plan.build_dir}")
+    for note in plan.notes:
+        click.echo(f"# note: {note}")
+    if plan.env:
+        click.echo("# env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items())))
+    for step in plan.steps:
+        click.echo(shlex.join(step.argv))
+    if refusal is not None:
+        click.echo(refusal_line(refusal.message))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,9 +10,9 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (dry_run_option, jobs_option, json_option, parse_shard, path_or_name, python_option,
-                                resolve_toolchain, show_shard_run, slurm_options, toolchain_options,
+                                resolve_toolchain, show_plan, show_shard_run, slurm_options, toolchain_options,
                                 wheelhouse_option)
-from porter.errors import PartialSuccess, refusal_line
+from porter.errors import PartialSuccess
 from porter.log import Logger
 from porter.run import Runner
 from porter.wheels import WheelRequest, build_wheel
@@ -92,19 +91,10 @@ def _show_compiled(res: CompileOnlyResult, as_json: bool) -> None:
     if as_json:
         emit_json(res.to_dict())
     elif res.dry_run:
-        plan = res.plan
-        click.echo(f"# plan: {res.project} {res.version}, {len(plan.objects)} op(s), {res.selected_units} of "
-                   f"{res.total_units} TU(s), toolchain {res.toolchain}, {res.jobs} job(s) "
-                   f"({res.wheel_plan.per_job_bytes / (1 << 30):.2g} GiB per job, {res.wheel_plan.per_job_source}), "
-                   f"build dir {plan.build_dir}")
-        for note in plan.notes:
-            click.echo(f"# note: {note}")
-        if plan.env:
-            click.echo("# env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items())))
-        for step in plan.steps:
-            click.echo(shlex.join(step.argv))
-        if res.refusal is not None:
-            click.echo(refusal_line(res.refusal.message))
+        show_plan(f"{res.project} {res.version}, {len(res.plan.objects)} op(s), {res.selected_units} of "
+                  f"{res.total_units} TU(s), toolchain {res.toolchain}, {res.jobs} job(s) "
+                  f"({res.wheel_plan.per_job_bytes / (1 << 30):.2g} GiB per job, {res.wheel_plan.per_job_source})",
+                  res.plan, res.refusal)
     else:
         names = list(res.plan.toolchain.arch_names)
         width = max([28, *(len(r["name"]) for r in res.compiled)])
