@@ -85,6 +85,13 @@ class Executor:
                               hint="porter stages files it needs into the root; pass paths under the root")
         return str(PurePosixPath("/") / p.relative_to(root))
 
+    def outside(self, inside_path: str) -> Path:
+        """The host path of a path the launched programs reported (the reverse of :meth:`inside`): under the root
+        for a chroot; the same path elsewhere (a container sees porter's folders at their own paths)."""
+        if self.kind == "chroot" and self.root is not None:
+            return Path(self.root) / inside_path.lstrip("/")
+        return Path(inside_path)
+
     def staged_path(self, host_path: str | os.PathLike[str]) -> Path:
         """Where ``host_path`` goes when staged: ``work_root/staged/<hash>-<name>``."""
         assert self.work_root is not None

@@ -270,12 +270,6 @@ class KernelContext:
     torch: TorchInfo | None = None
     """The build python's torch (its headers decide some of a tree's flags)."""
 
-    def host_path(self, path: str) -> Path:
-        """A path the build python reported, as this host sees it (under the root for a chroot python)."""
-        if self.py_ex.kind == "chroot" and self.py_ex.root is not None:
-            return Path(self.py_ex.root) / path.lstrip("/")
-        return Path(path)
-
     def copy(self, rel: str) -> Path:
         """Copy ``rel`` (a file or folder of the source) into the work copy; files that did not change keep
         their time stamps, so ninja compiles only what changed."""

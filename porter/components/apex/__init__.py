@@ -180,7 +180,7 @@ class ApexDriver:
                 continue
             device = op.group == "cuda"
             macros = VERSION_MACROS if spec.version_macros else ()
-            heads = [ctx.host_path(d) for d in (ctx.torch.include_dirs if ctx.torch else ())]
+            heads = [ctx.py_ex.outside(d) for d in (ctx.torch.include_dirs if ctx.torch else ())]
             ops.append(KernelOp(name=op.name, builder=spec.where, build_var=op.switch, module=op.module,
                                 sources=spec.sources, include_paths=spec.include_paths, device=device,
                                 compatible=True, cxx_args=(*_resolve_markers(spec.cxx_args, heads), *macros),
