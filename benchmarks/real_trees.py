@@ -806,6 +806,8 @@ def run_step(name: str, argv: Sequence[str], *, env: Mapping[str, str], cwd: Pat
                                 env=dict(env), cwd=cwd, start_new_session=True)
     except OSError as exc:
         return Step(name, 127, 0.0, "", f"ERROR: cannot run {argv[0]}: {exc}")
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
     try:
         out, err = proc.communicate(timeout=max(timeout, 1))
         timed_out = False
@@ -816,7 +818,24 @@ def run_step(name: str, argv: Sequence[str], *, env: Mapping[str, str], cwd: Pat
     except BaseException:
         _stop(proc)
         raise
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
     return Step(name, proc.returncode, time.monotonic() - start, out, err, timed_out)
+
+
+_LIVE: set[subprocess.Popen[str]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (a time limit, kill): stop every running step's process group (its porter stops its compilers),
+    whichever thread runs it, then exit; the rows already merged are kept."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        _stop(proc)
+    raise SystemExit(128 + signum)
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -1020,6 +1039,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the targets and their last results")
     ap.add_argument("--render-only", action="store_true", help="rewrite the report from the JSON rows")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         targets = load_targets(args.targets)
     except TargetError as exc:
