@@ -82,7 +82,7 @@ def test_deepspeed_rocm7_source_problems_compile_through_porters_rocm_sources_se
     # the FP6 units are left out on ROCm: what remains is the binding unit (host code)
     assert recs["inference_core_ops"]["archs"] == {"gfx942": "host-only"}, recs["inference_core_ops"]
     assert not [s for s in doc["plan"]["steps"] if "cuda_linear" in s["output"]]
-    assert doc["source_patches"] == ["deepspeed/rocm-sources: bf16-float-broadcast, bf16-integer-conversions, bf16-to-integer, "
+    assert doc["source_patches"] == ["deepspeed/rocm-sources: bf16-float-broadcast, bf16-integer-conversions, bf16-raw-max-init, bf16-to-integer, "
                                      "fp-quantizer-template-shadow, "
                                      "fp6-linear-bindings-nvidia-only, fp6-linear-nvidia-only, hipblas-v2-datatype"]
     assert {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()} == before  # the source is never changed
