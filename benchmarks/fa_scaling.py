@@ -12,7 +12,7 @@ A sample comes from, e.g.:
         --units 'fmha_bwd_convert_dq_d128_*' --instances 4
     # its .ninja_log and build.ninja are in the build folder the JSON report's plan names
 
-The model (porter/cluster/scaling.py): per-family single-arch TU time from the sample, an arch scaling
+The model (porter/cluster/site/scaling.py): per-family single-arch TU time from the sample, an arch scaling
 t(A) = t1 (1 + beta (A - 1)) fitted from units measured with two arch counts (else beta = 1.0: a CK
 instance compiles each arch in full), the full build's TU count per family (flash-attn 2.8.3.post2's, or
 --plan with a dry run's JSON), LPT scheduling over nodes x jobs slots (jobs = min(cores, node memory /
@@ -32,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from porter.cluster import scaling as sc  # noqa: E402
+from porter.cluster.site import scaling as sc  # noqa: E402
 from porter.components.flash_attn import ck_family  # noqa: E402
 from porter.errors import PorterError  # noqa: E402
 

@@ -45,8 +45,8 @@ def _plan_options(f: Any) -> Any:
 def _make_plan(site_ref: str, preset: str | None, layers: int | None, hidden: int | None, heads: int | None,
                seq: int | None, vocab: int | None, nodes: int, tp: int | None, pp: int | None, micro_batch: int,
                global_batch: int | None, zero_stage: int, no_recompute: bool, force_cross_node_tp: bool) -> Any:
-    from porter.cluster.launch import model_of, plan
-    from porter.cluster.sites import load_site
+    from porter.cluster.site.launch import model_of, plan
+    from porter.cluster.site.profiles import load_site
 
     site = load_site(site_ref)
     model = model_of(preset, layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab)
@@ -105,8 +105,8 @@ def write_cmd(req: LaunchWriteOptions, as_json: bool) -> None:
     """Plan, then write the sbatch job (site env, MIOpen DB on node-local storage, a preflight on every node,
     one rank per device bound to its cores) and the DeepSpeed config. ENTRY_ARGS (after --) go to the
     training script after the layout's own Megatron arguments."""
-    from porter.cluster.launch import JobOptions, write_job
-    from porter.cluster.preflight import CHECKS
+    from porter.cluster.site.launch import JobOptions, write_job
+    from porter.cluster.site.preflight import CHECKS
     from porter.errors import ConfigError
 
     for s in req.preflight_skip:

@@ -27,14 +27,14 @@ def matrix() -> None:
 
 
 def _show(doc: dict[str, Any]) -> None:
-    from porter.cluster.jobs import describe
+    from porter.cluster.slurm.matrix_run import describe
 
     for line in describe(doc):
         click.echo(line)
 
 
 def _exit_for(doc: dict[str, Any]) -> None:
-    from porter.cluster.jobs import outcome
+    from porter.cluster.slurm.matrix_run import outcome
 
     err = outcome(doc)
     if err is not None:
@@ -80,8 +80,8 @@ def run_cmd(log: Logger, /, req: MatrixRunOptions, as_json: bool) -> None:
     Exit codes: 0 all cells built and indexed (or, --slurm without --wait, submitted); 3 some cells
     failed, the other wheels shipped; 1 nothing built; 2 a bad matrix (nothing is written or submitted).
     """
-    from porter.cluster.jobs import run_matrix
-    from porter.cluster.matrix import load_matrix
+    from porter.cluster.slurm.matrix_run import run_matrix
+    from porter.cluster.slurm.matrix import load_matrix
 
     if req.mode is None:
         raise click.UsageError("pass --local (the cells here, one after another) or --slurm (a Slurm job array)")
@@ -114,7 +114,7 @@ def status_cmd(directory: Path, as_json: bool) -> None:
 
     Once the index step ran, exits as 'run' does (0, 3 or 1); before that, 0.
     """
-    from porter.cluster.jobs import status
+    from porter.cluster.slurm.matrix_run import status
 
     doc = status(directory)
     if as_json:
@@ -138,7 +138,7 @@ def cell_cmd(log: Logger, directory: Path, index: int, as_json: bool) -> None:
     A failed build is recorded in the cell's result.json and still exits 0; a non-zero exit means the
     outcome could not be recorded.
     """
-    from porter.cluster.jobs import run_cell
+    from porter.cluster.slurm.matrix_run import run_cell
 
     doc = run_cell(directory, index, runner=Runner(log), env=make_env(), log=log)
     if as_json:
@@ -154,7 +154,7 @@ def cell_cmd(log: Logger, directory: Path, index: int, as_json: bool) -> None:
 def finish_cmd(directory: Path, as_json: bool) -> None:
     """Index the wheelhouse and write report.json from the cells' results (what the index job runs;
     by hand, it indexes what was built after a cell was lost)."""
-    from porter.cluster.jobs import finish
+    from porter.cluster.slurm.matrix_run import finish
 
     doc = finish(directory)
     if as_json:

@@ -65,7 +65,7 @@ class NetPluginBuildOptions(ToolchainChoice):
 @into(NetPluginBuildOptions)
 def build_cmd(log: Logger, /, req: NetPluginBuildOptions, as_json: bool) -> None:
     """Configure, compile, link and package a network plugin with a toolchain (through its executor)."""
-    from porter.cluster.sites import load_site
+    from porter.cluster.site.profiles import load_site
     from porter.components.netplugin.build import BuildRequest, dry_run as plan_only, plan_build, run_build
     from porter.run import Runner
 
@@ -124,7 +124,7 @@ def verify_cmd(log: Logger, /, req: NetPluginVerifyOptions, as_json: bool) -> No
     Exit 1 when it does not load, exports no ncclNetPlugin_vN, shares no net API version with the RCCL
     there, or does not fit --site; exit 2 for bad input (an unknown site, a file that is no plugin package).
     """
-    from porter.cluster.sites import load_site
+    from porter.cluster.site.profiles import load_site
     from porter.components.netplugin.verify import verify_plugin
     from porter.run import Runner
 

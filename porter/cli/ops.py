@@ -232,11 +232,11 @@ def _given_on_command_line(*params: str) -> list[str]:
 
 
 def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list[str] | None, as_json: bool) -> None:
-    """--shards N --slurm: the same build's arguments for every job, then porter.cluster.shards."""
+    """--shards N --slurm: the same build's arguments for every job, then porter.cluster.slurm.shards."""
     import sys
 
-    from porter.cluster import shards as sh
-    from porter.cluster.slurm import SlurmSettings
+    from porter.cluster.slurm import shards as sh
+    from porter.cluster.slurm.sbatch import SlurmSettings
     from porter.fs import cache_dir
     from porter.run import make_env
 
@@ -277,7 +277,7 @@ def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list
 def status_cmd(directory: Path, as_json: bool) -> None:
     """A sharded build submitted with --shards N --slurm: each shard and the link job, read from the files
     its jobs wrote in DIRECTORY. Exit 1 once a shard or the link failed, else 0."""
-    from porter.cluster import shards as sh
+    from porter.cluster.slurm import shards as sh
 
     doc = sh.status(directory)
     if as_json:

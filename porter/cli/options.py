@@ -87,7 +87,7 @@ class ToolchainChoice:
 
 
 def slurm_options(*, task: str = "cell", final: str = "index") -> Callable[[F], F]:
-    """What each Slurm job asks for (:class:`porter.cluster.slurm.SlurmSettings`), from the command line or
+    """What each Slurm job asks for (:class:`porter.cluster.slurm.sbatch.SlurmSettings`), from the command line or
     ``PORTER_SLURM_*``. ``task``: what one array task runs (a cell, a shard); ``final``: the job after them
     (the index, the link), whose time limit is ``--<final>-time``."""
     def decorate(f: F) -> F:
@@ -161,7 +161,7 @@ def show_shard_run(log: Any, run: Any, as_json: bool, last: str) -> None:
     """What ``--shards N --slurm`` says: the JSON, the dry run's plan, the status after ``--wait``, or the job ids
     (``last``: the last job in words, ``{}`` standing for its id); then the error of a failed build."""
     from porter.cli import emit_json
-    from porter.cluster import shards as sh
+    from porter.cluster.slurm import shards as sh
 
     if as_json:
         emit_json(run.to_dict())

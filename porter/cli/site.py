@@ -23,7 +23,7 @@ def site() -> None:
 @json_option
 def list_cmd(as_json: bool) -> None:
     """List the built-in site profiles."""
-    from porter.cluster.sites import load_site, site_names
+    from porter.cluster.site.profiles import load_site, site_names
 
     sites = [load_site(n) for n in site_names()]
     if as_json:
@@ -41,7 +41,7 @@ def list_cmd(as_json: bool) -> None:
 @json_option
 def show_cmd(ref: str, as_json: bool) -> None:
     """Show one site profile, with the environment every rank gets."""
-    from porter.cluster.sites import load_site, runtime_env
+    from porter.cluster.site.profiles import load_site, runtime_env
 
     s = load_site(ref)
     if as_json:
@@ -88,8 +88,8 @@ def preflight_cmd(log: Any, ref: str, python: str | None, nodes: int | None, ski
     import os
     import sys
 
-    from porter.cluster.preflight import describe, preflight
-    from porter.cluster.sites import load_site
+    from porter.cluster.site.preflight import describe, preflight
+    from porter.cluster.site.profiles import load_site
     from porter.errors import CheckFailed
     from porter.run import Runner
 

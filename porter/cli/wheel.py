@@ -192,11 +192,11 @@ def _submit_fa_shards(log: Logger, source: str, *, backend: str, units: tuple[st
                       instances: int | None, shard_opts: dict[str, Any], toolchain_ref: str | None,
                       archs: tuple[str, ...], cpu_isa: str | None, wheelhouse: Path, python: str | None,
                       jobs: int | None, dry_run: bool, as_json: bool, compile_only: bool, **_: Any) -> None:
-    """--compile-only --shards N --slurm: the same arguments for every job, then porter.cluster.shards."""
+    """--compile-only --shards N --slurm: the same arguments for every job, then porter.cluster.slurm.shards."""
     import sys
 
-    from porter.cluster import shards as sh
-    from porter.cluster.slurm import SlurmSettings
+    from porter.cluster.slurm import shards as sh
+    from porter.cluster.slurm.sbatch import SlurmSettings
     from porter.fs import cache_dir
     from porter.run import make_env
 

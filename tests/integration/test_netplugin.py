@@ -21,7 +21,7 @@ from tests.conftest import FIXTURES, require, rocm7_root
 pytestmark = [pytest.mark.integration, pytest.mark.rocm7]
 
 FIXTURE = FIXTURES / "aws-ofi-nccl-mini"
-SITES = Path(__file__).resolve().parents[2] / "porter" / "cluster" / "sites"
+SITES = Path(__file__).resolve().parents[2] / "porter" / "cluster" / "site" / "builtin"
 
 
 def porter(*args: str) -> subprocess.CompletedProcess[str]:

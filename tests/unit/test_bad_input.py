@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 
 from porter.artifacts import labels
 from porter.artifacts.manifest import SCHEMA, read_manifest
-from porter.cluster.matrix import load_matrix
-from porter.cluster.sites import load_site
+from porter.cluster.slurm.matrix import load_matrix
+from porter.cluster.site.profiles import load_site
 from porter.errors import PorterError
 from porter.patching import udiff
 from porter.patching.model import load_file, parse_set
@@ -475,7 +475,7 @@ def test_label_parse_text(local: str) -> None:
 
 
 # ==========================================================================================================
-# matrix files: porter.cluster.matrix.load_matrix
+# matrix files: porter.cluster.slurm.matrix.load_matrix
 
 component_entry = shaped({
     "name": st.sampled_from(["deepspeed", "apex", "flash-attn", "megatron-deepspeed", "nope"]) | text,
@@ -526,10 +526,10 @@ def test_matrix_text(matrix_folder: Path, content: str | bytes) -> None:
 
 
 # ==========================================================================================================
-# site profiles: porter.cluster.sites.load_site
+# site profiles: porter.cluster.site.profiles.load_site
 
 SITE_NAMES = ["frontier", "lumi-g", "mi300x"]
-SITE_BASES = [shipped_toml("porter.cluster", "sites", f"{n}.toml") for n in SITE_NAMES]
+SITE_BASES = [shipped_toml("porter.cluster.site", "builtin", f"{n}.toml") for n in SITE_NAMES]
 site_doc = st.one_of(
     shaped({"name": text, "description": text, "source": text, "toolchain": text,
             "node": shaped({"gpus": ints, "gcds_per_gpu": ints, "device_memory_gib": st.one_of(floats, ints),
@@ -691,7 +691,7 @@ def test_cli_refs(cli_folder: Path, argv: list[str]) -> None:
 def test_launch_plan_answers_a_huge_layer_count_at_once() -> None:
     """Found by hand beside the generated inputs: the layout search listed divisors in n steps, so
     --layers 1000000000 hung."""
-    from porter.cluster.launch import _divisors
+    from porter.cluster.site.launch import _divisors
 
     assert _divisors(12) == [1, 2, 3, 4, 6, 12] and _divisors(1) == [1] and _divisors(49) == [1, 7, 49]
     assert len(_divisors(10**9)) == 100 and _divisors(10**9)[-1] == 10**9

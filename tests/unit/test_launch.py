@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from porter.cli import cli
-from porter.cluster.launch import GIB, MODELS, JobOptions, estimate, model_of, plan, write_job
-from porter.cluster.preflight import check_env, check_miopen, check_plugin, mount_of
-from porter.cluster.sites import load_site, runtime_env
+from porter.cluster.site.launch import GIB, MODELS, JobOptions, estimate, model_of, plan, write_job
+from porter.cluster.site.preflight import check_env, check_miopen, check_plugin, mount_of
+from porter.cluster.site.profiles import load_site, runtime_env
 from porter.errors import ConfigError
 
 FRONTIER = load_site("frontier")

@@ -15,10 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from porter.cli import cli
-from porter.cluster import slurm as sl
-from porter.cluster.jobs import (PLAN, REPORT, SUBMISSION, Plan, finish, outcome, plan_of, read_plan, run_cell,
+from porter.cluster.slurm import sbatch as sl
+from porter.cluster.slurm.folder import SUBMISSION
+from porter.cluster.slurm.matrix_run import (PLAN, REPORT, Plan, finish, outcome, plan_of, read_plan, run_cell,
                                  run_local, run_matrix, status, write_plan)
-from porter.cluster.matrix import load_matrix
+from porter.cluster.slurm.matrix import load_matrix
 from porter.errors import CheckFailed, CommandFailed, ConfigError, PartialSuccess, ToolError
 from porter.run import Result, Runner
 from tests.fixtures.install.wheels import make_manifest, make_wheel

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from porter.cli import cli
-from porter.cluster.sites import Site, load_site
+from porter.cluster.site.profiles import Site, load_site
 from porter.errors import ConfigError, ToolError
 from porter.components.netplugin.build import BuildRequest, _installed, dry_run, plan_build, run_build
 from porter.components.netplugin.checks import is_rocm_site, site_refusals
@@ -306,7 +306,7 @@ def test_header_facts_read_rccl_libfabric_and_hip_versions(tmp_path: Path) -> No
 
 def test_the_preflight_applies_the_same_site_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import porter.components.netplugin.node as cn
-    from porter.cluster.preflight import check_plugin
+    from porter.cluster.site.preflight import check_plugin
 
     lib = tmp_path / "pkg" / "lib" / "librccl-net.so"
     lib.parent.mkdir(parents=True)

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from porter.cli import cli
-from porter.cluster import shards as sh
-from porter.cluster import slurm as sl
+from porter.cluster.slurm import shards as sh
+from porter.cluster.slurm import sbatch as sl
 from porter.errors import CheckFailed, CommandFailed, ConfigError, ToolError
 from porter.run import Result, Runner
 
@@ -69,7 +69,7 @@ def planner(facts: sh.BuildFacts = FACTS, calls: list[int] | None = None) -> Cal
 
 def test_the_shard_script_runs_the_same_build_with_its_array_index(tmp_path: Path) -> None:
     req = request(tmp_path).with_facts(FACTS)
-    text = sh.scripts(req)[req.shard_script]
+    text = sh.scripts(req)[req.folder.task_script]
     lines = text.splitlines()
     assert lines[0] == "#!/bin/bash"
     assert f"export PORTER_CACHE_DIR={tmp_path / 'cache'}" in lines  # every job sees the same build folder
@@ -83,7 +83,7 @@ def test_the_shard_script_runs_the_same_build_with_its_array_index(tmp_path: Pat
 
 def test_the_link_script_links_into_the_wheelhouse(tmp_path: Path) -> None:
     req = request(tmp_path, link_args=("--with-deps",)).with_facts(FACTS)
-    text = sh.scripts(req)[req.link_script]
+    text = sh.scripts(req)[req.folder.final_script]
     cmd = next(ln for ln in text.splitlines() if "-m porter" in ln)
     assert cmd.startswith("/venv/bin/python -m porter ops build --source /src/deepspeed-0.19.8.tar.gz -t cpu "
                           f"--ops cpu_lion --with-deps --link-only -o {tmp_path / 'wh'} --json > ")

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from porter.cli import cli
-from porter.cluster.sites import load_site, runtime_env, site_names
+from porter.cluster.site.profiles import load_site, runtime_env, site_names
 from porter.errors import ConfigError
 
 MINIMAL = """\

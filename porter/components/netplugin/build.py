@@ -29,7 +29,7 @@ from typing import Any
 
 from porter.artifacts import labels
 from porter.artifacts.manifest import ExtensionEntry, Manifest, build_manifest, carried, write_beside
-from porter.cluster.sites import Site
+from porter.cluster.site.profiles import Site
 from porter.errors import CheckFailed, ConfigError, PorterError, ToolError
 from porter.executor import Executor
 from porter.fs import atomic_path, atomic_write_text, cache_dir, ensure_writable_dir, sha256_file

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from porter.cluster.sites import Site
+from porter.cluster.site.profiles import Site
 from porter.toolchain.archs import parse_target
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from porter.artifacts.manifest import SCHEMA, manifest_path
-from porter.cluster.sites import Site
+from porter.cluster.site.profiles import Site
 from porter.errors import ConfigError
 from porter.executor import HOST, Executor
 from porter.fs import cache_dir

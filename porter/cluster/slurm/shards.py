@@ -13,7 +13,7 @@ WHEELHOUSE/                the wheel and its manifest, written by the link job
 ```
 
 The array is submitted held, the link job with ``afterok`` on it, then the array is released (the
-matrix's submission, :func:`porter.cluster.slurm.submit`). A shard that fails exits non-zero: the link
+matrix's submission, :func:`porter.cluster.slurm.sbatch.submit`). A shard that fails exits non-zero: the link
 could only refuse (an object is missing), so ``afterok`` never holds and Slurm cancels the link job;
 ``porter ops status DIR`` names the shard and its log. Every job sees the same porter cache (the build
 folder and the compiler cache live in it): the scripts export ``PORTER_CACHE_DIR`` as it was at
@@ -23,19 +23,17 @@ submission, so it must be on a filesystem every node sees.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shlex
-import shutil
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from porter import __version__
-from porter.cluster import slurm as sl
+from porter.cluster.slurm import sbatch as sl
+from porter.cluster.slurm.folder import JobFolder, read_exit_code, read_json
 from porter.errors import CheckFailed, ConfigError, PorterError, ToolError, refusal_line
-from porter.fs import atomic_write_json, atomic_write_text, ensure_writable_dir
+from porter.fs import atomic_write_json, ensure_writable_dir
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
 
@@ -44,7 +42,6 @@ if TYPE_CHECKING:
     from porter.toolchain.profile import Toolchain
 
 REQUEST = "shards.json"
-SUBMISSION = "submission.json"
 SCHEMA = "porter.shards/1"
 LOCAL = ("build here in one run (drop --slurm and --shards), or run 'porter ops build ... --shard I/N' for "
          "each I yourself and then '--link-only'")
@@ -96,23 +93,12 @@ class ShardRequest:
                               hint="leave it out of the build's arguments")
 
     @property
-    def shard_script(self) -> Path:
-        return self.dir / "jobs" / "shard.sh"
-
-    @property
-    def link_script(self) -> Path:
-        return self.dir / "jobs" / "link.sh"
+    def folder(self) -> JobFolder:
+        return JobFolder(self.dir, "shard", "link")
 
     @property
     def results(self) -> Path:
         return self.dir / "results"
-
-    def shard_log(self, index: int) -> Path:
-        return self.dir / "logs" / f"shard-{index}.log"
-
-    @property
-    def link_log(self) -> Path:
-        return self.dir / "logs" / "link.log"
 
     @property
     def link_exit(self) -> Path:
@@ -170,54 +156,28 @@ def _record(req: ShardRequest, command: str, name: str) -> str:
             'exit "$code"\n')
 
 
-def _header(req: ShardRequest, what: str) -> str:
-    return ("#!/bin/bash\n"
-            f"# porter {' '.join(req.command)} in {req.shards} shard(s): {what}\n"
-            f"# written by porter {__version__}; the request is in {req.dir / REQUEST}\n"
-            f"export PORTER_CACHE_DIR={shlex.quote(str(req.cache))}\n"
-            f"results={shlex.quote(str(req.results))}\n")
-
-
 def scripts(req: ShardRequest) -> dict[Path, str]:
     """The text of ``jobs/shard.sh`` (one array task; ``bash shard.sh I`` by hand) and ``jobs/link.sh``."""
-    shard = (_header(req, "one shard per array task (or: bash shard.sh INDEX)")
-             + 'i="${1:-${SLURM_ARRAY_TASK_ID:?pass the shard index, or run as an array task}}"\n'
-             + _record(req, f'{shlex.join(req.porter())} --shard "$i/{req.shards}" --json', 'shard-"$i"'))
-    link = (_header(req, "link and package after every shard (afterok)" if req.final != ("--report-only",) else
-                    "report every unit after every shard (afterok): it compiles nothing")
-            + _record(req, shlex.join(req.link_argv()), "link"))
-    return {req.shard_script: shard, req.link_script: link}
+    folder, title = req.folder, f"{' '.join(req.command)} in {req.shards} shard(s)"
+    exports, results = {"PORTER_CACHE_DIR": str(req.cache)}, f"results={shlex.quote(str(req.results))}\n"
+    shard = folder.script(title, "one shard per array task (or: bash shard.sh INDEX)", exports=exports, body=(
+        results + 'i="${1:-${SLURM_ARRAY_TASK_ID:?pass the shard index, or run as an array task}}"\n'
+        + _record(req, f'{shlex.join(req.porter())} --shard "$i/{req.shards}" --json', 'shard-"$i"')))
+    link = folder.script(title, "link and package after every shard (afterok)" if req.final != ("--report-only",)
+                         else "report every unit after every shard (afterok): it compiles nothing",
+                         exports=exports, body=results + _record(req, shlex.join(req.link_argv()), "link"))
+    return {folder.task_script: shard, folder.final_script: link}
 
 
 def write_jobs(req: ShardRequest) -> None:
     """Create the folder (earlier scripts, results and logs are replaced): the request and both scripts."""
     ensure_writable_dir(req.dir, what="shards folder", option="--dir", create=True)
-    for sub in ("jobs", "results", "logs"):
-        shutil.rmtree(req.dir / sub, ignore_errors=True)
-        (req.dir / sub).mkdir()
-    (req.dir / SUBMISSION).unlink(missing_ok=True)
-    for path, text in scripts(req).items():
-        atomic_write_text(path, text)
-        path.chmod(0o755)
+    req.folder.reset("results")
+    req.folder.write_scripts(*scripts(req).values())
     atomic_write_json(req.dir / REQUEST, req.to_dict())
 
 
 # ------------------------------------------------------------------------------------------------ status
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _exit_code(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
 
 def status(directory: str | Path) -> dict[str, Any]:
     """The sharded build now, read from its folder (never from Slurm's accounting): each shard done, failed,
@@ -225,28 +185,28 @@ def status(directory: str | Path) -> dict[str, Any]:
     req = read_request(directory)
     tasks: list[dict[str, Any]] = []
     for i in range(req.shards):
-        code = _exit_code(req.results / f"shard-{i}.exit")
-        entry: dict[str, Any] = {"index": i, "log": str(req.shard_log(i)), "exit_code": code}
+        code = read_exit_code(req.results / f"shard-{i}.exit")
+        entry: dict[str, Any] = {"index": i, "log": str(req.folder.task_log(i)), "exit_code": code}
         if code is None:
-            entry["status"] = "started" if req.shard_log(i).exists() else "pending"
+            entry["status"] = "started" if req.folder.task_log(i).exists() else "pending"
         else:
             entry["status"] = "done" if code == 0 else "failed"
-            doc = _read_json(req.results / f"shard-{i}.json")
+            doc = read_json(req.results / f"shard-{i}.json")
             if doc and isinstance(doc.get("shard"), dict):
                 entry["objects"] = len(doc["shard"].get("objects", []))
                 entry["seconds"] = doc.get("seconds")
         tasks.append(entry)
-    code = _exit_code(req.link_exit)
-    link: dict[str, Any] = {"log": str(req.link_log), "exit_code": code, "wheel": None, "manifest": None}
+    code = read_exit_code(req.link_exit)
+    link: dict[str, Any] = {"log": str(req.folder.final_log), "exit_code": code, "wheel": None, "manifest": None}
     if code is not None:
         link["status"] = "done" if code == 0 else ("partial" if code == 3 else "failed")
-        doc = _read_json(req.results / "link.json") or {}
+        doc = read_json(req.results / "link.json") or {}
         link.update(wheel=doc.get("wheel"), manifest=doc.get("manifest"), seconds=doc.get("seconds"))
     elif any(t["status"] == "failed" for t in tasks):
         link["status"] = "cancelled"  # afterok never holds; Slurm drops the job (--kill-on-invalid-dep)
     else:
-        link["status"] = "started" if req.link_log.exists() else "pending"
-    submission = _read_json(req.dir / SUBMISSION)
+        link["status"] = "started" if req.folder.final_log.exists() else "pending"
+    submission = req.folder.submission()
     state = ("failed" if link["status"] in ("failed", "cancelled") else
              "finished" if code is not None else "submitted" if submission else "planned")
     return {"dir": str(req.dir), "state": state, "shards": req.shards, "build_dir": str(req.build_dir),
@@ -302,7 +262,7 @@ class ShardRun:
         doc: dict[str, Any] = {"mode": "slurm", "dry_run": self.dry_run is not None, "shards": req.shards,
                                "dir": str(req.dir), "build_dir": str(req.build_dir), "cache": str(req.cache),
                                "compile_steps": req.compile_steps, "wheelhouse": str(req.wheelhouse),
-                               "scripts": {"shard": str(req.shard_script), "link": str(req.link_script)},
+                               "scripts": {"shard": str(req.folder.task_script), "link": str(req.folder.final_script)},
                                "status_command": f"porter ops status {req.dir}"}
         if self.dry_run is not None:
             doc["lines"] = self.dry_run
@@ -332,16 +292,12 @@ def preflight(req: ShardRequest) -> list[str]:
     ensure_writable_dir(req.cache, what="porter cache (the shared build folder)", option="PORTER_CACHE_DIR=")
     warnings = sl.local_disk_warnings({"shards folder": req.dir, "porter cache": req.cache,
                                        "wheelhouse": req.wheelhouse, "python": req.python})
-    sub = _read_json(req.dir / SUBMISSION)
-    if sub is not None and _exit_code(req.link_exit) is None:
-        warnings.append(f"{req.dir} holds an earlier submission without a link result: its jobs "
-                        f"{sub.get('array_job')} and {sub.get('link_job')} may still run (scancel them)")
-    return warnings
+    running = req.folder.still_running_warning(read_exit_code(req.link_exit) is not None)
+    return warnings + ([running] if running else [])
 
 
 def _dry_run_lines(req: ShardRequest, settings: sl.SlurmSettings, programs: sl.Programs | None,
                    refusal: str | None) -> list[str]:
-    sbatch = programs.sbatch if programs else "sbatch"
     last = "one link job; the wheel into" if req.final != ("--report-only",) else \
         "one job that reports every unit; its report beside"
     lines = [f"# {req.shards} shard(s) of {req.compile_steps} compile step(s) into {req.build_dir}, "
@@ -351,11 +307,8 @@ def _dry_run_lines(req: ShardRequest, settings: sl.SlurmSettings, programs: sl.P
         lines.append(f"# --- {path}")
         lines += text.rstrip("\n").splitlines()
     lines.append("# submitted as:")
-    lines.append(shlex.join(sl.array_argv(sbatch, name=req.name, cells=req.shards, directory=req.dir,
-                                          script=req.shard_script, settings=settings, task_log="shard-%a.log")))
-    lines.append(shlex.join(sl.index_argv(sbatch, name=req.name, array_job="<array-job>", directory=req.dir,
-                                          script=req.link_script, settings=settings, final="link")))
-    lines.append(shlex.join([str(programs.scontrol if programs else "scontrol"), "release", "<array-job>"]))
+    lines += [shlex.join(a) for a in req.folder.argvs(name=req.name, tasks=req.shards, settings=settings,
+                                                      programs=programs)]
     if refusal:
         lines.append(refusal_line(refusal))
     return lines
@@ -416,21 +369,16 @@ def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settin
     for w in run.warnings:
         log.warn(w)
     write_jobs(req)
-    sub = sl.submit(name=req.name, cells=req.shards, directory=req.dir, cell_script=req.shard_script,
-                    index_script=req.link_script, settings=settings, programs=programs, runner=runner, env=env,
-                    task_log="shard-%a.log", final="link",
-                    hint="check --partition, --account and the limits (--time, --mem, --cpus-per-task)")
-    run.submission = {"array_job": sub.array_job, "link_job": sub.index_job, "array_argv": sub.array_argv,
-                      "link_argv": sub.index_argv, "settings": settings.to_dict(),
-                      "submitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    atomic_write_json(req.dir / SUBMISSION, run.submission)
+    sub, run.submission = req.folder.submit(
+        name=req.name, tasks=req.shards, settings=settings, programs=programs, runner=runner, env=env,
+        hint="check --partition, --account and the limits (--time, --mem, --cpus-per-task)")
     log.info(f"submitted {req.shards} shard(s) as array job {sub.array_job} and link job {sub.index_job} "
              f"(afterok:{sub.array_job}); the wheel will land in {req.wheelhouse}")
     if wait:
-        sl.wait_for(req.link_exit, submission=sub, programs=programs, runner=runner, env=env, log=log, poll=poll,
-                    check_every=check_every, final="link",
-                    lost_hint=f"a shard failed or was lost, so afterok:{sub.array_job} never held; read "
-                              f"'porter ops status {req.dir}' and the logs in {req.dir / 'logs'}")
+        req.folder.wait(req.link_exit, sub, programs=programs, runner=runner, env=env, log=log, poll=poll,
+                        check_every=check_every,
+                        lost_hint=f"a shard failed or was lost, so afterok:{sub.array_job} never held; read "
+                                  f"'porter ops status {req.dir}' and the logs in {req.dir / 'logs'}")
         run.status = status(req.dir)
     return run
 

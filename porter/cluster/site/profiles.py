@@ -1,6 +1,6 @@
 """Site profiles: what a cluster's compute nodes look like and what a training job there needs.
 
-A site is data (``porter/cluster/sites/<name>.toml``, or any TOML file with the same keys): the node
+A site is data (``porter/cluster/site/builtin/<name>.toml``, or any TOML file with the same keys): the node
 layout (GPUs, GCDs per GPU, memory per device, cores per device, NUMA and NIC binding), the runtime
 environment (modules, RCCL/libfabric variables, MIOpen's cache on node-local storage, HSA, OMP), the
 scheduler's defaults and where the RCCL network plugin lives. Each built-in file names the public
@@ -145,7 +145,7 @@ def _lists(obj: Any) -> Any:
 # -- loading ----------------------------------------------------------------------------------------------
 
 def site_names() -> list[str]:
-    folder = resources.files("porter.cluster").joinpath("sites")
+    folder = resources.files("porter.cluster.site").joinpath("builtin")
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
@@ -166,7 +166,7 @@ def load_site(ref: str | os.PathLike[str]) -> Site:
                                                           if close else ""),
                           hint=f"built-in sites: {', '.join(names)}; or pass a site TOML file "
                                "('porter site list')")
-    res = resources.files("porter.cluster").joinpath("sites").joinpath(f"{text_ref}.toml")
+    res = resources.files("porter.cluster.site").joinpath("builtin").joinpath(f"{text_ref}.toml")
     return _parse(res.read_text(), name=text_ref, where=f"site {text_ref}", file=str(res))
 
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from porter.cluster.sites import Site, runtime_env
+from porter.cluster.site.profiles import Site, runtime_env
 from porter.errors import ConfigError, PorterError
 from porter.fs import ensure_writable_dir
 from porter.run import Runner

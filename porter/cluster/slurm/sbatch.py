@@ -3,7 +3,7 @@ submitted held, a final job (the matrix's index, the build's link) that waits on
 ``scontrol release``.
 
 Everything goes through :class:`porter.run.Runner` (argv lists, an explicit env). Nothing here reads
-Slurm's accounting: results are files the jobs write on the shared filesystem (:mod:`porter.cluster.jobs`);
+Slurm's accounting: results are files the jobs write on the shared filesystem (:mod:`porter.cluster.slurm.matrix_run`);
 ``squeue`` is asked only whether the index job is still alive while ``--wait`` waits for the report.
 """
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from porter.cluster.sites import Site, runtime_env
+from porter.cluster.site.profiles import Site, runtime_env
 from porter.errors import ConfigError
 from porter.fs import atomic_write_json, atomic_write_text, ensure_writable_dir
 
@@ -385,9 +385,9 @@ def write_job(p: Plan, site: Site, opts: JobOptions, out_dir: Path) -> Written:
 
 
 def _builtin(site: Site) -> bool:
-    from porter.cluster.sites import site_names
+    from porter.cluster.site.profiles import site_names
 
-    return site.name in site_names() and Path(site.file).parent.name == "sites" and \
-        Path(site.file).parent.parent.name == "cluster"
+    return site.name in site_names() and Path(site.file).parent.name == "builtin" and \
+        Path(site.file).parent.parent.name == "site"
 
 

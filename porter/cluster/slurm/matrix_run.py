@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from porter import __version__
-from porter.cluster import slurm as sl
-from porter.cluster.matrix import Cell, Matrix
+from porter.cluster.slurm import sbatch as sl
+from porter.cluster.slurm.folder import JobFolder, now
+from porter.cluster.slurm.matrix import Cell, Matrix
 from porter.errors import CheckFailed, ConfigError, PartialSuccess, PorterError, ToolError, first_error
 from porter.fs import atomic_write_json, atomic_write_text, ensure_writable_dir
 from porter.log import Logger, quiet_logger
@@ -43,16 +44,11 @@ from porter.run import Runner
 
 PLAN = "matrix.json"
 REPORT = "report.json"
-SUBMISSION = "submission.json"
 RESULT = "result.json"
 PLAN_SCHEMA = "porter.matrix/1"
 RESULT_SCHEMA = "porter.matrix-cell/1"
 REPORT_SCHEMA = "porter.matrix-report/1"
 SHIPPED = ("built", "partial")
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 @dataclass(frozen=True)
@@ -67,16 +63,8 @@ class Plan:
     file: str = ""
 
     @property
-    def cell_script(self) -> Path:
-        return self.dir / "jobs" / "cell.sh"
-
-    @property
-    def index_script(self) -> Path:
-        return self.dir / "jobs" / "index.sh"
-
-    @property
-    def index_log(self) -> Path:
-        return self.dir / "logs" / "index.log"
+    def folder(self) -> JobFolder:
+        return JobFolder(self.dir, "cell", "index")
 
     def cell_dir(self, cell: Cell) -> Path:
         return self.dir / "cells" / cell.id
@@ -89,7 +77,7 @@ class Plan:
 
     def job_log(self, cell: Cell) -> Path:
         """Where the cell's job writes its own output (``--output=logs/cell-%a.log``)."""
-        return self.dir / "logs" / f"cell-{cell.index}.log"
+        return self.folder.task_log(cell.index)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": PLAN_SCHEMA, "porter_version": __version__, "name": self.name, "file": self.file,
@@ -125,17 +113,9 @@ def preflight(plan: Plan, *, force: bool) -> list[str]:
             raise ConfigError(f"{plan.dir} already holds a matrix ({PLAN})",
                               hint="pass --force to replace its plan and results (wheels are kept), "
                                    "or another --dir")
-        if (plan.dir / SUBMISSION).exists() and not (plan.dir / REPORT).exists():
-            warnings.append(f"{plan.dir} has a submission without a report: its jobs may still run "
-                            f"(see {plan.dir / SUBMISSION}; scancel them)")
+        running = plan.folder.still_running_warning((plan.dir / REPORT).exists())
+        warnings += [running] if running else []
     return warnings
-
-
-def _script(plan: Plan, what: str, command: str) -> str:
-    return ("#!/bin/bash\n"
-            f"# porter matrix {plan.name!r}: {what}\n"
-            f"# written by porter {__version__}; the cells are in {plan.dir / PLAN}\n"
-            f"exec {command}\n")
 
 
 def write_plan(plan: Plan, *, force: bool) -> None:
@@ -144,21 +124,16 @@ def write_plan(plan: Plan, *, force: bool) -> None:
     preflight(plan, force=force)
     ensure_writable_dir(plan.dir, what="matrix folder", option="--dir", create=True)
     ensure_writable_dir(plan.wheelhouse, what="wheelhouse", option="-o", create=True)
-    for sub in ("cells", "logs", "jobs"):
-        shutil.rmtree(plan.dir / sub, ignore_errors=True)
-    for name in (REPORT, SUBMISSION, PLAN):
-        (plan.dir / name).unlink(missing_ok=True)
+    plan.folder.reset("cells", files=(REPORT, PLAN))
     for cell in plan.cells:
         plan.cell_dir(cell).mkdir(parents=True, exist_ok=True)
-    (plan.dir / "logs").mkdir(exist_ok=True)
-    porter = [plan.python, "-m", "porter"]
+    porter, title = [plan.python, "-m", "porter"], f"matrix {plan.name!r}"
     index = '"${1:-${SLURM_ARRAY_TASK_ID:?pass the cell index, or run as an array task}}"'
-    atomic_write_text(plan.cell_script, _script(plan, "one cell per array task (or: bash cell.sh INDEX)",
-                                                shlex.join([*porter, "matrix", "cell", str(plan.dir)]) + " " + index))
-    atomic_write_text(plan.index_script, _script(plan, "index the wheelhouse and write the report",
-                                                 shlex.join([*porter, "matrix", "finish", str(plan.dir)])))
-    for script in (plan.cell_script, plan.index_script):
-        script.chmod(0o755)
+    plan.folder.write_scripts(
+        plan.folder.script(title, "one cell per array task (or: bash cell.sh INDEX)",
+                           body=f"exec {shlex.join([*porter, 'matrix', 'cell', str(plan.dir)])} {index}\n"),
+        plan.folder.script(title, "index the wheelhouse and write the report",
+                           body=f"exec {shlex.join([*porter, 'matrix', 'finish', str(plan.dir)])}\n"))
     atomic_write_json(plan.dir / PLAN, plan.to_dict())
 
 
@@ -217,7 +192,7 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
     out.mkdir(parents=True)
     argv = [plan.python, "-m", "porter", *cell.args, "-o", str(out)]
     doc: dict[str, Any] = {"schema": RESULT_SCHEMA, **cell.to_dict(), "status": "running",
-                           "host": socket.gethostname(), "slurm": _slurm_ids(env), "started": _now(),
+                           "host": socket.gethostname(), "slurm": _slurm_ids(env), "started": now(),
                            "command": argv, "log": str(plan.build_log(cell)), "job_log": str(plan.job_log(cell))}
     atomic_write_json(plan.result_path(cell), doc)
     log.info(f"cell {cell.index} {cell.id}: {cell.component} from {cell.source} with {cell.toolchain_name}")
@@ -230,7 +205,7 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
     seconds = round(time.monotonic() - start, 2)
     atomic_write_text(plan.build_log(cell), f"$ {shlex.join(argv)}\n{output}\n"
                                             f"[porter matrix] exit code {code} after {seconds:.1f} s\n")
-    doc.update(returncode=code, seconds=seconds, finished=_now())
+    doc.update(returncode=code, seconds=seconds, finished=now())
     if code in (0, PartialSuccess.exit_code):
         try:
             wheel = _ship(out, plan.wheelhouse)
@@ -307,7 +282,7 @@ def finish(directory: str | os.PathLike[str], *, log: Logger | None = None) -> d
 
     log = log or quiet_logger()
     plan = read_plan(directory)
-    started = _now()
+    started = now()
     doc = collect(plan)
     shipped = [c for c in doc["cells"] if c["status"] in SHIPPED]
     index: dict[str, Any] | None = None
@@ -323,7 +298,7 @@ def finish(directory: str | os.PathLike[str], *, log: Logger | None = None) -> d
     else:
         index_error = "no cell built a wheel; nothing to index"
     report = {"schema": REPORT_SCHEMA, "porter_version": __version__, **doc, "index": index,
-              "index_error": index_error, "index_started": started, "finished": _now()}
+              "index_error": index_error, "index_started": started, "finished": now()}
     atomic_write_json(plan.dir / REPORT, report)
     log.detail(f"wrote {plan.dir / REPORT}")
     return report
@@ -342,13 +317,10 @@ def read_report(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def status(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The matrix now: each cell from its result file; the index from the report once it is written."""
-    import json
-
     plan = read_plan(directory)
     doc = collect(plan)
     report = read_report(plan.dir)
-    sub_path = plan.dir / SUBMISSION
-    submission = json.loads(sub_path.read_text()) if sub_path.exists() else None
+    submission = plan.folder.submission()
     if report is not None:
         doc.update(state="finished", index=report.get("index"), index_error=report.get("index_error"),
                    finished=report.get("finished"))
@@ -408,7 +380,7 @@ def run_local(plan: Plan, *, runner: Runner, env: Mapping[str, str], log: Logger
     lost: list[str] = []
     for cell in plan.cells:
         log.info(f"==> cell {cell.index + 1}/{len(plan.cells)}: {cell.id}")
-        res = runner.run(["bash", str(plan.cell_script), str(cell.index)], env=env, check=False)
+        res = runner.run(["bash", str(plan.folder.task_script), str(cell.index)], env=env, check=False)
         atomic_write_text(plan.job_log(cell), res.output)
         entry = _cell_entry(plan, cell)
         if not res.ok:
@@ -422,12 +394,12 @@ def run_local(plan: Plan, *, runner: Runner, env: Mapping[str, str], log: Logger
                         "was not indexed (as afterok would on Slurm)",
                         hint=f"read their logs in {plan.dir / 'logs'}; 'porter matrix finish {plan.dir}' "
                              "indexes what was built")
-    res = runner.run(["bash", str(plan.index_script)], env=env, check=False)
-    atomic_write_text(plan.index_log, res.output)
+    res = runner.run(["bash", str(plan.folder.final_script)], env=env, check=False)
+    atomic_write_text(plan.folder.final_log, res.output)
     report = read_report(plan.dir)
     if report is None:
         raise ToolError(f"the index step wrote no report (exit code {res.returncode})",
-                        hint=f"read {plan.index_log}")
+                        hint=f"read {plan.folder.final_log}")
     return report
 
 
@@ -490,13 +462,8 @@ def run_matrix(matrix: Matrix, *, mode: str, force: bool, runner: Runner, env: M
     if dry_run:
         argvs: list[list[str]] = []
         if mode == "slurm":
-            name = f"porter-matrix-{plan.name}"
-            sbatch = programs.sbatch if programs else "sbatch"
-            argvs = [sl.array_argv(sbatch, name=name, cells=len(plan.cells), directory=plan.dir,
-                                   script=plan.cell_script, settings=settings),
-                     sl.index_argv(sbatch, name=name, array_job="<array-job>", directory=plan.dir,
-                                   script=plan.index_script, settings=settings),
-                     [str(programs.scontrol if programs else "scontrol"), "release", "<array-job>"]]
+            argvs = plan.folder.argvs(name=f"porter-matrix-{plan.name}", tasks=len(plan.cells), settings=settings,
+                                      programs=programs)
         return RunResult(plan, mode, dry_run=_dry_run_lines(plan, mode, argvs, refusal))
     for w in warnings:
         log.warn(w)
@@ -507,15 +474,12 @@ def run_matrix(matrix: Matrix, *, mode: str, force: bool, runner: Runner, env: M
     if mode == "local":
         return RunResult(plan, mode, report=run_local(plan, runner=runner, env=env, log=log))
     assert programs is not None
-    sub = sl.submit(name=f"porter-matrix-{plan.name}", cells=len(plan.cells), directory=plan.dir,
-                    cell_script=plan.cell_script, index_script=plan.index_script, settings=settings,
-                    programs=programs, runner=runner, env=env)
-    submission = {**sub.to_dict(), "settings": settings.to_dict(), "submitted": _now()}
-    atomic_write_json(plan.dir / SUBMISSION, submission)
+    sub, submission = plan.folder.submit(name=f"porter-matrix-{plan.name}", tasks=len(plan.cells),
+                                         settings=settings, programs=programs, runner=runner, env=env)
     log.info(f"submitted {len(plan.cells)} cell(s) as array job {sub.array_job} (at most "
              f"{min(settings.max_parallel, len(plan.cells))} at once) and index job {sub.index_job} "
              f"(afterok:{sub.array_job})")
     if not wait:
         return RunResult(plan, mode, submission=submission)
-    sl.wait_for(plan.dir / REPORT, submission=sub, programs=programs, runner=runner, env=env, log=log, poll=poll)
+    plan.folder.wait(plan.dir / REPORT, sub, programs=programs, runner=runner, env=env, log=log, poll=poll)
     return RunResult(plan, mode, report=read_report(plan.dir), submission=submission)

@@ -41,7 +41,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from porter.artifacts import labels
-from porter.cluster.slurm import SlurmSettings
+from porter.cluster.slurm.sbatch import SlurmSettings
 from porter.errors import ConfigError, shown
 from porter.toolchain.profile import Toolchain, load_toolchain
 
