@@ -17,6 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from packaging.utils import canonicalize_name
+
 from porter.errors import ConfigError
 from porter.fs import cache_dir, sha256_file
 from porter.locks import hold
@@ -59,8 +61,7 @@ def _identify(project: Project, tree: Path, origin: str) -> Source:
                       hint=source_hint(project))
 
 
-def _unpack(sdist: Path, dest_root: Path) -> Path:
-    digest = sha256_file(sdist)
+def _unpack(sdist: Path, dest_root: Path, digest: str) -> Path:
     dest = dest_root / f"{sdist.name.removesuffix('.tar.gz')}-{digest[:12]}"
     if _unpacked(dest, digest):
         return dest
@@ -96,24 +97,53 @@ def _unpacked(dest: Path, digest: str) -> bool:
         return False
 
 
-def _requirement(project: Project, spec: str) -> tuple[str, str] | None:
-    m = re.fullmatch(rf"({re.escape(project.name)})==([0-9][0-9A-Za-z.+-]*)", spec.strip())
-    return (m.group(1), m.group(2)) if m else None
+def _requirement(name: str | None, spec: str) -> tuple[str, str] | None:
+    """``NAME==VERSION`` (any project's name when ``name`` is None; else that project's, however spelt)."""
+    m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!_-]*)", spec.strip())
+    if not m or (name is not None and canonicalize_name(m.group(1)) != canonicalize_name(name)):
+        return None
+    return m.group(1), m.group(2)
 
 
-def resolve_source(project: Project, spec: str, *, runner: Runner | None = None, cache: Path | None = None) -> Source:
-    """Resolve ``spec`` to an unpacked tree (sdists are unpacked once into ``cache``; a dry run passes
-    a temp folder that shadows the cache, so it writes nothing there)."""
-    cache = cache or cache_dir()
-    runner = runner or Runner()
+def git_commit(root: Path) -> str | None:
+    """The checkout's commit, read from .git without running git (compute nodes may lack it)."""
+    try:
+        ref = (root / ".git" / "HEAD").read_text().strip()
+        if ref.startswith("ref: "):
+            name = ref[5:]
+            ref_file = root / ".git" / name
+            if ref_file.is_file():
+                ref = ref_file.read_text().strip()
+            else:
+                packed = (root / ".git" / "packed-refs").read_text()
+                ref = next(ln.split()[0] for ln in packed.splitlines() if ln.endswith(" " + name))
+    except (OSError, StopIteration):
+        return None
+    return ref if re.fullmatch(r"[0-9a-f]{40}", ref) else None
+
+
+@dataclass(frozen=True)
+class Download:
+    """How ``pip download`` fetches a project's sdist: pip prepares its metadata, and some setup.py files
+    need the build python's torch (``isolated`` False) or variables (``env``) for that."""
+
+    isolated: bool = True
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def fetch_tree(spec: str, *, cache: Path, runner: Runner, hint: str, name: str | None = None,
+               download: Download = Download()) -> tuple[Path, dict[str, str]]:
+    """``spec`` as an unpacked tree and where it came from (``git_commit``; ``sdist``, ``sdist_sha256``;
+    ``requirement``): a folder as it is; an sdist unpacked once into ``cache/sources``; ``NAME==VERSION``
+    downloaded once into ``cache/sdists`` first. Each cache entry is published by rename under a lock."""
     path = Path(spec)
     if path.is_dir():
-        return _identify(project, path.resolve(), spec)
+        commit = git_commit(path)
+        return path.resolve(), ({"git_commit": commit} if commit else {})
     if path.is_file() and spec.endswith((".tar.gz", ".tgz")):
-        tree = _unpack(path, cache / "sources")
-        src = _identify(project, tree, spec)
-        return Source(src.project, src.version, src.tree, spec, sha256_file(path))
-    req = _requirement(project, spec)
+        digest = sha256_file(path)
+        return _unpack(path, cache / "sources", digest), {"sdist": path.name, "sdist_sha256": digest}
+    req = _requirement(name, spec)
     if req:
         dl = cache / "sdists" / "-".join(req)
         found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []
@@ -124,7 +154,8 @@ def resolve_source(project: Project, spec: str, *, runner: Runner | None = None,
                 if not found:  # pip writes into a temp folder; the sdist is published by rename once complete
                     with tempfile.TemporaryDirectory(prefix=".download-", dir=dl.parent) as tmp:
                         runner.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                                    "-d", tmp, spec], env=make_env(), timeout=900,
+                                    *(() if download.isolated else ("--no-build-isolation",)), "-d", tmp, spec],
+                                   env=make_env(dict(download.env)), timeout=900,
                                    hint="check the version exists on the package index and that it is reachable; "
                                         "offline, pass a downloaded sdist file instead")
                         got = sorted(Path(tmp).glob("*.tar.gz"))
@@ -133,10 +164,20 @@ def resolve_source(project: Project, spec: str, *, runner: Runner | None = None,
                         dl.mkdir(parents=True, exist_ok=True)
                         os.replace(got[0], dl / got[0].name)
                     found = sorted(dl.glob("*.tar.gz"))
-        return resolve_source(project, str(found[0]), runner=runner, cache=cache)
+        tree, provenance = fetch_tree(str(found[0]), cache=cache, runner=runner, hint=hint)
+        return tree, {**provenance, "requirement": spec}
     if path.exists():
-        raise ConfigError(f"{spec} is neither a folder nor a .tar.gz sdist", hint=source_hint(project))
-    raise ConfigError(f"source not found: {spec}", hint=source_hint(project))
+        raise ConfigError(f"{spec} is neither a folder nor a .tar.gz sdist", hint=hint)
+    raise ConfigError(f"source not found: {spec}", hint=hint)
+
+
+def resolve_source(project: Project, spec: str, *, runner: Runner | None = None, cache: Path | None = None) -> Source:
+    """Resolve ``spec`` to an unpacked tree of ``project`` (sdists are unpacked once into ``cache``; a dry run
+    passes a temp folder that shadows the cache, so it writes nothing there)."""
+    tree, provenance = fetch_tree(spec, cache=cache or cache_dir(), runner=runner or Runner(),
+                                  hint=source_hint(project), name=project.name)
+    src = _identify(project, tree, spec)
+    return replace(src, sha256=provenance.get("sdist_sha256", ""))
 
 
 def cached_source(project: Project, spec: str, cache: Path) -> Source | None:
@@ -150,7 +191,7 @@ def cached_source(project: Project, spec: str, cache: Path) -> Source | None:
         if _unpacked(dest, digest):
             return Source(project.name, project.tree_version(dest), dest, spec, digest)
         return None
-    req = _requirement(project, spec)
+    req = _requirement(project.name, spec)
     if req:
         dl = cache / "sdists" / "-".join(req)
         found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []

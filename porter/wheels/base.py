@@ -12,7 +12,6 @@ import filecmp
 import fnmatch
 import os
 import shutil
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -123,7 +123,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
             tmp_parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="porter-compile-", dir=tmp_parent)))
         with log.step(f"reading {driver.title} source {source}"):
-            root, provenance = resolve_source(source, driver, tmp, runner)
+            root, provenance = resolve_source(source, driver, tmp if dry_run else work_root, runner)
             info = detect(driver, root, others or {})
         if request.measured is None:
             request = replace(request, measured=costs_mod.load(driver.name, info.version, tc, costs_root))

@@ -9,11 +9,8 @@ exact command and environment, through a recording runner.
 
 from __future__ import annotations
 
-import json
-import re
 import shlex
 import shutil
-import tarfile
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -23,9 +20,9 @@ from typing import Any
 from packaging.utils import parse_wheel_filename
 
 from porter.artifacts.manifest import ExtensionEntry, Manifest, OpEntry, build_manifest
-from porter.errors import CheckFailed, ConfigError, PorterError, ToolError, refusal_line
+from porter.errors import CheckFailed, ConfigError, PorterError, refusal_line
 from porter.executor import build_python
-from porter.fs import ensure_writable_dir, sha256_file
+from porter.fs import cache_dir, ensure_writable_dir, sha256_file
 from porter.log import Logger, quiet_logger
 from porter.run import RecordingRunner, Runner, env_changes
 from porter.toolchain.profile import toolchain_env
@@ -37,7 +34,6 @@ from porter.wheels.verify import relabel, verify_wheel
 PatchHook = Callable[..., None]
 """``hook(tree, ref, version, log, dry_run=)``: apply a patch set to the work copy before building."""
 
-_SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
 _IGNORE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".eggs")
 
 @dataclass(frozen=True)
@@ -110,69 +106,13 @@ def apply_patch_set(tree: Path, ref: str, version: str, log: Logger, *, dry_run:
 
 # -- sources -------------------------------------------------------------------------------------
 
-def resolve_source(source: str, driver: WheelDriver, work: Path, runner: Runner) -> tuple[Path, dict[str, str]]:
-    """A directory as is; an sdist (.tar.gz) unpacked into ``work``; ``name==version`` downloaded first."""
-    path = Path(source)
-    provenance: dict[str, str] = {}
-    if path.is_dir():
-        return path.resolve(), _git_commit(path, provenance)
-    if not path.exists() and _SPEC.match(source):
-        dl = work / "download"
-        dl.mkdir(parents=True, exist_ok=True)
-        runner.run([_host_python(), "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                    "--no-build-isolation", "-d", str(dl), source],
-                   env=_with(dict(driver.sdist_env)),
-                   hint=f"check that {source} exists on the package index and the index is reachable")
-        found = sorted(dl.glob("*.tar.gz"))
-        if not found:
-            raise ToolError(f"pip download {source} gave no .tar.gz sdist in {dl}")
-        path = found[0]
-        provenance["requirement"] = source
-    if path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
-        provenance["sdist"] = path.name
-        provenance["sdist_sha256"] = sha256_file(path)
-        dest = work / "sdist"
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(path) as tar:
-            tar.extractall(dest, filter="data")
-        tops = [p for p in dest.iterdir() if p.is_dir()]
-        if len(tops) != 1:
-            raise ConfigError(f"{path} is not an sdist with one top-level folder")
-        return tops[0], provenance
-    if not path.exists():
-        raise ConfigError(f"source not found: {source}",
-                          hint="pass a source directory, an sdist .tar.gz, or name==version to download one")
-    raise ConfigError(f"{source} is neither a directory nor an sdist (.tar.gz)")
+def resolve_source(source: str, driver: WheelDriver, cache: Path, runner: Runner) -> tuple[Path, dict[str, str]]:
+    """A directory as is; an sdist (.tar.gz) unpacked once into ``cache``; ``name==version`` downloaded first
+    (its setup.py's metadata prepared with the build python's torch, and ``driver.sdist_env``)."""
+    from ops_prebuild.source import Download, fetch_tree
 
-
-def _host_python() -> str:
-    import sys
-    return sys.executable
-
-
-def _with(update: Mapping[str, str | None]) -> dict[str, str]:
-    from porter.run import make_env
-    return make_env(update)
-
-
-def _git_commit(root: Path, out: dict[str, str]) -> dict[str, str]:
-    """The checkout's commit, read from .git without running git (compute nodes may lack it)."""
-    head = root / ".git" / "HEAD"
-    try:
-        ref = head.read_text().strip()
-        if ref.startswith("ref: "):
-            name = ref[5:]
-            ref_file = root / ".git" / name
-            if ref_file.is_file():
-                ref = ref_file.read_text().strip()
-            else:
-                packed = (root / ".git" / "packed-refs").read_text()
-                ref = next(ln.split()[0] for ln in packed.splitlines() if ln.endswith(" " + name))
-        if re.fullmatch(r"[0-9a-f]{40}", ref):
-            out["git_commit"] = ref
-    except (OSError, StopIteration):
-        pass
-    return out
+    return fetch_tree(source, cache=cache, runner=runner, download=Download(False, tuple(driver.sdist_env.items())),
+                      hint="pass a source directory, an sdist .tar.gz, or name==version to download one")
 
 
 def detect(driver: WheelDriver, root: Path, others: Mapping[str, WheelDriver]) -> SourceInfo:
@@ -220,7 +160,8 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
     with tempfile.TemporaryDirectory(prefix="porter-wheel-", dir=scratch) as tmp:
         work = Path(tmp)
         with log.step(f"reading {driver.title} source {source}"):
-            root, provenance = resolve_source(source, driver, work, runner)
+            # the shared cache (an sdist unpacked once, under a lock); a dry run writes only into its temp folder
+            root, provenance = resolve_source(source, driver, work if dry_run else ex.work_dir(cache_dir()), runner)
             info = detect(driver, root, others or {})
         request = replace(request, source=root, sources={**provenance, **request.sources})
         if request.measured is None:  # what a --compile-only run measured sizes MAX_JOBS (porter.wheels.costs)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ops_prebuild.source import Source, build_sets, patched_source
+from porter.errors import ConfigError
 from porter.patching import load_project, load_shipped, plan
 from porter.patching.model import parse_set
 from tests.conftest import FIXTURES
@@ -122,3 +123,34 @@ def test_outputs_whose_content_changed_since_recorded_are_discarded(tmp_path: Pa
     assert check_outputs(build, outputs) == [f"{OUTPUTS_RECORD} (unreadable)", "op/b.o"]
     assert not other.exists() and not (build / OUTPUTS_RECORD).exists()
     assert check_outputs(build, outputs) == []  # no record: nothing to vouch for, nothing to discard
+
+
+def test_one_resolver_for_every_project_a_folder_an_sdist_and_a_requirement(tmp_path: Path) -> None:
+    """DeepSpeed's builds and the setup.py-driven wheels (APEX, FlashAttention) read their source through
+    ops_prebuild.source.fetch_tree: a folder as it is (its git commit read from .git), an sdist unpacked once
+    into the cache, NAME==VERSION matched by the project's name however it is spelt."""
+    import tarfile
+
+    from ops_prebuild.source import _requirement, fetch_tree
+    from porter.run import Runner
+
+    tree = tmp_path / "flash-attention"
+    (tree / ".git" / "refs" / "heads").mkdir(parents=True)
+    (tree / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (tree / ".git" / "refs" / "heads" / "main").write_text("a" * 40 + "\n")
+    (tree / "setup.py").write_text("# setup\n")
+    got, provenance = fetch_tree(str(tree), cache=tmp_path / "cache", runner=Runner(), hint="h")
+    assert got == tree.resolve() and provenance == {"git_commit": "a" * 40}
+    sdist = tmp_path / "flash_attn-2.8.3.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tf:
+        tf.add(tree / "setup.py", arcname="flash_attn-2.8.3/setup.py")
+    first, prov = fetch_tree(str(sdist), cache=tmp_path / "cache", runner=Runner(), hint="h")
+    assert first.parent == tmp_path / "cache" / "sources" and (first / "setup.py").read_text() == "# setup\n"
+    assert prov["sdist"] == sdist.name and len(prov["sdist_sha256"]) == 64
+    assert fetch_tree(str(sdist), cache=tmp_path / "cache", runner=Runner(), hint="h")[0] == first  # reused
+    assert _requirement("flash-attn", "flash_attn==2.8.3") == ("flash_attn", "2.8.3")
+    assert _requirement("flash-attn", "Flash.Attn==2.8.3.post2") == ("Flash.Attn", "2.8.3.post2")
+    assert _requirement("deepspeed", "flash-attn==2.8.3") is None and _requirement(None, "apex==1.8.0")
+    with pytest.raises(ConfigError, match="source not found") as err:
+        fetch_tree(str(tmp_path / "nope"), cache=tmp_path / "cache", runner=Runner(), hint="the hint")
+    assert err.value.hint == "the hint"
