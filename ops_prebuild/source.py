@@ -12,15 +12,15 @@ import re
 import shutil
 import sys
 import tarfile
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 from packaging.utils import canonicalize_name
 
+from porter import faults
 from porter.errors import ConfigError
-from porter.fs import cache_dir, sha256_file
+from porter.fs import cache_dir, owned_temp, owned_temp_dir, sha256_file
 from porter.locks import hold
 from porter.patching import PatchSet, failure_message, load_project, load_shipped
 from porter.patching import plan as plan_patches
@@ -69,7 +69,7 @@ def _unpack(sdist: Path, dest_root: Path, digest: str) -> Path:
     with hold(dest, f"unpacking {sdist.name}"):  # one process unpacks; the others wait and reuse its tree
         if _unpacked(dest, digest):
             return dest
-        tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest_root))
+        tmp = owned_temp_dir(dest_root, ".unpack-")
         try:
             try:
                 with tarfile.open(sdist) as tf:
@@ -78,6 +78,7 @@ def _unpack(sdist: Path, dest_root: Path, digest: str) -> Path:
                 if exc.filename is None:
                     exc.filename = str(dest)  # a write that failed names no file: say which tree it was
                 raise
+            faults.reached("unpack")
             tops = [p for p in tmp.iterdir()]
             top = tops[0] if len(tops) == 1 and tops[0].is_dir() else tmp
             (top / ".porter-unpacked").write_text(digest + "\n")  # written last: its presence means complete
@@ -152,7 +153,7 @@ def fetch_tree(spec: str, *, cache: Path, runner: Runner, hint: str, name: str |
             with hold(dl, f"downloading {spec}", say=runner.log.info):
                 found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []
                 if not found:  # pip writes into a temp folder; the sdist is published by rename once complete
-                    with tempfile.TemporaryDirectory(prefix=".download-", dir=dl.parent) as tmp:
+                    with owned_temp(dl.parent, ".download-") as tmp:
                         runner.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                                     *(() if download.isolated else ("--no-build-isolation",)), "-d", tmp, spec],
                                    env=make_env(dict(download.env)), timeout=900,
@@ -273,7 +274,7 @@ def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, dry_run
     with hold(dest, f"patching {source.tree.name}"):
         if (dest / ".porter-patched").is_file():  # another build published it while this one waited
             return Patched(replace(source, tree=dest), applied)
-        tmp = Path(tempfile.mkdtemp(prefix=".patch-", dir=dest.parent))
+        tmp = owned_temp_dir(dest.parent, ".patch-")
         try:
             work = tmp / "tree"
             shutil.copytree(source.tree, work, symlinks=True, copy_function=_link_or_copy)

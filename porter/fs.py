@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,12 +40,71 @@ def cache_dir() -> Path:
     return Path(base)
 
 
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # alive, someone else's
+    return False
+
+
+def remove_stale(folder: Path, prefix: str) -> list[Path]:
+    """Remove what writers on this host left in ``folder`` under ``prefix`` (temp files and folders named by
+    :func:`owned_prefix`) when they were killed: their pid is gone. A live writer's, and another host's, stay."""
+    host, removed = socket.gethostname(), []
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix)]
+    except OSError:
+        return []
+    for name in names:
+        pid, _, rest = name[len(prefix):].partition("@")
+        if not (pid.isdigit() and rest.removesuffix(".tmp").rsplit(".", 1)[0] == host
+                and _gone(int(pid))):
+            continue
+        path = folder / name
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
+def owned_prefix(prefix: str) -> str:
+    """``prefix`` plus this process's pid and host: a temp name that says whose it is (:func:`remove_stale`)."""
+    return f"{prefix}{os.getpid()}@{socket.gethostname()}."
+
+
+def owned_temp_dir(parent: Path, prefix: str) -> Path:
+    """A new temp folder in ``parent`` named by :func:`owned_prefix`, after removing the ones killed writers
+    left there under the same prefix."""
+    remove_stale(parent, prefix)
+    return Path(tempfile.mkdtemp(prefix=owned_prefix(prefix), dir=parent))
+
+
+@contextmanager
+def owned_temp(parent: Path, prefix: str) -> Iterator[Path]:
+    """:func:`owned_temp_dir` removed again when the block ends (a kill leaves it to the next writer)."""
+    tmp = owned_temp_dir(parent, prefix)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 @contextmanager
 def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temp path beside ``dest``; on success it replaces ``dest``, on error it is removed."""
+    """Yield a temp path beside ``dest``; on success it replaces ``dest``, on error it is removed. The temp's
+    name carries this process's pid and host, so the next writer of ``dest`` removes what a killed one left."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    remove_stale(dest.parent, f".{dest.name}.porter-")
+    fd, tmp = tempfile.mkstemp(prefix=owned_prefix(f".{dest.name}.porter-"), suffix=".tmp", dir=dest.parent)
     os.close(fd)
     os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are meant to be read by others
     try:

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import tempfile
 from pathlib import Path
 
 from porter.errors import ConfigError
 from porter.executor import HOST, Executor
-from porter.fs import atomic_write_text
+from porter.fs import atomic_write_text, owned_temp_dir
 from porter.locks import hold
 from porter.probe import run_probe
 from porter.run import Runner, make_env
@@ -71,7 +70,7 @@ def make_view(torch: TorchInfo, work: Path, *, python: str, runner: Runner, exec
 
 
 def _make(torch: TorchInfo, include: str, dest: Path, *, python: str, runner: Runner, executor: Executor) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    tmp = owned_temp_dir(dest.parent, f".{dest.name}.")
     try:
         doc = run_probe("torch_hip_view", [executor.inside(include) if executor.kind != "host" else include,
                                            executor.inside(tmp) if executor.kind != "host" else str(tmp)],

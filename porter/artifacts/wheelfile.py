@@ -27,6 +27,7 @@ from packaging.version import Version
 
 from porter import __version__
 from porter.errors import ConfigError
+from porter import faults
 from porter.fs import atomic_path
 
 Payload = bytes | Path
@@ -97,6 +98,7 @@ def write_wheel(dest_dir: str | os.PathLike[str], spec: WheelSpec, files: Mappin
             _add(zf, arc, data, stamp)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             record.append(f"{_csv(arc)},sha256={digest},{len(data)}")
+            faults.reached("wheel")
         record.append(f"{_csv(record_name)},,")
         _add(zf, record_name, ("\n".join(record) + "\n").encode(), stamp)
     return dest

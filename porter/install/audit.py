@@ -467,7 +467,6 @@ def audit(tree: str | os.PathLike[str], target: Target | None) -> AuditReport:
     """Every compile site of ``tree`` and of what ``target`` (None: no python given) has installed."""
     root = Path(tree).resolve()
     report = AuditReport(root, target.python if target else "")
-    roots = [root]
     if target is not None:
         report.installed = {d.name: d.version for k, d in sorted(target.dists.items())
                             if k in ("deepspeed", "apex", "flash-attn", "megatron-fused-kernels", "triton")}

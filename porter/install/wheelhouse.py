@@ -16,7 +16,6 @@ import html
 import os
 import re
 import shutil
-import tempfile
 import time
 import zipfile
 from collections.abc import Iterable, Sequence
@@ -34,7 +33,7 @@ from porter.artifacts import labels
 from porter.components import all_dists
 from porter.install.env import Node, TargetEnv
 from porter.artifacts.manifest import SUFFIX, Manifest, manifest_path, read_manifest
-from porter.fs import atomic_write_json, atomic_write_text, sha256_bytes, sha256_file
+from porter.fs import atomic_write_json, atomic_write_text, owned_temp_dir, sha256_bytes, sha256_file
 from porter.toolchain.archs import ARCHS
 
 INDEX_SCHEMA = "porter.wheelhouse/1"
@@ -347,7 +346,7 @@ def write_index(directory: str | os.PathLike[str]) -> dict[str, Any]:
                         "component": w.component if w.manifest else None, "manifest": w.manifest})
     doc = {"schema": INDEX_SCHEMA, "porter_version": __version__,
            "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wheels": entries}
-    tmp = Path(tempfile.mkdtemp(prefix=".simple-", dir=root))
+    tmp = owned_temp_dir(root, ".simple-")
     try:
         atomic_write_text(tmp / "index.html", _page("Simple index", ((f"{p}/", p, "") for p in sorted(by_project))))
         for project, items in by_project.items():

@@ -176,7 +176,7 @@ def _table(value: Any, where: str, what: str) -> Mapping[str, Any]:
 def _tables(value: Any, where: str, what: str) -> list[Mapping[str, Any]]:
     if not isinstance(value, list):
         raise ConfigError(f"{where}: {what} must be a list of tables, not {shown(value)}",
-                          hint=f"write each entry as a [[...]] table or an inline {{ key = value }} table")
+                          hint="write each entry as a [[...]] table or an inline { key = value } table")
     return [_table(v, f"{where} {what} {i + 1}", "the entry") for i, v in enumerate(value)]
 
 

@@ -16,7 +16,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from porter.codeobjects import CodeObject, read_code_objects
-from porter.errors import ConfigError, ToolError, first_error
+from porter.errors import ToolError, first_error
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
 from porter.toolchain.archs import Target

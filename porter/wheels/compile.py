@@ -29,7 +29,7 @@ from typing import Any
 
 from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError
 from porter.executor import build_python
-from porter.fs import cache_dir
+from porter.fs import cache_dir, owned_temp
 from porter.locks import hold
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
@@ -121,7 +121,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         tmp_parent = work_root / "tmp" if py_ex.kind != "host" else None
         if tmp_parent is not None:
             tmp_parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="porter-compile-", dir=tmp_parent)))
+        tmp = stack.enter_context(owned_temp(tmp_parent, "porter-compile-")) if tmp_parent is not None else \
+            Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="porter-compile-")))
         with log.step(f"reading {driver.title} source {source}"):
             root, provenance = resolve_source(source, driver, tmp if dry_run else work_root, runner)
             info = detect(driver, root, others or {})

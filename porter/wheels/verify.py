@@ -22,7 +22,7 @@ from porter.artifacts.wheelfile import rewrite_wheel
 from porter.codeobjects import archs_in
 from porter.errors import CheckFailed, ConfigError
 from porter.artifacts.manifest import ExtensionEntry
-from porter.fs import sha256_bytes
+from porter.fs import owned_temp, sha256_bytes
 from porter.wheels.base import Expectation
 
 _EXT_SUFFIX = re.compile(r"(\.cpython-[^.]+|\.abi3|\.cp\d+-[^.]+)?\.so$")
@@ -102,7 +102,7 @@ def relabel(wheel: Path, label: str, dest_dir: Path, manifest: Manifest) -> tupl
         tag = tag.split("-", 1)[1]
     manifest["version"] = new_version
     dest_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".porter-label-", dir=dest_dir) as tmp:
+    with owned_temp(Path(dest_dir), ".porter-label-") as tmp:
         out = rewrite_wheel(wheel, tmp, version=new_version, tag=tag, purelib=_purelib(wheel),
                             add={"{dist_info}/porter.json": carried(manifest)})
         final = dest_dir / out.name

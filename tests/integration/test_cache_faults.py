@@ -102,3 +102,92 @@ def test_four_builds_at_once_on_one_cache_share_the_work(deepspeed_sdist: Path, 
     wheels = [next((tmp_path / f"wh{i}").glob("*.whl")).read_bytes() for i in range(4)]
     assert all(w == wheels[0] for w in wheels)
     assert len([p for p in (cache / "sources").glob("deepspeed-*") if p.is_dir()]) == 1  # unpacked once
+
+
+SLOW_CXX = """#!/bin/sh
+# g++, but a compile (or a link) started while SLOW_AT names it first leaves a mark and sleeps: the test kills
+# porter there, as an out-of-memory kill or a 'kill -9' would
+case " $* " in *" -shared "*) step=link ;; *" -c "*) step=compile ;; *) step=other ;; esac
+if [ "${SLOW_AT:-}" = "$step" ]; then : > "$MARKS/$step.$$"; sleep 600; fi
+exec g++ "$@"
+"""
+
+
+def _left(marker: str) -> str:
+    import subprocess
+
+    return subprocess.run(["pgrep", "-a", "-f", marker], capture_output=True, text=True).stdout.strip()
+
+
+def test_a_build_killed_at_each_stage_reruns_to_the_same_wheel(deepspeed_sdist: Path, tmp_path: Path) -> None:
+    """Issue 22: porter killed with SIGKILL while it unpacks the sdist, while a compiler runs, while the linker
+    runs, and while it writes the wheel; after each kill nothing it started still runs, nothing half-written is
+    published, no lock blocks the next run; the run after the last kill writes the very wheel a build that was
+    never killed writes (same cache path, so the same bytes)."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cxx = tmp_path / "bin" / "slow-g++"
+    cxx.parent.mkdir()
+    cxx.write_text(SLOW_CXX)
+    cxx.chmod(0o755)
+    profile = tmp_path / "slow-cpu.toml"
+    profile.write_text(f'kind = "cpu"\ncompiler = "{cxx}"\ncxx = "{cxx}"\ncpu_isa = "x86-64-v2"\n')
+    cache, marks, wheelhouse = tmp_path / "cache", tmp_path / "marks", tmp_path / "wh"
+    marks.mkdir()
+    argv = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_sdist), "-t", str(profile),
+            "--ops", "cpu_adam", "--no-cache", "--json"]
+    env = {**os.environ, "PORTER_CACHE_DIR": str(cache), "MARKS": str(marks)}
+    for key in ("SLOW_AT", "PORTER_KILL_AT"):
+        env.pop(key, None)
+
+    ref = subprocess.run([*argv, "-o", str(tmp_path / "ref")], capture_output=True, text=True, env=env, timeout=1800)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    reference = next((tmp_path / "ref").glob("*.whl")).read_bytes()
+    shutil.rmtree(cache)
+
+    def killed_inside(point: str) -> None:  # porter kills itself there (porter.faults)
+        res = subprocess.run([*argv, "-o", str(wheelhouse)], capture_output=True, text=True, timeout=1800,
+                             env={**env, "PORTER_KILL_AT": point})
+        assert res.returncode == -signal.SIGKILL, (point, res.returncode, res.stderr[-2000:])
+
+    def killed_outside(step: str) -> None:  # the test kills porter while its compiler (or linker) runs
+        proc = subprocess.Popen([*argv, "-o", str(wheelhouse)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**env, "SLOW_AT": step})
+        try:
+            deadline = time.monotonic() + 900
+            while time.monotonic() < deadline and not list(marks.glob(f"{step}.*")) and proc.poll() is None:
+                time.sleep(0.1)
+            assert list(marks.glob(f"{step}.*")), f"no {step} started (porter exit {proc.poll()})"
+            proc.kill()
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _left(str(cxx)):
+            time.sleep(0.2)
+        assert not _left(str(cxx)), f"outlived porter after a kill during {step}: {_left(str(cxx))}"
+
+    killed_inside("unpack")
+    sources = cache / "sources"
+    assert not [p for p in sources.iterdir() if p.is_dir() and not p.name.startswith(".")], "a half-unpacked source was published"
+    assert [p for p in sources.iterdir() if p.name.startswith(".unpack-")]  # what the kill left, under its pid
+    killed_outside("compile")
+    assert not [p for p in sources.iterdir() if p.name.startswith(".unpack-")]  # the next run removed it
+    killed_outside("link")
+    killed_inside("wheel")
+    assert not list(wheelhouse.glob("*.whl")), "a half-written wheel was published"
+    assert [p for p in wheelhouse.iterdir() if p.name.startswith(".porter-")]  # what the kill left, under its pid
+
+    res = subprocess.run([*argv, "-o", str(wheelhouse)], capture_output=True, text=True, env=env, timeout=1800)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "waiting for" not in res.stderr  # no lock of a killed run held on
+    wheels = list(wheelhouse.glob("*.whl"))
+    assert len(wheels) == 1 and wheels[0].read_bytes() == reference
+    assert not [p for p in wheelhouse.iterdir() if p.name.startswith(".")]  # the killed write's temp is gone

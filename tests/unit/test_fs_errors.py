@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,40 @@ def test_a_compiler_diagnostic_comes_before_pips_wrapper_lines() -> None:
     assert first_error("clang: error: unknown argument: '-foo'\n") == "clang: error: unknown argument: '-foo'"
     assert first_error("error: subprocess-exited-with-error\nERROR: Failed building wheel\n") == \
         "Failed building wheel"
+
+
+def test_a_killed_writers_temp_is_removed_by_the_next_writer_and_a_live_ones_is_kept(tmp_path: Path) -> None:
+    """Issue 22: a SIGKILL during a write leaves the temp file beside the destination (no handler runs). Its
+    name carries the writer's pid and host, so the next write of the same file removes it once that pid is gone."""
+    import socket
+
+    from porter.fs import atomic_write_text
+
+    dest = tmp_path / "x.whl"
+    dead = 4194305  # above Linux's largest pid_max (2**22): no process has it
+    host = socket.gethostname()
+    killed = tmp_path / f".x.whl.porter-{dead}@{host}.abc123.tmp"
+    live = tmp_path / f".x.whl.porter-{os.getpid()}@{host}.def456.tmp"
+    elsewhere = tmp_path / f".x.whl.porter-{dead}@another.host.ghi789.tmp"
+    other_file = tmp_path / f".y.whl.porter-{dead}@{host}.jkl012.tmp"
+    for p in (killed, live, elsewhere, other_file):
+        p.write_bytes(b"half")
+    atomic_write_text(dest, "whole")
+    assert dest.read_text() == "whole" and not killed.exists()
+    assert live.exists() and elsewhere.exists() and other_file.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([dest.name, live.name, elsewhere.name, other_file.name])
+
+
+def test_a_killed_writers_temp_folder_is_removed_by_the_next_one(tmp_path: Path) -> None:
+    import socket
+
+    from porter.fs import owned_temp_dir
+
+    host = socket.gethostname()
+    killed = tmp_path / f".unpack-4194305@{host}.abc123"
+    (killed / "deepspeed").mkdir(parents=True)
+    live = tmp_path / f".unpack-{os.getpid()}@{host}.def456"
+    live.mkdir()
+    fresh = owned_temp_dir(tmp_path, ".unpack-")
+    assert fresh.is_dir() and fresh.name.startswith(f".unpack-{os.getpid()}@{host}.")
+    assert not killed.exists() and live.is_dir()

@@ -19,7 +19,7 @@ from porter.components.deepspeed.catalogue import read_catalogue
 from porter.components.deepspeed.wheel import base_wheel, compose, dist_version
 from porter.errors import CheckFailed, ConfigError
 from porter.executor import Executor, build_python
-from porter.fs import cache_dir, ensure_writable_dir
+from porter.fs import cache_dir, ensure_writable_dir, owned_temp
 from porter.log import Logger, quiet_logger
 from porter.run import Runner, make_env
 from porter.toolchain.check import require_toolchain
@@ -174,7 +174,7 @@ def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list
         manifest["build"] = build
     # the wheel appears in the wheelhouse only by an atomic rename, after its manifest
     wheelhouse.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".porter-", dir=wheelhouse) as tmpdir:
+    with owned_temp(wheelhouse, ".porter-") as tmpdir:
         tmp = compose(base, Path(tmpdir), version=version, tag=tag, extensions=extensions, installed_ops=installed,
                       extra_files={"{dist_info}/porter.json": carried(manifest)},
                       feature_probes=dict(cat.feature_probes))

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from porter import __version__
 from porter.errors import ConfigError
-from porter.fs import atomic_write_json, ensure_writable_dir
+from porter.fs import atomic_write_json, ensure_writable_dir, owned_temp_dir
 from porter.log import Logger, quiet_logger
 from porter.patching import apply
 
@@ -42,7 +41,7 @@ def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] 
         return result
     if not in_place:
         ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest")
-    staging = None if in_place else Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    staging = None if in_place else owned_temp_dir(dest.parent, f".{dest.name}.")
     try:
         work = dest
         if staging is not None:

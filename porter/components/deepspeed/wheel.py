@@ -25,6 +25,7 @@ from porter.artifacts.wheelfile import Payload, read_wheel, rewrite_wheel
 from porter.components.deepspeed import VERSION_INFO
 from porter.errors import ToolError
 from porter.executor import HOST, Executor
+from porter.fs import owned_temp
 from porter.locks import hold
 from porter.patching import PatchSet, failure_message, load_shipped
 from porter.patching import plan as plan_patches
@@ -48,13 +49,16 @@ def base_wheel(tree: Path, cache: Path, *, python: str, accelerator: str, runner
         if found:  # another build made it while this one waited
             return found[0]
         # beside the cache entry (same filesystem, visible where the build python runs)
-        with tempfile.TemporaryDirectory(prefix=".porter-ds-", dir=cache.parent) as tmp:
+        with owned_temp(cache.parent, ".porter-ds-") as tmp:
             copy = Path(tmp) / "src"
             shutil.copytree(tree, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
             out = Path(tmp) / "out"
             runner.run(executor.argv(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                                      executor.inside(out), executor.inside(copy)),
-                       cwd=copy, env=make_env({"DS_BUILD_OPS": "0", "DS_ACCELERATOR": accelerator}), timeout=1800,
+                       # its setup.py lists extras from sets: a fixed hash seed keeps METADATA's order (and the
+                       # wheel's bytes) the same from one build of the entry to the next
+                       cwd=copy, env=make_env({"DS_BUILD_OPS": "0", "DS_ACCELERATOR": accelerator,
+                                               "PYTHONHASHSEED": "0"}), timeout=1800,
                        hint="DeepSpeed's setup.py failed to build its pure-Python wheel; see its output above")
             wheels = sorted(out.glob("*.whl"))
             if not wheels:

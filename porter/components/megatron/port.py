@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from porter.components.megatron import (DIST, HELPERS_MODULE, HELPERS_SOURCE, KE
 from porter.errors import CheckFailed, ConfigError, PorterError
 from porter import torch_hip_view as hip_view
 from porter.executor import HOST, Executor, build_python
-from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir
+from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir, owned_temp, owned_temp_dir
 from porter.log import Logger, quiet_logger
 from porter.patching import apply
 from porter.patching.model import PatchSet
@@ -72,7 +71,7 @@ def prepare_tree(tree: Path, out: Path | None, in_place: bool, toolchain: Toolch
     if in_place or dest.exists():
         return dest
     ensure_writable_dir(dest.parent, what="parent folder of the ported tree")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    tmp = owned_temp_dir(dest.parent, f".{dest.name}.")
     try:
         shutil.copytree(tree.resolve(), tmp / "t", symlinks=True)
         atomic_write_json(tmp / "t" / PORT_RECORD, {"source": str(tree.resolve()), "porter_version": __version__})
@@ -197,7 +196,7 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         return _port_into(work, src, dest, tc, psets, skipped, torch_info, wheelhouse, jobs, target_version, log,
                           runner, compile_only=compile_only, python=python, py_ex=py_ex)
     with log.step("copying the tree"):
-        staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+        staging = owned_temp_dir(dest.parent, f".{dest.name}.")
     try:
         work = staging / "t"
         shutil.copytree(dest if dest.exists() else src, work, symlinks=True)
@@ -359,7 +358,7 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
         ops=[{"name": o.name, "status": o.status, "seconds": round(o.seconds, 2), "log": o.log} for o in ops])
     files["{dist_info}/porter.json"] = carried(manifest)
     wheelhouse.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".porter-", dir=wheelhouse) as tmpdir:
+    with owned_temp(wheelhouse, ".porter-") as tmpdir:
         tmp = write_wheel(tmpdir, WheelSpec(DIST, full_version, tag), files,
                           summary="Megatron-DeepSpeed fused softmax kernels, prebuilt by porter")
         dest = wheelhouse / tmp.name
