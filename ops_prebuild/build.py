@@ -218,6 +218,10 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             lock.release()  # each shard has its own ninja file, ninja log and stats: they compile at once
             if on_shard_setup is not None:
                 on_shard_setup()
+            # ... but one shard's ninja state is one shard's: the same shard of another array on this build folder
+            # (a resubmission, another user's job) waits, then finds its objects built
+            stack.enter_context(hold(build_dir.parent / f"{build_dir.name}.{tag}",
+                                     f"compiling shard {shard[0]} of {shard[1]}", say=log.info))
         elif link_only:
             missing = [s for s in plan.steps if s.kind == "compile" and not Path(s.output).is_file()]
             if missing:

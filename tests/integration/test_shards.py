@@ -51,3 +51,67 @@ def test_link_only_names_a_missing_shard(deepspeed_sdist: Path, tmp_path: Path) 
     bad = run_porter("ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops", "cpu_lion",
                      "--shard", "2/2", env=env)
     assert bad.returncode == 2 and "does not exist" in bad.stderr
+
+
+def test_the_same_shard_of_two_arrays_at_once_compiles_once(deepspeed_sdist: Path, tmp_path: Path) -> None:
+    """Issue 22: two arrays of one build on one shared build folder (a resubmission while the first still runs,
+    two users' jobs): shard 0 of each starts at once. They do not mix one ninja state: one compiles, the other
+    waits for it (and says so) and then finds its objects built."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache")}
+    argv = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops",
+            "cpu_lion", "--no-cache", "--json", "--shard", "0/2"]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=1200) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    docs = [json.loads(out) for out, _ in outs]
+    assert sorted(d["ops"][0]["status"] for d in docs) == ["cached", "compiled"]
+    assert docs[0]["shard"]["objects"] == docs[1]["shard"]["objects"]
+    assert any("waiting for" in err and "shard-0-of-2" in err for _, err in outs)
+
+
+def test_a_shard_killed_mid_compile_resumes_where_it_stopped(deepspeed_sdist: Path, tmp_path: Path) -> None:
+    """Issue 22: a shard task killed (a time limit, preemption) and run again (Slurm's requeue runs the same
+    script): the object it had finished is kept, only the rest is compiled, and the link after it succeeds."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache")}
+    base = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops",
+            "cpu_lion", "--no-cache", "--json", "-j", "1"]
+    proc = subprocess.Popen([*base, "--shard", "0/1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        def finished() -> list[Path]:  # ninja logs an object once its compile has ended (an .o appears earlier)
+            logs = list((tmp_path / "cache").glob("ops/*/.ninja-shard-0-of-1/.ninja_log"))
+            lines = logs[0].read_text().splitlines()[1:] if logs else []
+            paths = [ln.split("\t")[3] for ln in lines if len(ln.split("\t")) > 3]
+            return [logs[0].parent.parent / p for p in paths if p.endswith(".o")]
+
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not finished():
+            time.sleep(0.1)
+        first = finished()
+        assert len(first) == 1, f"expected one finished object before the kill, found {first}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    kept = first[0].stat().st_mtime_ns
+    again = subprocess.run([*base, "--shard", "0/1"], capture_output=True, text=True, env=env, timeout=1200)
+    assert again.returncode == 0, again.stderr[-3000:]
+    doc = json.loads(again.stdout)
+    assert len(doc["shard"]["objects"]) == 2 and first[0].stat().st_mtime_ns == kept  # kept, not compiled again
+    assert "waiting for" not in again.stderr  # the killed shard's lock went with it
+    linked = subprocess.run([*base, "--link-only", "-o", str(tmp_path / "wh")], capture_output=True, text=True,
+                            env=env, timeout=1200)
+    assert linked.returncode == 0, linked.stderr[-3000:]
+    assert len(list((tmp_path / "wh").glob("*.whl"))) == 1
