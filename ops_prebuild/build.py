@@ -22,7 +22,7 @@ from porter.errors import CheckFailed, ConfigError, PorterError, first_error
 from porter.executor import Executor
 from porter.fs import atomic_write_text, cache_dir, sha256_file
 from porter.locks import hold
-from porter.log import Logger
+from porter.log import NINJA_STATUS, Logger
 from porter.resources import default_jobs
 from porter.run import Runner
 from porter.toolchain.profile import Toolchain, toolchain_env
@@ -339,9 +339,10 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
     ninja_log = plan.build_dir / (state.group(1) if state else "") / ".ninja_log"
     before = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
     with log.step(f"compiling {len(plan.objects)} op(s) in one ninja graph with {jobs} job(s)"
-                  + (" (compile only: no link)" if plan.compile_only else "")):
+                  + (" (compile only: no link)" if plan.compile_only else "")) as step:
         res = runner.run([ninja_bin, "-C", str(plan.build_dir), "-f", ninja_file, "-k", "0", "-j", str(jobs)],
-                         env=env, timeout=4 * 3600, check=False)
+                         env={**env, "NINJA_STATUS": NINJA_STATUS}, timeout=4 * 3600, check=False,
+                         on_line=step.ninja_line)
     after = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
     new = [l.split("\t") for l in after[len(before):] if not l.startswith("#")] if len(after) >= len(before) \
         else [l.split("\t") for l in after if not l.startswith("#")]

@@ -7,12 +7,14 @@ folding when running under GitHub Actions (``::group::``).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import IO
+from typing import IO, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -69,7 +71,8 @@ class Logger:
             self._console.print(escape(line), style="red" if self._tty else None)
 
     @contextmanager
-    def step(self, title: str) -> Iterator[None]:
+    def step(self, title: str) -> Iterator[Status]:
+        """A titled step; the handle it yields shows progress within it (:meth:`Status.progress`)."""
         start = time.monotonic()
         if self._folding:
             print(f"::group::{title}", file=self._console.file, flush=True)
@@ -77,14 +80,56 @@ class Logger:
             self._out(f"==> {title}", "bold")
         try:
             if self._tty and not self.quiet:
-                with self._console.status(title, spinner="dots"):
-                    yield
+                with self._console.status(title, spinner="dots") as live:
+                    yield Status(self, title, start, live)
             else:
-                yield
+                yield Status(self, title, start, None)
         finally:
             if self._folding:
                 print("::endgroup::", file=self._console.file, flush=True)
             self.detail(f"    ({title}: {time.monotonic() - start:.1f}s)")
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class Status:
+    """Progress within a step: units done of a total, the current unit, elapsed time and an ETA. On a terminal the
+    step's spinner line shows it; elsewhere (a file, a pipe, a CI log, a Slurm job's output) a plain line
+    ``[n/N] unit (elapsed, ETA ...)`` at most every ``every`` seconds, and the last one; nothing with -q."""
+
+    every = 15.0
+
+    def __init__(self, log: Logger, title: str, start: float, live: Any) -> None:
+        self._log, self._title, self._start, self._live = log, title, start, live
+        self._last = start
+        self._lock = threading.Lock()
+
+    def progress(self, done: int, total: int, unit: str = "") -> None:
+        now = time.monotonic()
+        elapsed = now - self._start
+        eta = f", ETA {_clock(elapsed / done * (total - done))} at this run's pace" if 0 < done < total else ""
+        text = f"[{done}/{total}] {unit}".rstrip() + f" ({_clock(elapsed)}{eta})"
+        with self._lock:
+            if self._live is not None:
+                self._live.update(f"{self._title} {text}")
+            elif not self._log.quiet and (done >= total or now - self._last >= self.every):
+                self._last = now
+                self._log.info(text)
+
+    def ninja_line(self, line: str) -> None:
+        """Read one line of ninja's output (with ``NINJA_STATUS`` set to ``[%f/%t] ``) into :meth:`progress`."""
+        m = _NINJA_STATUS.match(line)
+        if m:
+            self.progress(int(m.group(1)), int(m.group(2)), m.group(3))
+
+
+_NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
+NINJA_STATUS = "[%f/%t] "
+"""What porter sets ``NINJA_STATUS`` to, so that :meth:`Status.ninja_line` can read ninja's progress."""
 
 
 def quiet_logger() -> Logger:

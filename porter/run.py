@@ -16,8 +16,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,7 +69,9 @@ class Runner:
 
     def run(self, argv: Sequence[str | os.PathLike[str]], *, env: Mapping[str, str] | None = None,
             cwd: str | os.PathLike[str] | None = None, timeout: float | None = None,
-            check: bool = True, hint: str | None = None, input: str | None = None) -> Result:
+            check: bool = True, hint: str | None = None, input: str | None = None,
+            on_line: Callable[[str], None] | None = None) -> Result:
+        """``on_line``: called with each line of output as it comes (from a reader thread), for progress."""
         args = [os.fspath(a) for a in argv]
         full_env = dict(env) if env is not None else make_env()
         if self.echo:
@@ -83,16 +86,24 @@ class Runner:
             raise ToolError(f"program not found: {args[0]}",
                             hint=hint or "install it or put it on PATH, or name it in the toolchain profile") from exc
 
+        reader = _LineReader(proc, on_line) if on_line is not None and input is None else None
         try:
-            out, _ = proc.communicate(input=input, timeout=timeout)
+            if reader is not None:
+                proc.wait(timeout=timeout)
+                out = reader.join()
+            else:
+                out, _ = proc.communicate(input=input, timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            out, _ = proc.communicate()
+            out = reader.join() if reader is not None else proc.communicate()[0]
             raise CommandFailed(args, -1, (out or "") + f"\n[porter] timed out after {timeout:.0f}s",
                                 hint=hint or "raise the timeout or look at why the command hangs")
         except KeyboardInterrupt:
             _kill_group(proc)
-            proc.communicate()
+            if reader is not None:
+                reader.join()
+            else:
+                proc.communicate()
             raise Interrupted(f"interrupted while running {args[0]}; the process group was stopped")
         if proc.returncode == 127 and (out or "").startswith(GUARD_NOT_FOUND):
             raise ToolError(f"program not found: {args[0]}",
@@ -102,6 +113,31 @@ class Runner:
             self.log.replay(result.output)
             raise CommandFailed(args, result.returncode, result.output, hint=hint)
         return result
+
+
+class _LineReader:
+    """Reads a command's output line by line in a thread, handing each line to ``on_line`` as it comes (a
+    callback that raises is not asked again) and keeping the whole output."""
+
+    def __init__(self, proc: subprocess.Popen[str], on_line: Callable[[str], None]) -> None:
+        self._lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc, on_line), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[str], on_line: Callable[[str], None] | None) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self._lines.append(line)
+            if on_line is not None:
+                try:
+                    on_line(line.rstrip("\n"))
+                except Exception:
+                    on_line = None
+        proc.stdout.close()
+
+    def join(self) -> str:
+        self._thread.join()
+        return "".join(self._lines)
 
 
 GUARD_NOT_FOUND = "porter-guard: not found: "
@@ -193,7 +229,8 @@ class RecordingRunner(Runner):
 
     def run(self, argv: Sequence[str | os.PathLike[str]], *, env: Mapping[str, str] | None = None,
             cwd: str | os.PathLike[str] | None = None, timeout: float | None = None,
-            check: bool = True, hint: str | None = None, input: str | None = None) -> Result:
+            check: bool = True, hint: str | None = None, input: str | None = None,
+            on_line: Callable[[str], None] | None = None) -> Result:
         args = [os.fspath(a) for a in argv]
         changes = env_changes(dict(env)) if env is not None else {}
         self.recorded.append((args, changes, os.fspath(cwd) if cwd else None))

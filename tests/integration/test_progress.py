@@ -1,0 +1,80 @@
+"""Issue 21: a long build shows where it is while it runs: ninja's units done of the total, the unit, the time so
+far and an ETA; as plain lines when porter's output is a file (a CI log, a Slurm job's output), on the spinner's
+line on a terminal."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration]
+
+
+def _argv(sdist: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "porter", "ops", "build", "--source", str(sdist), "-t", "cpu", "--ops", "cpu_lion",
+            "--no-cache", "-j", "1", "-o", str(out)]
+
+
+def test_progress_lines_reach_a_log_file_before_the_build_ends(deepspeed_sdist: Path, tmp_path: Path) -> None:
+    log = tmp_path / "build.log"
+    env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache")}
+    with log.open("w") as err:
+        proc = subprocess.Popen(_argv(deepspeed_sdist, tmp_path / "wh"), stdout=subprocess.DEVNULL, stderr=err,
+                                env=env)
+        try:
+            deadline = time.monotonic() + 900
+            while time.monotonic() < deadline and proc.poll() is None and "[1/3]" not in log.read_text():
+                time.sleep(0.2)
+            running = proc.poll() is None
+            seen = log.read_text()
+        finally:
+            proc.wait(timeout=900)
+    assert running, f"the build ended before any progress line reached its log:\n{seen[-2000:]}"
+    first = next(ln for ln in seen.splitlines() if ln.startswith("[1/3]"))
+    assert re.fullmatch(r"\[1/3\] COMPILE cpu_lion: \S+\.o \(\d+s, ETA \S+ at this run's pace\)", first), first
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    lines = [ln for ln in log.read_text().splitlines() if re.match(r"\[\d+/3\]", ln)]
+    assert lines[-1].startswith("[3/3] LINK cpu_lion") and "ETA" not in lines[-1]  # the last one always comes
+
+
+def test_progress_on_a_terminal_shows_units_and_an_eta_and_the_last_line_is_intact(deepspeed_sdist: Path,
+                                                                                    tmp_path: Path) -> None:
+    env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache"), "TERM": "xterm", "COLUMNS": "160"}
+    main, child = pty.openpty()
+    proc = subprocess.Popen(_argv(deepspeed_sdist, tmp_path / "wh"), stdin=child, stdout=child, stderr=child,
+                            env=env, close_fds=True)
+    os.close(child)
+    screen = b""
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the child closed its end
+                break
+            if not chunk:
+                break
+            screen += chunk
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=60)
+    os.close(main)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.decode(errors="replace"))
+    assert proc.returncode == 0, text[-3000:]
+    assert re.search(r"compiling 1 op\(s\) in one ninja graph with 1 job\(s\) \[[12]/3\] COMPILE cpu_lion", text), \
+        text[-3000:]
+    assert "ETA" in text
+    lines = [ln.rstrip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
+    # the results after the live line are whole lines: the wheel's, and the last one
+    assert any(re.fullmatch(r"wheel: \S+/deepspeed-0\.19\.8\+cpu\S+\.whl", ln) for ln in lines), lines[-12:]
+    assert re.fullmatch(r"  deepspeed_not_implemented +a placeholder in DeepSpeed's catalogue, not an op", lines[-1]), \
+        lines[-3:]
