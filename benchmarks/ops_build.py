@@ -1,14 +1,15 @@
 """porter ops build vs DeepSpeed's own AOT path, side by side in one run on this machine.
 
 Prints ratios (targets in brackets):
-  cold porter build / DeepSpeed's own `DS_BUILD_<OP>=1 pip wheel`   [<= 0.45]
-  the same with a shared precompiled torch header (--pch), with line-tables-only debug info
-  (--debug-info lines), and both: what each work reduction gives, side by side
+  cold porter build (defaults) / DeepSpeed's own `DS_BUILD_<OP>=1 pip wheel`   [<= 0.45]
+    with --repeat N: N pairs, each porter build beside a DeepSpeed build; the median and the spread
+  the same with DeepSpeed's own debug info (--debug-info full) and with a shared precompiled torch
+  header (--pch): what each choice costs or gives, side by side
   warm porter re-run / cold porter build                          [<= 0.05]
   fresh-process load of the prebuilt op / cold JIT load of it      [<= 0.01]
 
 Same sdist, same ops (the three CPU ops), same machine, same python/torch. Usage:
-  python benchmarks/ops_build.py [--version 0.19.8] [--keep DIR]
+  python benchmarks/ops_build.py [--version 0.19.8] [--repeat N] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -36,6 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", default="0.19.8")
     ap.add_argument("--keep", type=Path, help="work folder to keep (default: a temp folder)")
+    ap.add_argument("--repeat", type=int, default=1, help="pairs of cold builds (porter, DeepSpeed's own)")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="porter-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -49,28 +52,38 @@ def main() -> None:
     porter = [py, "-m", "porter", "-q", "ops", "build", "--source", str(sdist), "-t", "cpu", "--ops", ",".join(OPS),
               "-o", str(work / "wheelhouse")]
 
+    ds_tree = work / "ds-own"
+    with tarfile.open(sdist) as tf:
+        tf.extractall(ds_tree, filter="data")
+    tree = next(ds_tree.iterdir())
+    ds_env = {**os.environ, "DS_BUILD_OPS": "0", "DS_ACCELERATOR": "cpu", **{f"DS_BUILD_{o.upper()}": "1" for o in OPS}}
+
+    def own_build() -> float:
+        subprocess.run(["rm", "-rf", str(tree / "build"), str(work / "ds-out")], check=True)
+        return timed([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "ds-out"),
+                      "."], cwd=tree, env=ds_env)
+
     print(f"DeepSpeed {args.version}, ops {', '.join(OPS)}, {os.cpu_count()} cores", flush=True)
-    cold = timed(porter, env=env)
-    print(f"  porter cold build:             {cold:8.1f} s", flush=True)
+    pairs: list[tuple[float, float]] = []
+    for i in range(args.repeat):
+        subprocess.run(["rm", "-rf", env["PORTER_CACHE_DIR"], str(work / "wheelhouse")], check=True)
+        cold = timed(porter, env=env)
+        own = own_build()
+        pairs.append((cold, own))
+        print(f"  pair {i + 1}: porter cold build {cold:8.1f} s, DeepSpeed's own pip wheel {own:8.1f} s: "
+              f"{cold / own:.3f}", flush=True)
     warm = timed(porter, env=env)
     print(f"  porter warm re-run:            {warm:8.1f} s", flush=True)
     variants: dict[str, float] = {}
-    for name, extra in (("--pch", ["--pch"]), ("--debug-info lines", ["--debug-info", "lines"]),
-                        ("--pch --debug-info lines", ["--pch", "--debug-info", "lines"])):
+    for name, extra in (("--debug-info full", ["--debug-info", "full"]), ("--pch", ["--pch"])):
         tag = name.replace("--", "").replace(" ", "-")
         env_v = {**os.environ, "PORTER_CACHE_DIR": str(work / f"porter-cache-{tag}")}
         subprocess.run(["rm", "-rf", env_v["PORTER_CACHE_DIR"], str(work / f"wheelhouse-{tag}")], check=True)
         variants[name] = timed([*porter[:-1], str(work / f"wheelhouse-{tag}"), *extra], env=env_v)
         print(f"  porter cold build, {name + ':':<25} {variants[name]:8.1f} s", flush=True)
 
-    ds_tree = work / "ds-own"
-    with tarfile.open(sdist) as tf:
-        tf.extractall(ds_tree, filter="data")
-    tree = next(ds_tree.iterdir())
-    ds_env = {**os.environ, "DS_BUILD_OPS": "0", "DS_ACCELERATOR": "cpu", **{f"DS_BUILD_{o.upper()}": "1" for o in OPS}}
-    own = timed([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "ds-out"), "."],
-                cwd=tree, env=ds_env)
-    print(f"  DeepSpeed's own pip wheel:     {own:8.1f} s", flush=True)
+    ratios = sorted(c / o for c, o in pairs)
+    cold, own = statistics.median(c for c, _ in pairs), statistics.median(o for _, o in pairs)
 
     venv = work / "venv"
     if not (venv / "bin" / "python").exists():
@@ -95,7 +108,9 @@ def main() -> None:
         print(f"  load of cpu_adam ({mode:<8}):    {loads[mode]['seconds']:8.3f} s  ({loads[mode]['file']})", flush=True)
 
     print("ratios (one run, side by side):")
-    rows = [("cold porter / DeepSpeed's own", cold / own, 0.45),
+    print(f"  cold porter / DeepSpeed's own over {len(pairs)} pair(s): median {statistics.median(ratios):.3f}, "
+          f"spread {ratios[0]:.3f} .. {ratios[-1]:.3f}")
+    rows = [("cold porter / DeepSpeed's own", statistics.median(ratios), 0.45),
             *((f"cold {name} / DeepSpeed's own", t / own, 0.45) for name, t in variants.items()),
             ("warm re-run / cold", warm / cold, 0.05),
             ("prebuilt load / cold JIT load", loads["prebuilt"]["seconds"] / loads["jit"]["seconds"], 0.01)]

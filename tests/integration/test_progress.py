@@ -1,6 +1,7 @@
 """Issue 21: a long build shows where it is while it runs: ninja's units done of the total, the unit, the time so
 far and an ETA; as plain lines when porter's output is a file (a CI log, a Slurm job's output), on the spinner's
-line on a terminal."""
+line on a terminal. The two builds are the default (--debug-info lines) and --debug-info full: the same machine
+code, the default's wheel the smaller."""
 
 from __future__ import annotations
 
@@ -23,7 +24,27 @@ def _argv(sdist: Path, out: Path) -> list[str]:
             "--no-cache", "-j", "1", "-o", str(out)]
 
 
-def test_progress_lines_reach_a_log_file_before_the_build_ends(deepspeed_sdist: Path, tmp_path: Path) -> None:
+def _text_section(wheel: Path, where: Path) -> bytes:
+    """The machine code (.text) of the wheel's cpu_lion module."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as z:
+        name = next(n for n in z.namelist() if "cpu_lion_op" in n and n.endswith(".so"))
+        so = where / "module.so"
+        so.write_bytes(z.read(name))
+    out = where / "text.bin"
+    subprocess.run(["objcopy", "-O", "binary", "--only-section=.text", str(so), str(out)], check=True)
+    return out.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def default_wheel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The first test's wheel, kept for the second (a passing test's own tmp_path is removed)."""
+    return {"dir": tmp_path_factory.mktemp("default-wheel")}
+
+
+def test_progress_lines_reach_a_log_file_before_the_build_ends(deepspeed_sdist: Path, tmp_path: Path,
+                                                              default_wheel: dict[str, Path]) -> None:
     log = tmp_path / "build.log"
     env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache")}
     with log.open("w") as err:
@@ -43,14 +64,16 @@ def test_progress_lines_reach_a_log_file_before_the_build_ends(deepspeed_sdist: 
     assert proc.returncode == 0, log.read_text()[-3000:]
     lines = [ln for ln in log.read_text().splitlines() if re.match(r"\[\d+/3\]", ln)]
     assert lines[-1].startswith("[3/3] LINK cpu_lion") and "ETA" not in lines[-1]  # the last one always comes
+    default_wheel["lines"] = default_wheel["dir"] / "default.whl"
+    default_wheel["lines"].write_bytes(next((tmp_path / "wh").glob("*.whl")).read_bytes())
 
 
-def test_progress_on_a_terminal_shows_units_and_an_eta_and_the_last_line_is_intact(deepspeed_sdist: Path,
-                                                                                    tmp_path: Path) -> None:
+def test_progress_on_a_terminal_shows_units_and_an_eta_and_the_last_line_is_intact(
+        deepspeed_sdist: Path, tmp_path: Path, default_wheel: dict[str, Path]) -> None:
     env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache"), "TERM": "xterm", "COLUMNS": "160"}
     main, child = pty.openpty()
-    proc = subprocess.Popen(_argv(deepspeed_sdist, tmp_path / "wh"), stdin=child, stdout=child, stderr=child,
-                            env=env, close_fds=True)
+    proc = subprocess.Popen([*_argv(deepspeed_sdist, tmp_path / "wh"), "--debug-info", "full"], stdin=child,
+                            stdout=child, stderr=child, env=env, close_fds=True)
     os.close(child)
     screen = b""
     deadline = time.monotonic() + 900
@@ -78,3 +101,11 @@ def test_progress_on_a_terminal_shows_units_and_an_eta_and_the_last_line_is_inta
     assert any(re.fullmatch(r"wheel: \S+/deepspeed-0\.19\.8\+cpu\S+\.whl", ln) for ln in lines), lines[-12:]
     assert re.fullmatch(r"  deepspeed_not_implemented +a placeholder in DeepSpeed's catalogue, not an op", lines[-1]), \
         lines[-3:]
+    # --debug-info full (DeepSpeed's own -g) against the default (-g1): the same machine code, a larger wheel
+    full = next((tmp_path / "wh").glob("*.whl"))
+    if "lines" not in default_wheel:
+        pytest.skip("the default build of the test before did not run")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert _text_section(full, tmp_path / "a") == _text_section(default_wheel["lines"], tmp_path / "b")
+    assert default_wheel["lines"].stat().st_size < full.stat().st_size / 2
