@@ -204,3 +204,41 @@ def test_real_deepspeed_cpu_op_wheel_from_the_ops_engine(tmp_path: Path, deepspe
     [comp] = json.loads(res.stdout)["components"]
     assert comp["installed_ops"]["cpu_adam"] is True and comp["loader"] == {"cpu_adam": None}
     assert [m["import"] for m in comp["modules"]] == ["ok"]
+
+
+def test_install_killed_while_pip_runs_leaves_no_pip_and_the_rerun_is_whole(tmp_path: Path, wheelhouse: Path) -> None:
+    """Issue 22: porter killed (SIGKILL) while the target's pip installs: pip stops with it (nothing porter
+    started runs on), the install lock goes with porter, porter's install record was never written, and the next
+    install leaves a whole install that verifies."""
+    import signal
+    import time
+
+    py = make_venv(tmp_path / "venv")
+    proc = subprocess.Popen([sys.executable, "-m", "porter", "install", str(wheelhouse), "--python", str(py)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def pip_running() -> str:
+        return subprocess.run(["pgrep", "-a", "-f", f"{py} -m pip install"], capture_output=True,
+                              text=True).stdout.strip()
+
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not pip_running():
+            time.sleep(0.02)
+        assert pip_running(), f"pip never ran (porter exit {proc.poll()})"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and pip_running():
+        time.sleep(0.2)
+    assert not pip_running(), "pip outlived porter"
+    assert not list((py.parent.parent / "share" / "porter" / "installed").glob("*.json"))  # no record, no claim
+    res = porter("install", str(wheelhouse), "--python", str(py), "--json")
+    assert res.returncode == 0, res.stderr
+    assert "waiting for" not in res.stderr
+    assert record_intact(py, "deepspeed") == []
+    assert porter("verify", "--python", str(py)).returncode == 0

@@ -81,3 +81,27 @@ def test_port_refuses_cpu_profile_and_non_megatron_tree(tmp_path: Path, porter_c
     other = subprocess.run([*porter_cli, "port", "megatron-deepspeed", str(FIXTURES / "deepspeed"),
                             "--toolchain", "frontier"], capture_output=True, text=True, timeout=120)
     assert other.returncode == 2 and "not a Megatron-DeepSpeed tree" in other.stderr
+
+
+def test_port_killed_before_it_publishes_leaves_no_tree_and_the_rerun_ports(tmp_path: Path,
+                                                                           porter_cli: list[str]) -> None:
+    """Issue 22: a port killed (SIGKILL) with its copy complete but not yet renamed into place: no ported tree
+    appears (half a port is never taken for a port), and the next run ports and removes the killed one's copy."""
+    import os
+    import signal
+
+    tree = tmp_path / "Megatron-DeepSpeed"
+    shutil.copytree(FIXTURES / "megatron-deepspeed", tree)
+    out = tmp_path / "ported"
+    argv = [*porter_cli, "port", "megatron-deepspeed", str(tree), "--toolchain", "frontier", "--dest", str(out),
+            "--no-kernels"]
+    killed = subprocess.run(argv, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PORTER_KILL_AT": "port"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not out.exists()
+    assert [p for p in tmp_path.iterdir() if p.name.startswith(".ported.")]  # the killed run's copy, under its pid
+    env = {k: v for k, v in os.environ.items() if k != "PORTER_KILL_AT"}
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (out / "megatron" / "fused_kernels" / "scaled_softmax_cuda.cu").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ported.")]

@@ -28,8 +28,9 @@ from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, m
 from porter.artifacts.wheelfile import Payload, WheelSpec, write_wheel
 from porter.components.megatron import (DIST, HELPERS_MODULE, HELPERS_SOURCE, KERNEL_DIR, PACKAGE_INFO,
                                         PATCH_PROJECT, is_tree, kernels)
-from porter.errors import CheckFailed, ConfigError, PorterError
+from porter import faults
 from porter import torch_hip_view as hip_view
+from porter.errors import CheckFailed, ConfigError, PorterError
 from porter.executor import HOST, Executor, build_python
 from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir, owned_temp, owned_temp_dir
 from porter.log import Logger, quiet_logger
@@ -203,6 +204,7 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         atomic_write_json(work / PORT_RECORD, {"source": str(src), "porter_version": __version__})
         result = _port_into(work, src, dest, tc, psets, skipped, torch_info, wheelhouse, jobs, target_version, log,
                             runner, compile_only=compile_only, python=python, py_ex=py_ex)
+        faults.reached("port")
         if dest.exists():  # a re-run: the earlier port is replaced in one step
             old = staging / "old"
             os.replace(dest, old)
