@@ -5,7 +5,7 @@ releases need no porter change, and prints one JSON document after a marker line
 wavefront come from porter (argv), never from rocminfo: for ROCm, the builders' class-level caches
 are filled with the profile's values before any builder method runs.
 
-argv: TREE KIND [ROCM_MAJOR.MINOR ARCHS WAVEFRONT ROCM_HOME]
+argv: TREE KIND [ROCM_MAJOR.MINOR ARCHS WAVEFRONT]; ROCM_HOME in the environment
 """
 
 from __future__ import annotations
@@ -48,6 +48,11 @@ def main() -> None:
             OpBuilder._rocm_version = (int(major), int(minor))
             OpBuilder._rocm_gpu_arch = sys.argv[4]
             OpBuilder._rocm_wavefront_size = sys.argv[5]
+            # the builders join torch's ROCM_HOME with 'lib' (TorchCPUOpBuilder: cpu_adam and its kin on ROCm); a
+            # CPU torch leaves it None, and those ops would look unbuildable here when they are not on a node
+            import torch.utils.cpp_extension as cpp_ext
+            if getattr(cpp_ext, "ROCM_HOME", None) is None and os.environ.get("ROCM_HOME"):
+                cpp_ext.ROCM_HOME = os.environ["ROCM_HOME"]
         try:
             from op_builder.all_ops import ALL_OPS, accelerator_name
         except Exception:

@@ -135,3 +135,14 @@ def test_a_missing_chroot_names_its_make_target(tmp_path: Path, deepspeed_sdist:
     res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "-t", "debian-rocm7", "--ops", "fused_adam",
                      "--compile-only", env={"PORTER_ROCM7_ROOT": str(tmp_path / "no-chroot")})
     assert res.returncode == 1 and "does not exist" in res.stderr and "make chroot-rocm7" in res.stderr
+
+
+def test_cpu_ops_of_a_gpu_build_are_buildable_though_the_build_torch_is_cpu(rocm7: Path) -> None:
+    """Issue 18, seen on DeepSpeed 0.16.9-0.18.9 compile-only rows: cpu_adam, cpu_adagrad, cpu_lion and dc were
+    listed as excluded ("its builder raised when porter asked it"): on a GPU build their flags name ROCm's lib
+    folder through torch's ROCM_HOME, which the CPU torch here leaves None. The probe gives it the toolchain's."""
+    res = run_porter("ops", "list", "--source", str(FIXTURES / "ds-rocm-units"), "-t", "debian-rocm7", "--json",
+                     env={"PORTER_ROCM7_ROOT": str(rocm7)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    ops = {o["name"]: o for o in json.loads(res.stdout)["ops"]}
+    assert ops["host_adam"]["compatible"] and not ops["host_adam"]["reason"], ops["host_adam"]
