@@ -182,7 +182,7 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             plan.notes.append(f"torch {cat.torch.version} is a {cat.torch.kind} build: its headers are seen through "
                               f"a generated HIP view ({view[0]}); objects are compiled, never linked")
         per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]
-        n_jobs = jobs or default_jobs(per_job)
+        n_jobs = jobs or default_jobs(per_job, spare=1)  # one spare: no core idles while the last units compile
         result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, compile_only=compile_only, ccache=ccache,
                              hip_view=str(view[0]) if view else "", source_patches=source_patches)
         if source_patches:

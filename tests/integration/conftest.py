@@ -6,15 +6,34 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 from tests.conftest import require
 from tests.slurm_cluster import ClusterUnavailable, SlurmCluster, one_node_slurm
 
+T = TypeVar("T")
+
 CPU_OPS = ("cpu_adam", "cpu_adagrad", "cpu_lion")
+
+
+def wait_for(predicate: Callable[[], T], seconds: float, every: float = 0.2) -> T:
+    """Ask ``predicate`` until it answers something true or ``seconds`` pass; its last answer."""
+    deadline = time.monotonic() + seconds
+    while not (answer := predicate()) and time.monotonic() < deadline:
+        time.sleep(every)
+    return answer
+
+
+def sigkill(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL ``proc`` (as an out-of-memory kill or a 'kill -9' would) unless it has ended, and reap it."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=30)
 
 
 def run_porter(*args: str, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess[str]:

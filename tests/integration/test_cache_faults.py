@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from porter.fs import sha256_bytes
-from tests.integration.conftest import CPU_OPS, run_porter
+from tests.integration.conftest import CPU_OPS, run_porter, sigkill, wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -129,7 +129,6 @@ def test_a_build_killed_at_each_stage_reruns_to_the_same_wheel(deepspeed_sdist: 
     import signal
     import subprocess
     import sys
-    import time
 
     cxx = tmp_path / "bin" / "slow-g++"
     cxx.parent.mkdir()
@@ -159,20 +158,11 @@ def test_a_build_killed_at_each_stage_reruns_to_the_same_wheel(deepspeed_sdist: 
         proc = subprocess.Popen([*argv, "-o", str(wheelhouse)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env={**env, "SLOW_AT": step})
         try:
-            deadline = time.monotonic() + 900
-            while time.monotonic() < deadline and not list(marks.glob(f"{step}.*")) and proc.poll() is None:
-                time.sleep(0.1)
-            assert list(marks.glob(f"{step}.*")), f"no {step} started (porter exit {proc.poll()})"
-            proc.kill()
-            proc.wait(timeout=30)
+            assert wait_for(lambda: list(marks.glob(f"{step}.*")) or proc.poll() is not None, 900, 0.1) \
+                and list(marks.glob(f"{step}.*")), f"no {step} started (porter exit {proc.poll()})"
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and _left(str(cxx)):
-            time.sleep(0.2)
-        assert not _left(str(cxx)), f"outlived porter after a kill during {step}: {_left(str(cxx))}"
+            sigkill(proc)
+        assert wait_for(lambda: not _left(str(cxx)), 30), f"outlived porter after a kill during {step}: {_left(str(cxx))}"
 
     killed_inside("unpack")
     sources = cache / "sources"

@@ -210,8 +210,7 @@ def test_install_killed_while_pip_runs_leaves_no_pip_and_the_rerun_is_whole(tmp_
     """Issue 22: porter killed (SIGKILL) while the target's pip installs: pip stops with it (nothing porter
     started runs on), the install lock goes with porter, porter's install record was never written, and the next
     install leaves a whole install that verifies."""
-    import signal
-    import time
+    from tests.integration.conftest import sigkill, wait_for
 
     py = make_venv(tmp_path / "venv")
     proc = subprocess.Popen([sys.executable, "-m", "porter", "install", str(wheelhouse), "--python", str(py)],
@@ -222,20 +221,11 @@ def test_install_killed_while_pip_runs_leaves_no_pip_and_the_rerun_is_whole(tmp_
                               text=True).stdout.strip()
 
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None and not pip_running():
-            time.sleep(0.02)
-        assert pip_running(), f"pip never ran (porter exit {proc.poll()})"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        assert wait_for(lambda: pip_running() or proc.poll() is not None, 120, 0.02) and pip_running(), \
+            f"pip never ran (porter exit {proc.poll()})"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and pip_running():
-        time.sleep(0.2)
-    assert not pip_running(), "pip outlived porter"
+        sigkill(proc)
+    assert wait_for(lambda: not pip_running(), 20), "pip outlived porter"
     assert not list((py.parent.parent / "share" / "porter" / "installed").glob("*.json"))  # no record, no claim
     res = porter("install", str(wheelhouse), "--python", str(py), "--json")
     assert res.returncode == 0, res.stderr

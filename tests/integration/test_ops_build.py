@@ -16,7 +16,7 @@ from porter.artifacts.manifest import read_manifest
 
 from porter.fs import sha256_file
 from tests.conftest import fetch_sdist, require
-from tests.integration.conftest import CPU_OPS, run_porter
+from tests.integration.conftest import CPU_OPS, run_porter, sigkill, wait_for
 
 ADAM_CHECK = r"""
 import os, shutil, sys, torch
@@ -131,10 +131,7 @@ def test_ctrl_c_stops_ninja_and_leaves_no_wheel(deepspeed_sdist: Path, tmp_path:
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PORTER_CACHE_DIR": str(cache)},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not list(cache.glob("ops/*/build.ninja")):
-            time.sleep(0.2)
-        assert list(cache.glob("ops/*/build.ninja")), "ninja never started"
+        assert wait_for(lambda: list(cache.glob("ops/*/build.ninja")), 120), "ninja never started"
         time.sleep(2)  # the compiler is running now
         if sigint == signal.SIG_IGN:
             proc.send_signal(signal.SIGINT)
@@ -163,24 +160,11 @@ def test_kill_9_of_porter_leaves_no_compiler_and_the_rerun_builds(deepspeed_sdis
     env = {**os.environ, "PORTER_CACHE_DIR": str(cache)}
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not list(cache.glob("ops/*/build.ninja")):
-            time.sleep(0.2)
-        assert list(cache.glob("ops/*/build.ninja")), "ninja never started"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not _compilers(cache):
-            time.sleep(0.2)
-        assert _compilers(cache), "no compiler started"
-        proc.kill()
-        proc.wait(timeout=30)
+        assert wait_for(lambda: list(cache.glob("ops/*/build.ninja")), 120), "ninja never started"
+        assert wait_for(lambda: _compilers(cache), 60), "no compiler started"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and _compilers(cache):
-        time.sleep(0.2)
-    assert not _compilers(cache), f"processes outlived porter: {_compilers(cache)}"
+        sigkill(proc)
+    assert wait_for(lambda: not _compilers(cache), 20), f"processes outlived porter: {_compilers(cache)}"
     assert not list(wh.glob("*.whl"))
     res = subprocess.run(argv + ["--json"], capture_output=True, text=True, env=env, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]

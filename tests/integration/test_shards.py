@@ -78,10 +78,10 @@ def test_a_shard_killed_mid_compile_resumes_where_it_stopped(deepspeed_sdist: Pa
     """Issue 22: a shard task killed (a time limit, preemption) and run again (Slurm's requeue runs the same
     script): the object it had finished is kept, only the rest is compiled, and the link after it succeeds."""
     import os
-    import signal
     import subprocess
     import sys
-    import time
+
+    from tests.integration.conftest import sigkill, wait_for
 
     env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache")}
     base = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops",
@@ -94,17 +94,10 @@ def test_a_shard_killed_mid_compile_resumes_where_it_stopped(deepspeed_sdist: Pa
             paths = [ln.split("\t")[3] for ln in lines if len(ln.split("\t")) > 3]
             return [logs[0].parent.parent / p for p in paths if p.endswith(".o")]
 
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not finished():
-            time.sleep(0.1)
-        first = finished()
+        first = wait_for(finished, 600, 0.1)
         assert len(first) == 1, f"expected one finished object before the kill, found {first}"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+        sigkill(proc)
     kept = first[0].stat().st_mtime_ns
     again = subprocess.run([*base, "--shard", "0/1"], capture_output=True, text=True, env=env, timeout=1200)
     assert again.returncode == 0, again.stderr[-3000:]

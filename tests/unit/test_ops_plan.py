@@ -140,6 +140,8 @@ def test_jobs_fit_memory() -> None:
     gib = 1 << 30
     assert default_jobs(3 * gib, cores=16, free_bytes=10 * gib) == 3
     assert default_jobs(gib, cores=2, free_bytes=64 * gib) == 2
+    assert default_jobs(gib, cores=2, free_bytes=64 * gib, spare=1) == 3  # the engine's: no core idles at the end
+    assert default_jobs(gib, cores=2, free_bytes=int(2.5 * gib), spare=1) == 1  # memory still bounds it
     assert default_jobs(8 * gib, cores=8, free_bytes=2 * gib) == 1
 
 

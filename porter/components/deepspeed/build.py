@@ -7,6 +7,7 @@ import os
 import sys
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,12 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                                                     what=f"building DeepSpeed ops for {tc.name}")
         build_dir = cache / "ops" / f"{source.project}-{source.version}-{tc.name}-" \
             f"{_key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag, compile_only)}"
+        base: Future[Path] | None = None
+        if not (dry_run or shard is not None or compile_only or refused is not None):
+            # DeepSpeed's own pure-Python wheel (one pip process) is built while ninja compiles: the compile's
+            # last round leaves cores idle, and the wheel is ready when packaging needs it
+            pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="base-wheel"))
+            base = pool.submit(base_wheel_of, cat, cache, python=python, runner=runner, executor=py_ex)
         result = compile_catalogue(cat, tc, selected, build_dir, python=python, py_ex=py_ex, runner=runner, log=log,
                                    cache=cache, how=how, compiler_version=compiler_version, dry_run=dry_run,
                                    refused=refused, source_patches=patched.applied)
@@ -111,6 +118,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         with log.step("packaging the wheel"):
             result.wheel, result.manifest = package(cat, tc, selected, result.ops, wheelhouse, python=python,
                                                     runner=runner, cache=cache, executor=py_ex,
+                                                    base=base.result() if base is not None else None,
                                                     build={"cache": {**ccache.to_dict(), **result.cache_stats}
                                                            if ccache else None, "debug_info": how.debug, "pch": how.pch})
     if with_deps:
@@ -142,14 +150,20 @@ def download_dependencies(wheel: Path, wheelhouse: Path, *, python: str, runner:
     return wanted
 
 
-def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list[OpResult], wheelhouse: Path,
-            *, python: str, runner: Runner, cache: Path, executor: Executor,
-            build: dict[str, Any] | None = None) -> tuple[Path, Path]:
+def base_wheel_of(cat: Catalogue, cache: Path, *, python: str, runner: Runner, executor: Executor) -> Path:
+    """DeepSpeed's own pure-Python wheel of the catalogue's source (a cache entry)."""
     src = cat.source
-    base = base_wheel(src.tree, cache / "base" / f"{src.project}-{src.version}-"
+    return base_wheel(src.tree, cache / "base" / f"{src.project}-{src.version}-"
                       f"{_key(str(src.tree), cat.accelerator, cat.torch.version)}",
                       python=python, accelerator=cat.accelerator, runner=Runner(runner.log, echo=runner.echo),
                       executor=executor)
+
+
+def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list[OpResult], wheelhouse: Path,
+            *, python: str, runner: Runner, cache: Path, executor: Executor, base: Path | None = None,
+            build: dict[str, Any] | None = None) -> tuple[Path, Path]:
+    src = cat.source
+    base = base or base_wheel_of(cat, cache, python=python, runner=runner, executor=executor)
     _dist, base_version = dist_version(base)
     version = with_label(base_version, labels.make(tc))
     tag = cat.torch.wheel_tag
