@@ -7,11 +7,13 @@ temporary sibling, published once by rename under a lock, and checked by their m
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 import sys
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -61,9 +63,17 @@ def _identify(project: Project, tree: Path, origin: str) -> Source:
                       hint=source_hint(project))
 
 
-def _unpack(sdist: Path, dest_root: Path, digest: str) -> Path:
+MARK = ".porter-unpacked"
+
+
+def _listing(top: Path) -> dict[str, int]:
+    return {str(p.relative_to(top)): p.stat().st_size for p in sorted(top.rglob("*"))
+            if p.is_file() and not p.is_symlink() and p.name != MARK}
+
+
+def _unpack(sdist: Path, dest_root: Path, digest: str, say: Callable[[str], None] | None = None) -> Path:
     dest = dest_root / f"{sdist.name.removesuffix('.tar.gz')}-{digest[:12]}"
-    if _unpacked(dest, digest):
+    if _unpacked(dest, digest, say):
         return dest
     dest_root.mkdir(parents=True, exist_ok=True)
     with hold(dest, f"unpacking {sdist.name}"):  # one process unpacks; the others wait and reuse its tree
@@ -81,8 +91,9 @@ def _unpack(sdist: Path, dest_root: Path, digest: str) -> Path:
             faults.reached("unpack")
             tops = [p for p in tmp.iterdir()]
             top = tops[0] if len(tops) == 1 and tops[0].is_dir() else tmp
-            (top / ".porter-unpacked").write_text(digest + "\n")  # written last: its presence means complete
-            if dest.exists():  # an unpack that did not finish (killed before its marker): set aside, then removed
+            # written last: its presence means complete; what it lists is checked whenever the tree is reused
+            (top / MARK).write_text(json.dumps({"sha256": digest, "files": _listing(top)}) + "\n")
+            if dest.exists():  # an unpack that did not finish, or one found damaged: set aside, then removed
                 os.replace(dest, tmp / "stale")
             os.replace(top, dest)
         finally:
@@ -90,12 +101,29 @@ def _unpack(sdist: Path, dest_root: Path, digest: str) -> Path:
     return dest
 
 
-def _unpacked(dest: Path, digest: str) -> bool:
-    """A complete unpack of the sdist with this sha256 (its marker names it)."""
+def _unpacked(dest: Path, digest: str, say: Callable[[str], None] | None = None) -> bool:
+    """A complete unpack of the sdist with this sha256 whose files are all there, with the sizes its marker
+    recorded (a file deleted or truncated since: not complete, and ``say`` is told)."""
     try:
-        return (dest / ".porter-unpacked").read_text().strip() == digest
+        text = (dest / MARK).read_text()
     except OSError:
         return False
+    if text.strip() == digest:
+        return True  # a marker from before the listing: the digest alone
+    try:
+        doc = json.loads(text)
+        want = dict(doc["files"]) if doc.get("sha256") == digest else None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        want = None
+    if want is None:
+        if say is not None:
+            say(f"the unpacked source {dest} has an unreadable record ({MARK}): unpacked again")
+        return False
+    damaged = [rel for rel, size in want.items() if not (dest / rel).is_file() or (dest / rel).stat().st_size != size]
+    if damaged and say is not None:
+        say(f"the unpacked source {dest} lost or changed {len(damaged)} file(s) since it was unpacked "
+            f"({', '.join(sorted(damaged)[:3])}{' ...' if len(damaged) > 3 else ''}): unpacked again")
+    return not damaged
 
 
 def _requirement(name: str | None, spec: str) -> tuple[str, str] | None:
@@ -143,7 +171,8 @@ def fetch_tree(spec: str, *, cache: Path, runner: Runner, hint: str, name: str |
         return path.resolve(), ({"git_commit": commit} if commit else {})
     if path.is_file() and spec.endswith((".tar.gz", ".tgz")):
         digest = sha256_file(path)
-        return _unpack(path, cache / "sources", digest), {"sdist": path.name, "sdist_sha256": digest}
+        return (_unpack(path, cache / "sources", digest, runner.log.warn),
+                {"sdist": path.name, "sdist_sha256": digest})
     req = _requirement(name, spec)
     if req:
         dl = cache / "sdists" / "-".join(req)

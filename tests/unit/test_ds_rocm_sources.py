@@ -154,3 +154,37 @@ def test_one_resolver_for_every_project_a_folder_an_sdist_and_a_requirement(tmp_
     with pytest.raises(ConfigError, match="source not found") as err:
         fetch_tree(str(tmp_path / "nope"), cache=tmp_path / "cache", runner=Runner(), hint="the hint")
     assert err.value.hint == "the hint"
+
+
+def test_an_unpacked_source_that_lost_a_file_is_unpacked_again_with_a_note(tmp_path: Path) -> None:
+    """Issue 22: a cache entry whose files no longer match its record (a file deleted or truncated since, by a
+    crash, a full disk, a clean-up) is not reused as it is: it is unpacked again, and the build says so."""
+    import io
+    import tarfile
+
+    from ops_prebuild.source import fetch_tree
+    from porter.log import Logger
+    from porter.run import Runner
+
+    sdist = tmp_path / "deepspeed-0.1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tf:
+        for name, data in (("setup.py", b"# setup\n"), ("csrc/a.cpp", b"int a;\n" * 100)):
+            info = tarfile.TarInfo(f"deepspeed-0.1.0/{name}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    said = io.StringIO()
+    runner = Runner(Logger(stream=said, color=False))
+    tree, _ = fetch_tree(str(sdist), cache=tmp_path / "cache", runner=runner, hint="h")
+    (tree / "csrc" / "a.cpp").unlink()
+    again, _ = fetch_tree(str(sdist), cache=tmp_path / "cache", runner=runner, hint="h")
+    assert again == tree and (tree / "csrc" / "a.cpp").read_bytes() == b"int a;\n" * 100
+    assert "lost or changed 1 file(s)" in said.getvalue() and "csrc/a.cpp" in said.getvalue()
+    (tree / "setup.py").write_bytes(b"#")  # truncated
+    fetch_tree(str(sdist), cache=tmp_path / "cache", runner=runner, hint="h")
+    assert (tree / "setup.py").read_bytes() == b"# setup\n"
+    (tree / ".porter-unpacked").write_text("{garbled")
+    fetch_tree(str(sdist), cache=tmp_path / "cache", runner=runner, hint="h")
+    assert "unreadable record" in said.getvalue() and (tree / "csrc" / "a.cpp").is_file()
+    quiet = io.StringIO()
+    fetch_tree(str(sdist), cache=tmp_path / "cache", runner=Runner(Logger(stream=quiet, color=False)), hint="h")
+    assert quiet.getvalue() == ""  # whole again: reused without a word
