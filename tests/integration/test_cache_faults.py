@@ -181,3 +181,33 @@ def test_a_build_killed_at_each_stage_reruns_to_the_same_wheel(deepspeed_sdist: 
     wheels = list(wheelhouse.glob("*.whl"))
     assert len(wheels) == 1 and wheels[0].read_bytes() == reference
     assert not [p for p in wheelhouse.iterdir() if p.name.startswith(".")]  # the killed write's temp is gone
+
+
+def test_four_different_builds_at_once_on_one_cache(deepspeed_sdist: Path, tmp_path: Path) -> None:
+    """Issue 22: builds that share some work and not the rest, at once on one cache: two of the same request, one
+    of another op from the same source, one of the same op from another release. All succeed, the identical
+    requests give byte-identical wheels, each source is unpacked once."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import fetch_sdist
+
+    older = fetch_sdist("deepspeed", "0.16.4")
+    cache = tmp_path / "cache"
+    env = {**os.environ, "PORTER_CACHE_DIR": str(cache)}
+    requests = [(deepspeed_sdist, "cpu_adam"), (deepspeed_sdist, "cpu_lion"), (deepspeed_sdist, "cpu_adam"),
+                (older, "cpu_adam")]
+    procs = [subprocess.Popen([sys.executable, "-m", "porter", "ops", "build", "--source", str(sdist), "-t", "cpu",
+                               "--ops", op, "-o", str(tmp_path / f"wh{i}"), "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i, (sdist, op) in enumerate(requests)]
+    outs = [p.communicate(timeout=1800) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [err[-2000:] for _, err in outs]
+    docs = [json.loads(out) for out, _ in outs]
+    assert [[o["name"] for o in d["ops"]] for d in docs] == [["cpu_adam"], ["cpu_lion"], ["cpu_adam"], ["cpu_adam"]]
+    wheels = [next((tmp_path / f"wh{i}").glob("*.whl")) for i in range(4)]
+    assert wheels[0].read_bytes() == wheels[2].read_bytes()
+    assert wheels[3].name.startswith("deepspeed-0.16.4+cpu") and wheels[1].name == wheels[0].name
+    assert sorted(p.name.rsplit("-", 1)[0] for p in (cache / "sources").iterdir()
+                  if p.is_dir() and not p.name.startswith(".")) == ["deepspeed-0.16.4", "deepspeed-0.19.8"]
