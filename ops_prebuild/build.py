@@ -215,6 +215,8 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             stats = build_dir / f"ccache-stats.{tag}.log"
             if ccache is not None:
                 plan.env["CCACHE_STATSLOG"] = ex.inside(stats)
+            # its own objects only: the other shards' may be half-written by their compilers right now
+            _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in part if s.kind == "compile"]))
             lock.release()  # each shard has its own ninja file, ninja log and stats: they compile at once
             if on_shard_setup is not None:
                 on_shard_setup()
@@ -222,7 +224,8 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             # (a resubmission, another user's job) waits, then finds its objects built
             stack.enter_context(hold(build_dir.parent / f"{build_dir.name}.{tag}",
                                      f"compiling shard {shard[0]} of {shard[1]}", say=log.info))
-        elif link_only:
+        elif link_only:  # a damaged object is a missing one: the shard that compiled it runs again
+            _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in plan.steps]), again=False)
             missing = [s for s in plan.steps if s.kind == "compile" and not Path(s.output).is_file()]
             if missing:
                 compiles = [s.output for s in plan.steps if s.kind == "compile"]
@@ -232,18 +235,18 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
                                        + ("--report-only" if compile_only else "--link-only"))
             part, ninja_file = plan.links(), "build.link.ninja"
             atomic_write_text(build_dir / ninja_file, plan.ninja(part, builddir=".ninja-link"))
+        else:
+            _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in plan.steps]))
         stats.unlink(missing_ok=True)
         targets = [s.output for s in part if s.kind == "compile"] if part is not None and shard is not None \
             else None
-        discarded = check_outputs(build_dir, [s.output for s in plan.steps])
-        if discarded:
-            log.warn(f"{len(discarded)} built file(s) in {build_dir} no longer match what porter recorded when it "
-                     f"built them (truncated or changed since: a crash, a full disk, another tool): discarded and "
-                     f"built again: {', '.join(discarded[:3])}{' ...' if len(discarded) > 3 else ''}")
         result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env), targets=targets,
                                ninja_file=ninja_file, log_name=log_name)
-        if shard is None:  # the shards of one build compile at once: the set-up of the next run checks theirs
+        if shard is None:
             record_outputs(build_dir, [s.output for s in plan.steps])
+        else:  # the shards of one build compile at once: each adds its own objects to the record, in turn
+            with hold(build_dir, f"recording shard {shard[0]} of {shard[1]}'s objects", say=log.info):
+                record_outputs(build_dir, targets or [], merge=True)
         if shard is not None:
             result.shard = {"index": shard[0], "count": shard[1], "objects": targets or []}
             if ccache is not None:
@@ -262,23 +265,40 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
         return result
 
 
+def _say_discarded(log: Logger, build_dir: Path, discarded: list[str], *, again: bool = True) -> None:
+    if discarded:
+        log.warn(f"{len(discarded)} built file(s) in {build_dir} no longer match what porter recorded when it "
+                 f"built them (truncated or changed since: a crash, a full disk, another tool): discarded"
+                 f"{' and built again' if again else ''}: {', '.join(discarded[:3])}"
+                 f"{' ...' if len(discarded) > 3 else ''}")
+
+
 OUTPUTS_RECORD = "porter-outputs.json"
 """In a build folder: each file porter built there (objects, modules) with its size and sha256, written after a
 run; the next run discards what no longer matches (ninja would take a truncated object with a new time as up to
 date) and builds it again."""
 
 
-def record_outputs(build_dir: Path, outputs: list[str]) -> None:
+def record_outputs(build_dir: Path, outputs: list[str], *, merge: bool = False) -> None:
+    """Record ``outputs`` (those there are); ``merge`` keeps the record's other entries (a shard's objects)."""
     rec: dict[str, dict[str, Any]] = {}
+    if merge:
+        try:
+            old = json.loads((build_dir / OUTPUTS_RECORD).read_text())
+            rec = old if isinstance(old, dict) else {}
+        except (OSError, ValueError):
+            rec = {}
     for out in outputs:
         path = Path(out)
         if path.is_file():
             rec[os.path.relpath(path, build_dir)] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+        else:
+            rec.pop(os.path.relpath(path, build_dir), None)
     atomic_write_text(build_dir / OUTPUTS_RECORD, json.dumps(rec, indent=1, sort_keys=True) + "\n")
 
 
 def check_outputs(build_dir: Path, outputs: list[str]) -> list[str]:
-    """Remove the recorded outputs whose size or sha256 changed since they were recorded; return them (relative
+    """Remove those of ``outputs`` whose size or sha256 changed since they were recorded; return them (relative
     paths). A garbled record cannot vouch for anything: it is removed with every output of ``outputs`` there is."""
     path = build_dir / OUTPUTS_RECORD
     try:
@@ -295,7 +315,10 @@ def check_outputs(build_dir: Path, outputs: list[str]) -> list[str]:
         path.unlink(missing_ok=True)
         return [f"{OUTPUTS_RECORD} (unreadable)", *gone]
     bad: list[str] = []
+    mine = {os.path.relpath(o, build_dir) for o in outputs}
     for rel, want in sorted(rec.items()):
+        if rel not in mine:
+            continue
         out = build_dir / rel
         try:
             if out.stat().st_size == want["size"] and sha256_file(out) == want["sha256"]:

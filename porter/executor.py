@@ -17,13 +17,16 @@ run through one executor: the toolchain's (:func:`for_toolchain`), or :data:`HOS
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import secrets
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from porter.errors import ConfigError, ToolError
+from porter.fs import atomic_write_json, owned_temp_dir
 
 Kind = Literal["host", "chroot", "container", "prefix"]
 CONTAINER_RUNTIMES = ("apptainer", "singularity")
@@ -171,11 +174,51 @@ class Executor:
 HOST = Executor()
 
 
+CACHE_ID = "porter-cache-id"
+"""In a host cache: a random id written when the cache is first used with a chroot. The chroot's copy is named by
+it, so a cache removed and made again at the same path (a CI run's temp folder) starts empty in the chroot too."""
+CACHE_OWNER = "host-cache.json"
+"""In a chroot's copy of a host cache: which host cache (path and id) it belongs to."""
+
+
+def _cache_id(cache: Path) -> str:
+    """The host cache's id (written once, first writer wins); a path hash where the cache cannot be written."""
+    path = cache / CACHE_ID
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return hashlib.sha256(str(cache).encode()).hexdigest()[:12]
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return path.read_text().strip()
+    except OSError:
+        return hashlib.sha256(str(cache).encode()).hexdigest()[:12]
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(6) + "\n")
+    return path.read_text().strip()
+
+
+def _orphaned(copy: Path) -> bool:
+    """A chroot's copy of a host cache whose host cache is gone or is another cache now (another id)."""
+    try:
+        owner = json.loads((copy / CACHE_OWNER).read_text())
+        return (Path(owner["path"]) / CACHE_ID).read_text().strip() != owner["id"]
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # unreadable: leave it, it may be another porter's
+
+
 def chroot_work_root(root: Path, cache: Path | None) -> Path:
     """Where a chroot's builds of the host cache ``cache`` live, inside the root: ``ROOT/var/cache/porter`` for
     the default cache (``~/.cache/porter``), the cache itself when it already lies inside the root, and
-    ``ROOT/var/cache/porter/caches/<hash of its path>`` for any other (``PORTER_CACHE_DIR``): two caches are two
-    caches in the chroot too, never one build folder written by both."""
+    ``ROOT/var/cache/porter/caches/<the cache's id>`` for any other (``PORTER_CACHE_DIR``): two caches are two
+    caches in the chroot too, never one build folder written by both, and a cache made again at a path is a new
+    cache there. Copies whose host cache is gone are removed when a new one is made."""
     base = root / "var" / "cache" / "porter"
     if cache is None:
         return base
@@ -187,9 +230,23 @@ def chroot_work_root(root: Path, cache: Path | None) -> Path:
         pass
     if resolved == Path(os.path.abspath(os.path.expanduser("~/.cache/porter"))):
         return base
-    import hashlib
-
-    return base / "caches" / hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
+    ident = _cache_id(resolved)
+    copy = base / "caches" / ident
+    if not copy.is_dir() and os.access(root, os.W_OK):
+        try:
+            (base / "caches").mkdir(parents=True, exist_ok=True)
+            for other in (base / "caches").iterdir():
+                if other.is_dir() and not other.name.startswith(".") and _orphaned(other):
+                    shutil.rmtree(other, ignore_errors=True)
+            new = owned_temp_dir(base / "caches", f".{ident}.")  # made whole, then named: never seen ownerless
+            atomic_write_json(new / CACHE_OWNER, {"path": str(resolved), "id": ident})
+            try:
+                new.rename(copy)
+            except OSError:  # another porter named its copy first
+                shutil.rmtree(new, ignore_errors=True)
+        except OSError:
+            pass  # a read-only root: the build says so where it writes
+    return copy
 
 
 def make_executor(launcher: tuple[str, ...], launcher_root: str = "", *, work_root: Path | None = None,

@@ -43,6 +43,40 @@ def test_two_shards_then_link_equal_one_local_build(deepspeed_sdist: Path, tmp_p
     assert wa.name == wb.name and _digest(wa) == _digest(wb)
 
 
+def test_shards_over_an_earlier_build_record_their_objects_for_the_link(deepspeed_sdist: Path,
+                                                                       tmp_path: Path) -> None:
+    """Session 7's CI failure: a whole build had recorded its objects; shards then compiled them again (their
+    ninja state is their own) to other bytes (ROCm objects carry temp names), recorded nothing, and the link job
+    took its own objects for damaged ones, discarded them and failed. Each shard now checks its own objects against
+    the record and adds what it compiled; the link links them."""
+    env = {"PORTER_CACHE_DIR": str(tmp_path / "cache")}
+    base = ("ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops", "cpu_lion", "--no-cache",
+            "--json")
+    whole = run_porter(*base, "-o", str(tmp_path / "a"), env=env)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    build_dir = Path(json.loads(whole.stdout)["plan"]["build_dir"])
+    record = build_dir / "porter-outputs.json"
+    rec = json.loads(record.read_text())
+    objects = sorted(k for k in rec if k.endswith(".o"))
+    assert len(objects) == 2
+    for k in objects:  # the earlier build's objects had other bytes than the ones there now
+        rec[k]["sha256"] = "0" * 64
+    record.write_text(json.dumps(rec))
+    for i in range(2):
+        res = run_porter(*base, "--shard", f"{i}/2", env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert res.stderr.count("no longer match") == 1 and "discarded and built again" in res.stderr
+        mine = json.loads(res.stdout)["shard"]["objects"]
+        assert len(mine) == 1 and Path(mine[0]).is_file()
+        named = res.stderr.split("built again: ", 1)[1].split()[0]
+        assert Path(mine[0]) == build_dir / named  # its own object, never the other shard's
+    rec = json.loads(record.read_text())
+    assert all(rec[k]["sha256"] == _digest(build_dir / k) for k in objects)
+    linked = run_porter(*base, "--link-only", "-o", str(tmp_path / "b"), env=env)
+    assert linked.returncode == 0, linked.stderr[-3000:]
+    assert "no longer match" not in linked.stderr and len(list((tmp_path / "b").glob("*.whl"))) == 1
+
+
 def test_link_only_names_a_missing_shard(deepspeed_sdist: Path, tmp_path: Path) -> None:
     env = {"PORTER_CACHE_DIR": str(tmp_path / "cache")}
     res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops", "cpu_lion", "--no-cache",

@@ -132,3 +132,24 @@ def test_a_chroot_keeps_each_host_cache_apart(tmp_path: Path) -> None:
     assert chroot_work_root(root, inside) == inside  # already where the chroot sees it
     ex = make_executor(("chroot", str(root)), work_root=tmp_path / "a")
     assert ex.work_root == a and ex.inside(a).startswith("/var/cache/porter/caches/")
+
+
+def test_a_cache_made_again_at_the_same_path_is_a_new_cache_in_the_chroot(tmp_path: Path) -> None:
+    """Session 7's CI failure: a test's cache folder (pytest-12/...) had the path of one from an earlier run whose
+    chroot copy was still there, so the build folder held that run's objects and records. The copy is named by the
+    host cache's id now, and copies whose host cache is gone are removed when a new one is made."""
+    import shutil
+
+    from porter.executor import CACHE_ID, chroot_work_root
+
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    root.mkdir()
+    first = chroot_work_root(root, cache)
+    assert (cache / CACHE_ID).is_file() and first.is_dir() and chroot_work_root(root, cache) == first
+    (first / "wheels").mkdir()
+    kept = chroot_work_root(root, tmp_path / "kept")  # another live cache: its copy stays
+    shutil.rmtree(cache)
+    second = chroot_work_root(root, cache)
+    assert second != first and second.is_dir()
+    assert not first.exists() and kept.is_dir()  # the orphan went, the live one did not
+    assert sorted(p.name for p in second.parent.iterdir()) == sorted([second.name, kept.name])
