@@ -326,7 +326,10 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str,
         host = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}", *half]
     if tc.kind == "cuda" and op.device:
         host = half
-    cxx = tc.compiler if tc.kind == "cpu" else (tc.hip_cxx or tc.cxx) if tc.kind == "rocm" and op.device else tc.cxx
+    # a GPU op's host units go through the profile's hip_cxx (ROCm 7's bf16 header is clang-only), except OpenMP
+    # ones: torch's OpenMP is GCC's (libgomp), and clang's -fopenmp wants LLVM's omp.h and runtime
+    hip_host = tc.kind == "rocm" and op.device and "-fopenmp" not in op.cxx_args
+    cxx = tc.compiler if tc.kind == "cpu" else (tc.hip_cxx or tc.cxx) if hip_host else tc.cxx
     return ex.argv(cxx, *host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *host, *common,
                    "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj)
 

@@ -146,3 +146,19 @@ def test_cpu_ops_of_a_gpu_build_are_buildable_though_the_build_torch_is_cpu(rocm
     assert res.returncode == 0, res.stderr[-3000:]
     ops = {o["name"]: o for o in json.loads(res.stdout)["ops"]}
     assert ops["host_adam"]["compatible"] and not ops["host_adam"]["reason"], ops["host_adam"]
+
+
+def test_an_openmp_cpu_op_of_a_gpu_build_compiles_with_the_gcc_torch_uses(rocm7: Path, tmp_path: Path) -> None:
+    """Issue 18, seen on DeepSpeed 0.17.6 and 0.18.9: cpu_adam, cpu_adagrad and cpu_lion (-fopenmp, torch's
+    extension header) went through the profile's clang, which finds no omp.h (torch's OpenMP is GCC's libgomp,
+    LLVM's is not in the chroot). OpenMP host units of a GPU op are compiled by the profile's cxx."""
+    tree = tmp_path / "ds"
+    shutil.copytree(FIXTURES / "ds-rocm-units", tree)
+    res = run_porter("ops", "build", "--source", str(tree), "-t", "debian-rocm7", "--ops", "host_adam",
+                     "--arch", "gfx942", "--compile-only", "--json", env={"PORTER_ROCM7_ROOT": str(rocm7)})
+    assert res.returncode == 0, res.stderr[-4000:]
+    doc = json.loads(res.stdout)
+    (rec,) = doc["compiled"]
+    assert rec["name"] == "host_adam" and rec["archs"] == {"gfx942": "host-only"}, rec
+    (step,) = doc["plan"]["steps"]
+    assert step["argv"][2] == "g++" and "-fopenmp" in step["argv"], step["argv"]
