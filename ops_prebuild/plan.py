@@ -153,7 +153,7 @@ Visible = Callable[[str | Path], str]
 
 def _includes(op: OpSpec, cat: Catalogue, tree: Path, tc: Toolchain, v: Visible,
               extra: tuple[Path, ...] = ()) -> list[str]:
-    inc = [f"-I{v(tree / p)}" for p in op.include_paths]
+    inc = [f"-I{d}" for d in (_include_dir(p, tree, tc, v) for p in op.include_paths) if d]
     torch_dirs = [v(d) for d in extra if op.device] + [v(d) for d in cat.torch.include_dirs]
     if tc.kind == "rocm" and op.device and tc.root not in ("", "/", "/usr"):
         torch_dirs.append(f"{tc.root}/include")
@@ -164,6 +164,20 @@ def _includes(op: OpSpec, cat: Catalogue, tree: Path, tc: Toolchain, v: Visible,
     for d in (*torch_dirs, v(cat.torch.python_include)):
         inc += ["-isystem", d]
     return inc
+
+
+SYSTEM_INCLUDE_DIRS = ("/usr/include", "/usr/local/include")
+"""Searched by every compiler by itself; named with -I they would come before libstdc++'s own wrappers."""
+
+
+def _include_dir(path: str, tree: Path, tc: Toolchain, v: Visible) -> str:
+    """An op's include path as the compiler sees it: the tree's own staged where needed; an absolute one under the
+    toolchain's root (DeepSpeed's builders join the ROCM_HOME/CUDA_HOME porter gives them) is the toolchain's,
+    never staged from the host; a system folder is left to the compiler ('' for none)."""
+    p = Path(path)
+    if p.is_absolute() and tc.root and p.is_relative_to(tc.root):
+        return "" if os.path.normpath(p) in SYSTEM_INCLUDE_DIRS else str(p)
+    return v(tree / p)
 
 
 def bf16(op: OpSpec, tc: Toolchain) -> bool:

@@ -162,3 +162,21 @@ def test_an_openmp_cpu_op_of_a_gpu_build_compiles_with_the_gcc_torch_uses(rocm7:
     assert rec["name"] == "host_adam" and rec["archs"] == {"gfx942": "host-only"}, rec
     (step,) = doc["plan"]["steps"]
     assert step["argv"][2] == "g++" and "-fopenmp" in step["argv"], step["argv"]
+
+
+def test_an_include_folder_of_the_toolchain_is_not_staged_from_the_host(rocm7: Path, tmp_path: Path) -> None:
+    """Issue 18, seen on DeepSpeed 0.17.6 and 0.18.9 (dc): the builder adds ROCM_HOME/include, /usr/include for a
+    ROCm under /usr. porter staged the host's /usr/include into the chroot, and its stdio.h shadowed the chroot's
+    C library ("use of undeclared identifier 'L_tmpnam'"). The toolchain's own folders are its to search."""
+    tree = tmp_path / "ds"
+    shutil.copytree(FIXTURES / "ds-rocm-units", tree)
+    res = run_porter("ops", "build", "--source", str(tree), "-t", "debian-rocm7", "--ops", "host_compile",
+                     "--arch", "gfx942", "--compile-only", "--json", env={"PORTER_ROCM7_ROOT": str(rocm7)})
+    assert res.returncode == 0, res.stderr[-4000:]
+    doc = json.loads(res.stdout)
+    (rec,) = doc["compiled"]
+    assert rec["archs"] == {"gfx942": "host-only"}, rec
+    (step,) = doc["plan"]["steps"]
+    dirs = [a for a in step["argv"] if a.startswith("-I")] + [b for a, b in zip(step["argv"], step["argv"][1:])
+                                                            if a == "-isystem"]
+    assert dirs and not [d for d in dirs if (rocm7 / d.lstrip("/") / "stdio.h").exists()], dirs  # no C library
