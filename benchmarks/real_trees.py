@@ -826,11 +826,15 @@ def run_step(name: str, argv: Sequence[str], *, env: Mapping[str, str], cwd: Pat
 
 _LIVE: set[subprocess.Popen[str]] = set()
 _LIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+"""Set by SIGTERM: the steps it stopped failed because of it, so their rows are not recorded (the earlier row
+stays)."""
 
 
 def _terminated(signum: int, frame: object) -> None:
     """SIGTERM (a time limit, kill): stop every running step's process group (its porter stops its compilers),
     whichever thread runs it, then exit; the rows already merged are kept."""
+    _STOPPING.set()
     with _LIVE_LOCK:
         live = list(_LIVE)
     for proc in live:
@@ -955,6 +959,15 @@ class Runner:
                         porter_rev=self.porter_rev, jobs=self.jobs if command.toolchain else None,
                         scrub=self.scrub(target))
 
+    def run_and_record(self, target: Target) -> dict[str, Any] | None:
+        """Run a target and merge its row; None when SIGTERM stopped it (nothing recorded: a stopped step is
+        not a result)."""
+        row = self.run_target(target)
+        if _STOPPING.is_set():
+            return None
+        self.record(row)
+        return row
+
     def record(self, row: Mapping[str, Any]) -> None:
         with self._lock:
             rows = ordered(merge_rows(load_rows(self.results), [row]), self.targets)
@@ -1077,8 +1090,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     def one(t: Target) -> None:
         nonlocal failed
         print(f"==> {t.id}: {t.command} on {t.source_text}", file=sys.stderr, flush=True)
-        row = runner.run_target(t)
-        runner.record(row)
+        row = runner.run_and_record(t)
+        if row is None:
+            print(f"    stopped {t.id}: not recorded (its earlier row, if any, stays)", file=sys.stderr, flush=True)
+            return
         mark = RESULT_MARK[row["result"]]
         why = row.get("reason") or row.get("first_error") or row.get("arch_summary") or row.get("detail") or ""
         print(f"    {mark} {t.id} ({_duration(row['seconds'])}) {why[:200]}", file=sys.stderr, flush=True)

@@ -181,6 +181,22 @@ def test_merge_keeps_old_rows() -> None:
     assert rt.merge_rows({}, new[2:])["c"]["result"] == "skipped"
 
 
+def test_a_target_stopped_by_sigterm_is_not_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 7: SIGTERM mid-row stopped the step, and the gauntlet recorded the stopped step as a failed row over
+    the earlier good one. A target SIGTERM stopped is not recorded; one that finished is."""
+    (target,) = rt.parse_targets(MEGATRON)
+    results, report = tmp_path / "rows.json", tmp_path / "report.md"
+    runner = rt.Runner(targets=[target], mirrors=None, work=tmp_path, porter=["porter"], env={}, jobs=1,
+                       timeout=60, results=results, report=report, porter_rev="abc")
+    row = {"id": target.id, "result": "failed", "date": "2026-11-26", "seconds": 1.0}
+    monkeypatch.setattr(runner, "run_target", lambda t: (rt._STOPPING.set(), dict(row))[1])
+    monkeypatch.setattr(rt, "_STOPPING", rt.threading.Event())
+    assert runner.run_and_record(target) is None and not results.exists() and not report.exists()
+    monkeypatch.setattr(rt, "_STOPPING", rt.threading.Event())
+    monkeypatch.setattr(runner, "run_target", lambda t: dict(row))
+    assert runner.run_and_record(target) == row and target.id in results.read_text()
+
+
 def test_select_only_skip_done_rerun_failed() -> None:
     targets = rt.parse_targets(MEGATRON + MEGATRON.replace("mds-x-compile", "mds-y-compile")
                                + MEGATRON.replace("mds-x-compile", "apex-master"))
