@@ -15,7 +15,7 @@ def test_wheel_of_porter_carries_presets_patch_sets_and_op_data(tmp_path: Path) 
     (wheel,) = tmp_path.glob("porter-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     presets = {f"porter/toolchain/presets/{p}.toml" for p in
-               ("frontier", "lumi-g", "mi300x", "mi355x", "debian-rocm", "debian-trixie-rocm", "debian-rocm7",
+               ("frontier", "lumi-g", "lumi-g-rocm6", "mi300x", "mi355x", "debian-rocm", "debian-trixie-rocm", "debian-rocm7",
                 "cuda-h100", "cpu")}
     assert presets <= names
     shipped = {p.relative_to(ROOT / "patches").as_posix() for p in (ROOT / "patches").rglob("*.toml")}

@@ -12,7 +12,7 @@ from porter.errors import ConfigError
 from porter.toolchain.archs import parse_target, wavefront_of
 from porter.toolchain.profile import Toolchain, load_toolchain, preset_names
 
-PRESETS = {"frontier", "lumi-g", "mi300x", "mi355x", "debian-rocm", "debian-trixie-rocm", "debian-rocm7", "cuda-h100",
+PRESETS = {"frontier", "lumi-g", "lumi-g-rocm6", "mi300x", "mi355x", "debian-rocm", "debian-trixie-rocm", "debian-rocm7", "cuda-h100",
            "cpu"}
 
 
