@@ -31,6 +31,7 @@ class InstallCommandOptions:
     no_deps: bool
     lock_timeout: float
     dry_run: bool
+    node_root: Path
 
 
 @click.command("install")
@@ -44,6 +45,9 @@ class InstallCommandOptions:
 @click.option("--lock-timeout", type=float, default=1800.0, show_default=True,
               help="Seconds to wait for another install into the same environment.")
 @click.option("--dry-run", is_flag=True, help="Select and check the wheels, print the pip command, install nothing.")
+@click.option("--node-root", type=click.Path(file_okay=False, exists=True, path_type=Path), default=Path("/"),
+              show_default=True, help="The root folder of the userspace the wheels will load in (a chroot, an "
+                                      "image's root file system); the default is this host.")
 @json_option
 @click.pass_obj
 @into(InstallCommandOptions)
@@ -57,12 +61,17 @@ def install_cmd(log: Logger, /, req: InstallCommandOptions, as_json: bool) -> No
     (<wheel>.porter.json) and its entries checked not to escape the target, then installed with
     'pip install --no-index --find-links WHEELHOUSE' under a lock in the environment, so concurrent
     installs into one environment run one after the other.
+
+    Before anything is installed, each chosen wheel's shared objects are read (ELF) and checked to load
+    on the node (--node-root): the libraries they need are there (torch's lib/, the node's library
+    folders, LD_LIBRARY_PATH), with the glibc / libstdc++ symbol versions they need, and torch's
+    libraries here define the torch symbols they use (same torch, same C++ ABI).
     """
     from porter.install.engine import InstallOptions, install, parse_only
 
     opts = InstallOptions(wheelhouse=req.wheelhouse, python=req.python or sys.executable, archs=req.archs,
                           only=parse_only(req.only), reinstall=req.reinstall, no_deps=req.no_deps,
-                          lock_timeout=req.lock_timeout, dry_run=req.dry_run)
+                          lock_timeout=req.lock_timeout, dry_run=req.dry_run, node_root=req.node_root)
     result = install(opts, Runner(log, echo=not log.quiet), log)
     if as_json:
         emit_json(result.to_json())

@@ -23,7 +23,8 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from porter.components import all_dists
-from porter.errors import ConfigError, ToolError
+from porter.errors import CheckFailed, ConfigError, ToolError
+from porter.install.abi import Userspace, check_wheel_abi
 from porter.install.env import Node, TargetEnv, detect_node, inspect_env
 from porter.install.records import lock_path, read_records, write_record
 from porter.install.wheelhouse import Selection, Wheel, check_wheel, orphan_manifests, same_version, scan, select
@@ -41,6 +42,8 @@ class InstallOptions:
     no_deps: bool = False
     lock_timeout: float = 1800.0
     dry_run: bool = False
+    node_root: Path = Path("/")
+    """The userspace the wheels will load in (this host, or a chroot's or an image's root folder)."""
 
 
 @dataclass
@@ -95,6 +98,8 @@ def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> 
     for w, why in selection.rejected:
         log.detail(f"not for this target: {w.filename}: {'; '.join(why)}")
     result = InstallResult(env, node, selection)
+    with log.step(f"checking that {len(selection.chosen)} wheel(s) load on {Userspace.of(opts.node_root).describe()}"):
+        check_loadable(selection.chosen, Userspace.of(opts.node_root, env.torch.root if env.torch else ""))
     if env.pip is None and not opts.dry_run:
         raise ToolError(f"{env.executable} has no pip; porter installs through the target's own pip",
                         hint=f"run '{env.executable} -m ensurepip', or create the venv with pip")
@@ -160,6 +165,21 @@ def _install_locked(opts: InstallOptions, env: TargetEnv, selection: Selection, 
                 result.installed.append(w)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def check_loadable(wheels: Sequence[Wheel], node: Userspace) -> None:
+    """Refuse, before anything is written, wheels whose shared objects would not load on ``node``."""
+    problems = [(w, why) for w in wheels for why in check_wheel_abi(w.path, node)]
+    if not problems:
+        return
+    built = sorted({str((w.manifest or {}).get("toolchain", {}).get("name", "?")) for w, _ in problems})
+    lines = "\n".join(f"  {w.filename}: {why}" for w, why in problems)
+    raise CheckFailed(f"{len({w.filename for w, _ in problems})} wheel(s) would not load on "
+                      f"{node.describe()}:\n{lines}",
+                      hint=f"rebuild with a profile whose userspace is not newer than the node's (these were built "
+                           f"with {', '.join(built)}; 'porter toolchain list' shows the profiles), or with the "
+                           f"node's torch; a library a site module provides: load the module before installing. "
+                           f"Nothing was installed")
 
 
 def parse_only(values: Sequence[str]) -> tuple[str, ...]:
