@@ -95,7 +95,7 @@ chroot-trixie:
 # so /proc is mounted on every run (a reboot unmounts it), also when the chroot already exists.
 ROCM7_APT      := apt-get -o Acquire::Check-Valid-Until=false
 ROCM7_PACKAGES ?= hipcc libamdhip64-dev rocm-device-libs-21 g++ make librccl-dev libfabric-dev libhwloc-dev autoconf automake libtool libhipblaslt-dev librocblas-dev libhipsparse-dev libhipsolver-dev libhiprand-dev ccache \
-                  libhipblas-dev librocthrust-dev libhipcub-dev rocminfo
+                  libhipblas-dev librocthrust-dev libhipcub-dev rocminfo libmiopen-dev
 
 chroot-rocm7:
 	@set -e; root="$(ROCM7_ROOT)"; \

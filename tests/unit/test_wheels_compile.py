@@ -137,7 +137,9 @@ def test_apex_builder_methods_are_read_on_the_rocm_branch() -> None:
 
 def test_apex_flags_that_depend_on_the_build_torchs_headers_are_answered_from_them(tmp_path: Path) -> None:
     """upstream's aten_atomic_args / backward_pass_guard_args look at the build torch's headers: porter reads the
-    calls, and answers them from the include folders of the torch it builds against, as upstream would."""
+    calls, and answers them from the include folders of the torch it builds against. aten_atomic_args looks for
+    ATen/Atomic.cuh, which torch 2 keeps as ATen/cuda/Atomic.cuh (ROCm apex master's fused_index_mul_2d then
+    included THC's header, gone since torch 1.11, and compiled nowhere): porter answers yes for either."""
     from porter.components.apex import _resolve_markers, torch_header_flags
 
     spec = builder_specs(APEX_ROCM / "op_builder", "7.2")["fused_scale_cuda"]
@@ -147,12 +149,13 @@ def test_apex_flags_that_depend_on_the_build_torchs_headers_are_answered_from_th
     (old / "ATen" / "Atomic.cuh").write_text("")
     (old / "ATen" / "Context.h").write_text("struct TORCH_API BackwardPassGuard {\n")
     (new / "ATen" / "cuda").mkdir(parents=True)
-    (new / "ATen" / "cuda" / "Atomic.cuh").write_text("")  # where torch 2 keeps it: upstream's check says no
+    (new / "ATen" / "cuda" / "Atomic.cuh").write_text("")  # where torch 2 keeps it: upstream's check said no
     (new / "ATen" / "Context.h").write_text("struct TORCH_API ROCmBackwardPassGuard {\n")
     assert _resolve_markers(spec.nvcc_args, [old]) == (
         "-O3", "-DATEN_ATOMIC_HEADER", "-DBACKWARD_PASS_GUARD", "-DBACKWARD_PASS_GUARD_CLASS=BackwardPassGuard")
     assert _resolve_markers(spec.nvcc_args, [new]) == (
-        "-O3", "-DBACKWARD_PASS_GUARD", "-DBACKWARD_PASS_GUARD_CLASS=ROCmBackwardPassGuard")
+        "-O3", "-DATEN_ATOMIC_HEADER", "-DBACKWARD_PASS_GUARD", "-DBACKWARD_PASS_GUARD_CLASS=ROCmBackwardPassGuard")
+    assert _resolve_markers(spec.nvcc_args, [tmp_path]) == ("-O3",)  # neither header: upstream's THC branch
     assert torch_header_flags("generator_args", [old, new]) == []
     assert torch_header_flags("backward_pass_guard_args", [tmp_path]) == []
 

@@ -385,7 +385,10 @@ def torch_header_flags(method: str, include_dirs: Iterable[str | Path]) -> list[
         return next((Path(d) / rel for d in include_dirs if (Path(d) / rel).is_file()), None)
 
     if method == "aten_atomic_args":
-        return ["-DATEN_ATOMIC_HEADER"] if find("ATen/Atomic.cuh") else []
+        # upstream looks for ATen/Atomic.cuh, which no torch 2 ships (it is ATen/cuda/Atomic.cuh), and falls back
+        # to THC/THCAtomics.cuh, which torch removed in 1.11: fused_index_mul_2d compiled nowhere. porter answers
+        # what the check means: the torch has ATen's atomics header
+        return ["-DATEN_ATOMIC_HEADER"] if find("ATen/Atomic.cuh") or find("ATen/cuda/Atomic.cuh") else []
     if method == "generator_args":
         return ["-DOLD_GENERATOR_PATH"] if find("ATen/CUDAGeneratorImpl.h") else []
     context = find("ATen/Context.h")
