@@ -119,6 +119,28 @@ class FileChange:
 
 
 @dataclass(frozen=True)
+class PatchRecord:
+    """One patch a plan applies (or the tree's journal says was applied), as a wheel's manifest lists it."""
+
+    set: str
+    patch: str
+    sha256: str
+    """Of the patch's own data (:attr:`Patch.digest`)."""
+    why: str
+    files: tuple[tuple[str, str | None, str | None], ...] = ()
+    """(file, sha256 before, sha256 after) per file this patch changed (None: no such file)."""
+    earlier: bool = False
+    """Applied before this plan, per the tree's journal: its files are the set's, not known per patch."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"set": self.set, "id": self.patch, "sha256": self.sha256, "why": self.why,
+                             "state": "applied-earlier" if self.earlier else "applied"}
+        if not self.earlier:
+            d["files"] = [{"path": f, "before": b, "after": a} for f, b, a in self.files]
+        return d
+
+
+@dataclass(frozen=True)
 class SetPlan:
     ref: str
     origin: str
@@ -130,6 +152,8 @@ class SetPlan:
     """Facts worth a warning: a version outside the verified range, a version that could not be read."""
     journaled: bool = False
     """The journal records this set (same data) and its files are intact: nothing was re-planned."""
+    applied: tuple[PatchRecord, ...] = ()
+    """Each patch that changes a file (journaled: each patch the journal records as applied)."""
 
     @property
     def failed(self) -> tuple[PatchResult, ...]:
@@ -181,6 +205,12 @@ class Plan:
 
     def diff(self) -> str:
         return "".join(c.diff() for c in self.changes)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every patch the plan applies (and every one the tree's journal says a set of it applied earlier), in
+        order, with the sha256 of its data and of each file it changes before and after: what a wheel built
+        from the patched tree carries in its manifest's ``sources.patches``."""
+        return [p.to_dict() for s in self.sets for p in s.applied]
 
     def to_dict(self) -> dict[str, Any]:
         return {"tree": str(self.tree), "sets": [
@@ -476,9 +506,10 @@ def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None
 
 
 def _plan_set(work: _Work, pset: PatchSet, version: str,
-              only: set[str] | None = None) -> tuple[list[PatchResult], list[str]]:
+              only: set[str] | None = None) -> tuple[list[PatchResult], list[str], list[PatchRecord]]:
     results: list[PatchResult] = []
     notes: list[str] = []
+    applied: list[PatchRecord] = []
     for patch in pset.patches:
         inside = _maybe_in_range(version, patch.versions) if patch.versions and version else True
         if patch.needed_if is None:
@@ -491,8 +522,16 @@ def _plan_set(work: _Work, pset: PatchSet, version: str,
         elif inside is False and only is None:
             notes.append(f"patch {patch.id} was verified on {pset.project} {patch.versions}, the tree is "
                          f"{version}: its needed_if decides")
+        seen = dict(work.state)
         results.extend(_plan_patch(work, pset, patch, only))
-    return results, notes
+        files = []
+        for rel, data in work.state.items():
+            prev = seen[rel] if rel in seen else _read(work.root / rel)
+            if data != prev:
+                files.append((rel, _sha(prev), _sha(data)))
+        if files:
+            applied.append(PatchRecord(pset.ref, patch.id, patch.digest, patch.why, tuple(files)))
+    return results, notes, applied
 
 
 def _check_target(work: _Work, pset: PatchSet) -> None:
@@ -527,19 +566,22 @@ def plan(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_versi
                               for pid in entry.get("patches", []))
             results_j += tuple(PatchResult(pset.ref, pid, "", "not-needed", reason="recorded in the journal")
                                for pid in entry.get("not_needed", []))
+            digests = {p.id: (p.digest, p.why) for p in pset.patches}
+            earlier = tuple(PatchRecord(pset.ref, pid, *digests[pid], earlier=True)
+                            for pid in entry.get("patches", []) if pid in digests)
             set_plans.append(SetPlan(pset.ref, pset.origin, pset.digest, version, results_j, (), tuple(notes),
-                                     journaled=True))
+                                     journaled=True, applied=earlier))
             continue
         _check_target(work, pset)
         before = dict(work.state)
-        results, more = _plan_set(work, pset, version)
+        results, more, applied = _plan_set(work, pset, version)
         changes = []
         for rel, data in work.state.items():
             prev = before[rel] if rel in before else _read(root / rel)
             if data != prev:
                 changes.append(FileChange(rel, prev, data, work.modes.get(rel)))
         set_plans.append(SetPlan(pset.ref, pset.origin, pset.digest, version, tuple(results), tuple(changes),
-                                 tuple(notes + more)))
+                                 tuple(notes + more), applied=tuple(applied)))
     return Plan(root, tuple(set_plans))
 
 
@@ -971,7 +1013,7 @@ def _reapply(root: Path, rel: str, entry: dict[str, Any], data: bytes | None, mo
                           "nothing was changed", hint=hint)
     loaded[id(entry)] = pset
     work = _Work(root, state={rel: data}, modes={rel: mode})
-    results, _ = _plan_set(work, pset, entry.get("version", ""), only={rel})
+    results, _, _ = _plan_set(work, pset, entry.get("version", ""), only={rel})
     failures = [r for r in results if r.status == "failed"]
     if failures:
         raise CheckFailed(f"cannot revert {reverting} alone: {ref}, applied on top of it on {rel}, does not "
@@ -984,6 +1026,6 @@ def _short(sha: str | None) -> str:
     return sha[:12] if sha else "(no file)"
 
 
-__all__ = ["Applied", "FileChange", "FileState", "Plan", "PatchFailed", "PatchResult", "PorterError", "Reverted",
-           "SetPlan", "SetState", "apply", "detect_version", "failure_message", "journal_status", "load_recorded",
-           "plan", "read_journal", "revert", "safe_path", "set_version"]
+__all__ = ["Applied", "FileChange", "FileState", "Plan", "PatchFailed", "PatchRecord", "PatchResult", "PorterError",
+           "Reverted", "SetPlan", "SetState", "apply", "detect_version", "failure_message", "journal_status",
+           "load_recorded", "plan", "read_journal", "revert", "safe_path", "set_version"]

@@ -17,7 +17,9 @@ recorded fact (what it was verified on), not a gate.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import re
 import tomllib
 from collections.abc import Mapping
@@ -104,6 +106,15 @@ class Patch:
     @property
     def kind(self) -> str:
         return "diff" if self.diff else "edits"
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the patch's own data: its diff's text, or (anchored edits) its id, files, edits and
+        ``needed_if`` as canonical JSON. A wheel's manifest names each applied patch by it."""
+        if self.diff:
+            return hashlib.sha256(self.diff.encode()).hexdigest()
+        data = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("why", "diff", "diff_name", "strip")}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass(frozen=True, kw_only=True)
