@@ -51,8 +51,8 @@ class Manifest(TypedDict):
     python_tag: str
     toolchain: dict[str, Any]
     target: dict[str, Any]  # kind, archs, wavefront, cpu_isa, rocm_version / cuda_version
-    torch: dict[str, Any]   # version, kind, hip, cuda
-    sources: dict[str, str]
+    torch: dict[str, Any]   # version, kind, hip, cuda, cxx11_abi
+    sources: dict[str, Any]  # origin, version, sdist_sha256 | git_commit | tree, patches (list of PatchRecord dicts)
     extensions: list[ExtensionEntry]
     ops: NotRequired[list[OpEntry]]
     build: NotRequired[dict[str, Any]]   # how it was built (compiler cache: identity, hits, misses)
@@ -68,19 +68,27 @@ def target_of(tc: Toolchain, **extra: Any) -> dict[str, Any]:
 
 
 def build_manifest(*, component: str, version: str, tc: Toolchain, torch: TorchInfo | None, python_tag: str,
-                   sources: dict[str, str], extensions: list[ExtensionEntry], ops: list[OpEntry] | None = None,
+                   sources: dict[str, Any], extensions: list[ExtensionEntry], ops: list[OpEntry] | None = None,
                    target: dict[str, Any] | None = None) -> Manifest:
     """Every manifest porter writes (its ``wheel`` section is filled in by :func:`finish`)."""
     manifest: Manifest = {
         "schema": SCHEMA, "porter_version": __version__, "component": component, "version": version,
         "wheel": {}, "python_tag": python_tag, "toolchain": tc.to_dict(),
         "target": target_of(tc, **(target or {})),
-        "torch": torch.to_dict() if torch else {"version": None, "kind": None, "hip": None, "cuda": None},
+        "torch": _torch(torch),
         "sources": dict(sources), "extensions": extensions,
     }
     if ops is not None:
         manifest["ops"] = ops
     return manifest
+
+
+def _torch(torch: TorchInfo | None) -> dict[str, Any]:
+    """The torch a wheel was built against, with its C++ ABI: a build's torch is always probed, so it is known
+    here (an installed torch read from its version.py, as install sees one, does not know it)."""
+    if torch is None:
+        return {"version": None, "kind": None, "hip": None, "cuda": None}
+    return {**torch.to_dict(), "cxx11_abi": torch.cxx11_abi}
 
 
 def carried(manifest: Manifest) -> bytes:

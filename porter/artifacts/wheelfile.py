@@ -4,7 +4,9 @@ Every wheel porter ships is written here: a new one (:func:`write_wheel`) or an 
 with a new version, tag and extra files (:func:`rewrite_wheel`). Output is reproducible: entries
 sorted, dist-info last, fixed timestamps (``SOURCE_DATE_EPOCH`` when set, else 1980-01-01) and fixed
 permissions, so the same inputs give a byte-identical wheel. RECORD is computed here; file names and
-tags come from ``packaging``. The wheel appears in its folder only by an atomic rename.
+tags come from ``packaging``. The wheel appears in its folder only by an atomic rename. A wheel that
+carries porter's manifest (``{dist_info}/porter.json``) gets its SBOM (PEP 770,
+``{dist_info}/sboms/porter.cdx.json``, :mod:`porter.artifacts.sbom`) made from it here.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import base64
 import email.parser
 import email.policy
 import hashlib
+import json
 import os
 import re
 import time
@@ -32,12 +35,19 @@ from porter.fs import atomic_path
 
 Payload = bytes | Path
 EPOCH_1980 = 315532800
+MANIFEST = "porter.json"
+"""The manifest a porter wheel carries in its .dist-info (:func:`porter.artifacts.manifest.carried`)."""
+
+
+def source_date_epoch() -> int:
+    """The time every file porter packs is stamped with: ``SOURCE_DATE_EPOCH`` when set (not before 1980, which
+    zip cannot hold), else 1980-01-01."""
+    raw = os.environ.get("SOURCE_DATE_EPOCH", "")
+    return max(int(raw), EPOCH_1980) if raw.isdigit() else EPOCH_1980
 
 
 def _date_time() -> tuple[int, int, int, int, int, int]:
-    raw = os.environ.get("SOURCE_DATE_EPOCH", "")
-    stamp = max(int(raw), EPOCH_1980) if raw.isdigit() else EPOCH_1980
-    return time.gmtime(stamp)[:6]
+    return time.gmtime(source_date_epoch())[:6]
 
 
 def dist_filename_part(name: str) -> str:
@@ -82,6 +92,11 @@ def write_wheel(dest_dir: str | os.PathLike[str], spec: WheelSpec, files: Mappin
         if arc.startswith("/") or ".." in arc.split("/") or arc.endswith("/"):
             raise ConfigError(f"wheel entry {arc!r} is not a relative file path")
         entries[arc] = payload
+    carried = entries.get(f"{dist_info}/{MANIFEST}")
+    if carried is not None:  # the SBOM (PEP 770) of every wheel that carries a porter manifest
+        from porter.artifacts.sbom import WHEEL_PATH
+
+        entries[f"{dist_info}/{WHEEL_PATH}"] = sbom_of(carried, spec.name, version)
     entries[f"{dist_info}/METADATA"] = meta
     entries[f"{dist_info}/WHEEL"] = wheel_txt
     record_name = f"{dist_info}/RECORD"
@@ -102,6 +117,20 @@ def write_wheel(dest_dir: str | os.PathLike[str], spec: WheelSpec, files: Mappin
         record.append(f"{_csv(record_name)},,")
         _add(zf, record_name, ("\n".join(record) + "\n").encode(), stamp)
     return dest
+
+
+def sbom_of(carried: Payload, name: str, version: str, *, purl_type: str = "pypi") -> bytes:
+    """The SBOM of the wheel (or, ``purl_type="generic"``, the package) ``name`` ``version`` that carries the
+    manifest ``carried``, stamped with the time its files are."""
+    from porter.artifacts import sbom
+
+    data = carried.read_bytes() if isinstance(carried, Path) else carried
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise ConfigError(f"the porter manifest of {name} {version} is not JSON: {exc}",
+                          hint="pass the manifest as porter.artifacts.manifest.carried() makes it") from None
+    return sbom.document(doc, name=name, version=version, epoch=source_date_epoch(), purl_type=purl_type)
 
 
 def _csv(name: str) -> str:
@@ -160,10 +189,14 @@ def rewrite_wheel(src: str | os.PathLike[str], dest_dir: str | os.PathLike[str],
                   edit: Callable[[str, bytes], bytes] | None = None) -> Path:
     """``src`` written anew into ``dest_dir`` with another version (its .dist-info renamed), tag and
     purelib flag, ``edit(name, data)`` applied to each upstream entry, and ``add`` entries added."""
+    from porter.artifacts.sbom import WHEEL_PATH
+
     w = read_wheel(src)
     files: dict[str, Payload] = {}
     for name, data in w.files.items():
         if name in (f"{w.dist_info}/WHEEL", f"{w.dist_info}/METADATA"):
+            continue
+        if name == f"{w.dist_info}/{WHEEL_PATH}":  # porter's SBOM of the old wheel: write_wheel writes one anew
             continue
         new = "{dist_info}" + name[len(w.dist_info):] if name.startswith(w.dist_info + "/") else name
         files[new] = edit(name, data) if edit else data

@@ -129,5 +129,5 @@ def test_one_target_section_for_every_component() -> None:
                        torch=TorchInfo("2.13.0+cpu"), python_tag="cp311", sources={}, extensions=[],
                        target={"regime": "env"})
     assert m["target"]["regime"] == "env" and m["target"]["toolkit_version"] == "5.7"
-    assert m["torch"] == {"version": "2.13.0+cpu", "kind": "cpu", "hip": None, "cuda": None}
+    assert m["torch"] == {"version": "2.13.0+cpu", "kind": "cpu", "hip": None, "cuda": None, "cxx11_abi": True}
     json.dumps(m)
