@@ -10,7 +10,7 @@ PY          := $(VENV)/bin/python
 export HIP_PLATFORM := amd
 
 .PHONY: help venv demo test test-unit test-unit-no-torch test-integration typecheck rocm-debian chroot-trixie cuda-venv clean
-.PHONY: chroot-rocm7
+.PHONY: chroot-rocm7 image-base
 
 help:
 	@echo "make demo           install porter in $(VENV); prebuild DeepSpeed's CPU ops into ./wheelhouse;"
@@ -88,6 +88,28 @@ chroot-trixie:
 	  DEBIAN_FRONTEND=noninteractive chroot "$$root" apt-get install -y -qq $(TRIXIE_PACKAGES) >/dev/null; \
 	  echo "trixie chroot ready at $$root"; fi
 
+# A small node userspace to build images from (porter image's tests): Debian bookworm (Python 3.11), a venv at
+# /opt/venv with the CPU torch this project tests against (its wheels fetched by this machine's pip, installed
+# offline inside). Made once, reused when present.
+IMAGE_BASE ?= /var/lib/porter/image-base
+
+image-base:
+	@set -e; root="$(IMAGE_BASE)"; \
+	if [ -x "$$root/opt/venv/bin/python" ] && chroot "$$root" /opt/venv/bin/python -c "import torch" >/dev/null 2>&1; then \
+	  echo "image base already at $$root"; else \
+	  command -v debootstrap >/dev/null 2>&1 || { apt-get update -qq; apt-get install -y -qq debootstrap; }; \
+	  if [ ! -x "$$root/usr/bin/apt-get" ]; then mkdir -p "$$root"; \
+	    debootstrap --variant=minbase bookworm "$$root" >/dev/null; fi; \
+	  cp /etc/resolv.conf "$$root/etc/resolv.conf"; \
+	  chroot "$$root" apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive chroot "$$root" apt-get install -y -qq python3 python3-venv >/dev/null; \
+	  chroot "$$root" python3 -m venv /opt/venv; \
+	  $(PYTHON) -m pip download -q --only-binary :all: -d "$$root/tmp/torch" "$(TORCH_CPU)"; \
+	  chroot "$$root" /opt/venv/bin/python -m pip install -q --disable-pip-version-check --no-index \
+	    --find-links /tmp/torch "$(TORCH_CPU)"; \
+	  rm -rf "$$root/tmp/torch" "$$root/root/.cache/pip"; \
+	  echo "image base ready at $$root"; fi
+
 # ROCm 7.2 (hipcc 7, clang 22: gfx90a, gfx942, gfx950) from Debian experimental on top of sid, used
 # through the debian-rocm7 profile's launcher. The experimental line reuses the mirror debootstrap wrote
 # into the chroot's own sources.list. Release files of sid/experimental may be past Valid-Until on a
@@ -95,7 +117,7 @@ chroot-trixie:
 # so /proc is mounted on every run (a reboot unmounts it), also when the chroot already exists.
 ROCM7_APT      := apt-get -o Acquire::Check-Valid-Until=false
 ROCM7_PACKAGES ?= hipcc libamdhip64-dev rocm-device-libs-21 g++ make librccl-dev libfabric-dev libhwloc-dev autoconf automake libtool libhipblaslt-dev librocblas-dev libhipsparse-dev libhipsolver-dev libhiprand-dev ccache \
-                  libhipblas-dev librocthrust-dev libhipcub-dev rocminfo libmiopen-dev
+                  libhipblas-dev librocthrust-dev libhipcub-dev rocminfo libmiopen-dev apptainer squashfs-tools
 
 chroot-rocm7:
 	@set -e; root="$(ROCM7_ROOT)"; \
@@ -112,6 +134,7 @@ chroot-rocm7:
 	  DEBIAN_FRONTEND=noninteractive chroot "$$root" $(ROCM7_APT) install -y -qq -t experimental \
 	    $(ROCM7_PACKAGES) >/dev/null; \
 	  echo "sid ROCm 7 chroot ready at $$root"; fi; \
+	mountpoint -q "$$root" || mount --bind "$$root" "$$root"; \
 	[ -e "$$root/proc/self" ] || mount -t proc proc "$$root/proc"
 
 $(CUDA_VENV)/.stamp: pyproject.toml setup.py

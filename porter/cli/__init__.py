@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "site": "porter.cli.site:site",
     "launch": "porter.cli.launch:launch",
     "net-plugin": "porter.cli.netplugin:net_plugin",
+    "image": "porter.cli.image:image",
 }
 
 

@@ -1,0 +1,108 @@
+"""porter image: node-ready Apptainer images of a base userspace plus porter's wheels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from porter.cli import emit_json
+from porter.cli.options import into, json_option
+from porter.log import Logger
+from porter.run import Runner
+
+apptainer_root_option = click.option(
+    "--apptainer-root", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+    help="Run apptainer inside this chroot (its root a mount point, /proc mounted: 'make chroot-rocm7'); "
+         "default: the apptainer on PATH.")
+
+
+@click.group("image")
+def image() -> None:
+    """Node-ready Apptainer images: a base + a wheelhouse, installed and verified by porter."""
+
+
+@dataclass(frozen=True)
+class ImageCommandOptions:
+    """``porter image build``'s options as typed (``--help`` says what each is)."""
+
+    base: Path
+    wheelhouse: Path
+    output: Path
+    toolchain: str
+    python: str
+    site: str
+    archs: tuple[str, ...]
+    apptainer_root: Path | None
+    tools: Path | None
+    definition_only: bool
+
+
+@image.command("build")
+@click.option("--base", type=click.Path(path_type=Path), required=True,
+              help="The userspace to start from: a site's .sif, a Docker/OCI archive (.tar) or a root folder "
+                   "(a chroot).")
+@click.option("--wheelhouse", type=click.Path(file_okay=False, exists=True, path_type=Path), required=True,
+              help="porter's wheels (and their dependencies) to install into the image.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The image to write (IMAGE.sif); IMAGE.def and IMAGE.porter-tools/ are written beside it.")
+@click.option("-t", "--toolchain", required=True, help="The toolchain profile the wheels were built with "
+                                                       "(its label and archs go into the image's labels).")
+@click.option("--python", "python", default="/opt/venv/bin/python", show_default=True,
+              help="The interpreter of the image's training environment (a path inside the image).")
+@click.option("--site", default="", help="A site profile whose runtime environment becomes the image's "
+                                         "%environment (frontier, lumi-g, mi300x or a TOML file).")
+@click.option("--arch", "archs", multiple=True, metavar="GFX",
+              help="The node's GPU archs the install selects for (default: the profile's).")
+@apptainer_root_option
+@click.option("--tools", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+              help="porter's wheel and its dependencies (default: built here; fetching the dependencies needs "
+                   "the package index).")
+@click.option("--definition-only", is_flag=True,
+              help="Write IMAGE.def (and the tools) only, for a site to build with its own apptainer.")
+@json_option
+@click.pass_obj
+@into(ImageCommandOptions)
+def build_cmd(log: Logger, /, req: ImageCommandOptions, as_json: bool) -> None:
+    """Build IMAGE.sif: the base with the wheelhouse installed by porter's installer and verified inside.
+
+    \b
+    The definition file IMAGE.def is always written first: a site builds it with its own apptainer or
+    cotainr. Here porter runs that definition's install steps itself, in a chroot of the unpacked base
+    (apptainer cannot run them inside a chroot), then packs the folder with apptainer: labels (porter's
+    version, the toolchain label, the archs, each wheel's sha256), the site's environment, and a %test
+    that runs the same 'porter verify'. Nothing runs on a GPU here; verify checks code objects and
+    imports with compilers trapped. The image appears only when whole.
+    """
+    from porter.image.build import ImageRequest, build_image
+
+    result = build_image(ImageRequest(base=req.base, wheelhouse=req.wheelhouse, output=req.output,
+                                      toolchain=req.toolchain, python=req.python, site=req.site,
+                                      archs=req.archs, apptainer_root=req.apptainer_root, tools=req.tools,
+                                      definition_only=req.definition_only), Runner(log, echo=log.verbose), log)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    click.echo(f"definition: {result.definition}")
+    if result.image is not None:
+        click.echo(f"image: {result.image} ({result.seconds:.0f} s)")
+
+
+@image.command("inspect")
+@click.argument("image_path", metavar="IMAGE", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@apptainer_root_option
+@json_option
+@click.pass_obj
+def inspect_cmd(log: Logger, image_path: Path, apptainer_root: Path | None, as_json: bool) -> None:
+    """What an image porter built says about itself: its labels (toolchain, archs, wheels) and its %test."""
+    from porter.image.build import inspect_image
+
+    doc = inspect_image(image_path, apptainer_root, Runner(log, echo=log.verbose))
+    if as_json:
+        emit_json(doc)
+        return
+    for key, value in sorted(doc["labels"].items()):
+        if key.startswith("org.porter."):
+            click.echo(f"{key[len('org.porter.'):]:<24} {value}")
+    click.echo(f"test: {' '.join(doc['test'].split())}")

@@ -1,0 +1,6 @@
+"""Node-ready images: an Apptainer image of a base userspace plus porter's wheels, installed and verified by porter.
+
+:mod:`porter.image.definition` writes the definition file (what a site builds with its own ``apptainer``);
+:mod:`porter.image.build` builds the SIF here, running the definition's own install steps itself where
+``apptainer`` cannot run them (in a chroot).
+"""

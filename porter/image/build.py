@@ -1,0 +1,310 @@
+"""``porter image build``: a base userspace + a wheelhouse -> a SIF whose training environment has the wheels
+installed and verified by porter.
+
+Always written first, beside the image: ``IMAGE.def`` (the definition a site builds with its own ``apptainer``)
+and ``IMAGE.porter-tools/`` (porter and its dependencies as wheels, which that definition installs). Then, where
+``apptainer`` is found (on this host, or in ``--apptainer-root``, a chroot whose root is a mount point):
+
+1. the base is made a root folder (a copy of a root folder; a SIF's squashfs unpacked) in a private folder;
+2. the definition's ``%post`` lines run in that folder through ``chroot`` (apptainer refuses to run its own
+   ``%post`` inside a chroot): porter installs itself apart (``/opt/porter/lib``), then ``porter install`` and
+   ``porter verify`` run *inside the image's userspace*, with the node's archs (no GPU here: code objects and
+   imports are checked, nothing runs on a GPU);
+3. ``apptainer build`` packs the folder with the labels, environment and ``%test`` of the definition; the SIF
+   appears at IMAGE only by an atomic rename. A failure or Ctrl-C leaves no IMAGE and no private folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from porter import __version__
+from porter.errors import ConfigError, ToolError
+from porter.fs import atomic_path, atomic_write_text, owned_temp_dir
+from porter.image.definition import BASE_KINDS, TOOLS, WHEELHOUSE, Recipe, base_kind
+from porter.log import Logger
+from porter.run import Runner, make_env, which
+
+
+@dataclass(frozen=True)
+class ImageRequest:
+    base: Path
+    wheelhouse: Path
+    output: Path
+    toolchain: str
+    python: str = "/opt/venv/bin/python"
+    site: str = ""
+    archs: tuple[str, ...] = ()
+    apptainer_root: Path | None = None
+    tools: Path | None = None
+    definition_only: bool = False
+
+
+@dataclass
+class ImageResult:
+    definition: Path
+    tools: Path
+    image: Path | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    installed: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"definition": str(self.definition), "tools": str(self.tools),
+                "image": str(self.image) if self.image else None, "labels": self.labels,
+                "seconds": round(self.seconds, 1)}
+
+
+def _recipe(req: ImageRequest) -> Recipe:
+    from packaging.utils import canonicalize_name
+
+    from porter.artifacts import labels as label_names
+    from porter.install.wheelhouse import scan
+    from porter.toolchain.profile import load_toolchain
+
+    tc = load_toolchain(req.toolchain)
+    archs = req.archs or tuple(tc.arch_names)
+    wheels = [w for w in scan(req.wheelhouse) if w.manifest is not None]
+    if not wheels:
+        raise ConfigError(f"{req.wheelhouse} holds no porter wheel (a wheel with its <wheel>.porter.json)",
+                          hint="build one with 'porter ops build' / 'porter wheel' / 'porter port' first")
+    labels = {"org.porter.version": __version__, "org.porter.toolchain": label_names.make(tc),
+              "org.porter.archs": ",".join(archs) or "none (CPU)"}
+    for w in sorted(wheels, key=lambda w: w.filename):
+        assert w.manifest is not None
+        labels[f"org.porter.wheel.{canonicalize_name(w.component)}"] = \
+            f"{w.filename} sha256:{w.manifest['wheel'].get('sha256', '?')}"
+    env: dict[str, str] = {}
+    if req.site:
+        from porter.cluster.site.profiles import load_site, runtime_env
+
+        env = runtime_env(load_site(req.site))
+    return Recipe(req.base.resolve(), req.python, archs, labels, env)
+
+
+def _porter_source() -> Path | None:
+    """porter's source tree when it runs from one (an editable install): its wheel is built from it."""
+    import porter
+
+    root = Path(porter.__file__).resolve().parents[1]
+    project = root / "pyproject.toml"
+    return root if project.is_file() and 'name = "porter"' in project.read_text() else None
+
+
+def make_tools(dest: Path, runner: Runner, log: Logger) -> Path:
+    """``dest``: porter's wheel and its dependencies' wheels, for the image's pip (``--no-index``)."""
+    if any(dest.glob("porter-*.whl")):
+        return dest
+    source = _porter_source()
+    if source is None:
+        raise ConfigError("porter does not run from its source tree here, so it cannot build its own wheel "
+                          "for the image", hint="pass --tools DIR holding porter's wheel and its dependencies "
+                                                "(pip download porter -d DIR)")
+    with atomic_dir(dest) as tmp:
+        py = sys.executable
+        with log.step("porter's wheel and its dependencies, for the image"):
+            runner.run([py, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", tmp,
+                        source], timeout=600, hint="pip could not build porter's wheel")
+            (wheel,) = Path(tmp).glob("porter-*.whl")
+            runner.run([py, "-m", "pip", "download", "--quiet", "--only-binary", ":all:", "-d", tmp, wheel],
+                       timeout=900, hint="pip could not fetch porter's dependencies (this needs the package "
+                                         "index; offline, pass --tools DIR with them)")
+    return dest
+
+
+class atomic_dir:
+    """A folder filled in a private temp beside ``dest`` and renamed to it when whole."""
+
+    def __init__(self, dest: Path) -> None:
+        self.dest = dest
+
+    def __enter__(self) -> Path:
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = owned_temp_dir(self.dest.parent, f".{self.dest.name}.")
+        return self.tmp
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        if kind is None:
+            os.replace(self.tmp, self.dest)
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Apptainer:
+    """Where ``apptainer`` runs: this host (root ``None``) or a chroot."""
+
+    root: Path | None
+
+    def argv(self, *args: str) -> list[str]:
+        return (["chroot", str(self.root)] if self.root else []) + ["apptainer", *args]
+
+    def inside(self, path: Path) -> str:
+        return "/" + str(path.relative_to(self.root)) if self.root else str(path)
+
+    def work(self) -> Path:
+        return (self.root / "var" / "cache" / "porter" / "images") if self.root else Path()
+
+
+def mount_point(path: Path) -> bool:
+    """Whether ``path`` is a mount point, a bind mount of a folder onto itself included (which
+    ``os.path.ismount`` cannot see: same device)."""
+    target = os.path.realpath(path)
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return os.path.ismount(target)
+    # field 5 is the mount point, with spaces and the like written as octal escapes
+    points = {ln.split()[4].encode().decode("unicode_escape") for ln in lines if len(ln.split()) > 4}
+    return target in points
+
+
+def find_apptainer(root: Path | None, definition: Path) -> Apptainer:
+    tip = (f"the definition file {definition} is written: build it with apptainer (or cotainr) where they run, "
+           f"e.g. 'apptainer build IMAGE.sif {definition.name}'")
+    if root is not None:
+        if not (root / "usr" / "bin" / "apptainer").exists():
+            raise ToolError(f"no apptainer in {root}", hint=f"install it there ('chroot {root} apt-get install "
+                                                            f"apptainer squashfs-tools'); or: {tip}")
+        if not mount_point(root):
+            raise ToolError(f"{root} is not a mount point: apptainer refuses to pack from inside a chroot whose "
+                            "root is not one", hint=f"run 'mount --bind {root} {root}' and mount /proc inside "
+                                                    f"again ('make chroot-rocm7' does both); or: {tip}")
+        return Apptainer(root)
+    if which("apptainer") is None:
+        raise ToolError("apptainer is not installed here", hint="install apptainer (Debian sid: 'apt-get install "
+                                                                f"apptainer squashfs-tools'), or pass "
+                                                                f"--apptainer-root CHROOT; or: {tip}")
+    return Apptainer(None)
+
+
+def unpack_base(base: Path, kind: str, into: Path, app: Apptainer, runner: Runner) -> None:
+    """The base as a root folder at ``into`` (empty, existing)."""
+    if kind == "root":
+        runner.run(["cp", "-a", "--reflink=auto", f"{base}/.", str(into)], timeout=3600,
+                   hint=f"could not copy the base root folder {base}")
+        return
+    if kind == "sif":
+        staged = into.parent / f"{into.name}.base.sif"
+        shutil.copyfile(base, staged)
+        try:
+            listing = runner.run(app.argv("sif", "list", app.inside(staged)), timeout=120).output
+            ids = [ln.split("|")[0].strip() for ln in listing.splitlines() if "Squashfs" in ln]
+            if not ids:
+                raise ConfigError(f"{base} holds no squashfs root file system", hint="pass another base image")
+            fs = into.parent / f"{into.name}.base.squashfs"
+            runner.run(["sh", "-c", shlex.join(app.argv("sif", "dump", ids[0], app.inside(staged)))
+                        + " > " + shlex.quote(str(fs))], timeout=3600, hint=f"could not read {base}")
+            runner.run([*(["chroot", str(app.root)] if app.root else []), "unsquashfs", "-f", "-q", "-d",
+                        app.inside(into), app.inside(fs)], timeout=3600, hint=f"could not unpack {base}")
+        finally:
+            staged.unlink(missing_ok=True)
+            (into.parent / f"{into.name}.base.squashfs").unlink(missing_ok=True)
+        return
+    raise ConfigError(f"porter builds from a root folder or a SIF here; {base} is a {kind}",
+                      hint="build the written definition file with apptainer (it reads OCI archives itself), or "
+                           "turn the archive into a SIF first ('apptainer build base.sif docker-archive:FILE')")
+
+
+def run_inside(root: Path, line: str, runner: Runner, log: Logger, what: str) -> None:
+    """One shell line in the root folder's userspace: a mount namespace of its own (its /proc goes with it,
+    whatever happens), minimal /dev nodes, no network needed (pip --no-index)."""
+    dev = root / "dev"
+    dev.mkdir(exist_ok=True)
+    for name, major, minor in (("null", 1, 3), ("zero", 1, 5), ("random", 1, 8), ("urandom", 1, 9)):
+        if not (dev / name).exists():
+            os.mknod(dev / name, 0o666 | 0o020000, os.makedev(major, minor))
+    (root / "proc").mkdir(exist_ok=True)
+    script = f"mount -t proc proc {shlex.quote(str(root / 'proc'))} && exec chroot {shlex.quote(str(root))} " \
+             f"/bin/sh -c {shlex.quote(line)}"
+    with log.step(what):
+        runner.run(["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script],
+                   env=make_env({"PORTER_CACHE_DIR": None, "HOME": "/root"}), timeout=3600,
+                   hint=f"the image's step failed: {line}")
+
+
+def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
+    start = time.monotonic()
+    kind = base_kind(req.base)
+    if not req.base.exists():
+        raise ConfigError(f"base {req.base} does not exist", hint="pass a .sif, a Docker/OCI archive or a root folder")
+    if not kind:
+        raise ConfigError(f"base {req.base} is not a .sif, a Docker/OCI archive (.tar) or a root folder",
+                          hint=f"porter image takes one of: {', '.join(BASE_KINDS)}")
+    if req.output.suffix != ".sif":
+        raise ConfigError(f"the image {req.output} should end in .sif", hint="name it IMAGE.sif")
+    recipe = _recipe(req)
+    output = req.output.resolve()
+    definition = output.with_suffix(".def")
+    tools = (req.tools or output.with_name(output.stem + ".porter-tools")).resolve()
+    result = ImageResult(definition, tools, labels=dict(recipe.labels))
+    if req.tools is None:
+        make_tools(tools, runner, log)
+    atomic_write_text(definition, recipe.for_site(req.wheelhouse.resolve(), tools))
+    log.info(f"definition file: {definition}")
+    if req.definition_only:
+        result.seconds = time.monotonic() - start
+        return result
+    app = find_apptainer(req.apptainer_root, definition)
+    work = app.work() if app.root else output.parent
+    work.mkdir(parents=True, exist_ok=True)
+    scratch = owned_temp_dir(work, f".{output.stem}.image.")
+    try:
+        root = scratch / "root"
+        root.mkdir()
+        with log.step(f"unpacking the base {req.base} ({kind})"):
+            unpack_base(req.base.resolve(), kind, root, app, runner)
+        if not (root / req.python.lstrip("/")).exists():
+            raise ConfigError(f"the base has no {req.python}", hint="pass --python with the interpreter of the "
+                                                                    "image's training environment")
+        for src, dest in ((req.wheelhouse.resolve(), WHEELHOUSE), (tools, TOOLS)):
+            target = root / dest.lstrip("/")
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(src, target)
+        steps = recipe.post()
+        run_inside(root, steps[0], runner, log, "installing porter in the image (/opt/porter/lib)")
+        run_inside(root, steps[1], runner, log, "porter install, inside the image")
+        run_inside(root, steps[2], runner, log, "porter verify, inside the image")
+        shutil.rmtree(root / "root" / ".cache", ignore_errors=True)
+        inner = scratch / "image.def"
+        atomic_write_text(inner, recipe.for_root(app.inside(root)))
+        packed = scratch / "image.sif"
+        with log.step(f"packing {output.name} with apptainer"):
+            runner.run(app.argv("build", "--notest", "--force", app.inside(packed), app.inside(inner)), timeout=3600,
+                       hint="apptainer could not pack the image")
+        with atomic_path(output) as tmp:
+            shutil.copyfile(packed, tmp)
+        result.image = output
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def inspect_image(image: Path, apptainer_root: Path | None, runner: Runner) -> dict[str, Any]:
+    """The image's labels and definition, as apptainer reads them back."""
+    import json
+
+    app = find_apptainer(apptainer_root, image.with_suffix(".def"))
+    path = image.resolve()
+    staged: Path | None = None
+    if app.root is not None and not path.is_relative_to(app.root):
+        staged = owned_temp_dir(app.work(), ".inspect.") / image.name
+        shutil.copyfile(path, staged)
+        path = staged
+    try:
+        doc = json.loads(runner.run(app.argv("inspect", "--json", "--labels", app.inside(path)), timeout=120).output)
+        deffile = runner.run(app.argv("inspect", "--deffile", app.inside(path)), timeout=120).output
+        test = runner.run(app.argv("inspect", "--test", app.inside(path)), timeout=120).output
+    finally:
+        if staged is not None:
+            shutil.rmtree(staged.parent, ignore_errors=True)
+    labels = doc.get("data", {}).get("attributes", {}).get("labels", {})
+    return {"image": str(image), "labels": labels, "definition": deffile, "test": test}

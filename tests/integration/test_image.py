@@ -1,0 +1,109 @@
+"""porter image build for real: a Debian bookworm userspace with a CPU torch (make image-base) plus a wheelhouse
+(DeepSpeed 0.19.8's cpu_lion built here, its dependencies) becomes a SIF, packed by Apptainer 1.4.5 in the sid
+chroot. porter installs and verifies the wheels inside the image's own userspace at build time; the image is read
+back (labels, definition, its root file system's files). No GPU: nothing runs on one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require
+from tests.integration.conftest import run_porter
+from tests.integration.test_install import _runtime_requirements
+
+pytestmark = [pytest.mark.integration, pytest.mark.rocm7, pytest.mark.slow]
+
+
+@pytest.fixture
+def apptainer_root(rocm7: Path) -> Path:
+    require("apptainer in the sid chroot", (rocm7 / "usr/bin/apptainer").exists(), "run 'make chroot-rocm7'")
+    from porter.image.build import mount_point
+
+    require(f"{rocm7} a mount point (apptainer packs only there)", mount_point(rocm7), "run 'make chroot-rocm7'")
+    return rocm7
+
+
+@pytest.fixture
+def image_base() -> Path:
+    root = Path(os.environ.get("PORTER_IMAGE_BASE") or "/var/lib/porter/image-base")
+    require("the image base (bookworm + a CPU torch)", (root / "opt/venv/bin/python").exists(), "run 'make image-base'")
+    return root
+
+
+def test_an_image_with_the_wheelhouse_installed_and_verified_inside(apptainer_root: Path, image_base: Path,
+                                                                    deepspeed_sdist: Path, tmp_path: Path) -> None:
+    wh = tmp_path / "wheelhouse"
+    res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops", "cpu_lion", "-o", str(wh))
+    assert res.returncode == 0, res.stderr[-3000:]
+    (whl,) = wh.glob("deepspeed-*.whl")
+    got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", str(wh),
+                          *_runtime_requirements(whl)], capture_output=True, text=True)
+    require("DeepSpeed's dependency wheels", got.returncode == 0, got.stderr[-500:])
+    out = tmp_path / "out" / "node.sif"
+    res = run_porter("image", "build", "--base", str(image_base), "--wheelhouse", str(wh), "-o", str(out), "-t", "cpu",
+                     "--site", "lumi-g", "--apptainer-root", str(apptainer_root), "--json", timeout=3000)
+    assert res.returncode == 0, res.stderr[-5000:]
+    doc = json.loads(res.stdout)
+    assert doc["image"] == str(out) and out.is_file() and doc["definition"] == str(out.with_suffix(".def"))
+    assert "porter install, inside the image" in res.stderr and "porter verify, inside the image" in res.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["node.def", "node.porter-tools", "node.sif"]  # no temp
+    site_def = out.with_suffix(".def").read_text()
+    assert f"From: {image_base}" in site_def and "%post" in site_def and "-m porter install /opt/porter/wheelhouse" \
+        in site_def
+    info = run_porter("image", "inspect", str(out), "--apptainer-root", str(apptainer_root), "--json")
+    assert info.returncode == 0, info.stderr[-3000:]
+    shown = json.loads(info.stdout)
+    manifest = json.loads(Path(f"{whl}.porter.json").read_text())
+    assert shown["labels"]["org.porter.wheel.deepspeed"] == f"{whl.name} sha256:{manifest['wheel']['sha256']}"
+    assert shown["labels"]["org.porter.toolchain"] == manifest["target"]["label"]
+    assert "-m porter verify --python /opt/venv/bin/python" in shown["test"]
+    assert "%post" not in shown["definition"]  # porter ran the install steps; apptainer only packed
+    # the image's root file system: the op's module where pip put it, porter's install record, porter itself
+    fs = apptainer_root / "tmp" / f"porter-test-{os.getpid()}.squashfs"
+    try:
+        staged = apptainer_root / "tmp" / f"porter-test-{os.getpid()}.sif"
+        staged.write_bytes(out.read_bytes())
+        listing = subprocess.run(["chroot", str(apptainer_root), "apptainer", "sif", "list", f"/tmp/{staged.name}"],
+                                 capture_output=True, text=True, check=True).stdout
+        part = next(ln.split("|")[0].strip() for ln in listing.splitlines() if "Squashfs" in ln)
+        with fs.open("wb") as f:
+            subprocess.run(["chroot", str(apptainer_root), "apptainer", "sif", "dump", part, f"/tmp/{staged.name}"],
+                           stdout=f, check=True)
+        files = subprocess.run(["chroot", str(apptainer_root), "unsquashfs", "-l", f"/tmp/{fs.name}"],
+                               capture_output=True, text=True, check=True).stdout
+    finally:
+        fs.unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
+    site = "squashfs-root/opt/venv/lib/python3.11/site-packages"
+    assert f"{site}/deepspeed/ops/lion/cpu_lion_op.cpython-311-x86_64-linux-gnu.so" in files
+    assert "squashfs-root/opt/venv/share/porter/installs/deepspeed.json" in files or \
+        "squashfs-root/opt/venv/share/porter" in files
+    assert "squashfs-root/opt/porter/lib/porter/__init__.py" in files
+
+
+def test_no_apptainer_is_an_error_with_the_definition_written(tmp_path: Path) -> None:
+    """Without apptainer (a root with none): ERROR naming what to install, a TIP naming the definition file,
+    which is written; no image, nothing half-written. The tools come from a folder given (no index needed)."""
+    from tests.fixtures.install.wheels import compile_ext, deepspeed_wheel
+
+    wh = tmp_path / "wh"
+    deepspeed_wheel(wh, {"cpu_adam": compile_ext(tmp_path / "op.so", "cpu_adam_op").read_bytes()})
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "porter-0.1.0-py3-none-any.whl").write_bytes(b"")
+    empty, base = tmp_path / "no-apptainer", tmp_path / "base"
+    empty.mkdir()
+    base.mkdir()
+    out = tmp_path / "out" / "node.sif"
+    res = run_porter("image", "build", "--base", str(base), "--wheelhouse", str(wh), "-o", str(out), "-t", "cpu",
+                     "--apptainer-root", str(empty), "--tools", str(tools))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert f"no apptainer in {empty}" in res.stderr and "apt-get install apptainer" in res.stderr
+    assert "TIP:" in res.stderr and str(out.with_suffix(".def")) in res.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["node.def"]
