@@ -107,3 +107,29 @@ def test_no_apptainer_is_an_error_with_the_definition_written(tmp_path: Path) ->
     assert f"no apptainer in {empty}" in res.stderr and "apt-get install apptainer" in res.stderr
     assert "TIP:" in res.stderr and str(out.with_suffix(".def")) in res.stderr
     assert sorted(p.name for p in out.parent.iterdir()) == ["node.def"]
+
+
+def test_a_sif_base_is_unpacked_to_its_root_file_system(apptainer_root: Path, tmp_path: Path) -> None:
+    """A site's .sif as the base: porter reads its squashfs partition (apptainer sif dump) and unpacks it
+    (unsquashfs), both without running the image, which a chroot does not allow."""
+    from porter.image.build import Apptainer, unpack_base
+    from porter.log import quiet_logger
+    from porter.run import Runner
+
+    work = apptainer_root / "var" / "cache" / "porter" / "images" / f"test-{os.getpid()}"
+    try:
+        (work / "src" / "opt" / "venv" / "bin").mkdir(parents=True)
+        (work / "src" / "opt" / "venv" / "bin" / "python").write_text("#!/bin/sh\n")
+        inside = "/" + str(work.relative_to(apptainer_root))
+        subprocess.run(["chroot", str(apptainer_root), "apptainer", "build", "--force", f"{inside}/base.sif",
+                        f"{inside}/src"], capture_output=True, check=True)
+        base = tmp_path / "site-base.sif"
+        base.write_bytes((work / "base.sif").read_bytes())
+        (work / "root").mkdir()
+        unpack_base(base, "sif", work / "root", Apptainer(apptainer_root), Runner(quiet_logger()))
+        assert (work / "root" / "opt" / "venv" / "bin" / "python").read_text() == "#!/bin/sh\n"
+        assert sorted(p.name for p in work.iterdir()) == ["base.sif", "root", "src"]  # its temp files gone
+    finally:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
