@@ -31,8 +31,9 @@ from porter.wheels import costs
 from porter.wheels.base import BuildPlan, Machine, SourceInfo, WheelDriver, WheelRequest
 from porter.wheels.verify import relabel, verify_wheel
 
-PatchHook = Callable[..., None]
-"""``hook(tree, ref, version, log, dry_run=)``: apply a patch set to the work copy before building."""
+PatchHook = Callable[..., "list[dict[str, Any]] | None"]
+"""``hook(tree, ref, version, log, dry_run=)``: apply a patch set to the work copy before building; returns the
+patches it applied (:meth:`porter.patching.engine.Plan.records`; None: not known, and the manifest says so)."""
 
 _IGNORE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".eggs")
 
@@ -88,8 +89,10 @@ class WheelResult:
 
 # -- patch sets ----------------------------------------------------------------------------------
 
-def apply_patch_set(tree: Path, ref: str, version: str, log: Logger, *, dry_run: bool = False) -> None:
-    """Apply a patch set (``PROJECT/NAME``, ``PROJECT`` or a file) with porter's patch engine.
+def apply_patch_set(tree: Path, ref: str, version: str, log: Logger, *,
+                    dry_run: bool = False) -> list[dict[str, Any]]:
+    """Apply a patch set (``PROJECT/NAME``, ``PROJECT`` or a file) with porter's patch engine; return the patches
+    applied, as the wheel's manifest lists them.
 
     In a dry run the sets are only checked against ``tree`` (nothing is written): a set that does not
     apply to this version stops the build before any compiling.
@@ -102,6 +105,7 @@ def apply_patch_set(tree: Path, ref: str, version: str, log: Logger, *, dry_run:
         log.info(f"patch set {ref}: applies to {version} ({len(applied.plan.changes)} file(s) would change)")
     else:
         log.info(f"patch set {ref}: {len(applied.changed)} file(s) changed")
+    return applied.plan.records()
 
 
 # -- sources -------------------------------------------------------------------------------------
@@ -205,9 +209,10 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         with log.step(f"copying {root} to a work tree"):
             shutil.copytree(root, tree, ignore=_IGNORE, symlinks=True)
             out.mkdir()
+        patches: list[dict[str, Any]] | None = []
         if request.patch_set is not None:
             with log.step(f"applying patch set {request.patch_set}"):
-                patch_hook(tree, request.patch_set, info.version, log)
+                patches = patch_hook(tree, request.patch_set, info.version, log)
         with log.step(f"building {plan.project} {plan.version} for +{plan.label} (MAX_JOBS={plan.jobs})"):
             runner.run(argv, env=env, cwd=tree,
                        hint=f"the {plan.project} build failed; the output above is upstream's. "
@@ -218,21 +223,24 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         with log.step(f"verifying {built[0].name}"):
             entries = verify_wheel(built[0], plan.expect)
         with log.step(f"labelling +{plan.label}"):
-            manifest = _manifest(plan, request, built[0], entries, torch, info)
+            manifest = _manifest(plan, request, built[0], entries, torch, info, patches)
             final, mpath = relabel(built[0], plan.label, request.output, manifest)
         log.info(f"wrote {final} ({len(entries)} extension module(s)) and {mpath.name}")
         return WheelResult(plan, argv, changes, torch, wheel=final, manifest=mpath)
 
 
 def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, entries: list[ExtensionEntry],
-              torch: TorchInfo | None, info: SourceInfo) -> Manifest:
-    """The manifest of the labelled wheel (its version and wheel section are set by :func:`relabel`)."""
+              torch: TorchInfo | None, info: SourceInfo, patches: list[dict[str, Any]] | None = None) -> Manifest:
+    """The manifest of the labelled wheel (its version and wheel section are set by :func:`relabel`); ``patches``:
+    those applied to the work copy (None: not known)."""
     tc = request.toolchain
     tags = parse_wheel_filename(wheel.name)[3]
     python_tag = ".".join(sorted({t.interpreter for t in tags}))
     setup_py = info.root / "setup.py"
-    sources: dict[str, str] = {"upstream_version": info.version, "setup.py_sha256": sha256_file(setup_py),
+    sources: dict[str, Any] = {"upstream_version": info.version, "setup.py_sha256": sha256_file(setup_py),
                                **request.sources}
+    if patches is not None:
+        sources["patches"] = patches
     for entry in entries:
         op = next((o.name for o in plan.ops if o.module == entry["module"]), None)
         if op:

@@ -98,8 +98,16 @@ def test_build_compiles_and_links_against_the_chroots_rccl_libfabric_and_hip(roo
     with tarfile.open(pkg) as tar:
         names = sorted(tar.getnames())
         inner = json.loads(tar.extractfile(f"{pkg.name[:-7]}/porter.json").read())  # type: ignore[union-attr]
-    assert names == [f"{pkg.name[:-7]}/{n}" for n in ("lib/librccl-net-ofi.so", "lib/librccl-net.so", "porter.json")]
+    assert names == [f"{pkg.name[:-7]}/{n}" for n in ("lib/librccl-net-ofi.so", "lib/librccl-net.so",
+                                                        "porter.cdx.json", "porter.json")]
     assert inner["target"]["net_plugin"]["rccl"] == facts["rccl"]
+    from porter.artifacts.sbom import read_sbom  # the SBOM beside the manifest: the tree digest, no patches
+
+    sbom = read_sbom(pkg)
+    component = sbom["metadata"]["component"]
+    assert component["purl"] == "pkg:generic/aws-ofi-nccl@0.3.0" and component["pedigree"].get("patches") is None
+    source = {p["name"]: p["value"] for p in component["pedigree"]["ancestors"][0]["properties"]}
+    assert source["porter:source:tree"] == manifest["sources"]["tree"]
     for e in manifest["extensions"]:
         assert e["path"] in names and len(e["sha256"]) == 64
 

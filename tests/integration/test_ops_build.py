@@ -35,7 +35,7 @@ print("ADAM-OK", CPUAdamBuilder().absolute_name())
 """
 
 
-def test_cpu_ops_wheel_manifest_and_layout(cpu_ops_wheelhouse: Path) -> None:
+def test_cpu_ops_wheel_manifest_and_layout(cpu_ops_wheelhouse: Path, deepspeed_sdist: Path) -> None:
     (wheel,) = cpu_ops_wheelhouse.glob("*.whl")
     assert wheel.name == "deepspeed-0.19.8+cpu.x86.64.v2-cp311-cp311-linux_x86_64.whl"
     man = read_manifest(str(wheel) + ".porter.json")
@@ -48,6 +48,23 @@ def test_cpu_ops_wheel_manifest_and_layout(cpu_ops_wheelhouse: Path) -> None:
             assert sha256_bytes(z.read(ext["path"])) == ext["sha256"]
         info = z.read("deepspeed/git_version_info_installed.py").decode()
     assert all(f"'{op}': True" in info for op in CPU_OPS) and "'async_io': False" in info
+    # its SBOM (PEP 770): schema-valid CycloneDX naming the sdist it was built from and the patches porter made
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    from porter.artifacts.sbom import read_sbom
+
+    with zipfile.ZipFile(wheel) as z:
+        text = z.read("deepspeed-0.19.8+cpu.x86.64.v2.dist-info/sboms/porter.cdx.json").decode()
+        assert "deepspeed-0.19.8+cpu.x86.64.v2.dist-info/sboms/porter.cdx.json,sha256=" in \
+            z.read("deepspeed-0.19.8+cpu.x86.64.v2.dist-info/RECORD").decode()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    component = read_sbom(wheel)["metadata"]["component"]
+    (source,) = component["pedigree"]["ancestors"]
+    assert source["hashes"] == [{"alg": "SHA-256", "content": sha256_file(deepspeed_sdist)}]
+    assert man["sources"]["sdist_sha256"] == sha256_file(deepspeed_sdist)
+    patched = {p["resolves"][0]["id"] for p in component["pedigree"]["patches"]}
+    assert patched == {f"{r['set']}/{r['id']}" for r in man["sources"]["patches"]} and patched
 
 
 def test_wheel_loads_prebuilt_ops_with_no_compiler_and_matches_adamw(cpu_ops_wheelhouse: Path, torch_venv: Path,

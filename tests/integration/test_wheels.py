@@ -3,6 +3,7 @@ flash-attn sdist (Triton backend), real venv installs, and the refusals."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -88,8 +89,17 @@ def test_patch_set_is_applied_to_the_work_copy_only(tmp_path: Path) -> None:
     r = porter("wheel", "apex", "--source", str(APEX_ENV), "-t", "cpu", "-o", str(house), "--patch-set", str(diff))
     assert r.returncode == 0, r.stderr
     with zipfile.ZipFile(only_wheel(house)) as zf:
-        assert b"PATCHED_BY_PORTER = True" in zf.read("apex/__init__.py")
+        patched = zf.read("apex/__init__.py")
+        assert b"PATCHED_BY_PORTER = True" in patched
     assert "PATCHED_BY_PORTER" not in (APEX_ENV / "apex" / "__init__.py").read_text()
+    # the manifest and the wheel's SBOM list the patch, with the file's sha256 before and after
+    from porter.artifacts.sbom import read_sbom
+
+    (record,) = read_manifest(manifest_path(only_wheel(house)))["sources"]["patches"]
+    assert record["files"] == [{"path": "apex/__init__.py", "after": hashlib.sha256(patched).hexdigest(),
+                                "before": hashlib.sha256((APEX_ENV / "apex" / "__init__.py").read_bytes()).hexdigest()}]
+    wheel = read_sbom(only_wheel(house))["metadata"]["component"]
+    assert [i["id"] for p in wheel["pedigree"]["patches"] for i in p["resolves"]] == [f"{record['set']}/{record['id']}"]
 
 
 @pytest.mark.rocm

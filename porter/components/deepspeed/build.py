@@ -7,6 +7,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -17,11 +18,12 @@ from porter.artifacts.labels import with_label
 from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, manifest_path, write_beside
 from porter.components.deepspeed import DEEPSPEED
 from porter.components.deepspeed.catalogue import read_catalogue
-from porter.components.deepspeed.wheel import base_wheel, compose, dist_version
+from porter.components.deepspeed.wheel import base_wheel, compose, dist_version, wheel_patches
 from porter.errors import CheckFailed, ConfigError
 from porter.executor import Executor, build_python
 from porter.fs import cache_dir, ensure_writable_dir, owned_temp
 from porter.log import Logger, quiet_logger
+from porter.patching import plan as plan_patches
 from porter.run import Runner, make_env
 from porter.toolchain.check import require_toolchain
 from porter.toolchain.discover import probe
@@ -29,7 +31,7 @@ from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import need_for, probe_torch, refusal
 from ops_prebuild.build import BuildResult, EngineRun, OpResult, _key, compile_catalogue
 from ops_prebuild.catalogue import Catalogue, OpSpec
-from ops_prebuild.source import build_sets, cached_source, patched_source, resolve_source
+from ops_prebuild.source import build_sets, cached_source, git_commit, patched_source, resolve_source
 
 
 def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, all_compatible: bool = False,
@@ -84,11 +86,13 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                     parent = cache if py_ex.kind != "host" and cache.is_dir() else None  # its python sees it
                     scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="porter-dry-", dir=parent)))
                 source = resolve_source(DEEPSPEED, source_spec, runner=runner, cache=scratch)
-            patched = patched_source(source, build_sets(source.project, tc.kind), cache, dry_run=dry_run)
+            sets = build_sets(source.project, tc.kind)
+            patched = patched_source(source, sets, cache, dry_run=dry_run)
             if patched.warning:
                 log.warn(patched.warning)
             elif patched.applied:
                 log.info(f"building from a patched copy of the source ({'; '.join(patched.applied)})")
+            unpatched = source
             source = patched.source if not dry_run else source
             cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose), executor=py_ex)
         selected = cat.select(ops, all_compatible)
@@ -115,10 +119,14 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         if not built:
             raise CheckFailed(f"no op built ({', '.join(o.name for o in result.failed)} failed)",
                               hint=f"read the logs under {build_dir}")
+        # the patches as the manifest lists them: patched_source's plan made again on the same source (in memory,
+        # the few files the sets edit), per patch with its files' sha256 before and after
+        patches = [] if patched.warning or not sets else plan_patches(unpatched.tree, sets).records()
         with log.step("packaging the wheel"):
             result.wheel, result.manifest = package(cat, tc, selected, result.ops, wheelhouse, python=python,
                                                     runner=runner, cache=cache, executor=py_ex,
                                                     base=base.result() if base is not None else None,
+                                                    patches=patches,
                                                     build={"cache": {**ccache.to_dict(), **result.cache_stats}
                                                            if ccache else None, "debug_info": how.debug, "pch": how.pch})
     if with_deps:
@@ -161,7 +169,10 @@ def base_wheel_of(cat: Catalogue, cache: Path, *, python: str, runner: Runner, e
 
 def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list[OpResult], wheelhouse: Path,
             *, python: str, runner: Runner, cache: Path, executor: Executor, base: Path | None = None,
-            build: dict[str, Any] | None = None) -> tuple[Path, Path]:
+            build: dict[str, Any] | None = None, patches: Sequence[dict[str, Any]] = ()) -> tuple[Path, Path]:
+    """The wheel (DeepSpeed's own, with the ops) and its manifest; ``patches``: those applied to the source
+    (:meth:`porter.patching.engine.Plan.records`). The manifest also lists the patches made to the wheel's own
+    copy of DeepSpeed's files (:func:`~porter.components.deepspeed.wheel.wheel_patches`)."""
     src = cat.source
     base = base or base_wheel_of(cat, cache, python=python, runner=runner, executor=executor)
     _dist, base_version = dist_version(base)
@@ -179,9 +190,14 @@ def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list
         if not specs[r.name].device:
             entry["host_only"] = True
         entries.append(entry)
+    sources: dict[str, Any] = {"sdist_sha256": src.sha256, "origin": src.origin, "version": src.version}
+    commit = git_commit(Path(src.origin))  # a checkout given as the source (an sdist has its sha256)
+    if commit:
+        sources["git_commit"] = commit
+    sources["patches"] = [*patches, *wheel_patches(base)]
     manifest = build_manifest(
         component=src.project, version=version, tc=tc, torch=cat.torch, python_tag=cat.torch.python_tag,
-        sources={"sdist_sha256": src.sha256, "origin": src.origin, "version": src.version},
+        sources=sources,
         extensions=entries, target={"accelerator": cat.accelerator},
         ops=[{"name": r.name, "status": r.status, "seconds": round(r.seconds, 2), "log": r.log} for r in results])
     if build:

@@ -20,6 +20,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from porter.artifacts.wheelfile import Payload, read_wheel, rewrite_wheel
 from porter.components.deepspeed import VERSION_INFO
@@ -28,7 +29,7 @@ from porter.executor import HOST, Executor
 from porter.fs import owned_temp
 from porter.locks import hold
 from porter.patching import PatchSet, failure_message, load_shipped
-from porter.patching import plan as plan_patches
+from porter.patching import Plan as PatchPlan, plan as plan_patches
 from porter.run import Runner, make_env
 
 WHEEL_SETS: tuple[tuple[str, str], ...] = (("deepspeed", "no-jit"),)
@@ -92,11 +93,25 @@ def guard_files(files: Mapping[str, bytes]) -> dict[str, bytes]:
     planned in memory on a scratch copy of just those files. A needed edit that cannot be made (DeepSpeed moved a
     line the set anchors on) is an error naming the file, the anchor and the closest line: a wheel that would run
     the compiler at import is not written. Each patch decides by its own ``needed_if`` (no version gate)."""
+    planned = _guard_plan(files)
+    if planned is None:
+        return {}
+    return {c.path: c.after for c in planned.changes if c.after is not None and c.path in files}
+
+
+def wheel_patches(base: Path) -> list[dict[str, Any]]:
+    """The patches :func:`compose` makes to the wheel's own copy of ``base``'s files, as its manifest lists them
+    (:meth:`porter.patching.engine.Plan.records`, each with ``applied_to: wheel``)."""
+    planned = _guard_plan(read_wheel(base).files)
+    return [{**r, "applied_to": "wheel"} for r in planned.records()] if planned is not None else []
+
+
+def _guard_plan(files: Mapping[str, bytes]) -> PatchPlan | None:
     sets: list[PatchSet] = [load_shipped(project, name) for project, name in WHEEL_SETS]
     names = {f for s in sets for p in s.patches for f in p.files}
     mine = {n: d for n, d in files.items() if n in names}
     if not mine:
-        return {}
+        return None
     with tempfile.TemporaryDirectory(prefix="porter-wheel-guard-") as tmp:
         for rel, data in mine.items():
             path = Path(tmp, rel)
@@ -110,7 +125,7 @@ def guard_files(files: Mapping[str, bytes]) -> dict[str, bytes]:
                         hint=f"this DeepSpeed moved a line {refs} anchors on, so its wheel would compile feature "
                              f"probes at import; 'porter patch check TREE --set {refs}' shows which (the source "
                              "tree itself is never changed by 'porter ops build')")
-    return {c.path: c.after for c in planned.changes if c.after is not None and c.path in mine}
+    return planned
 
 
 def _installed_ops(text: str, installed: Mapping[str, bool]) -> str:

@@ -20,6 +20,7 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from porter import __version__
 from porter.artifacts import labels
@@ -44,7 +45,7 @@ from porter.torch_facts import TorchInfo, need_for, probe_torch, refusal
 from ops_prebuild.build import EngineRun, OpResult, compile_catalogue, failures
 from ops_prebuild.catalogue import Catalogue, OpSpec
 from ops_prebuild.plan import Plan, make_plan
-from ops_prebuild.source import Source
+from ops_prebuild.source import Source, git_commit
 
 from porter.port import PORT_RECORD, PortResult, check_patches, destination, patch_sets, summarize
 HELPERS_OP = "helpers"
@@ -273,7 +274,8 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
     assert wheelhouse is not None
     with log.step("packaging the fused kernels"):
         result.wheel, result.manifest = package_kernels(ops, tc, torch_info, result.version, Path(wheelhouse),
-                                                        source=str(src), specs=plan_specs(work, tc))
+                                                        source=str(src), specs=plan_specs(work, tc),
+                                                        patches=done.plan.records())
     return result
 
 
@@ -334,9 +336,11 @@ _PACKAGE_INIT = b'"""Modules prebuilt by porter for Megatron-DeepSpeed (the data
 
 
 def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, version: str, wheelhouse: Path, *,
-                    source: str, specs: Mapping[str, OpSpec] | None = None) -> tuple[Path, Path]:
+                    source: str, specs: Mapping[str, OpSpec] | None = None,
+                    patches: Sequence[dict[str, Any]] | None = None) -> tuple[Path, Path]:
     """One wheel with the fused kernels (top-level modules, as Megatron imports them) and the dataset helpers
-    (``megatron_fused_kernels.helpers``, host-only), and its porter manifest beside it."""
+    (``megatron_fused_kernels.helpers``, host-only), and its porter manifest beside it. ``patches``: those the port
+    applied (:meth:`porter.patching.engine.Plan.records`; None: not known, and the manifest says so)."""
     full_version = with_label(version or "0", labels.make(tc))
     tag = torch_info.wheel_tag
     entries: list[ExtensionEntry] = []
@@ -354,9 +358,15 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
             if package:
                 files[f"{package}/__init__.py"] = _PACKAGE_INIT
         entries.append(entry)
+    sources: dict[str, Any] = {"origin": source, "version": version}
+    commit = git_commit(Path(source))
+    if commit:
+        sources["git_commit"] = commit
+    if patches is not None:
+        sources["patches"] = list(patches)
     manifest = build_manifest(
         component="megatron-deepspeed", version=full_version, tc=tc, torch=torch_info,
-        python_tag=torch_info.python_tag, sources={"origin": source, "version": version}, extensions=entries,
+        python_tag=torch_info.python_tag, sources=sources, extensions=entries,
         ops=[{"name": o.name, "status": o.status, "seconds": round(o.seconds, 2), "log": o.log} for o in ops])
     files["{dist_info}/porter.json"] = carried(manifest)
     wheelhouse.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,8 @@ from typing import Any
 
 from porter.artifacts import labels
 from porter.artifacts.manifest import ExtensionEntry, Manifest, build_manifest, carried, write_beside
+from porter.artifacts.sbom import NAME as SBOM_NAME
+from porter.artifacts.wheelfile import sbom_of
 from porter.cluster.site.profiles import Site
 from porter.errors import CheckFailed, ConfigError, PorterError, ToolError
 from porter.executor import Executor
@@ -305,8 +307,9 @@ def _package(plan: BuildPlan, libs: list[Path], loaded: list[dict[str, Any]], fa
         "configure": next(s.argv for s in plan.steps if s.what == "configure"),
     }
     manifest = build_manifest(component=tree.project.name, version=tree.version, tc=tc, torch=None,
-                              python_tag="none", sources={"tree": tree_digest(tree.root)}, extensions=extensions,
-                              target={"net_plugin": net_plugin})
+                              python_tag="none", sources={"tree": tree_digest(tree.root), "version": tree.version,
+                                                          "patches": []},  # porter patches no plugin source
+                              extensions=extensions, target={"net_plugin": net_plugin})
     dest = req.out_dir / plan.package
     with log.step(f"writing {dest}"):
         with atomic_path(dest) as tmp:
@@ -314,8 +317,10 @@ def _package(plan: BuildPlan, libs: list[Path], loaded: list[dict[str, Any]], fa
                 for lib in libs:  # the file a link names, under the link's name
                     tar.add(lib.resolve(), arcname=f"{top}/lib/{lib.name}", recursive=False)
                 data = carried(manifest)
-                member = tarfile.TarInfo(f"{top}/{MANIFEST_MEMBER}")
-                member.size, member.mode = len(data), 0o644
-                tar.addfile(member, io.BytesIO(data))
+                sbom = sbom_of(data, tree.project.name, tree.version, purl_type="generic")
+                for name, payload in ((MANIFEST_MEMBER, data), (SBOM_NAME, sbom)):  # the SBOM beside the manifest
+                    member = tarfile.TarInfo(f"{top}/{name}")
+                    member.size, member.mode = len(payload), 0o644
+                    tar.addfile(member, io.BytesIO(payload))
         mpath = write_beside(dest, manifest)
     return BuildResult(plan, dest, mpath, manifest, [dict(i) for i in loaded])
