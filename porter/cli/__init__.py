@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "launch": "porter.cli.launch:launch",
     "net-plugin": "porter.cli.netplugin:net_plugin",
     "image": "porter.cli.image:image",
+    "sbom": "porter.cli.sbom:sbom_cmd",
 }
 
 

@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from porter.artifacts import sbom
 from porter.artifacts.manifest import build_manifest, carried
 from porter.artifacts.wheelfile import WheelSpec, rewrite_wheel, write_wheel
+from porter.cli import cli
 from porter.errors import ConfigError
+from porter.log import Logger
 from porter.patching import apply, plan
 from porter.patching.model import parse_set
 from porter.toolchain.profile import load_toolchain
@@ -217,6 +220,21 @@ def test_a_plan_records_each_applied_patch_with_its_files(tmp_path: Path) -> Non
     # applied earlier (the tree's journal says so): still listed, its files not known per patch
     assert plan(tree, [pset]).records() == [{"set": "p/n", "id": "wave", "sha256": pset.patches[0].digest,
                                              "why": "a warp is 64 lanes here", "state": "applied-earlier"}]
+
+
+def test_porter_sbom_says_it_in_words(tmp_path: Path) -> None:
+    wheel = write_wheel(tmp_path, WheelSpec("deepspeed", VERSION, CP),
+                        {"{dist_info}/porter.json": _carried()})
+    out = CliRunner().invoke(cli, ["sbom", str(wheel)], obj=Logger())
+    assert out.exit_code == 0, out.output
+    text = out.output
+    assert f"source: deepspeed 0.18.9 from deepspeed==0.18.9; sdist sha256 {SDIST}" in text
+    assert "patch: deepspeed/rocm-sources/hip-arch: the arch list is CUDA's" in text
+    assert "toolchain: debian-trixie-rocm (rocm): compiler hipcc" in text and "toolkit: ROCm 5.7" in text
+    assert "archs gfx90a,gfx942, wavefront 64, cpu_isa x86-64-v2" in text
+    assert "torch: 2.13.0+rocm6.2 (rocm, HIP 6.2.41133, C++11 ABI no)" in text
+    as_json = CliRunner().invoke(cli, ["sbom", "--json", str(wheel)], obj=Logger())
+    assert json.loads(as_json.output) == sbom.read_sbom(wheel)
 
 
 def test_deepspeed_lists_the_patches_made_to_the_wheels_own_files(tmp_path: Path) -> None:
