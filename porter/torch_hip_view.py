@@ -1,7 +1,7 @@
 """A HIP view of a CPU or CUDA torch's headers: a stand-in for compile checks only.
 
 A ROCm build of a torch extension includes ``ATen/hip/HIPContext.h``, ``c10/hip/HIPGuard.h`` and
-friends, which only ROCm builds of torch ship, and torch's own ``torch/csrc/cuda/*.h`` as a ROCm torch ships
+friends, which only ROCm builds of torch ship, and torch's own ``torch/csrc/cuda/*.h`` (and c10d's) as a ROCm torch ships
 them (hipified in place). torch's own hipify, run in pytorch mode on a CPU/CUDA wheel's ``ATen/cuda``,
 ``c10/cuda`` and ``torch/csrc/cuda`` headers, generates them the way ROCm torch's build does; the
 few headers ROCm torch's CMake writes are added here (:data:`EXTRA`, as small as possible). With
@@ -25,8 +25,9 @@ from porter.run import Runner, make_env
 from porter.torch_facts import TorchInfo
 
 DONE = ".porter-view"
-LAYOUT = 2
-"""What a view holds (2: ``torch/csrc/cuda`` hipified in place too); part of its folder's key."""
+LAYOUT = 3
+"""What a view holds (2: ``torch/csrc/cuda`` hipified in place too; 3: and ``torch/csrc/distributed/c10d``); part
+of its folder's key."""
 
 # Headers ROCm torch's CMake generates (no CUDA counterpart to hipify): what they define here is
 # what a ROCm build of torch defines for an extension that includes them.

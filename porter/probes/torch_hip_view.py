@@ -1,9 +1,10 @@
 """Entry: a HIP view of this python's torch headers, made with torch's own hipify (pytorch mode).
 
-argv[1]: torch's include folder; argv[2]: the (new, empty) folder to fill. Copies ``ATen/cuda``, ``c10/cuda``
-and ``torch/csrc/cuda`` into a work folder inside it and hipifies them as ROCm torch's own build does: ATen and
-c10 out of place (``ATen/hip/HIPContext.h``, ``c10/hip/HIPGuard.h``, ...), torch's own headers in place (a ROCm
-torch ships ``torch/csrc/cuda/*.h`` with HIP in them); keeps the generated ``*/hip`` trees and ``torch/csrc/cuda``.
+argv[1]: torch's include folder; argv[2]: the (new, empty) folder to fill. Copies ``ATen/cuda``, ``c10/cuda``,
+``torch/csrc/cuda`` and ``torch/csrc/distributed/c10d`` into a work folder inside it and hipifies them as ROCm
+torch's own build does: ATen and c10 out of place (``ATen/hip/HIPContext.h``, ``c10/hip/HIPGuard.h``, ...),
+torch's own headers in place (a ROCm torch ships ``torch/csrc/cuda/*.h`` and c10d's NCCL headers with HIP in
+them); keeps the generated ``*/hip`` trees and the in-place ones.
 Emits {"files": N} or {"error": why}.
 """
 
@@ -18,7 +19,8 @@ from porter.probes.protocol import emit  # porter: concatenated
 PARTS: tuple[str, ...] = ()
 
 include, dest = sys.argv[1], sys.argv[2]
-subdirs = [d for d in ("ATen/cuda", "c10/cuda", "torch/csrc/cuda") if os.path.isdir(os.path.join(include, d))]
+INPLACE = ("torch/csrc/cuda", "torch/csrc/distributed/c10d")
+subdirs = [d for d in ("ATen/cuda", "c10/cuda", *INPLACE) if os.path.isdir(os.path.join(include, d))]
 if "ATen/cuda" not in subdirs or "c10/cuda" not in subdirs:
     emit({"error": f"{include} has no ATen/cuda and c10/cuda headers to hipify"})
     sys.exit(0)
@@ -36,9 +38,10 @@ for top in ("ATen", "c10"):
     if os.path.isdir(src):
         shutil.move(src, os.path.join(dest, top, "hip"))
         count += sum(len(files) for _, _, files in os.walk(os.path.join(dest, top, "hip")))
-inplace = os.path.join(work, "torch", "csrc", "cuda")
-if os.path.isdir(inplace):
-    shutil.move(inplace, os.path.join(dest, "torch", "csrc", "cuda"))
-    count += sum(len(files) for _, _, files in os.walk(os.path.join(dest, "torch", "csrc", "cuda")))
+for d in INPLACE:
+    if os.path.isdir(os.path.join(work, d)):
+        os.makedirs(os.path.dirname(os.path.join(dest, d)), exist_ok=True)
+        shutil.move(os.path.join(work, d), os.path.join(dest, d))
+        count += sum(len(files) for _, _, files in os.walk(os.path.join(dest, d)))
 shutil.rmtree(work)
 emit({"files": count})
