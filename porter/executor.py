@@ -206,7 +206,7 @@ def _orphaned(copy: Path) -> bool:
     """A chroot's copy of a host cache whose host cache is gone or is another cache now (another id)."""
     try:
         owner = json.loads((copy / CACHE_OWNER).read_text())
-        return (Path(owner["path"]) / CACHE_ID).read_text().strip() != owner["id"]
+        return bool((Path(owner["path"]) / CACHE_ID).read_text().strip() != owner["id"])
     except FileNotFoundError:
         return True
     except (OSError, ValueError, KeyError, TypeError):

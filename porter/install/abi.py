@@ -29,6 +29,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerDefSection, GNUVerNeedSection
+from elftools.elf.sections import SymbolTableSection
 
 LIB_DIRS = ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "lib64", "usr/lib64", "lib", "usr/lib",
             "usr/local/lib", "opt/rocm/lib")
@@ -59,16 +60,15 @@ def read_needs(data: bytes, name: str = "<so>") -> ElfNeeds | None:
         for sec in elf.iter_sections():
             if isinstance(sec, DynamicSection):
                 for tag in sec.iter_tags():
-                    if tag.entry.d_tag == "DT_NEEDED":
-                        needed.append(tag.needed)
-                    elif tag.entry.d_tag == "DT_RUNPATH":
-                        runpath += tag.runpath.split(":")
-                    elif tag.entry.d_tag == "DT_RPATH":
-                        runpath += tag.rpath.split(":")
+                    kind = tag.entry.d_tag  # pyelftools names each tag's value after the tag
+                    if kind == "DT_NEEDED":
+                        needed.append(str(getattr(tag, "needed")))
+                    elif kind in ("DT_RUNPATH", "DT_RPATH"):
+                        runpath += str(getattr(tag, kind[3:].lower())).split(":")
             elif isinstance(sec, GNUVerNeedSection):
                 for verneed, auxes in sec.iter_versions():
-                    versions[verneed.name] = tuple(a.name for a in auxes)
-            elif sec.name == ".dynsym":
+                    versions[str(verneed.name)] = tuple(str(a.name) for a in auxes)
+            elif isinstance(sec, SymbolTableSection) and sec.name == ".dynsym":
                 torch += [s.name for s in sec.iter_symbols()
                           if s["st_shndx"] == "SHN_UNDEF" and s["st_info"]["bind"] == "STB_GLOBAL"
                           and TORCH_SYMBOL.match(s.name)]
@@ -89,7 +89,7 @@ def _defined(path: Path) -> tuple[set[str], set[str]]:
             if isinstance(sec, GNUVerDefSection):
                 for _verdef, auxes in sec.iter_versions():
                     versions.update(a.name for a in auxes)
-            elif sec.name == ".dynsym":
+            elif isinstance(sec, SymbolTableSection) and sec.name == ".dynsym":
                 symbols.update(s.name for s in sec.iter_symbols()
                                if s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK"))
     return versions, symbols
@@ -212,7 +212,11 @@ def check_wheel_abi(wheel: Path, node: Userspace) -> list[str]:
         names = [n for n in zf.namelist() if not n.endswith("/")]
         sos = [n for n in names if n.endswith(".so") or ".so." in PurePosixPath(n).name]
         for arc in sos:
-            needs = read_needs(zf.read(arc), f"{wheel.name}:{arc}")
+            try:
+                needs = read_needs(zf.read(arc), arc)
+            except ValueError as exc:  # damaged: it cannot load anywhere
+                out.append(str(exc))
+                continue
             if needs is not None:
                 out += check_shared_object(arc, needs, node, set(sos))
     return out

@@ -172,7 +172,7 @@ def check_loadable(wheels: Sequence[Wheel], node: Userspace) -> None:
     problems = [(w, why) for w in wheels for why in check_wheel_abi(w.path, node)]
     if not problems:
         return
-    built = sorted({str((w.manifest or {}).get("toolchain", {}).get("name", "?")) for w, _ in problems})
+    built = sorted({str((w.manifest["toolchain"] if w.manifest else {}).get("name", "?")) for w, _ in problems})
     lines = "\n".join(f"  {w.filename}: {why}" for w, why in problems)
     raise CheckFailed(f"{len({w.filename for w, _ in problems})} wheel(s) would not load on "
                       f"{node.describe()}:\n{lines}",

@@ -33,3 +33,16 @@ def test_newest_version_of_a_kind() -> None:
 
 def test_what_is_not_an_elf_file_is_not_read() -> None:
     assert read_needs(b"#!/bin/sh\n") is None
+
+
+def test_a_damaged_shared_object_is_a_reason_not_a_crash(tmp_path: Path) -> None:
+    import zipfile
+
+    from porter.install.abi import check_wheel_abi
+
+    whl = tmp_path / "x-1.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(whl, "w") as zf:
+        zf.writestr("x/op.so", b"\x7fELF truncated")
+        zf.writestr("x/data.so.txt", b"not a library")
+    (why,) = check_wheel_abi(whl, Userspace.of(tmp_path))
+    assert why.startswith("x/op.so: unreadable ELF file")

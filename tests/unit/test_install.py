@@ -15,7 +15,11 @@ from porter.artifacts.manifest import manifest_path
 from tests.fixtures.install.fakes import FakeRunner, env_json, slow_pip
 from tests.fixtures.install.wheels import deepspeed_wheel, make_manifest, make_wheel
 
-SO = b"\x7fELF stand-in"
+# a real shared object (one of this python's own extension modules): install reads each .so's ELF before anything
+# is written, and this one loads here (it needs only the C library)
+import _json  # noqa: E402
+
+SO = Path(_json.__file__).read_bytes()
 
 
 @pytest.fixture
