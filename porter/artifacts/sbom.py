@@ -64,6 +64,53 @@ def document(manifest: Mapping[str, Any], *, name: str = "", version: str = "", 
     return render(uuid.uuid5(_NAMESPACE, hashlib.sha256(pending).hexdigest()))
 
 
+def image_document(wheels: Iterable[tuple[str, str, Mapping[str, Any]]], *, name: str, version: str,
+                   epoch: int) -> bytes:
+    """The combined CycloneDX JSON of an image: the image as the subject, and each installed wheel
+    (distribution, version, its manifest) as a component with what its own SBOM holds, its references prefixed
+    with its name so they stay unique; the tools of every wheel, once."""
+    items = sorted(wheels, key=lambda w: (w[0], w[1]))
+
+    def render(serial: uuid.UUID) -> bytes:
+        image = Component(type=ComponentType.CONTAINER, name=name, version=version or None, bom_ref="image",
+                          description="a node-ready image porter built: the wheels below installed and verified in it")
+        tools: dict[tuple[str, str], Component] = {}
+        bom = Bom(serial_number=serial, metadata=BomMetaData(
+            timestamp=_dt.datetime.fromtimestamp(epoch, _dt.timezone.utc), component=image))
+        wheels_in: list[Component] = []
+        for dist, ver, manifest in items:
+            one = _bom(manifest, dist, ver, epoch, _PENDING, "pypi")
+            wheel = one.metadata.component
+            assert wheel is not None
+            for c in [wheel, *_walk(wheel.components), *_walk(one.components)]:
+                c.bom_ref.value = f"{_pypi_name(dist)}/{c.bom_ref.value}"
+            wheels_in.append(wheel)
+            for part in one.components:
+                bom.components.add(part)
+                bom.register_dependency(part)
+            bom.register_dependency(wheel, list(one.components))
+            for tool in one.metadata.tools.components:
+                tools.setdefault((tool.name, str(tool.version or "")), tool)
+        for wheel in wheels_in:
+            bom.components.add(wheel)
+        for i, tool in enumerate(tools.values()):
+            tool.bom_ref.value = f"tool:{i}:{tool.name}"
+        bom.metadata.tools = ToolRepository(components=list(tools.values()))
+        bom.register_dependency(image, wheels_in)
+        out = make_outputter(bom, OutputFormat.JSON, SchemaVersion.V1_6)
+        return out.output_as_string(indent=2).encode() + b"\n"
+
+    pending = render(_PENDING)
+    return render(uuid.uuid5(_NAMESPACE, hashlib.sha256(pending).hexdigest()))
+
+
+def _walk(components: Iterable[Component]) -> list[Component]:
+    out: list[Component] = []
+    for c in components:
+        out += [c, *_walk(c.components)]
+    return out
+
+
 # -- the document ---------------------------------------------------------------------------------
 
 def _bom(m: Mapping[str, Any], name: str, version: str, epoch: int, serial: uuid.UUID, purl_type: str) -> Bom:

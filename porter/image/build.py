@@ -59,7 +59,7 @@ class ImageResult:
     def to_json(self) -> dict[str, Any]:
         return {"definition": str(self.definition), "tools": str(self.tools),
                 "image": str(self.image) if self.image else None, "labels": self.labels,
-                "seconds": round(self.seconds, 1)}
+                "installed": self.installed, "seconds": round(self.seconds, 1)}
 
 
 def _recipe(req: ImageRequest) -> Recipe:
@@ -244,7 +244,7 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
     output = req.output.resolve()
     definition = output.with_suffix(".def")
     tools = (req.tools or output.with_name(output.stem + ".porter-tools")).resolve()
-    result = ImageResult(definition, tools, labels=dict(recipe.labels))
+    result = ImageResult(definition, tools, labels=recipe.labels)
     if req.tools is None:
         make_tools(tools, runner, log)
     atomic_write_text(definition, recipe.for_site(req.wheelhouse.resolve(), tools))
@@ -273,6 +273,9 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
         run_inside(root, steps[1], runner, log, "porter install, inside the image")
         run_inside(root, steps[2], runner, log, "porter verify, inside the image")
         shutil.rmtree(root / "root" / ".cache", ignore_errors=True)
+        installed = write_image_sbom(root, req.python, output.stem)
+        result.installed = installed
+        recipe.labels["org.porter.sbom"] = SBOM
         inner = scratch / "image.def"
         atomic_write_text(inner, recipe.for_root(app.inside(root)))
         packed = scratch / "image.sif"
@@ -286,6 +289,30 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
         shutil.rmtree(scratch, ignore_errors=True)
     result.seconds = time.monotonic() - start
     return result
+
+
+SBOM = "/opt/porter/sbom.cdx.json"
+"""In the image: one CycloneDX document for every wheel porter installed there."""
+
+
+def write_image_sbom(root: Path, python: str, name: str) -> list[str]:
+    """The image's combined SBOM, from porter's install records in its training environment; the installed
+    wheels' names."""
+    import json
+
+    from porter.artifacts.sbom import image_document
+    from porter.fs import atomic_write_bytes
+
+    prefix = Path(python).parents[1]  # a venv's, or /usr for /usr/bin/python3
+    found = [root / d.lstrip("/") / "share" / "porter" / "installed" for d in (str(prefix), "/usr/local")]
+    records = [json.loads(f.read_text()) for d in found if d.is_dir() for f in sorted(d.glob("*.json"))]
+    if not records:
+        raise ToolError(f"porter install left no install records under {', '.join(str(d) for d in found)}",
+                        hint="the install step inside the image did not run to its end; its output is above")
+    wheels = [(str(r["project"]), str(r["version"]), r["manifest"]) for r in records]
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or 315532800)
+    atomic_write_bytes(root / SBOM.lstrip("/"), image_document(wheels, name=name, version="", epoch=epoch))
+    return [str(r["wheel"]) for r in records]
 
 
 def inspect_image(image: Path, apptainer_root: Path | None, runner: Runner) -> dict[str, Any]:

@@ -64,27 +64,40 @@ def test_an_image_with_the_wheelhouse_installed_and_verified_inside(apptainer_ro
     assert shown["labels"]["org.porter.toolchain"] == manifest["target"]["label"]
     assert "-m porter verify --python /opt/venv/bin/python" in shown["test"]
     assert "%post" not in shown["definition"]  # porter ran the install steps; apptainer only packed
-    # the image's root file system: the op's module where pip put it, porter's install record, porter itself
-    fs = apptainer_root / "tmp" / f"porter-test-{os.getpid()}.squashfs"
+    # the image's root file system: the op's module where pip put it, porter's install record, porter itself, and
+    # the image's combined SBOM (schema-valid, naming the installed wheel and its source's sha256)
+    import shutil
+
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    tmp = apptainer_root / "tmp" / f"porter-test-{os.getpid()}"
+    tmp.mkdir()
     try:
-        staged = apptainer_root / "tmp" / f"porter-test-{os.getpid()}.sif"
-        staged.write_bytes(out.read_bytes())
-        listing = subprocess.run(["chroot", str(apptainer_root), "apptainer", "sif", "list", f"/tmp/{staged.name}"],
+        (tmp / "node.sif").write_bytes(out.read_bytes())
+        listing = subprocess.run(["chroot", str(apptainer_root), "apptainer", "sif", "list", f"/tmp/{tmp.name}/node.sif"],
                                  capture_output=True, text=True, check=True).stdout
         part = next(ln.split("|")[0].strip() for ln in listing.splitlines() if "Squashfs" in ln)
-        with fs.open("wb") as f:
-            subprocess.run(["chroot", str(apptainer_root), "apptainer", "sif", "dump", part, f"/tmp/{staged.name}"],
-                           stdout=f, check=True)
-        files = subprocess.run(["chroot", str(apptainer_root), "unsquashfs", "-l", f"/tmp/{fs.name}"],
+        inner = f"/tmp/{tmp.name}"
+        subprocess.run(["chroot", str(apptainer_root), "sh", "-c",
+                        f"apptainer sif dump {part} {inner}/node.sif > {inner}/fs && "
+                        f"unsquashfs -q -d {inner}/x {inner}/fs opt/porter/sbom.cdx.json"], check=True,
+                       capture_output=True)
+        files = subprocess.run(["chroot", str(apptainer_root), "unsquashfs", "-l", f"{inner}/fs"],
                                capture_output=True, text=True, check=True).stdout
+        sbom = (tmp / "x" / "opt" / "porter" / "sbom.cdx.json").read_text()
     finally:
-        fs.unlink(missing_ok=True)
-        staged.unlink(missing_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     site = "squashfs-root/opt/venv/lib/python3.11/site-packages"
     assert f"{site}/deepspeed/ops/lion/cpu_lion_op.cpython-311-x86_64-linux-gnu.so" in files
-    assert "squashfs-root/opt/venv/share/porter/installs/deepspeed.json" in files or \
-        "squashfs-root/opt/venv/share/porter" in files
+    assert "squashfs-root/opt/venv/share/porter/installed/deepspeed.json" in files
     assert "squashfs-root/opt/porter/lib/porter/__init__.py" in files
+    assert doc["installed"] == [whl.name] and shown["labels"]["org.porter.sbom"] == "/opt/porter/sbom.cdx.json"
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(sbom) is None
+    bom = json.loads(sbom)
+    assert bom["metadata"]["component"]["type"] == "container"
+    (wheel,) = [c for c in bom["components"] if c["bom-ref"] == "deepspeed/wheel"]
+    assert manifest["sources"]["sdist_sha256"] in json.dumps(wheel["pedigree"])
 
 
 def test_no_apptainer_is_an_error_with_the_definition_written(tmp_path: Path) -> None:

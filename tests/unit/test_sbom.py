@@ -251,3 +251,24 @@ def test_deepspeed_lists_the_patches_made_to_the_wheels_own_files(tmp_path: Path
     changed = [f for r in records for f in r["files"] if f["path"] == BUILDER]
     assert changed[0]["before"] == hashlib.sha256(read_wheel(base).files[BUILDER]).hexdigest()
     assert changed[-1]["after"] == hashlib.sha256(read_wheel(out).files[BUILDER]).hexdigest()
+
+
+def test_an_images_combined_sbom_keeps_each_wheel_apart() -> None:
+    """porter image's SBOM: the image the subject, each installed wheel a component with its own parts under
+    references prefixed by its name (two wheels with the same torch stay two), schema-valid, the same bytes for
+    the same wheels in any order."""
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    from porter.artifacts.sbom import image_document
+
+    a, b = ("deepspeed", "0.19.8+cpu", _manifest()), ("megatron-fused-kernels", "0.2.0", _manifest())
+    doc = image_document([a, b], name="node", version="", epoch=315532800)
+    assert doc == image_document([b, a], name="node", version="", epoch=315532800)
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(doc.decode()) is None
+    bom = json.loads(doc)
+    assert bom["metadata"]["component"]["bom-ref"] == "image"
+    refs = [c["bom-ref"] for c in bom["components"]]
+    assert len(refs) == len(set(refs)) and {"deepspeed/wheel", "megatron-fused-kernels/wheel"} <= set(refs)
+    image_deps = next(d for d in bom["dependencies"] if d["ref"] == "image")
+    assert sorted(d for d in image_deps["dependsOn"]) == ["deepspeed/wheel", "megatron-fused-kernels/wheel"]
