@@ -10,8 +10,10 @@ and ``IMAGE.porter-tools/`` (porter and its dependencies as wheels, which that d
    ``%post`` inside a chroot): porter installs itself apart (``/opt/porter/lib``), then ``porter install`` and
    ``porter verify`` run *inside the image's userspace*, with the node's archs (no GPU here: code objects and
    imports are checked, nothing runs on a GPU);
-3. ``apptainer build`` packs the folder with the labels, environment and ``%test`` of the definition; the SIF
-   appears at IMAGE only by an atomic rename. A failure or Ctrl-C leaves no IMAGE and no private folder.
+3. ``apptainer build`` packs the folder with the labels, environment and ``%test`` of the definition;
+4. the image's own ``%test`` runs from what was packed: the SIF's root file system unpacked again, its
+   environment scripts sourced, its test script run there (``apptainer test`` cannot run in a chroot);
+5. the SIF appears at IMAGE only by an atomic rename. A failure or Ctrl-C leaves no IMAGE and no private folder.
 """
 
 from __future__ import annotations
@@ -54,12 +56,14 @@ class ImageResult:
     image: Path | None = None
     labels: dict[str, str] = field(default_factory=dict)
     installed: list[str] = field(default_factory=list)
+    tested: bool = False
+    """The image's own %test ran (from the packed SIF's root file system) and passed."""
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {"definition": str(self.definition), "tools": str(self.tools),
                 "image": str(self.image) if self.image else None, "labels": self.labels,
-                "installed": self.installed, "seconds": round(self.seconds, 1)}
+                "installed": self.installed, "tested": self.tested, "seconds": round(self.seconds, 1)}
 
 
 def _recipe(req: ImageRequest) -> Recipe:
@@ -282,6 +286,15 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
         with log.step(f"packing {output.name} with apptainer"):
             runner.run(app.argv("build", "--notest", "--force", app.inside(packed), app.inside(inner)), timeout=3600,
                        hint="apptainer could not pack the image")
+        # the image's own %test, run from what was packed (apptainer cannot run it in a chroot): its root file
+        # system unpacked again, its environment scripts sourced as apptainer's runtime does, then its test script
+        shutil.rmtree(root)
+        unpacked = scratch / "packed"
+        unpacked.mkdir()
+        unpack_base(packed, "sif", unpacked, app, runner)
+        run_inside(unpacked, 'for f in /.singularity.d/env/*.sh; do . "$f"; done; exec /bin/sh /.singularity.d/test',
+                   runner, log, "the image's own %test, in the root file system unpacked from the SIF")
+        result.tested = True
         with atomic_path(output) as tmp:
             shutil.copyfile(packed, tmp)
         result.image = output

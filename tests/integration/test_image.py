@@ -52,6 +52,7 @@ def test_an_image_with_the_wheelhouse_installed_and_verified_inside(apptainer_ro
     doc = json.loads(res.stdout)
     assert doc["image"] == str(out) and out.is_file() and doc["definition"] == str(out.with_suffix(".def"))
     assert "porter install, inside the image" in res.stderr and "porter verify, inside the image" in res.stderr
+    assert doc["tested"] and "the image's own %test" in res.stderr  # run from the packed SIF's files
     assert sorted(p.name for p in out.parent.iterdir()) == ["node.def", "node.porter-tools", "node.sif"]  # no temp
     site_def = out.with_suffix(".def").read_text()
     assert f"From: {image_base}" in site_def and "%post" in site_def and "-m porter install /opt/porter/wheelhouse" \
