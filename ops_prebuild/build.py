@@ -241,7 +241,8 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
         targets = [s.output for s in part if s.kind == "compile"] if part is not None and shard is not None \
             else None
         result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env), targets=targets,
-                               ninja_file=ninja_file, log_name=log_name)
+                               ninja_file=ninja_file, log_name=log_name,
+                               times=unit_times_path(cat.source.project, cat.source.version, tc))
         if shard is None:
             record_outputs(build_dir, [s.output for s in plan.steps])
         else:  # the shards of one build compile at once: each adds its own objects to the record, in turn
@@ -347,13 +348,75 @@ def hipify_for_rocm(tree: Path, ops: list[OpSpec], build_dir: Path, *, python: s
 _NINJA_FAILED = re.compile(r"^FAILED: (.*)$", re.M)
 
 
+UNIT_TIMES = "porter.unit-times/1"
+GUESS_SECONDS_PER_KIB = 0.5
+"""A unit no build has measured yet: this much per KiB of its source (per arch for device code), for the ETA."""
+
+
+def unit_times_path(project: str, version: str, tc: Toolchain) -> Path:
+    """Where the wall time of each unit of this project, version and compiler line is kept (porter's cache)."""
+    from porter.wheels.costs import compiler_line
+
+    return cache_dir() / "costs" / f"{project}-{version}-{compiler_line(tc)}.times.json"
+
+
+def _unit_key(plan: Plan, output: str) -> str:
+    """A unit's key in the times file: the archs it is compiled for and its path in the build folder."""
+    tc = plan.toolchain
+    archs = ",".join(tc.arch_names) if tc.kind != "cpu" else tc.cpu_isa or "cpu"
+    return f"{archs}|{os.path.relpath(output, plan.build_dir)}"
+
+
+def _read_times(path: Path) -> dict[str, float]:
+    try:
+        doc = json.loads(path.read_text())
+        units = doc.get("units") if isinstance(doc, dict) and doc.get("schema") == UNIT_TIMES else None
+        return {str(k): float(v) for k, v in units.items()} if isinstance(units, dict) else {}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}  # none yet, or unreadable: the ETA falls back to estimates
+
+
+def expected_times(plan: Plan, steps: list[Step], path: Path | None) -> tuple[dict[str, float], list[str]]:
+    """Per ninja description of each step: its measured time, else a guess from its source's size (listed)."""
+    known = _read_times(path) if path is not None else {}
+    expected: dict[str, float] = {}
+    guessed: list[str] = []
+    for st in steps:
+        desc = f"{st.kind.upper()} {st.op or 'shared'}: {os.path.basename(st.output)}"
+        seconds = known.get(_unit_key(plan, st.output))
+        if seconds is None:
+            try:
+                size = Path(st.inputs[0]).stat().st_size if st.kind != "link" else 0
+            except (OSError, IndexError):
+                size = 0
+            device = sum(a.startswith(("--offload-arch=", "-gencode")) for a in st.argv) or 1
+            seconds = max(1.0, size / 1024 * GUESS_SECONDS_PER_KIB * device)
+            guessed.append(desc)
+        expected[desc] = seconds
+    return expected, guessed
+
+
+def record_times(plan: Plan, entries: list[list[str]], path: Path) -> None:
+    """Merge this run's unit times (ninja's log: start and end in ms, output) into ``path``, in turn with others."""
+    times = {_unit_key(plan, str(plan.build_dir / e[3]) if not os.path.isabs(e[3]) else e[3]):
+             (int(e[1]) - int(e[0])) / 1000.0 for e in entries if len(e) >= 4 and e[0].isdigit() and e[1].isdigit()}
+    if not times:
+        return
+    with hold(path, "recording unit times"):
+        units = _read_times(path)
+        units.update(times)
+        atomic_write_text(path, json.dumps({"schema": UNIT_TIMES, "units": dict(sorted(units.items()))}, indent=1)
+                          + "\n")
+
+
 def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[str, str],
               targets: list[str] | None = None, ninja_file: str = "build.ninja",
-              log_name: str = "build.log") -> list[OpResult]:
+              log_name: str = "build.log", times: Path | None = None) -> list[OpResult]:
     """One ninja run over the plan (or only ``targets``: a shard's objects); per-op results.
 
     With ``targets`` an op's status says whether its part of the shard compiled: "compiled" (or
-    "cached"), "failed", or "elsewhere" when no object of it is in the shard."""
+    "cached"), "failed", or "elsewhere" when no object of it is in the shard. ``times``: the unit times file
+    (:func:`unit_times_path`) the ETA is read from and this run's times are added to."""
     import ninja  # the PyPI package ships the binary
 
     ninja_bin = str(Path(ninja.BIN_DIR) / "ninja")
@@ -363,12 +426,17 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
     before = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
     with log.step(f"compiling {len(plan.objects)} op(s) in one ninja graph with {jobs} job(s)"
                   + (" (compile only: no link)" if plan.compile_only else "")) as step:
+        chosen = [st for st in plan.steps if targets is None or st.output in targets]
+        expected, guessed = expected_times(plan, chosen, times)
+        step.expect(expected, jobs, guessed)
         res = runner.run([ninja_bin, "-C", str(plan.build_dir), "-f", ninja_file, "-k", "0", "-j", str(jobs)],
                          env={**env, "NINJA_STATUS": NINJA_STATUS}, timeout=4 * 3600, check=False,
                          on_line=step.ninja_line)
     after = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
     new = [l.split("\t") for l in after[len(before):] if not l.startswith("#")] if len(after) >= len(before) \
         else [l.split("\t") for l in after if not l.startswith("#")]
+    if times is not None:
+        record_times(plan, new, times)
     blocks = _failure_blocks(res.output)
     shared = str(plan.build_dir / "pch") + os.sep  # a failed precompiled header fails the ops that read it
     inputs = {s.output: s.inputs for s in plan.steps}

@@ -12,7 +12,7 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -107,11 +107,34 @@ class Status:
         self._log, self._title, self._start, self._live = log, title, start, live
         self._last = start
         self._lock = threading.Lock()
+        self._expected: dict[str, float] = {}
+        self._guessed: set[str] = set()
+        self._finished: set[str] = set()
+        self._jobs = 1
+
+    def expect(self, seconds: Mapping[str, float], jobs: int, guessed: Iterable[str] = ()) -> None:
+        """What each unit (ninja's description of it) is expected to take: measured on an earlier build, or
+        ``guessed`` (from its size). The ETA is then the expected time of the units not done yet, over ``jobs``."""
+        self._expected, self._jobs, self._guessed = dict(seconds), max(1, jobs), set(guessed)
+
+    def _eta(self, done: int, total: int, unit: str, elapsed: float) -> str:
+        if not 0 < done < total:
+            return ""
+        if self._expected and unit in self._expected:
+            self._finished.add(unit)
+            left = [u for u in self._expected if u not in self._finished]
+            seconds = sum(self._expected[u] for u in left) / max(1, min(self._jobs, len(left)))
+            guessed = [u for u in left if u in self._guessed]
+            if not guessed:
+                return f", ETA {_clock(seconds)} from measured unit times"
+            return (f", ETA ~{_clock(seconds)}: {len(guessed)} of {len(left)} unit(s) left estimated from source size "
+                    f"(no measured time yet)")
+        return f", ETA {_clock(elapsed / done * (total - done))} at this run's pace"
 
     def progress(self, done: int, total: int, unit: str = "") -> None:
         now = time.monotonic()
         elapsed = now - self._start
-        eta = f", ETA {_clock(elapsed / done * (total - done))} at this run's pace" if 0 < done < total else ""
+        eta = self._eta(done, total, unit, elapsed)
         text = f"[{done}/{total}] {unit}".rstrip() + f" ({_clock(elapsed)}{eta})"
         with self._lock:
             if self._live is not None:

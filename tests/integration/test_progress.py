@@ -1,6 +1,6 @@
 """Issue 21: a long build shows where it is while it runs: ninja's units done of the total, the unit, the time so
-far and an ETA; as plain lines when porter's output is a file (a CI log, a Slurm job's output), on the spinner's
-line on a terminal. The two builds are the default (--debug-info lines) and --debug-info full: the same machine
+far and an ETA (estimated from source sizes on a first build, from the units' measured times after one); as plain
+lines when porter's output is a file (a CI log, a Slurm job's output), on the spinner's line on a terminal. The two builds are the default (--debug-info lines) and --debug-info full: the same machine
 code, the default's wheel the smaller."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def default_wheel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_progress_lines_reach_a_log_file_before_the_build_ends(deepspeed_sdist: Path, tmp_path: Path,
                                                               default_wheel: dict[str, Path]) -> None:
     log = tmp_path / "build.log"
-    env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "PORTER_CACHE_DIR": str(default_wheel["dir"] / "cache")}  # the next test reuses it
     with log.open("w") as err:
         proc = subprocess.Popen(_argv(deepspeed_sdist, tmp_path / "wh"), stdout=subprocess.DEVNULL, stderr=err,
                                 env=env)
@@ -60,7 +60,9 @@ def test_progress_lines_reach_a_log_file_before_the_build_ends(deepspeed_sdist: 
             proc.wait(timeout=900)
     assert running, f"the build ended before any progress line reached its log:\n{seen[-2000:]}"
     first = next(ln for ln in seen.splitlines() if ln.startswith("[1/3]"))
-    assert re.fullmatch(r"\[1/3\] COMPILE cpu_lion: \S+\.o \(\d+s, ETA \S+ at this run's pace\)", first), first
+    # a first build: no unit has a measured time yet, so the ETA is estimated from the sources' sizes, and says so
+    assert re.fullmatch(r"\[1/3\] COMPILE cpu_lion: \S+\.o \(\d+s, ETA ~\S+: 2 of 2 unit\(s\) left estimated from "
+                        r"source size \(no measured time yet\)\)", first), first
     assert proc.returncode == 0, log.read_text()[-3000:]
     lines = [ln for ln in log.read_text().splitlines() if re.match(r"\[\d+/3\]", ln)]
     assert lines[-1].startswith("[3/3] LINK cpu_lion") and "ETA" not in lines[-1]  # the last one always comes
@@ -70,7 +72,9 @@ def test_progress_lines_reach_a_log_file_before_the_build_ends(deepspeed_sdist: 
 
 def test_progress_on_a_terminal_shows_units_and_an_eta_and_the_last_line_is_intact(
         deepspeed_sdist: Path, tmp_path: Path, default_wheel: dict[str, Path]) -> None:
-    env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache"), "TERM": "xterm", "COLUMNS": "160"}
+    # the cache of the build before: its units' times are measured now, and the ETA comes from them
+    cache = default_wheel["dir"] / "cache" if "lines" in default_wheel else tmp_path / "cache"
+    env = {**os.environ, "PORTER_CACHE_DIR": str(cache), "TERM": "xterm", "COLUMNS": "200"}
     main, child = pty.openpty()
     proc = subprocess.Popen([*_argv(deepspeed_sdist, tmp_path / "wh"), "--debug-info", "full"], stdin=child,
                             stdout=child, stderr=child, env=env, close_fds=True)
@@ -96,6 +100,8 @@ def test_progress_on_a_terminal_shows_units_and_an_eta_and_the_last_line_is_inta
     assert re.search(r"compiling 1 op\(s\) in one ninja graph with 1 job\(s\) \[[12]/3\] COMPILE cpu_lion", text), \
         text[-3000:]
     assert "ETA" in text
+    if "lines" in default_wheel:
+        assert "from measured unit times" in text, text[-3000:]
     lines = [ln.rstrip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
     # the results after the live line are whole lines: the wheel's, and the last one
     assert any(re.fullmatch(r"wheel: \S+/deepspeed-0\.19\.8\+cpu\S+\.whl", ln) for ln in lines), lines[-12:]
