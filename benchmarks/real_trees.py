@@ -1085,10 +1085,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not chosen:
         print("nothing to run", file=sys.stderr)
         return 0
-    failed = 0
+    failed = finished = 0
+    started = time.monotonic()
 
     def one(t: Target) -> None:
-        nonlocal failed
+        nonlocal failed, finished
         print(f"==> {t.id}: {t.command} on {t.source_text}", file=sys.stderr, flush=True)
         row = runner.run_and_record(t)
         if row is None:
@@ -1096,7 +1097,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return
         mark = RESULT_MARK[row["result"]]
         why = row.get("reason") or row.get("first_error") or row.get("arch_summary") or row.get("detail") or ""
-        print(f"    {mark} {t.id} ({_duration(row['seconds'])}) {why[:200]}", file=sys.stderr, flush=True)
+        with runner._lock:
+            finished += 1
+            count = f"[{finished}/{len(chosen)} targets, {_duration(time.monotonic() - started)}]"
+        print(f"    {mark} {t.id} ({_duration(row['seconds'])}) {count} {why[:200]}", file=sys.stderr, flush=True)
         if row["result"] == "failed":
             failed += 1
 

@@ -568,13 +568,17 @@ def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None 
                    breadcrumb=torch_engine.breadcrumb(), log=log,
                    cache=_load_cache(out_path, key) if use_cache and out_path.is_dir() else {})
 
-    with log.step(f"hipify {src_path} -> {'(in place)' if in_place else out_path}"):
+    with log.step(f"hipify {src_path} -> {'(in place)' if in_place else out_path}") as step:
         entries = list(_walk(src_path))
         if not any(kind != "dir" for _, _, kind in entries):
             raise NothingToDo(f"no files under {src_path}", hint="pass the directory that holds the CUDA sources")
         if not check and not in_place:
             out_path.mkdir(parents=True, exist_ok=True)
+        total, done = sum(kind != "dir" for _, _, kind in entries), 0
         for rel, path, kind in entries:
+            if kind != "dir":
+                done += 1
+                step.progress(done, total, rel)
             if kind == "dir":
                 if not check and not in_place:
                     (out_path / rel).mkdir(exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def test_text_report(tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "__nanosleep: no __nanosleep in HIP; use __builtin_amdgcn_s_sleep" in out  # the hint, once
     assert "replacements (" in out and "__shfl_xor_sync 2" in out
     assert "==> hipify" in err
+    assert re.search(r"^\[5/5\] \S+ \(\d+s\)$", err, re.M), err  # progress off a terminal: the last line always
 
 
 def test_json_report(tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
