@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -101,3 +102,41 @@ def test_flash_attn_compile_only_in_two_shards_on_slurm(slurm: SlurmCluster, roc
     assert sorted(len(o) for o in shard_objects) == [1, 1] and shard_objects[0] != shard_objects[1]
     assert all(Path(o).is_file() for objs in shard_objects for o in objs)
     assert [op["status"] for op in report["ops"]] == ["cached"] * len(report["ops"])
+
+
+def test_a_shard_task_requeued_mid_compile_resumes_and_the_link_follows(slurm: SlurmCluster, deepspeed_sdist: Path,
+                                                                        tmp_path: Path) -> None:
+    """Issue 22: Slurm requeues an array task (preemption, a node failure, 'scontrol requeue'): the task is
+    killed mid-compile and started again. Its rerun takes the shard's lock again, compiles what is missing and
+    records its objects; the link job, held by afterok until then, links them into the wheel."""
+    env = {**slurm.env, "PORTER_CACHE_DIR": str(tmp_path / "cache")}
+    base = ("ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops", "cpu_lion", "--no-cache")
+    d = tmp_path / "shared"
+    res = run_porter(*base, "--shards", "2", "--slurm", "--dir", str(d), "-o", str(tmp_path / "a"),
+                     "--cpus-per-task", "1", "--time", "20:00", "--json", env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    task = f"{doc['array_job']}_0"
+    log0 = d / "logs" / "shard-0.log"
+    deadline = time.monotonic() + 600
+    while "COMPILE" not in (log0.read_text() if log0.is_file() else "") and "compiling" not in \
+            (log0.read_text() if log0.is_file() else ""):
+        assert time.monotonic() < deadline, "shard 0 never started compiling"
+        time.sleep(0.5)
+    requeue = subprocess.run(["scontrol", "requeue", task], capture_output=True, text=True, env={**os.environ,
+                                                                                               **slurm.env})
+    assert requeue.returncode == 0, requeue.stderr
+    deadline = time.monotonic() + 900
+    while not (d / "results" / "link.exit").exists():
+        if time.monotonic() > deadline:
+            logs = "".join(p.read_text()[-1500:] for p in sorted((d / "logs").glob("*.log")))
+            pytest.fail(f"no link result after 900 s\n{logs}\n{_scontrol(slurm, task)}")
+        time.sleep(1)
+    assert (d / "results" / "link.exit").read_text().strip() == "0", (d / "logs" / "link.log").read_text()[-3000:]
+    assert "Restarts=1 " in _scontrol(slurm, task), _scontrol(slurm, task)  # it was killed and ran again
+    st = run_porter("ops", "status", str(d), "--json", env=env)
+    assert st.returncode == 0, st.stderr[-2000:]
+    status = json.loads(st.stdout)
+    assert status["state"] == "finished" and [t["status"] for t in status["tasks"]] == ["done", "done"]
+    (wheel,) = (tmp_path / "a").glob("*.whl")
+    assert Path(status["link"]["wheel"]) == wheel  # (that shards link to a local build's bytes: the test above)
