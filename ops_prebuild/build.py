@@ -355,9 +355,7 @@ GUESS_SECONDS_PER_KIB = 0.5
 
 def unit_times_path(project: str, version: str, tc: Toolchain) -> Path:
     """Where the wall time of each unit of this project, version and compiler line is kept (porter's cache)."""
-    from porter.wheels.costs import compiler_line
-
-    return cache_dir() / "costs" / f"{project}-{version}-{compiler_line(tc)}.times.json"
+    return cache_dir() / "costs" / f"{project}-{version}-{tc.compiler_line}.times.json"
 
 
 def _unit_key(plan: Plan, output: str) -> str:

@@ -83,6 +83,11 @@ class Toolchain:
         return tuple(parse_target(a) for a in self.archs)
 
     @property
+    def compiler_line(self) -> str:
+        """What measured compile costs and unit times are kept per: ``rocm7.2``, ``cuda13.0``, ``cpu``."""
+        return f"{self.kind}{self.toolkit_version}" if self.toolkit_version else self.kind
+
+    @property
     def arch_names(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(t.name for t in self.targets))
 

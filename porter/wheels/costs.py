@@ -45,8 +45,8 @@ class UnitCost(TypedDict):
 
 
 def compiler_line(tc: Toolchain) -> str:
-    """The compiler line costs are kept per: ``rocm7.2``, ``cuda13.0``, ``cpu``."""
-    return f"{tc.kind}{tc.toolkit_version}" if tc.toolkit_version else tc.kind
+    """The compiler line costs are kept per (:attr:`Toolchain.compiler_line`)."""
+    return tc.compiler_line
 
 
 def costs_path(project: str, version: str, tc: Toolchain, root: Path | None = None) -> Path:
