@@ -83,7 +83,7 @@ def test_deepspeed_rocm7_source_problems_compile_through_porters_rocm_sources_se
     assert recs["inference_core_ops"]["archs"] == {"gfx942": "host-only"}, recs["inference_core_ops"]
     assert not [s for s in doc["plan"]["steps"] if "cuda_linear" in s["output"]]
     assert doc["source_patches"] == ["deepspeed/rocm-sources: bf16-float-broadcast, bf16-integer-conversions, bf16-raw-max-init, bf16-to-integer, "
-                                     "fp-quantizer-template-shadow, "
+                                     "dc-symm-mem-header, fp-quantizer-template-shadow, "
                                      "fp6-linear-bindings-nvidia-only, fp6-linear-nvidia-only, hipblas-v2-datatype"]
     assert {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()} == before  # the source is never changed
 
@@ -180,3 +180,5 @@ def test_an_include_folder_of_the_toolchain_is_not_staged_from_the_host(rocm7: P
     dirs = [a for a in step["argv"] if a.startswith("-I")] + [b for a, b in zip(step["argv"], step["argv"][1:])
                                                             if a == "-isystem"]
     assert dirs and not [d for d in dirs if (rocm7 / d.lstrip("/") / "stdio.h").exists()], dirs  # no C library
+    # DeepSpeed 0.16's dc includes c10d/SymmetricMemory.hpp where torch 2.13 no longer has it: patched
+    assert "dc-symm-mem-header" in doc["source_patches"][0], doc["source_patches"]

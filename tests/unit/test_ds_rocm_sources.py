@@ -16,7 +16,7 @@ from porter.patching import load_project, load_shipped, plan
 from porter.patching.model import parse_set
 from tests.conftest import FIXTURES
 
-PATCHES = {"bf16-float-broadcast", "bf16-integer-conversions", "bf16-raw-max-init", "bf16-to-integer", "fp-quantizer-template-shadow", "fp6-linear-bindings-nvidia-only",
+PATCHES = {"bf16-float-broadcast", "bf16-integer-conversions", "bf16-raw-max-init", "bf16-to-integer", "dc-symm-mem-header", "fp-quantizer-template-shadow", "fp6-linear-bindings-nvidia-only",
            "fp6-linear-nvidia-only", "hipblas-v2-datatype"}
 
 
