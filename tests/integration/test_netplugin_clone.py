@@ -84,7 +84,7 @@ def test_a_clone_is_autogen_configured_compiled_and_linked_in_the_chroot(
     top = PACKAGE[: -len(".tar.gz")]
     with tarfile.open(pkg) as tar:
         members = {m.name: m for m in tar.getmembers()}
-        assert sorted(members) == [f"{top}/lib/librccl-net.so", f"{top}/porter.json"]
+        assert sorted(members) == [f"{top}/lib/librccl-net.so", f"{top}/porter.cdx.json", f"{top}/porter.json"]
         assert members[f"{top}/lib/librccl-net.so"].isfile()  # the library itself, not libtool's link
         data = tar.extractfile(f"{top}/lib/librccl-net.so").read()  # type: ignore[union-attr]
     assert data[:4] == b"\x7fELF" and b"librccl-net.so.0" in data  # its SONAME: libtool's versioned name
