@@ -147,8 +147,12 @@ class Apptainer:
 
     root: Path | None
 
+    def tool(self, *argv: str) -> list[str]:
+        """``argv`` run where apptainer runs (through its chroot, if any)."""
+        return (["chroot", str(self.root)] if self.root else []) + list(argv)
+
     def argv(self, *args: str) -> list[str]:
-        return (["chroot", str(self.root)] if self.root else []) + ["apptainer", *args]
+        return self.tool("apptainer", *args)
 
     def inside(self, path: Path) -> str:
         return "/" + str(path.relative_to(self.root)) if self.root else str(path)
@@ -206,8 +210,8 @@ def unpack_base(base: Path, kind: str, into: Path, app: Apptainer, runner: Runne
             fs = into.parent / f"{into.name}.base.squashfs"
             runner.run(["sh", "-c", shlex.join(app.argv("sif", "dump", ids[0], app.inside(staged)))
                         + " > " + shlex.quote(str(fs))], timeout=3600, hint=f"could not read {base}")
-            runner.run([*(["chroot", str(app.root)] if app.root else []), "unsquashfs", "-f", "-q", "-d",
-                        app.inside(into), app.inside(fs)], timeout=3600, hint=f"could not unpack {base}")
+            runner.run(app.tool("unsquashfs", "-f", "-q", "-d", app.inside(into), app.inside(fs)), timeout=3600,
+                       hint=f"could not unpack {base}")
         finally:
             staged.unlink(missing_ok=True)
             (into.parent / f"{into.name}.base.squashfs").unlink(missing_ok=True)
