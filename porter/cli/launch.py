@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,25 +42,47 @@ def _plan_options(f: Any) -> Any:
     return f
 
 
-def _make_plan(site_ref: str, preset: str | None, layers: int | None, hidden: int | None, heads: int | None,
-               seq: int | None, vocab: int | None, nodes: int, tp: int | None, pp: int | None, micro_batch: int,
-               global_batch: int | None, zero_stage: int, no_recompute: bool, force_cross_node_tp: bool) -> Any:
-    from porter.cluster.site.launch import model_of, plan
-    from porter.cluster.site.profiles import load_site
+@dataclass(frozen=True)
+class PlanOptions:
+    """``porter launch plan``'s options as typed (the site, the model's shape, the layout asked for)."""
 
-    site = load_site(site_ref)
-    model = model_of(preset, layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab)
-    return site, plan(site, model, nodes=nodes, tp=tp, pp=pp, micro_batch=micro_batch, global_batch=global_batch,
-                      zero_stage=zero_stage, recompute=not no_recompute, force_cross_node_tp=force_cross_node_tp)
+    site_ref: str
+    preset: str | None
+    layers: int | None
+    hidden: int | None
+    heads: int | None
+    seq: int | None
+    vocab: int | None
+    nodes: int
+    tp: int | None
+    pp: int | None
+    micro_batch: int
+    global_batch: int | None
+    zero_stage: int
+    no_recompute: bool
+    force_cross_node_tp: bool
+
+    def make_plan(self) -> Any:
+        """The site and the planned layout (:func:`porter.cluster.site.launch.plan`)."""
+        from porter.cluster.site.launch import model_of, plan
+        from porter.cluster.site.profiles import load_site
+
+        site = load_site(self.site_ref)
+        model = model_of(self.preset, layers=self.layers, hidden=self.hidden, heads=self.heads, seq=self.seq,
+                         vocab=self.vocab)
+        return site, plan(site, model, nodes=self.nodes, tp=self.tp, pp=self.pp, micro_batch=self.micro_batch,
+                          global_batch=self.global_batch, zero_stage=self.zero_stage, recompute=not self.no_recompute,
+                          force_cross_node_tp=self.force_cross_node_tp)
 
 
 @launch.command("plan")
 @_plan_options
 @json_option
-def plan_cmd(as_json: bool, **kw: Any) -> None:
+@into(PlanOptions)
+def plan_cmd(req: PlanOptions, as_json: bool) -> None:
     """Plan the layout; exit 2 when it cannot run (TP larger than a node, nodes not divisible by PP) or does
     not fit in the devices' memory (the numbers are in the message)."""
-    _, p = _make_plan(**kw)
+    _, p = req.make_plan()
     if as_json:
         emit_json(p.to_dict())
     else:
@@ -68,7 +90,7 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
 
 
 @dataclass(frozen=True)
-class LaunchWriteOptions:
+class LaunchWriteOptions(PlanOptions):
     """``porter launch write``'s options as typed, parsed once (``--help`` says what each is)."""
 
     out_dir: Path
@@ -81,7 +103,6 @@ class LaunchWriteOptions:
     preflight_skip: tuple[str, ...]
     job_name: str
     entry_args: tuple[str, ...]
-    kw: dict[str, Any] = field(default_factory=dict)
 
 
 @launch.command("write")
@@ -100,7 +121,7 @@ class LaunchWriteOptions:
 @click.option("--job-name", default="", help="Slurm job name (default: porter-<model>).")
 @click.argument("entry_args", nargs=-1, type=click.UNPROCESSED)
 @json_option
-@into(LaunchWriteOptions, rest="kw")
+@into(LaunchWriteOptions)
 def write_cmd(req: LaunchWriteOptions, as_json: bool) -> None:
     """Plan, then write the sbatch job (site env, MIOpen DB on node-local storage, a preflight on every node,
     one rank per device bound to its cores) and the DeepSpeed config. ENTRY_ARGS (after --) go to the
@@ -112,7 +133,7 @@ def write_cmd(req: LaunchWriteOptions, as_json: bool) -> None:
     for s in req.preflight_skip:
         if s not in CHECKS:
             raise ConfigError(f"unknown preflight check {s!r}", hint=f"checks: {', '.join(CHECKS)}")
-    site, p = _make_plan(**req.kw)
+    site, p = req.make_plan()
     opts = JobOptions(python=req.python or sys.executable, entry=req.entry, entry_args=req.entry_args,
                       porter_python=sys.executable, account=req.account, partition=req.partition, time=req.time_limit,
                       broadcast_env=req.broadcast_env, preflight_skip=req.preflight_skip, job_name=req.job_name)

@@ -9,9 +9,10 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (ToolchainChoice, cache_options, cache_request, dry_run_option, into, jobs_option,
-                                json_option, parse_shard, path_or_name, python_option, show_plan, show_shard_run,
-                                slurm_options, toolchain_options, wheelhouse_option)
+from porter.cli.options import (ToolchainChoice, cache_options, cache_request, dry_run_option,
+                                given_on_command_line, into, jobs_option, json_option, parse_shard, path_or_name,
+                                python_option, show_plan, show_shard_run, slurm_options, toolchain_options,
+                                wheelhouse_option)
 from porter.ccache import CacheRequest
 from porter.errors import CheckFailed, PartialSuccess
 from porter.log import Logger
@@ -169,7 +170,7 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
         if req.compile_only:
             raise click.UsageError("--shards splits a build that links a wheel; --compile-only is not sharded")
     else:
-        given = _given_on_command_line("wait", "shards_dir", "time_limit", *req.slurm)
+        given = given_on_command_line("wait", "shards_dir", "time_limit", *req.slurm)
         if given:
             raise click.UsageError(f"{', '.join(given)}: only with --shards N --slurm")
     tc = req.toolchain()
@@ -221,15 +222,6 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
                              + ", ".join(o.name for o in result.failed),
                              hint="the other ops " + ("compiled" if req.compile_only else "shipped")
                                   + "; read the failed ops' logs")
-
-
-def _given_on_command_line(*params: str) -> list[str]:
-    """The options among ``params`` the user typed (not their defaults, not PORTER_SLURM_* from the env)."""
-    from click.core import ParameterSource
-
-    ctx = click.get_current_context()
-    opts = {p.name: p.opts[-1] for p in ctx.command.params}
-    return [opts[p] for p in params if ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE]
 
 
 def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list[str] | None, as_json: bool) -> None:

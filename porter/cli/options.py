@@ -139,6 +139,15 @@ def into(request: type[Any], *, rest: str = "") -> Callable[[F], F]:
     return decorate
 
 
+def given_on_command_line(*params: str) -> list[str]:
+    """The options among ``params`` the user typed (not their defaults, not PORTER_SLURM_* from the env)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    opts = {p.name: p.opts[-1] for p in ctx.command.params}
+    return [opts[p] for p in params if ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE]
+
+
 def parse_shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (dry_run_option, jobs_option, json_option, parse_shard, path_or_name, python_option,
-                                resolve_toolchain, show_plan, show_shard_run, slurm_options, toolchain_options,
-                                wheelhouse_option)
+from porter.cli.options import (ToolchainChoice, dry_run_option, given_on_command_line, into, jobs_option,
+                                json_option, parse_shard, path_or_name, python_option, show_plan, show_shard_run,
+                                slurm_options, toolchain_options, wheelhouse_option)
 from porter.errors import PartialSuccess
 from porter.log import Logger
 from porter.run import Runner
+from porter.toolchain.profile import Toolchain
 from porter.wheels import WheelRequest, build_wheel
 
 if TYPE_CHECKING:
@@ -54,33 +56,81 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def _run(log: Logger, name: str, source: str, toolchain_ref: str | None, archs: tuple[str, ...],
-         cpu_isa: str | None, wheelhouse: Path, python: str | None, jobs: int | None, patch_set: str | None,
-         no_torch_check: bool, as_json: bool, dry_run: bool, compile_only: bool = False,
-         shard: tuple[int, int] | None = None, report_only: bool = False, **extra: Any) -> None:
-    tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
+@dataclass(frozen=True)
+class WheelOptions(ToolchainChoice):
+    """``porter wheel PROJECT`` as typed: the options every project shares, parsed once (see ``--help``)."""
+
+    source: str
+    wheelhouse: Path
+    python: str | None
+    jobs: int | None
+    patch_set: str | None
+    no_torch_check: bool
+    dry_run: bool
+    compile_only: bool
+
+    def project_fields(self) -> dict[str, Any]:
+        """The project's own fields of :class:`WheelRequest` (apex: ops, regime; flash-attn: backend, units...)."""
+        return {}
+
+    def request(self, tc: Toolchain) -> WheelRequest:
+        return WheelRequest(source=Path(self.source), toolchain=tc, output=self.wheelhouse.resolve(),
+                            python=self.python, jobs=self.jobs, patch_set=self.patch_set,
+                            torch_check=not self.no_torch_check, **self.project_fields())
+
+
+@dataclass(frozen=True)
+class ApexOptions(WheelOptions):
+    ops: tuple[str, ...]
+    regime: str | None
+
+    def project_fields(self) -> dict[str, Any]:
+        return {"ops": self.ops, "regime": self.regime}
+
+
+@dataclass(frozen=True)
+class FlashAttnOptions(WheelOptions):
+    backend: str
+    units: tuple[str, ...]
+    sample: int | None
+    instances: int | None
+    shard: str | None
+    report_only: bool
+    shards: int | None
+    use_slurm: bool
+    shards_dir: Path | None
+    wait: bool
+    time_limit: str | None
+    slurm: dict[str, Any] = field(default_factory=dict)
+    """The other Slurm settings (--partition, --account, ...)."""
+
+    def project_fields(self) -> dict[str, Any]:
+        return {"backend": self.backend, "units": self.units, "sample": self.sample, "instances": self.instances}
+
+
+def _run(log: Logger, name: str, req: WheelOptions, as_json: bool, *, shard: tuple[int, int] | None = None,
+         report_only: bool = False) -> None:
     from porter.components import wheel_drivers
 
     drivers = wheel_drivers()
-    request = WheelRequest(source=Path(source), toolchain=tc, output=wheelhouse.resolve(), python=python, jobs=jobs,
-                           patch_set=patch_set, torch_check=not no_torch_check, **extra)
-    if not compile_only and (request.units or request.instances is not None or request.sample is not None):
+    request = req.request(req.toolchain())
+    if not req.compile_only and (request.units or request.instances is not None or request.sample is not None):
         raise click.UsageError("--units, --sample and --instances select what --compile-only compiles; "
                                "add --compile-only")
-    if compile_only:
-        if patch_set is not None:
+    if req.compile_only:
+        if req.patch_set is not None:
             raise click.UsageError("--patch-set applies to a wheel build; --compile-only compiles the tree as it is")
         from porter.wheels.compile import compile_only as run_compile_only
 
-        res = run_compile_only(drivers[name], source, request, runner=Runner(log, echo=log.verbose), log=log,
-                               dry_run=dry_run, others=drivers, shard=shard, report_only=report_only)
+        res = run_compile_only(drivers[name], req.source, request, runner=Runner(log, echo=log.verbose), log=log,
+                               dry_run=req.dry_run, others=drivers, shard=shard, report_only=report_only)
         _show_compiled(res, as_json)
         return
-    result = build_wheel(drivers[name], source, request, runner=Runner(log, echo=not dry_run),
-                         log=log, dry_run=dry_run, others=drivers)
+    result = build_wheel(drivers[name], req.source, request, runner=Runner(log, echo=not req.dry_run),
+                         log=log, dry_run=req.dry_run, others=drivers)
     if as_json:
         emit_json(result.to_dict())
-    elif dry_run:
+    elif req.dry_run:
         click.echo(result.describe())
     else:
         click.echo(str(result.wheel))
@@ -124,9 +174,10 @@ def _show_compiled(res: CompileOnlyResult, as_json: bool) -> None:
                    "--cpp_ext/--cuda_ext flags).")
 @_common
 @click.pass_obj
-def apex_cmd(log: Logger, /, source: str, ops: tuple[str, ...], regime: str | None, **kw: Any) -> None:
+@into(ApexOptions)
+def apex_cmd(log: Logger, /, req: ApexOptions, as_json: bool) -> None:
     """Prebuild ROCm apex ops into a wheel (PYTORCH_ROCM_ARCH from the profile)."""
-    _run(log, "apex", source, ops=ops, regime=regime, **kw)
+    _run(log, "apex", req, as_json)
 
 
 @wheel.command("flash-attn")
@@ -161,37 +212,28 @@ def apex_cmd(log: Logger, /, source: str, ops: tuple[str, ...], regime: str | No
 @slurm_options(task="shard", final="report")
 @_common
 @click.pass_obj
-def flash_attn_cmd(log: Logger, /, source: str, backend: str, units: tuple[str, ...], sample: int | None,
-                   instances: int | None, **kw: Any) -> None:
+@into(FlashAttnOptions, rest="slurm")
+def flash_attn_cmd(log: Logger, /, req: FlashAttnOptions, as_json: bool) -> None:
     """Build FlashAttention 2 for ROCm (GPU_ARCHS from the profile, checked against the tree's list).
 
     With --compile-only --shards N --slurm the compile runs as Slurm jobs: N array tasks (--shard I/N) into one
     shared build folder, then one job that reports every unit."""
-    shard_opts = {k: kw.pop(k) for k in ("shard", "report_only", "shards", "use_slurm", "shards_dir", "wait",
-                                          "time_limit",
-                                          "partition", "account", "qos", "cpus_per_task", "mem", "max_parallel",
-                                          "index_time", "sbatch_args")}
-    if shard_opts["shards"] is not None or shard_opts["use_slurm"]:
-        _submit_fa_shards(log, source, backend=backend, units=units, sample=sample, instances=instances,
-                          shard_opts=shard_opts, **kw)
+    if req.shards is not None or req.use_slurm:
+        _submit_fa_shards(log, req, as_json)
         return
-    given = [f"--{k.replace('_', '-')}" for k in ("shards_dir", "wait") if shard_opts[k]]
+    given = given_on_command_line("shards_dir", "wait", "time_limit", *req.slurm)
     if given:
         raise click.UsageError(f"{', '.join(given)}: only with --shards N --slurm")
-    shard = parse_shard(shard_opts["shard"])
-    if (shard is not None or shard_opts["report_only"]) and not kw.get("compile_only"):
+    shard = parse_shard(req.shard)
+    if (shard is not None or req.report_only) and not req.compile_only:
         raise click.UsageError("--shard and --report-only split a --compile-only build; the linked build runs "
                                "FlashAttention's setup.py, which porter does not shard")
-    if shard is not None and shard_opts["report_only"]:
+    if shard is not None and req.report_only:
         raise click.UsageError("--shard compiles one part; --report-only is the run after every part")
-    _run(log, "flash-attn", source, backend=backend, units=units, sample=sample, instances=instances, shard=shard,
-         report_only=shard_opts["report_only"], **kw)
+    _run(log, "flash-attn", req, as_json, shard=shard, report_only=req.report_only)
 
 
-def _submit_fa_shards(log: Logger, source: str, *, backend: str, units: tuple[str, ...], sample: int | None,
-                      instances: int | None, shard_opts: dict[str, Any], toolchain_ref: str | None,
-                      archs: tuple[str, ...], cpu_isa: str | None, wheelhouse: Path, python: str | None,
-                      jobs: int | None, dry_run: bool, as_json: bool, compile_only: bool, **_: Any) -> None:
+def _submit_fa_shards(log: Logger, req: FlashAttnOptions, as_json: bool) -> None:
     """--compile-only --shards N --slurm: the same arguments for every job, then porter.cluster.slurm.shards."""
     import sys
 
@@ -200,39 +242,36 @@ def _submit_fa_shards(log: Logger, source: str, *, backend: str, units: tuple[st
     from porter.fs import cache_dir
     from porter.run import make_env
 
-    n = shard_opts["shards"]
-    if n is None or not shard_opts["use_slurm"]:
+    n = req.shards
+    if n is None or not req.use_slurm:
         raise click.UsageError("--shards N and --slurm go together: N array tasks, then a report job")
-    if not compile_only:
+    if not req.compile_only:
         raise click.UsageError("--shards splits a --compile-only build; the linked build runs FlashAttention's "
                                "setup.py, which porter does not shard")
-    if shard_opts["shard"] is not None or shard_opts["report_only"]:
+    if req.shard is not None or req.report_only:
         raise click.UsageError("--shards submits the shards and the report job itself; --shard I/N and "
                                "--report-only are what those jobs run")
     env = make_env()
-    slurm = {k: v for k, v in shard_opts.items() if k not in ("shard", "report_only", "shards", "use_slurm",
-                                                               "shards_dir", "wait", "time_limit")}
-    settings = SlurmSettings(max_parallel=n).merged({**slurm, "time": shard_opts["time_limit"]})
-    ref = toolchain_ref or env.get("PORTER_TOOLCHAIN")
-    args = ["--source", path_or_name(source), *(["-t", path_or_name(ref)] if ref else []), "--backend", backend,
-            "--compile-only", *[f"--arch={a}" for a in archs], *([f"--cpu-isa={cpu_isa}"] if cpu_isa else []),
-            *[f"--units={u}" for u in units], *([f"--sample={sample}"] if sample is not None else []),
-            *([f"--instances={instances}"] if instances is not None else [])]
-    per_task = jobs or settings.cpus_per_task
+    settings = SlurmSettings(max_parallel=n).merged({**req.slurm, "time": req.time_limit})
+    ref = req.toolchain_ref or env.get("PORTER_TOOLCHAIN")
+    args = ["--source", path_or_name(req.source), *(["-t", path_or_name(ref)] if ref else []),
+            "--backend", req.backend, "--compile-only", *[f"--arch={a}" for a in req.archs],
+            *([f"--cpu-isa={req.cpu_isa}"] if req.cpu_isa else []), *[f"--units={u}" for u in req.units],
+            *([f"--sample={req.sample}"] if req.sample is not None else []),
+            *([f"--instances={req.instances}"] if req.instances is not None else [])]
+    per_task = req.jobs or settings.cpus_per_task
     args += [f"-j{per_task}"] if per_task else []
-    args += [f"--python={python}"] if python else []
-    tc = resolve_toolchain(toolchain_ref, archs, cpu_isa)
-    request = WheelRequest(source=Path(source), toolchain=tc, output=wheelhouse.resolve(), python=python, jobs=jobs,
-                           backend=backend, units=units, sample=sample, instances=instances)
-    shard_req = sh.ShardRequest(build_args=tuple(args), shards=n, wheelhouse=wheelhouse.resolve(),
-                                dir=shard_opts["shards_dir"].resolve() if shard_opts["shards_dir"] else Path(),
+    args += [f"--python={req.python}"] if req.python else []
+    request = req.request(req.toolchain())
+    shard_req = sh.ShardRequest(build_args=tuple(args), shards=n, wheelhouse=req.wheelhouse.resolve(),
+                                dir=req.shards_dir.resolve() if req.shards_dir else Path(),
                                 cache=cache_dir().resolve(), python=sys.executable, name="porter-fa",
                                 command=("wheel", "flash-attn"), final=("--report-only",))
 
     def planner() -> sh.BuildFacts:
-        return sh.fa_compile_facts(source, request, dry_run=dry_run, log=log, runner=Runner(log, echo=log.verbose))
+        return sh.fa_compile_facts(req.source, request, dry_run=req.dry_run, log=log,
+                                   runner=Runner(log, echo=log.verbose))
 
-    run = sh.submit_build(shard_req, planner, settings=settings, runner=Runner(log, echo=not dry_run), env=env,
-                          dir_given=shard_opts["shards_dir"] is not None, dry_run=dry_run, wait=shard_opts["wait"],
-                          log=log)
+    run = sh.submit_build(shard_req, planner, settings=settings, runner=Runner(log, echo=not req.dry_run), env=env,
+                          dir_given=req.shards_dir is not None, dry_run=req.dry_run, wait=req.wait, log=log)
     show_shard_run(log, run, as_json, "report job {}")

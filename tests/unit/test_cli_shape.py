@@ -31,13 +31,42 @@ def commands() -> dict[str, click.Command]:
 def own_parameters(cmd: click.Command) -> list[str]:
     """What the function behind the command takes (through porter's own ``into`` wrapper, not click's)."""
     f = inspect.unwrap(cmd.callback)  # type: ignore[arg-type]
-    return [p for p in inspect.signature(f).parameters if p not in ("kw", "kwargs")]
+    return list(inspect.signature(f).parameters)
+
+
+def catch_all(cmd: click.Command) -> list[str]:
+    """The ``**kw`` of the function behind the command: options passed on unparsed, never counted."""
+    f = inspect.unwrap(cmd.callback)  # type: ignore[arg-type]
+    return [p.name for p in inspect.signature(f).parameters.values() if p.kind is p.VAR_KEYWORD]
 
 
 def test_no_command_takes_more_than_a_handful_of_parameters() -> None:
     fat = {name: len(own_parameters(cmd)) for name, cmd in commands().items()}
     assert {n: c for n, c in fat.items() if c > MAX_PARAMS} == {}
     assert len(fat) > 20  # every command was found, lazily loaded ones included
+
+
+def test_no_command_passes_its_options_on_unparsed() -> None:
+    """A ``**kw`` would hide any number of options from the count above: every command parses into a request."""
+    assert {name: catch_all(cmd) for name, cmd in commands().items() if catch_all(cmd)} == {}
+
+
+def test_a_command_with_a_catch_all_is_caught() -> None:
+    @click.command()
+    @click.option("--a")
+    @click.option("--b")
+    def fat(**kw: object) -> None: ...
+
+    assert catch_all(fat) == ["kw"]
+
+
+def test_wheel_commands_parse_into_one_request() -> None:
+    from porter.cli.wheel import ApexOptions, FlashAttnOptions
+
+    for name, request in (("wheel apex", ApexOptions), ("wheel flash-attn", FlashAttnOptions)):
+        f = inspect.unwrap(commands()[name].callback)  # type: ignore[arg-type]
+        assert list(inspect.signature(f).parameters) == ["log", "req", "as_json"], name
+        assert inspect.signature(f).parameters["req"].annotation in (request, request.__name__)
 
 
 def test_ops_build_parses_into_one_request() -> None:
