@@ -117,6 +117,43 @@ def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
         raise
 
 
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the kernel, libc or file
+    system cannot (then nothing moved)."""
+    import ctypes
+    import errno
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    if call(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def publish_dir(new: Path, dest: Path) -> None:
+    """Put the folder ``new`` at ``dest`` (same file system), replacing a folder there without a moment in which
+    ``dest`` is missing: the two swap in one step, and the earlier folder is left at ``new`` for the caller to
+    remove. Where the swap is not possible (an older kernel; NFS), the earlier folder is moved to ``new`` +
+    ``.old`` first, which leaves a short window."""
+    if not dest.exists():
+        os.replace(new, dest)
+    elif not _exchange(new, dest):
+        old = new.with_name(new.name + ".old")
+        os.replace(dest, old)
+        os.replace(new, dest)
+        os.replace(old, new)
+
+
 def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
     with atomic_path(dest) as tmp:
         tmp.write_bytes(data)

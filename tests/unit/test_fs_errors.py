@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,53 @@ def test_a_killed_writers_temp_folder_is_removed_by_the_next_one(tmp_path: Path)
     fresh = owned_temp_dir(tmp_path, ".unpack-")
     assert fresh.is_dir() and fresh.name.startswith(f".unpack-{os.getpid()}@{host}.")
     assert not killed.exists() and live.is_dir()
+
+
+def test_publish_dir_swaps_a_folder_in_without_a_moment_it_is_missing(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 22, a re-port: the earlier ported tree and the new one swap in one step (renameat2 RENAME_EXCHANGE);
+    a reader that looks at the destination all along always finds a whole tree, the old or the new."""
+    import threading
+
+    from porter import fs
+
+    dest = tmp_path / "ported"
+    dest.mkdir()
+    (dest / "v").write_text("0")
+    missing: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            try:
+                (dest / "v").read_text()
+            except FileNotFoundError:
+                missing.append(1)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for i in range(1, 200):
+            new = tmp_path / f"new{i}"
+            new.mkdir()
+            (new / "v").write_text(str(i))
+            fs.publish_dir(new, dest)
+            assert (new / "v").read_text() == str(i - 1)  # the earlier tree, left for the caller to remove
+            shutil.rmtree(new)
+    finally:
+        stop.set()
+        watcher.join()
+    assert (dest / "v").read_text() == "199" and missing == []
+    # where the swap is refused (an older kernel, NFS): the folder is still published, through two renames
+    monkeypatch.setattr(fs, "_exchange", lambda a, b: False)
+    new = tmp_path / "late"
+    new.mkdir()
+    (new / "v").write_text("late")
+    fs.publish_dir(new, dest)
+    assert (dest / "v").read_text() == "late" and (new / "v").read_text() == "199"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["late", "ported"]
+    # the first publish has nothing to swap with
+    first = tmp_path / "first"
+    first.mkdir()
+    fs.publish_dir(first, tmp_path / "fresh")
+    assert (tmp_path / "fresh").is_dir() and not first.exists()

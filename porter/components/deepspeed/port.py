@@ -10,7 +10,7 @@ from pathlib import Path
 
 from porter import __version__
 from porter.errors import ConfigError
-from porter.fs import atomic_write_json, ensure_writable_dir, owned_temp_dir
+from porter.fs import atomic_write_json, ensure_writable_dir, owned_temp_dir, publish_dir
 from porter.log import Logger, quiet_logger
 from porter.patching import apply
 
@@ -56,9 +56,7 @@ def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] 
         result.patches = summarize(done.plan, skipped)
         result.notes = list(dict.fromkeys(n for sp in done.plan.sets for n in sp.notes))
         if staging is not None:
-            if dest.exists():
-                os.replace(dest, staging / "old")
-            os.replace(work, dest)
+            publish_dir(work, dest)
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)

@@ -33,7 +33,7 @@ from porter import faults
 from porter import torch_hip_view as hip_view
 from porter.errors import CheckFailed, ConfigError, PorterError
 from porter.executor import HOST, Executor, build_python
-from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir, owned_temp, owned_temp_dir
+from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir, owned_temp, owned_temp_dir, publish_dir
 from porter.log import Logger, quiet_logger
 from porter.patching import apply
 from porter.patching.model import PatchSet
@@ -206,10 +206,7 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         result = _port_into(work, src, dest, tc, psets, skipped, torch_info, wheelhouse, jobs, target_version, log,
                             runner, compile_only=compile_only, python=python, py_ex=py_ex)
         faults.reached("port")
-        if dest.exists():  # a re-run: the earlier port is replaced in one step
-            old = staging / "old"
-            os.replace(dest, old)
-        os.replace(work, dest)
+        publish_dir(work, dest)  # a re-run: the earlier port is swapped out in one step, then removed
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return result
