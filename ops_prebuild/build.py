@@ -211,7 +211,7 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
         if shard is not None:
             part, tag = plan.shard(*shard), f"shard-{shard[0]}-of-{shard[1]}"
             ninja_file, log_name = f"build.{tag}.ninja", f"build.{tag}.log"
-            atomic_write_text(build_dir / ninja_file, plan.ninja(part, builddir=f".ninja-{tag}"))
+            atomic_write_text(build_dir / ninja_file, plan.ninja(part, builddir=f".ninja-{tag}", publish=True))
             stats = build_dir / f"ccache-stats.{tag}.log"
             if ccache is not None:
                 plan.env["CCACHE_STATSLOG"] = ex.inside(stats)

@@ -54,6 +54,10 @@ def host_args(args: tuple[str, ...], tc: Toolchain) -> list[str]:
     return [*kept, f"-march={tc.cpu_isa}", *([simd] if simd else [])]
 
 
+PUBLISH = (sys.executable, "-m", "ops_prebuild.publish")
+"""The wrapper that renames a whole output into place (:mod:`ops_prebuild.publish`)."""
+
+
 @dataclass(frozen=True)
 class Step:
     op: str
@@ -82,10 +86,12 @@ class Plan:
     files: dict[str, str] = field(default_factory=dict)
     """Files the commands read that the plan generates (host path -> text), written before ninja runs."""
 
-    def ninja(self, only: list[Step] | None = None, builddir: str = "") -> str:
+    def ninja(self, only: list[Step] | None = None, builddir: str = "", publish: bool = False) -> str:
         """The ninja file: one graph over all ops, so every core stays busy. ``only``: a part of the plan
         (a shard's compiles; the links, whose objects are then plain inputs); ``builddir``: where this
-        file's ninja keeps its log, so shards running at once on a shared folder never share one."""
+        file's ninja keeps its log, so shards running at once on a shared folder never share one;
+        ``publish``: each object appears whole or not at all (:mod:`ops_prebuild.publish`), for a shard,
+        whose objects another array's shard on the same folder may compile at the same time."""
         lines = ["# written by porter ops build; do not edit", "ninja_required_version = 1.3",
                  *([f"builddir = {builddir}"] if builddir else []), "",
                  "rule compile", "  command = $cmd", "  description = $desc", "  depfile = $out.d",
@@ -96,7 +102,8 @@ class Plan:
         for s in steps:
             rule = "link_rsp" if s.rsp else "compile" if s.kind == "pch" else s.kind
             lines.append(f"build {_esc(s.output)}: {rule} {' '.join(_esc(i) for i in s.inputs)}")
-            lines.append(f"  cmd = {shlex.join((*s.wrapper, *s.argv))}")
+            whole = (*PUBLISH, s.output, "--") if publish and s.kind == "compile" else ()
+            lines.append(f"  cmd = {shlex.join((*s.wrapper, *whole, *s.argv))}")
             lines.append(f"  desc = {s.kind.upper()} {s.op or 'shared'}: {os.path.basename(s.output)}")
             if s.rsp:
                 lines.append(f"  rsp = {' '.join(shlex.quote(o).replace('$', '$$') for o in s.rsp)}")
@@ -113,7 +120,7 @@ class Plan:
     def shard(self, index: int, count: int) -> list[Step]:
         """The compile steps of shard ``index`` of ``count``, dealt round-robin in plan order (a stable
         split: every shard of the same plan names the same objects on every node), after the precompiled
-        headers they read (each shard makes those it needs; see :mod:`ops_prebuild.pch`)."""
+        headers they read (each shard makes those it needs; see :mod:`ops_prebuild.publish`)."""
         if count < 1 or not 0 <= index < count:
             raise ConfigError(f"shard {index}/{count} does not exist", hint="shards are 0/N ... N-1/N")
         mine = [s for s in self.steps if s.kind == "compile"][index::count]
@@ -302,7 +309,7 @@ def _share_torch_header(plan: Plan, units: list[tuple[int, list[str]]], v: Visib
         argv = [*key[:at], *cache, *key[at:], "-x", "c++-header", v(header), "-MMD", "-MF", f"{v(gch)}.d",
                 "-o", v(gch)]
         plan.steps.append(Step("", "pch", tuple(argv), str(gch), (str(header),), str(gch) + ".d",
-                               (sys.executable, "-m", "ops_prebuild.pch", str(gch), "--")))
+                               (*PUBLISH, str(gch), "--")))
         for i in indexes:
             s = plan.steps[i]
             cut = len(s.argv) - _TAIL

@@ -142,3 +142,85 @@ def test_a_shard_killed_mid_compile_resumes_where_it_stopped(deepspeed_sdist: Pa
                             env=env, timeout=1200)
     assert linked.returncode == 0, linked.stderr[-3000:]
     assert len(list((tmp_path / "wh").glob("*.whl"))) == 1
+
+
+HALF_WRITING_CXX = """#!{python}
+# g++, but a compile writes its object in two halves: the first, then a mark (naming the path it writes), then,
+# once the test says go, the rest: a large object landing on a slow shared file system, seen from another node
+import os, subprocess, sys, time
+args = sys.argv[1:]
+if "-c" not in args:
+    os.execvp("g++", ["g++", *args])
+at = args.index("-o") + 1
+out = args[at]
+args[at] = out + ".whole"
+code = subprocess.call(["g++", *args])
+if code:
+    sys.exit(code)
+with open(out + ".whole", "rb") as f:
+    data = f.read()
+os.unlink(out + ".whole")
+marks = os.environ["MARKS"]
+with open(out, "wb") as f:
+    f.write(data[: len(data) // 2])
+    f.flush()
+    with open(os.path.join(marks, f"half.{{os.getpid()}}"), "w") as m:
+        m.write(out)
+    while not os.path.exists(os.path.join(marks, "go")):
+        time.sleep(0.05)
+    f.write(data[len(data) // 2:])
+"""
+
+
+def test_two_arrays_with_other_shard_counts_never_show_a_half_written_object(deepspeed_sdist: Path,
+                                                                              tmp_path: Path) -> None:
+    """Issue 22: two arrays of one build with other shard counts (0/2 and 0/3) on one build folder compile the
+    same object at once. Each compile writes a private file and renames it whole into place: while both are
+    halfway, the object's own path holds nothing half-written; one array is killed there (its private file goes
+    nowhere) and the other's object, with the other shard of its array, links into the wheel."""
+    import os
+    import subprocess
+    import sys
+
+    from elftools.elf.elffile import ELFFile
+
+    from tests.integration.conftest import sigkill, wait_for
+
+    cxx = tmp_path / "bin" / "half-g++"
+    cxx.parent.mkdir()
+    cxx.write_text(HALF_WRITING_CXX.format(python=sys.executable))
+    cxx.chmod(0o755)
+    profile = tmp_path / "half-cpu.toml"
+    profile.write_text(f'kind = "cpu"\ncompiler = "{cxx}"\ncxx = "{cxx}"\ncpu_isa = "x86-64-v2"\n')
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache"), "MARKS": str(marks)}
+    base = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_sdist), "-t", str(profile),
+            "--ops", "cpu_lion", "--no-cache", "--json", "-j", "1"]
+    a = subprocess.Popen([*base, "--shard", "0/2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=env)
+    b = subprocess.Popen([*base, "--shard", "0/3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env)
+    try:
+        halves = wait_for(lambda: sorted(marks.glob("half.*")) if len(list(marks.glob("half.*"))) == 2
+                          or a.poll() is not None or b.poll() is not None else [], 900, 0.1)
+        assert len(halves) == 2, f"expected both arrays halfway through one object (exits {a.poll()}, {b.poll()})"
+        written = sorted(p.read_text() for p in halves)
+        finals = {w.replace(f".{w.split('.')[-3]}.tmp.o", ".o") for w in written}
+        assert len(finals) == 1 and all(".tmp.o" in w for w in written), written  # one object, two private files
+        (obj,) = finals
+        assert not Path(obj).exists(), "a half-written object lies where the link reads it"
+    finally:
+        sigkill(a)  # array A is killed halfway (a time limit, preemption)
+        (marks / "go").touch()
+    out, err = b.communicate(timeout=900)
+    assert b.returncode == 0, err[-3000:]
+    assert json.loads(out)["shard"]["objects"] == [obj]
+    rest = subprocess.run([*base, "--shard", "1/3"], capture_output=True, text=True, env=env, timeout=900)
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    linked = subprocess.run([*base, "--link-only", "-o", str(tmp_path / "wh")], capture_output=True, text=True,
+                            env=env, timeout=900)
+    assert linked.returncode == 0, linked.stderr[-3000:]
+    assert "no longer match" not in linked.stderr and len(list((tmp_path / "wh").glob("*.whl"))) == 1
+    with open(obj, "rb") as f:
+        assert ELFFile(f).num_sections() > 0  # whole: its section headers, at the end of the file, are there

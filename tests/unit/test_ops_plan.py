@@ -327,7 +327,7 @@ def test_units_that_differ_only_in_the_op_name_share_one_precompiled_torch_heade
     (pch,) = [s for s in plan.steps if s.kind == "pch"]
     header = str(next(iter(plan.files)))
     assert header.endswith(PCH_HEADER) and "#include <torch/extension.h>" in plan.files[header]
-    assert pch.output == header + ".gch" and pch.wrapper[-3:] == ("ops_prebuild.pch", pch.output, "--")
+    assert pch.output == header + ".gch" and pch.wrapper[-3:] == ("ops_prebuild.publish", pch.output, "--")
     assert "-x" in pch.argv and not any(a.startswith("-DTORCH_EXTENSION_NAME") for a in pch.argv)
     units = [s for s in plan.steps if s.kind == "compile"]
     assert len(units) == 3
@@ -351,22 +351,53 @@ def test_units_that_differ_only_in_the_op_name_share_one_precompiled_torch_heade
     assert "-include" not in dev.argv
 
 
-def test_the_pch_wrapper_renames_only_a_whole_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ops_prebuild import pch
+def test_the_publish_wrapper_renames_only_a_whole_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ops_prebuild import publish
+
+    seen: list[list[str]] = []
 
     def compiler(text: str, code: int):  # type: ignore[no-untyped-def]
         def call(cmd: list[str]) -> int:
+            seen.append(list(cmd))
             Path(cmd[cmd.index("-o") + 1]).write_text(text)
+            if "-MF" in cmd:
+                Path(cmd[cmd.index("-MF") + 1]).write_text(f"{text}.d")
             return code
         return call
 
     out = tmp_path / "h.gch"
-    monkeypatch.setattr(pch.subprocess, "call", compiler("x", 0))
-    assert pch.main(["pch", str(out), "--", "g++", "-o", str(out)]) == 0 and out.read_text() == "x"
-    monkeypatch.setattr(pch.subprocess, "call", compiler("half", 1))
-    assert pch.main(["pch", str(out), "--", "g++", "-o", str(out)]) == 1
+    monkeypatch.setattr(publish.subprocess, "call", compiler("x", 0))
+    assert publish.main(["publish", str(out), "--", "g++", "-o", str(out)]) == 0 and out.read_text() == "x"
+    assert seen[-1][-1].endswith(".tmp.gch")  # ccache still sees a precompiled header
+    monkeypatch.setattr(publish.subprocess, "call", compiler("half", 1))
+    assert publish.main(["publish", str(out), "--", "g++", "-o", str(out)]) == 1
     assert out.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["h.gch"]
-    assert pch.main(["pch", str(out), "g++"]) == 2  # usage
+    assert publish.main(["publish", str(out), "g++"]) == 2  # usage
+    # an object and its dependency file, as a shard's compile names them
+    obj = tmp_path / "a.cpp.o"
+    monkeypatch.setattr(publish.subprocess, "call", compiler("obj", 0))
+    assert publish.main(["publish", str(obj), "--", "g++", "-MMD", "-MF", f"{obj}.d", "-c", "a.cpp", "-o",
+                         str(obj)]) == 0
+    assert obj.read_text() == "obj" and Path(f"{obj}.d").read_text() == "obj.d"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.cpp.o", "a.cpp.o.d", "h.gch"]
+    # inside a chroot the compiler sees other paths: the same private names there
+    monkeypatch.setattr(publish.subprocess, "call", lambda cmd: seen.append(list(cmd)) or 1)
+    assert publish.main(["publish", str(obj), "--", "nvcc", "--dependency-output", "/in/a.cu.o.d", "-c", "a.cu",
+                         "-o", "/in/a.cu.o"]) == 1
+    argv = seen[-1]
+    assert argv[argv.index("-o") + 1] == f"/in/a.cu.{argv[argv.index('-o') + 1].split('.')[2]}.tmp.o"
+    assert argv[argv.index("--dependency-output") + 1].startswith("/in/a.cu.o.d.")
+    assert obj.read_text() == "obj"  # a failed compile publishes nothing
+
+
+def test_a_shards_ninja_file_publishes_each_object_whole(tmp_path: Path) -> None:
+    plan = make_plan(catalogue(), load_toolchain("cpu", environ={}), [CPU_ADAM, CPU_LION], tmp_path)
+    part = plan.shard(0, 2)
+    text = plan.ninja(part, builddir=".ninja-shard-0-of-2", publish=True)
+    cmds = [ln for ln in text.splitlines() if ln.startswith("  cmd = ")]
+    assert cmds and all("-m ops_prebuild.publish " in c for c in cmds)
+    assert all(f"ops_prebuild.publish {s.output} -- " in text for s in part if s.kind == "compile")
+    assert "ops_prebuild.publish" not in plan.ninja()  # one build alone holds its folder: no wrapper
 
 
 def test_debug_info_levels_replace_the_builders_g(tmp_path: Path) -> None:
