@@ -21,7 +21,7 @@ from typing import Protocol
 from packaging.utils import canonicalize_name
 
 from porter import faults
-from porter.errors import ConfigError
+from porter.errors import CommandFailed, ConfigError, ToolError
 from porter.fs import cache_dir, owned_temp, owned_temp_dir, sha256_file
 from porter.locks import hold
 from porter.patching import PatchSet, failure_message, load_project, load_shipped
@@ -160,6 +160,24 @@ class Download:
     env: tuple[tuple[str, str], ...] = ()
 
 
+_INTERRUPTED = re.compile(r"incomplete-download|Connection (?:interrupted|broken|reset)|IncompleteRead|"
+                          r"ReadTimeoutError|not enough bytes were received")
+
+
+def interrupted(spec: str, exc: CommandFailed) -> ToolError | None:
+    """pip's download of ``spec`` cut off by the network (its own retries spent): an ERROR that says so and quotes
+    pip, rather than a failed command whose TIP suspects the version; None for any other failure."""
+    lines = [ln.strip(" ×╰─>") for ln in exc.output.splitlines()]
+    hits = [ln for ln in lines if _INTERRUPTED.search(ln)]
+    if not hits:
+        return None
+    said = next((ln for ln in lines if ln.startswith("Download failed")), hits[-1])
+    return ToolError(f"the download of {spec} was interrupted: {said}",
+                     hint="the network cut the transfer; nothing partial was kept. Run the command again (pip resumes "
+                          "and retries by itself, and PIP_RESUME_RETRIES raises how often), or download the sdist "
+                          "where the network is steady and pass the .tar.gz")
+
+
 def fetch_tree(spec: str, *, cache: Path, runner: Runner, hint: str, name: str | None = None,
                download: Download = Download()) -> tuple[Path, dict[str, str]]:
     """``spec`` as an unpacked tree and where it came from (``git_commit``; ``sdist``, ``sdist_sha256``;
@@ -183,11 +201,14 @@ def fetch_tree(spec: str, *, cache: Path, runner: Runner, hint: str, name: str |
                 found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []
                 if not found:  # pip writes into a temp folder; the sdist is published by rename once complete
                     with owned_temp(dl.parent, ".download-") as tmp:
-                        runner.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                                    *(() if download.isolated else ("--no-build-isolation",)), "-d", tmp, spec],
-                                   env=make_env(dict(download.env)), timeout=900,
-                                   hint="check the version exists on the package index and that it is reachable; "
-                                        "offline, pass a downloaded sdist file instead")
+                        try:
+                            runner.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                                        *(() if download.isolated else ("--no-build-isolation",)), "-d", tmp, spec],
+                                       env=make_env(dict(download.env)), timeout=900,
+                                       hint="check the version exists on the package index and that it is "
+                                            "reachable; offline, pass a downloaded sdist file instead")
+                        except CommandFailed as exc:
+                            raise interrupted(spec, exc) or exc from None
                         got = sorted(Path(tmp).glob("*.tar.gz"))
                         if not got:
                             raise ConfigError(f"pip downloaded no sdist for {spec}")

@@ -211,3 +211,53 @@ def test_four_different_builds_at_once_on_one_cache(deepspeed_sdist: Path, tmp_p
     assert wheels[3].name.startswith("deepspeed-0.16.4+cpu") and wheels[1].name == wheels[0].name
     assert sorted(p.name.rsplit("-", 1)[0] for p in (cache / "sources").iterdir()
                   if p.is_dir() and not p.name.startswith(".")) == ["deepspeed-0.16.4", "deepspeed-0.19.8"]
+
+
+def test_an_interrupted_download_is_an_error_that_says_so_and_keeps_nothing(tmp_path: Path) -> None:
+    """Issue 22: a package index whose sdist transfer breaks off every time (a real HTTP server that promises
+    100 kB and sends 1,000 bytes): pip resumes and gives up; porter says the download was interrupted, quoting pip,
+    with a TIP for a network fault (not 'check the version exists'), and nothing of the download is kept."""
+    import http.server
+    import threading
+
+    class Index(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.startswith("/simple/deepspeed"):
+                body = b'<html><body><a href="/f/deepspeed-0.0.1.tar.gz">deepspeed-0.0.1.tar.gz</a></body></html>'
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            elif self.path.startswith("/f/"):
+                self.send_response(200)
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                self.wfile.write(b"\x1f\x8b" + b"x" * 998)
+                self.close_connection = True
+            else:
+                self.send_response(404)
+                self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        cache = tmp_path / "cache"
+        res = run_porter("ops", "build", "--source", "deepspeed==0.0.1", "-t", "cpu", "--ops", "cpu_lion",
+                         "-o", str(tmp_path / "wh"), timeout=300,
+                         env={"PORTER_CACHE_DIR": str(cache), "PIP_RESUME_RETRIES": "1", "PIP_RETRIES": "0",
+                              "PIP_INDEX_URL": f"http://127.0.0.1:{server.server_port}/simple",
+                              "PIP_NO_CACHE_DIR": "1", "PIP_CONFIG_FILE": "/dev/null"})
+    finally:
+        server.shutdown()
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "ERROR: the download of deepspeed==0.0.1 was interrupted: " in res.stderr
+    assert "not enough bytes" in res.stderr and "check the version exists" not in res.stderr
+    assert "Traceback" not in res.stderr
+    left = sorted(p.name for p in (cache / "sdists").iterdir())
+    assert left == ["deepspeed-0.0.1.lock", "deepspeed-0.0.1.lock.owner"], left  # no sdist, no temp folder
+    assert not (tmp_path / "wh").exists()
