@@ -46,7 +46,7 @@ demo: venv
 	$(VENV)/bin/porter verify --python $(NODE_VENV)/bin/python
 
 test: venv test-unit-no-torch
-	$(PY) -m pytest tests/unit tests/integration
+	$(PY) -m pytest --durations=30 tests/unit tests/integration
 
 # The unit tier must pass where torch is absent (what needs torch skips, with its reason).
 NOTORCH_VENV ?= .venv-notorch
