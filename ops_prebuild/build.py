@@ -12,11 +12,11 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from porter import torch_hip_view as hip_view
-from porter.ccache import CacheRequest, CompilerCache, read_stats, setup_cache
+from porter.ccache import CacheRequest, CompilerCache, hit_sources, read_stats, setup_cache
 from porter.codeobjects import read_code_objects
 from porter.errors import CheckFailed, ConfigError, PorterError, first_error
 from porter.executor import Executor
@@ -242,7 +242,8 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             else None
         result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env), targets=targets,
                                ninja_file=ninja_file, log_name=log_name,
-                               times=unit_times_path(cat.source.project, cat.source.version, tc))
+                               times=unit_times_path(cat.source.project, cat.source.version, tc),
+                               stats=stats if ccache is not None else None)
         if shard is None:
             record_outputs(build_dir, [s.output for s in plan.steps])
         else:  # the shards of one build compile at once: each adds its own objects to the record, in turn
@@ -394,10 +395,23 @@ def expected_times(plan: Plan, steps: list[Step], path: Path | None) -> tuple[di
     return expected, guessed
 
 
-def record_times(plan: Plan, entries: list[list[str]], path: Path) -> None:
-    """Merge this run's unit times (ninja's log: start and end in ms, output) into ``path``, in turn with others."""
-    times = {_unit_key(plan, str(plan.build_dir / e[3]) if not os.path.isabs(e[3]) else e[3]):
-             (int(e[1]) - int(e[0])) / 1000.0 for e in entries if len(e) >= 4 and e[0].isdigit() and e[1].isdigit()}
+def _source_as_named(step: Step) -> str:
+    """The source a compile step names after ``-c`` (as its compiler sees it: what ccache's stats log says)."""
+    return step.argv[step.argv.index("-c") + 1] if "-c" in step.argv[:-1] else ""
+
+
+def record_times(plan: Plan, entries: list[list[str]], path: Path, cached: Collection[str] = ()) -> None:
+    """Merge this run's unit times (ninja's log: start and end in ms, output) into ``path``, in turn with others.
+    ``cached``: the sources the compiler cache answered (:func:`porter.ccache.hit_sources`); a unit compiled from
+    one of them took a copy's time, not a compile's, and is left out (else the next cold build's ETA is low)."""
+    copied = {s.output for s in plan.steps if s.kind != "link" and os.path.normpath(_source_as_named(s)) in cached}
+    times = {}
+    for e in entries:
+        if len(e) < 4 or not (e[0].isdigit() and e[1].isdigit()):
+            continue
+        output = str(plan.build_dir / e[3]) if not os.path.isabs(e[3]) else e[3]
+        if output not in copied:
+            times[_unit_key(plan, output)] = (int(e[1]) - int(e[0])) / 1000.0
     if not times:
         return
     with hold(path, "recording unit times"):
@@ -409,12 +423,13 @@ def record_times(plan: Plan, entries: list[list[str]], path: Path) -> None:
 
 def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[str, str],
               targets: list[str] | None = None, ninja_file: str = "build.ninja",
-              log_name: str = "build.log", times: Path | None = None) -> list[OpResult]:
+              log_name: str = "build.log", times: Path | None = None, stats: Path | None = None) -> list[OpResult]:
     """One ninja run over the plan (or only ``targets``: a shard's objects); per-op results.
 
     With ``targets`` an op's status says whether its part of the shard compiled: "compiled" (or
     "cached"), "failed", or "elsewhere" when no object of it is in the shard. ``times``: the unit times file
-    (:func:`unit_times_path`) the ETA is read from and this run's times are added to."""
+    (:func:`unit_times_path`) the ETA is read from and this run's times are added to; ``stats``: the compiler
+    cache's stats log of this run, whose hits are not added as times."""
     import ninja  # the PyPI package ships the binary
 
     ninja_bin = str(Path(ninja.BIN_DIR) / "ninja")
@@ -434,7 +449,8 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
     new = [l.split("\t") for l in after[len(before):] if not l.startswith("#")] if len(after) >= len(before) \
         else [l.split("\t") for l in after if not l.startswith("#")]
     if times is not None:
-        record_times(plan, new, times)
+        where = plan.toolchain.executor.inside(plan.build_dir)  # ninja's folder, where each compile runs
+        record_times(plan, new, times, hit_sources(stats, where) if stats is not None else set())
     blocks = _failure_blocks(res.output)
     shared = str(plan.build_dir / "pch") + os.sep  # a failed precompiled header fails the ops that read it
     inputs = {s.output: s.inputs for s in plan.steps}

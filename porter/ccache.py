@@ -121,6 +121,23 @@ def setup_cache(tc: Toolchain, *, work: Path, compiler_version_text: str, enable
     return CompilerCache(program, folder, identity(tc, compiler_version_text), remote)
 
 
+_HIT = frozenset({"direct_cache_hit", "preprocessed_cache_hit", "remote_storage_hit"})
+
+
+def hit_sources(stats_log: Path, cwd: str) -> set[str]:
+    """The sources that ccache answered from its cache in this build (their compile times are a copy's, not a
+    compile's), as absolute paths where the compiler runs: ccache names a source under its base_dir relative to
+    the compile's working folder ``cwd`` (as the compiler sees it)."""
+    if not stats_log.is_file():
+        return set()
+    out = set()
+    for rec in stats_log.read_text(errors="replace").split("\n# "):
+        lines = rec.removeprefix("# ").splitlines()
+        if lines and _HIT & set(lines[1:]):
+            out.add(os.path.normpath(os.path.join(cwd, lines[0].strip())))
+    return out
+
+
 def read_stats(stats_log: Path) -> dict[str, int]:
     """Hits and misses of one build, from ccache's stats log (one record per compile)."""
     hits = misses = other = 0
@@ -131,7 +148,7 @@ def read_stats(stats_log: Path) -> dict[str, int]:
         ids = set(rec.splitlines()[1:]) if rec.strip() else set()
         if not ids:
             continue
-        if ids & {"direct_cache_hit", "preprocessed_cache_hit", "remote_storage_hit"}:
+        if ids & _HIT:
             hits += 1
         elif "cache_miss" in ids:
             misses += 1

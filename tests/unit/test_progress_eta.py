@@ -68,3 +68,30 @@ def test_expected_times_come_from_the_times_file_else_the_source_size(tmp_path: 
     assert guessed == ["COMPILE b: b.o"]
     times.write_text("{garbled")
     assert expected_times(plan, steps, times)[1] == ["COMPILE a: a.o", "COMPILE b: b.o"]
+
+
+def test_units_the_compiler_cache_answered_are_not_recorded_as_measured(tmp_path: Path) -> None:
+    """A ccache hit takes a copy's time: recorded, it would make the next cold build's ETA far too low."""
+    from ops_prebuild.build import _read_times, record_times
+    from ops_prebuild.plan import Plan, Step
+    from porter.ccache import hit_sources
+    from porter.toolchain.profile import load_toolchain
+
+    build = tmp_path / "build"
+    stats = tmp_path / "ccache-stats.log"
+    # ccache names a source under its base_dir relative to where the compile ran (ninja's folder)
+    stats.write_text(f"# ../src/a.cpp\ndirect_cache_hit\nlocal_storage_hit\n# {tmp_path}/src/b.cpp\ncache_miss\n"
+                     f"direct_cache_miss\n# {tmp_path}/src/c.cpp\npreprocessed_cache_hit\n")
+    hits = hit_sources(stats, str(build))
+    assert hits == {str(tmp_path / "src/a.cpp"), str(tmp_path / "src/c.cpp")}
+    assert hit_sources(tmp_path / "none.log", str(build)) == set()
+    tc = load_toolchain("cpu")
+    plan = Plan(build, tc)
+    plan.steps = [Step(op, "compile", ("g++", "-c", str(tmp_path / "src" / f"{op}.cpp"), "-o", str(build / f"{op}.o")),
+                       str(build / f"{op}.o"), (str(tmp_path / "src" / f"{op}.cpp"),)) for op in ("a", "b", "c")]
+    entries = [["0", "40", "1", f"{op}.o", "h"] for op in ("a", "b", "c")]
+    times = tmp_path / "times.json"
+    record_times(plan, entries, times, hits)
+    assert _read_times(times) == {f"{tc.cpu_isa}|b.o": 0.04}  # the miss only
+    record_times(plan, entries, times)  # no cache: every unit compiled
+    assert set(_read_times(times)) == {f"{tc.cpu_isa}|{op}.o" for op in ("a", "b", "c")}
