@@ -20,7 +20,7 @@ from porter.ccache import CacheRequest, CompilerCache, hit_sources, read_stats, 
 from porter.codeobjects import read_code_objects
 from porter.errors import CheckFailed, ConfigError, PorterError, first_error
 from porter.executor import Executor
-from porter.fs import atomic_write_text, cache_dir, sha256_file
+from porter.fs import atomic_write_text, cache_dir, remove_stale_outputs, sha256_file
 from porter.locks import hold
 from porter.log import NINJA_STATUS, Logger
 from porter.resources import default_jobs
@@ -198,6 +198,9 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             result.seconds = time.monotonic() - start
             return result
         build_dir.mkdir(parents=True, exist_ok=True)
+        left = remove_stale_outputs(build_dir)  # the private files of compiles killed mid-write
+        if left:
+            log.info(f"removed {len(left)} half-written output(s) of killed compiles, e.g. {left[0].name}")
         if mirror:
             mirror_tree(cat.source.tree, build_dir / "src", source_tops(selected))
         for path, text in plan.files.items():

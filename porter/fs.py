@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -72,6 +73,26 @@ def remove_stale(folder: Path, prefix: str) -> list[Path]:
             removed.append(path)
         except OSError:
             pass
+    return removed
+
+
+_PRIVATE_OUTPUT = re.compile(r"\.(\d+)@(.+)\.tmp(?:\.[^./]+)?$")
+
+
+def remove_stale_outputs(folder: Path) -> list[Path]:
+    """Remove the private outputs (``X.<pid>@<host>.tmp.o``, :mod:`ops_prebuild.publish`) that compiles killed on
+    this host left under ``folder`` (a build folder): their pid is gone. A running compile's, and another
+    host's, stay."""
+    host, removed = socket.gethostname(), []
+    paths = [Path(top, n) for top, _, names in os.walk(folder) for n in names if ".tmp" in n]
+    for path in paths:
+        m = _PRIVATE_OUTPUT.search(path.name)
+        if m and m.group(2) == host and _gone(int(m.group(1))):
+            try:
+                path.unlink()
+                removed.append(path)
+            except OSError:
+                pass
     return removed
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -206,8 +207,8 @@ def test_two_arrays_with_other_shard_counts_never_show_a_half_written_object(dee
                           or a.poll() is not None or b.poll() is not None else [], 900, 0.1)
         assert len(halves) == 2, f"expected both arrays halfway through one object (exits {a.poll()}, {b.poll()})"
         written = sorted(p.read_text() for p in halves)
-        finals = {w.replace(f".{w.split('.')[-3]}.tmp.o", ".o") for w in written}
-        assert len(finals) == 1 and all(".tmp.o" in w for w in written), written  # one object, two private files
+        finals = {re.sub(r"\.\d+@[^/]+\.tmp\.o$", ".o", w) for w in written}
+        assert len(finals) == 1 and all(w.endswith(".tmp.o") for w in written), written  # one object, two private
         (obj,) = finals
         assert not Path(obj).exists(), "a half-written object lies where the link reads it"
     finally:
@@ -216,8 +217,13 @@ def test_two_arrays_with_other_shard_counts_never_show_a_half_written_object(dee
     out, err = b.communicate(timeout=900)
     assert b.returncode == 0, err[-3000:]
     assert json.loads(out)["shard"]["objects"] == [obj]
+    killed = [w for w in written if Path(w).exists()]
+    assert len(killed) == 1, written  # the killed compile's private file; the other was renamed into place
     rest = subprocess.run([*base, "--shard", "1/3"], capture_output=True, text=True, env=env, timeout=900)
     assert rest.returncode == 0, rest.stderr[-3000:]
+    # the killed compile's private object and dependency file, removed by the next build on this host
+    assert re.search(r"removed [12] half-written output\(s\) of killed compiles", rest.stderr), rest.stderr[-2000:]
+    assert not Path(killed[0]).exists() and not list(Path(obj).parent.glob("*.tmp*"))
     linked = subprocess.run([*base, "--link-only", "-o", str(tmp_path / "wh")], capture_output=True, text=True,
                             env=env, timeout=900)
     assert linked.returncode == 0, linked.stderr[-3000:]

@@ -149,3 +149,25 @@ def test_publish_dir_swaps_a_folder_in_without_a_moment_it_is_missing(tmp_path: 
     first.mkdir()
     fs.publish_dir(first, tmp_path / "fresh")
     assert (tmp_path / "fresh").is_dir() and not first.exists()
+
+
+def test_stale_private_outputs_of_killed_compiles_are_removed(tmp_path: Path) -> None:
+    """What ops_prebuild.publish leaves when its compile is killed: removed on this host once its pid is gone; a
+    running compile's (this process stands in) and another host's stay, and so do the published files."""
+    import socket
+
+    from porter.fs import remove_stale_outputs
+
+    host, dead = socket.gethostname(), 2**22 + 4321  # above Linux's largest pid
+    (tmp_path / "op" / "pch").mkdir(parents=True)
+    names = {"dead": tmp_path / "op" / f"a.cpp.{dead}@{host}.tmp.o",
+             "dead_pch": tmp_path / "op" / "pch" / f"t.h.{dead}@{host}.tmp.gch",
+             "dead_dep": tmp_path / "op" / f"a.cpp.o.d.{dead}@{host}.tmp",
+             "live": tmp_path / "op" / f"b.cpp.{os.getpid()}@{host}.tmp.o",
+             "other_host": tmp_path / "op" / f"c.cpp.{dead}@elsewhere.tmp.o",
+             "published": tmp_path / "op" / "a.cpp.o"}
+    for p in names.values():
+        p.write_text("x")
+    removed = remove_stale_outputs(tmp_path)
+    assert sorted(removed) == sorted([names["dead"], names["dead_pch"], names["dead_dep"]])
+    assert all(names[k].exists() for k in ("live", "other_host", "published"))
