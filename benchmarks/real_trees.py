@@ -1022,6 +1022,36 @@ def select(targets: Sequence[Target], rows: Mapping[str, Any], only: Sequence[st
     return out
 
 
+def run_targets(runner: Runner, chosen: Sequence[Target], parallel: int) -> int:
+    """Run ``chosen``, ``parallel`` at once, each row merged as it finishes; 1 when a row failed. After SIGTERM no
+    target starts any more (those queued behind the stopped ones are dropped, not run)."""
+    failed = finished = 0
+    started = time.monotonic()
+
+    def one(t: Target) -> None:
+        nonlocal failed, finished
+        if _STOPPING.is_set():
+            return
+        print(f"==> {t.id}: {t.command} on {t.source_text}", file=sys.stderr, flush=True)
+        row = runner.run_and_record(t)
+        if row is None:
+            print(f"    stopped {t.id}: not recorded (its earlier row, if any, stays)", file=sys.stderr, flush=True)
+            return
+        mark = RESULT_MARK[row["result"]]
+        why = row.get("reason") or row.get("first_error") or row.get("arch_summary") or row.get("detail") or ""
+        with runner._lock:
+            finished += 1
+            count = f"[{finished}/{len(chosen)} targets, {_duration(time.monotonic() - started)}]"
+        print(f"    {mark} {t.id} ({_duration(row['seconds'])}) {count} {why[:200]}", file=sys.stderr, flush=True)
+        if row["result"] == "failed":
+            failed += 1
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+        for fut in concurrent.futures.as_completed([pool.submit(one, t) for t in chosen]):
+            fut.result()
+    return 1 if failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--targets", type=Path, default=TARGETS)
@@ -1085,29 +1115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not chosen:
         print("nothing to run", file=sys.stderr)
         return 0
-    failed = finished = 0
-    started = time.monotonic()
-
-    def one(t: Target) -> None:
-        nonlocal failed, finished
-        print(f"==> {t.id}: {t.command} on {t.source_text}", file=sys.stderr, flush=True)
-        row = runner.run_and_record(t)
-        if row is None:
-            print(f"    stopped {t.id}: not recorded (its earlier row, if any, stays)", file=sys.stderr, flush=True)
-            return
-        mark = RESULT_MARK[row["result"]]
-        why = row.get("reason") or row.get("first_error") or row.get("arch_summary") or row.get("detail") or ""
-        with runner._lock:
-            finished += 1
-            count = f"[{finished}/{len(chosen)} targets, {_duration(time.monotonic() - started)}]"
-        print(f"    {mark} {t.id} ({_duration(row['seconds'])}) {count} {why[:200]}", file=sys.stderr, flush=True)
-        if row["result"] == "failed":
-            failed += 1
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
-        for fut in concurrent.futures.as_completed([pool.submit(one, t) for t in chosen]):
-            fut.result()
-    return 1 if failed else 0
+    return run_targets(runner, chosen, parallel)
 
 
 if __name__ == "__main__":

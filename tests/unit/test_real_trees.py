@@ -197,6 +197,28 @@ def test_a_target_stopped_by_sigterm_is_not_recorded(tmp_path: Path, monkeypatch
     assert runner.run_and_record(target) == row and target.id in results.read_text()
 
 
+def test_after_sigterm_no_queued_target_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 9: SIGTERM stopped the running target, but the targets queued behind it then ran one after another
+    (the thread pool's exit waits for its queue). After SIGTERM nothing starts any more."""
+    import dataclasses
+
+    (target,) = rt.parse_targets(MEGATRON)
+    targets = [dataclasses.replace(target, id=f"t{i}") for i in range(3)]
+    runner = rt.Runner(targets=targets, mirrors=None, work=tmp_path, porter=["porter"], env={}, jobs=1,
+                       timeout=60, results=tmp_path / "rows.json", report=tmp_path / "report.md", porter_rev="abc")
+    ran: list[str] = []
+
+    def stopped(t: rt.Target) -> dict[str, object]:
+        ran.append(t.id)
+        rt._STOPPING.set()  # SIGTERM arrives while the first target runs
+        return {"id": t.id, "result": "failed", "seconds": 1.0}
+
+    monkeypatch.setattr(rt, "_STOPPING", rt.threading.Event())
+    monkeypatch.setattr(runner, "run_target", stopped)
+    assert rt.run_targets(runner, targets, 1) == 0
+    assert ran == ["t0"] and not (tmp_path / "rows.json").exists()
+
+
 def test_select_only_skip_done_rerun_failed() -> None:
     targets = rt.parse_targets(MEGATRON + MEGATRON.replace("mds-x-compile", "mds-y-compile")
                                + MEGATRON.replace("mds-x-compile", "apex-master"))
