@@ -683,7 +683,8 @@ committed).
 
 How long: on a 2-core machine a Megatron port row takes under a second and its compile-only row 2 to 6 minutes,
 a DeepSpeed compile-only row 8 to 21 minutes, an apex branch 30 to 50 minutes, and the FlashAttention CK sample
-one to two hours or more; the whole list is about 8 to 9 hours. SIGTERM stops a run without recording the
+(70 generated units, each for three archs, several minutes apiece) many hours; the whole list is well over half
+a day. SIGTERM stops a run without recording the
 stopped row, and `--skip-done` picks up where it stopped (finished objects stay in porter's cache).
 """
 
