@@ -76,3 +76,15 @@ def test_ops_build_parses_into_one_request() -> None:
     assert params == ["log", "req", "as_json"]
     assert inspect.signature(inspect.unwrap(commands()["ops build"].callback)).parameters["req"].annotation in (
         BuildOptions, "BuildOptions")
+
+
+def test_slurm_settings_without_shards_are_refused_by_name() -> None:
+    """What --shards N --slurm needs is refused by name without them, the same way for ops build and FlashAttention
+    (one given_on_command_line); before, FlashAttention silently dropped --partition, --time and the others."""
+    from click.testing import CliRunner
+
+    for argv in (["wheel", "flash-attn", "--source", "x", "--partition", "p"],
+                 ["wheel", "flash-attn", "--source", "x", "--time", "1:00:00"],
+                 ["ops", "build", "--source", "x", "--partition", "p"]):
+        res = CliRunner().invoke(cli, argv)
+        assert res.exit_code == 2 and f"{argv[-2]}: only with --shards N --slurm" in res.output, (argv, res.output)
