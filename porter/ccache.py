@@ -124,34 +124,28 @@ def setup_cache(tc: Toolchain, *, work: Path, compiler_version_text: str, enable
 _HIT = frozenset({"direct_cache_hit", "preprocessed_cache_hit", "remote_storage_hit"})
 
 
+def _records(stats_log: Path) -> list[tuple[str, set[str]]]:
+    """ccache's stats log, one record per compile: the source as the compile named it, and its counters."""
+    if not stats_log.is_file():
+        return []
+    out = []
+    for rec in stats_log.read_text(errors="replace").split("\n# "):
+        lines = rec.removeprefix("# ").splitlines()
+        if lines and lines[1:]:
+            out.append((lines[0].strip(), set(lines[1:])))
+    return out
+
+
 def hit_sources(stats_log: Path, cwd: str) -> set[str]:
     """The sources that ccache answered from its cache in this build (their compile times are a copy's, not a
     compile's), as absolute paths where the compiler runs: ccache names a source under its base_dir relative to
     the compile's working folder ``cwd`` (as the compiler sees it)."""
-    if not stats_log.is_file():
-        return set()
-    out = set()
-    for rec in stats_log.read_text(errors="replace").split("\n# "):
-        lines = rec.removeprefix("# ").splitlines()
-        if lines and _HIT & set(lines[1:]):
-            out.add(os.path.normpath(os.path.join(cwd, lines[0].strip())))
-    return out
+    return {os.path.normpath(os.path.join(cwd, source)) for source, ids in _records(stats_log) if ids & _HIT}
 
 
 def read_stats(stats_log: Path) -> dict[str, int]:
     """Hits and misses of one build, from ccache's stats log (one record per compile)."""
-    hits = misses = other = 0
-    if not stats_log.is_file():
-        return {"hits": 0, "misses": 0, "uncacheable": 0}
-    records = stats_log.read_text(errors="replace").split("\n# ")
-    for rec in records:
-        ids = set(rec.splitlines()[1:]) if rec.strip() else set()
-        if not ids:
-            continue
-        if ids & _HIT:
-            hits += 1
-        elif "cache_miss" in ids:
-            misses += 1
-        else:
-            other += 1
-    return {"hits": hits, "misses": misses, "uncacheable": other}
+    records = [ids for _, ids in _records(stats_log)]
+    hits = sum(1 for ids in records if ids & _HIT)
+    misses = sum(1 for ids in records if not ids & _HIT and "cache_miss" in ids)
+    return {"hits": hits, "misses": misses, "uncacheable": len(records) - hits - misses}

@@ -51,18 +51,22 @@ def _gone(pid: int) -> bool:
     return False
 
 
+def _killed_here(pid: str, host: str) -> bool:
+    """A temp name's owner (its pid and host) was a process on this host that is gone."""
+    return pid.isdigit() and host == socket.gethostname() and _gone(int(pid))
+
+
 def remove_stale(folder: Path, prefix: str) -> list[Path]:
     """Remove what writers on this host left in ``folder`` under ``prefix`` (temp files and folders named by
     :func:`owned_prefix`) when they were killed: their pid is gone. A live writer's, and another host's, stay."""
-    host, removed = socket.gethostname(), []
+    removed = []
     try:
         names = [n for n in os.listdir(folder) if n.startswith(prefix)]
     except OSError:
         return []
     for name in names:
         pid, _, rest = name[len(prefix):].partition("@")
-        if not (pid.isdigit() and rest.removesuffix(".tmp").rsplit(".", 1)[0] == host
-                and _gone(int(pid))):
+        if not _killed_here(pid, rest.removesuffix(".tmp").rsplit(".", 1)[0]):
             continue
         path = folder / name
         try:
@@ -83,11 +87,11 @@ def remove_stale_outputs(folder: Path) -> list[Path]:
     """Remove the private outputs (``X.<pid>@<host>.tmp.o``, :mod:`ops_prebuild.publish`) that compiles killed on
     this host left under ``folder`` (a build folder): their pid is gone. A running compile's, and another
     host's, stay."""
-    host, removed = socket.gethostname(), []
+    removed = []
     paths = [Path(top, n) for top, _, names in os.walk(folder) for n in names if ".tmp" in n]
     for path in paths:
         m = _PRIVATE_OUTPUT.search(path.name)
-        if m and m.group(2) == host and _gone(int(m.group(1))):
+        if m and _killed_here(m.group(1), m.group(2)):
             try:
                 path.unlink()
                 removed.append(path)
