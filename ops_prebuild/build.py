@@ -378,11 +378,13 @@ def _read_times(path: Path) -> dict[str, float]:
         return {}  # none yet, or unreadable: the ETA falls back to estimates
 
 
-def expected_times(plan: Plan, steps: list[Step], path: Path | None) -> tuple[dict[str, float], list[str]]:
-    """Per ninja description of each step: its measured time, else a guess from its source's size (listed)."""
+def expected_times(plan: Plan, steps: list[Step], path: Path | None) -> tuple[dict[str, float], list[str], list[str]]:
+    """Per ninja description of each step: its measured time, else a guess from its source's size (listed), and
+    which of the guessed ones are compiles (a link's guess is a nominal second: it has no source to size)."""
     known = _read_times(path) if path is not None else {}
     expected: dict[str, float] = {}
     guessed: list[str] = []
+    compiles: list[str] = []
     for st in steps:
         desc = f"{st.kind.upper()} {st.op or 'shared'}: {os.path.basename(st.output)}"
         seconds = known.get(_unit_key(plan, st.output))
@@ -394,8 +396,10 @@ def expected_times(plan: Plan, steps: list[Step], path: Path | None) -> tuple[di
             device = sum(a.startswith(("--offload-arch=", "-gencode")) for a in st.argv) or 1
             seconds = max(1.0, size / 1024 * GUESS_SECONDS_PER_KIB * device)
             guessed.append(desc)
+            if st.kind != "link":
+                compiles.append(desc)
         expected[desc] = seconds
-    return expected, guessed
+    return expected, guessed, compiles
 
 
 def _source_as_named(step: Step) -> str:
@@ -443,8 +447,8 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
     with log.step(f"compiling {len(plan.objects)} op(s) in one ninja graph with {jobs} job(s)"
                   + (" (compile only: no link)" if plan.compile_only else "")) as step:
         chosen = [st for st in plan.steps if targets is None or st.output in targets]
-        expected, guessed = expected_times(plan, chosen, times)
-        step.expect(expected, jobs, guessed)
+        expected, guessed, compiles = expected_times(plan, chosen, times)
+        step.expect(expected, jobs, guessed, paced=compiles)
         res = runner.run([ninja_bin, "-C", str(plan.build_dir), "-f", ninja_file, "-k", "0", "-j", str(jobs)],
                          env={**env, "NINJA_STATUS": NINJA_STATUS}, timeout=4 * 3600, check=False,
                          on_line=step.ninja_line)

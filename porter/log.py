@@ -112,10 +112,14 @@ class Status:
         self._finished: set[str] = set()
         self._jobs = 1
 
-    def expect(self, seconds: Mapping[str, float], jobs: int, guessed: Iterable[str] = ()) -> None:
+    def expect(self, seconds: Mapping[str, float], jobs: int, guessed: Iterable[str] = (),
+               paced: Iterable[str] | None = None) -> None:
         """What each unit (ninja's description of it) is expected to take: measured on an earlier build, or
-        ``guessed`` (from its size). The ETA is then the expected time of the units not done yet, over ``jobs``."""
+        ``guessed`` (from its size). The ETA is then the expected time of the units not done yet, over ``jobs``.
+        Once a ``paced`` unit (default: every guessed one; a link has no size to guess from, so not it) has
+        finished, the paced units left are expected to take what they took in this run (:meth:`_pace`)."""
         self._expected, self._jobs, self._guessed = dict(seconds), max(1, jobs), set(guessed)
+        self._paced = self._guessed if paced is None else set(paced) & self._guessed
 
     def _eta(self, done: int, total: int, unit: str, elapsed: float) -> str:
         if not 0 < done < total:
@@ -127,9 +131,27 @@ class Status:
             guessed = [u for u in left if u in self._guessed]
             if not guessed:
                 return f", ETA {_clock(seconds)} from measured unit times"
-            return (f", ETA ~{_clock(seconds)}: {len(guessed)} of {len(left)} unit(s) left estimated from source size "
-                    f"(no measured time yet)")
+            pace = self._pace(elapsed)
+            paced = [u for u in left if u in self._paced]
+            if pace is None or not paced:
+                return (f", ETA ~{_clock(seconds)}: {len(guessed)} of {len(left)} unit(s) left estimated from source "
+                        f"size (no measured time yet)")
+            seconds = sum(pace if u in self._paced else self._expected[u] for u in left) / \
+                max(1, min(self._jobs, len(left)))
+            return (f", ETA ~{_clock(seconds)}: {len(paced)} of {len(left)} unit(s) left at this run's "
+                    f"{_clock(pace)} a unit (not measured before)")
         return f", ETA {_clock(elapsed / done * (total - done))} at this run's pace"
+
+    def _pace(self, elapsed: float) -> float | None:
+        """What a paced unit has taken in this run: the job slots' time so far, less the other units' expected
+        share, over the paced units finished. A size guess knows nothing of headers (a generated CK unit is a
+        few KiB that compiles for ten minutes; a small host file of DeepSpeed's takes as long as a large one), so
+        once one estimated unit has finished, the rest are each expected to take as long. None before that."""
+        finished = [u for u in self._finished if u in self._paced]
+        if not finished:
+            return None
+        others = sum(self._expected[u] for u in self._finished if u not in self._paced)
+        return max(elapsed * self._jobs - others, 0.0) / len(finished)
 
     def progress(self, done: int, total: int, unit: str = "") -> None:
         now = time.monotonic()

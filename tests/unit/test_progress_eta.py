@@ -3,6 +3,7 @@ source's size (and said so) when not, at this run's pace when ninja's unit is no
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from porter.log import Logger, Status
@@ -63,11 +64,12 @@ def test_expected_times_come_from_the_times_file_else_the_source_size(tmp_path: 
              Step("b", "compile", ("g++",), str(tmp_path / "build/b/b.o"), (str(src),))]
     times = tmp_path / "times.json"
     times.write_text(json.dumps({"schema": UNIT_TIMES, "units": {f"{tc.cpu_isa}|a/a.o": 12.5}}))
-    expected, guessed = expected_times(plan, steps, times)
-    assert expected == {"COMPILE a: a.o": 12.5, "COMPILE b: b.o": 8 * GUESS_SECONDS_PER_KIB}
-    assert guessed == ["COMPILE b: b.o"]
+    steps.append(Step("b", "link", ("g++",), str(tmp_path / "build/b/b.so"), (str(tmp_path / "build/b/b.o"),)))
+    expected, guessed, compiles = expected_times(plan, steps, times)
+    assert expected == {"COMPILE a: a.o": 12.5, "COMPILE b: b.o": 8 * GUESS_SECONDS_PER_KIB, "LINK b: b.so": 1.0}
+    assert guessed == ["COMPILE b: b.o", "LINK b: b.so"] and compiles == ["COMPILE b: b.o"]
     times.write_text("{garbled")
-    assert expected_times(plan, steps, times)[1] == ["COMPILE a: a.o", "COMPILE b: b.o"]
+    assert expected_times(plan, steps, times)[1] == ["COMPILE a: a.o", "COMPILE b: b.o", "LINK b: b.so"]
 
 
 def test_units_the_compiler_cache_answered_are_not_recorded_as_measured(tmp_path: Path) -> None:
@@ -95,3 +97,42 @@ def test_units_the_compiler_cache_answered_are_not_recorded_as_measured(tmp_path
     assert _read_times(times) == {f"{tc.cpu_isa}|b.o": 0.04}  # the miss only
     record_times(plan, entries, times)  # no cache: every unit compiled
     assert set(_read_times(times)) == {f"{tc.cpu_isa}|{op}.o" for op in ("a", "b", "c")}
+
+
+def test_estimated_units_take_this_runs_pace_once_one_has_finished() -> None:
+    """Seen on FlashAttention's CK units (a few KiB of source, megabytes of headers): an ETA of 58 min that stayed
+    58 min while every unit took ten minutes. Once an estimated unit finishes, the rest are expected to take as long."""
+    import time
+
+    guesses = {f"COMPILE u{i}: u{i}.o": 10.0 for i in range(5)}
+    st, log = _status(time.monotonic() - 200.0)  # two units estimated at 10 s took 200 s on 2 job slots
+    st.expect(guesses, jobs=2, guessed=list(guesses))
+    st.ninja_line("[1/5] COMPILE u0: u0.o")
+    st.ninja_line("[2/5] COMPILE u1: u1.o")
+    line = log.lines[-1]
+    # 200 s x 2 slots / 2 units = 200 s a unit; 3 left on 2 jobs: 300 s (give or take the test's own time)
+    assert re.search(r"ETA ~5m0\ds: 3 of 3 unit\(s\) left at this run's 3m2\ds a unit \(not measured before\)\)$", line), line
+
+
+def test_measured_units_finished_are_not_counted_as_estimated_ones() -> None:
+    import time
+
+    st, log = _status(time.monotonic() - 100.0)
+    st.expect({"COMPILE m: m.o": 80.0, "COMPILE g: g.o": 10.0, "COMPILE h: h.o": 10.0, "COMPILE k: k.o": 5.0},
+              jobs=1, guessed=["COMPILE g: g.o", "COMPILE h: h.o"])
+    st.ninja_line("[1/4] COMPILE m: m.o")
+    assert "(no measured time yet)" in log.lines[-1]  # no estimated unit has finished: no pace yet
+    st.ninja_line("[2/4] COMPILE g: g.o")
+    # g took what m's measured 80 s leaves of 100 s: 20 s; h is expected to take as long, k its measured 5 s
+    assert re.search(r"ETA ~2\ds: 1 of 2 unit\(s\) left at this run's 2\ds a unit", log.lines[-1]), log.lines[-1]
+
+
+def test_a_link_keeps_its_nominal_second_while_the_compiles_take_the_runs_pace() -> None:
+    import time
+
+    st, log = _status(time.monotonic() - 30.0)
+    units = {"COMPILE a: a.o": 2.0, "COMPILE b: b.o": 2.0, "LINK a: a.so": 1.0}
+    st.expect(units, jobs=1, guessed=list(units), paced=["COMPILE a: a.o", "COMPILE b: b.o"])
+    st.ninja_line("[1/3] COMPILE a: a.o")
+    # a took the 30 s so far; b is expected to take as long, the link its nominal second: 31 s
+    assert re.search(r"ETA ~3[12]s: 1 of 2 unit\(s\) left at this run's 30s a unit", log.lines[-1]), log.lines[-1]
