@@ -193,11 +193,24 @@ def find_apptainer(root: Path | None, definition: Path) -> Apptainer:
     return Apptainer(None)
 
 
+ROOT_LEFT_OUT = ("./tmp/*", "./var/tmp/*", "./var/cache/porter")
+"""What a root-folder base's copy leaves out, besides other file systems mounted in it (its /proc, /sys, /dev, bind
+mounts): scratch, and porter's own cache when the base is one of porter's chroots (its builds, and this image's
+work folder when apptainer runs in that same chroot)."""
+
+
 def unpack_base(base: Path, kind: str, into: Path, app: Apptainer, runner: Runner) -> None:
     """The base as a root folder at ``into`` (empty, existing)."""
     if kind == "root":
-        runner.run(["cp", "-a", "--reflink=auto", f"{base}/.", str(into)], timeout=3600,
-                   hint=f"could not copy the base root folder {base}")
+        # tar, not cp -a: one file system only (a chroot's /proc is mounted), and nothing of the folder the copy
+        # goes into when that lies inside the base (cp refuses "a directory into itself" after copying the rest)
+        skip = [f"--exclude={pat}" for pat in ROOT_LEFT_OUT]
+        if into.resolve().is_relative_to(base.resolve()):
+            skip.append(f"--exclude=./{into.resolve().relative_to(base.resolve()).parent}")
+        runner.run(["bash", "-c", "set -o pipefail; " + shlex.join(["tar", "-C", str(base), "--one-file-system", "--numeric-owner",
+                                            "--xattrs", *skip, "-cf", "-", "."]) + " | "
+                    + shlex.join(["tar", "-C", str(into), "--numeric-owner", "--xattrs", "-xpf", "-"])],
+                   timeout=3600, hint=f"could not copy the base root folder {base}")
         return
     if kind == "sif":
         staged = into.parent / f"{into.name}.base.sif"

@@ -147,3 +147,35 @@ def test_a_sif_base_is_unpacked_to_its_root_file_system(apptainer_root: Path, tm
         import shutil
 
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_chroot_as_the_base_is_copied_without_its_mounts_caches_or_the_copy_itself(tmp_path: Path) -> None:
+    """porter's own ROCm chroot as the base, with apptainer running in that same chroot: the image's work folder
+    lies inside the base (cp -a refused "a directory into itself" after copying the rest), /proc is mounted there,
+    and var/cache/porter holds gigabytes of porter's builds. The copy is the userspace only."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a file system inside the base needs root")
+    from porter.image.build import Apptainer, unpack_base
+    from porter.log import quiet_logger
+    from porter.run import Runner
+
+    base = tmp_path / "chroot"
+    for rel, text in (("usr/bin/python3", "#!/bin/sh\n"), ("etc/os-release", "ID=debian\n"),
+                      ("var/cache/porter/wheels/big.o", "x"), ("tmp/pytest-1/x", "x"), ("var/tmp/y", "y"),
+                      ("var/cache/apt/keep", "kept")):
+        (base / rel).parent.mkdir(parents=True, exist_ok=True)
+        (base / rel).write_text(text)
+    os.symlink("usr/bin", base / "bin")
+    (base / "proc").mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(base / "proc")], check=True)
+    try:
+        (base / "proc" / "cpuinfo").write_text("a mounted file system's file\n")
+        into = base / "var" / "lib" / "images" / ".node.image.1" / "root"  # the work folder inside the base
+        into.mkdir(parents=True)
+        unpack_base(base, "root", into, Apptainer(None), Runner(quiet_logger()))
+    finally:
+        subprocess.run(["umount", str(base / "proc")], check=True)
+    copied = sorted(str(p.relative_to(into)) for p in into.rglob("*"))
+    assert copied == ["bin", "etc", "etc/os-release", "proc", "tmp", "usr", "usr/bin", "usr/bin/python3", "var",
+                      "var/cache", "var/cache/apt", "var/cache/apt/keep", "var/lib", "var/lib/images", "var/tmp"], copied
+    assert os.readlink(into / "bin") == "usr/bin" and (into / "usr/bin/python3").read_text() == "#!/bin/sh\n"
