@@ -303,6 +303,15 @@ def test_read_ck_build_takes_the_rocm_branch_for_the_profiles_hip() -> None:
     assert ck.sources == ("csrc/flash_attn_ck/flash_api.cpp", "csrc/flash_attn_ck/mha_fwd.cpp") and not ck.skipped
     old = read_ck_build(CK_SETUP, "setup.py", "6.2.41134")
     assert "-amdgpu-coerce-illegal-types=1" in old.flags
+    # 2.6's setup.py runs the generator through os.system with an f-string (sys.executable unknown to porter), and
+    # passes no --optdim: its generator has none ("unrecognized arguments: --optdim" when porter added 2.8.3's)
+    runs = [ln for ln in CK_SETUP.splitlines() if "generate.py" in ln]
+    v26 = CK_SETUP.replace(runs[0], '        os.system(f"{sys.executable} {ck_dir}/example/ck_tile/01_fmha/generate.py '
+                                    '-d fwd --output_dir build --receipt 2")')
+    v26 = v26.replace(runs[1], '        os.system(f"{sys.executable} {ck_dir}/example/ck_tile/01_fmha/generate.py '
+                               '-d fwd_appendkv --output_dir build --receipt 2")')
+    ck26 = read_ck_build(v26, "setup.py", "7.2")
+    assert ck26.directions == ("fwd", "fwd_appendkv") and ck26.receipt == "2" and ck26.optdim == "" and not ck26.skipped
     # a tree porter cannot read keeps 2.8.3's, and says so
     bare = read_ck_build("x = 1\n", "setup.py", "7.2")
     assert bare.directions == ("fwd", "fwd_appendkv", "fwd_splitkv", "bwd") and bare.skipped

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,8 +207,10 @@ class FlashAttnDriver:
         gen_out.mkdir(parents=True, exist_ok=True)
         script = ctx.seen(ctx.tree / CK_GENERATOR)
         for direction in ck.directions:
-            ctx.run_python(["-B", script, "-d", direction, "--output_dir", ctx.seen(gen_out), "--receipt", ck.receipt,
-                            "--optdim", ck.optdim], cwd=ctx.tree, what=f"the CK fmha generator (-d {direction})")
+            ctx.run_python(["-B", script, "-d", direction, "--output_dir", ctx.seen(gen_out),
+                            *(["--receipt", ck.receipt] if ck.receipt else []),
+                            *(["--optdim", ck.optdim] if ck.optdim else [])],
+                           cwd=ctx.tree, what=f"the CK fmha generator (-d {direction})")
         generated = sorted(gen_out.glob("fmha_*.cpp"))
         if not generated:
             raise ConfigError(f"the CK generator of flash-attn {info.version} wrote no fmha_*.cpp",
@@ -264,8 +267,8 @@ class FlashAttnDriver:
                                 sources=tuple(srcs), include_paths=(*ck_abs, "csrc/flash_attn_ck"), device=True,
                                 compatible=True, cxx_args=ck.cxx, nvcc_args=flags))
             hipify = (FRONTEND,)
-        notes = [f"CK fmha instances: {len(chosen)} of {len(instances)} generated (receipt {ck.receipt}, optdim "
-                 f"{ck.optdim}, directions {', '.join(ck.directions)})"
+        notes = [f"CK fmha instances: {len(chosen)} of {len(instances)} generated (receipt {ck.receipt or 'none'}, "
+                 f"optdim {ck.optdim or 'none'}, directions {', '.join(ck.directions)})"
                  + (f", plus {FRONTEND} ({len(ck.sources)} sources + {len(api)} API dispatchers)" if frontend else "")]
         if ck.skipped:
             notes.append("not read from setup.py (left out): " + "; ".join(ck.skipped[:4]))
@@ -335,6 +338,11 @@ def read_ck_build(text: str, where: str, toolkit_version: str) -> CkBuild:
             if isinstance(argv, list) and any(isinstance(a, str) and a.endswith("generate.py") for a in argv):
                 runs.append([a for a in argv if isinstance(a, str)])
             return None
+        if name == "os.system" and node.args:  # 2.6's setup.py: os.system(f"{sys.executable} .../generate.py -d fwd ...")
+            words = shlex.split(_shell_text(node.args[0], scope))
+            if any(w.endswith("generate.py") for w in words):
+                runs.append(words)
+            return 0
         return static.UNKNOWN
 
     def truth(node: ast.expr, scope: static.Scope) -> bool | None:
@@ -363,13 +371,29 @@ def read_ck_build(text: str, where: str, toolkit_version: str) -> CkBuild:
     incs = static.strings(scope.names.get("include_dirs"))
     srcs = [x for x in static.strings(scope.names.get("sources")) if x.startswith("csrc/flash_attn_ck/")]
     d = _CK_DEFAULTS
+    if directions:  # the tree's own generator runs: what they pass, and nothing they do not (2.6's has no --optdim)
+        receipt, optdim = receipt or "", optdim or ""
     for what, got in (("generator runs", directions), ("receipt", receipt), ("optdim", optdim), ("cc_flag", flags),
                       ("cxx flags", cxx), ("include_dirs", incs), ("sources", srcs)):
-        if not got:
+        if got is None or not (got or what in ("receipt", "optdim")):
             skipped.append(f"{what}: using flash-attn 2.8.3's")
-    return CkBuild(directions=directions or d.directions, receipt=receipt or d.receipt, optdim=optdim or d.optdim,
+    return CkBuild(directions=directions or d.directions, receipt=d.receipt if receipt is None else receipt,
+                   optdim=d.optdim if optdim is None else optdim,
                    flags=tuple(flags) or d.flags, cxx=tuple(cxx) or d.cxx, include_dirs=tuple(incs) or d.include_dirs,
                    sources=tuple(srcs) or d.sources, skipped=tuple(skipped))
+
+
+def _shell_text(node: ast.expr, scope: static.Scope) -> str:
+    """A shell line's text, a placeholder word for what porter cannot evaluate (``{sys.executable}``)."""
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for part in node.values:
+            v = static.value(part.value, scope) if isinstance(part, ast.FormattedValue) else \
+                part.value if isinstance(part, ast.Constant) else None
+            parts.append(str(v) if isinstance(v, (str, int)) and v != static.ROOT else "UNKNOWN")
+        return "".join(parts)
+    v = static.value(node, scope)
+    return v if isinstance(v, str) else ""
 
 
 def allowed_archs(setup_text: str, version: str) -> tuple[str, ...]:
