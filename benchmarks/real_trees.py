@@ -123,7 +123,8 @@ COMMANDS: dict[str, Command] = {
         toolchain=True),
 }
 
-TARGET_KEYS = {"id", "repo", "ref", "sdist", "command", "toolchain", "archs", "paths", "requires", "note"}
+TARGET_KEYS = {"id", "repo", "ref", "sdist", "command", "toolchain", "archs", "paths", "requires", "submodules",
+               "note"}
 
 
 class TargetError(ValueError):
@@ -141,6 +142,7 @@ class Target:
     archs: tuple[str, ...] = ()
     paths: tuple[str, ...] | None = None
     requires: tuple[str, ...] = ()
+    submodules: tuple[tuple[str, str], ...] = ()
     note: str = ""
 
     @property
@@ -198,6 +200,13 @@ def parse_targets(text: str) -> list[Target]:
                 raise TargetError(f"{name}: a repo needs a ref (branch, tag or commit)")
         elif "ref" in t:
             raise TargetError(f"{name}: ref goes with repo, not with sdist")
+        subs = t.get("submodules", {})
+        if not isinstance(subs, dict) or not all(isinstance(v, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", v)
+                                                 for v in subs.values()):
+            raise TargetError(f"{name}: submodules maps a path in the tree to the 'owner/name' whose mirror "
+                              f"holds it, e.g. {{\"csrc/composable_kernel\" = \"ROCm/composable_kernel\"}}")
+        if subs and not t.get("repo"):
+            raise TargetError(f"{name}: submodules go with repo, not with sdist")
         if t.get("sdist") and "==" not in t["sdist"]:
             raise TargetError(f"{name}: sdist must be 'project==version', got {t['sdist']!r}")
         command = COMMANDS.get(t["command"])
@@ -212,7 +221,7 @@ def parse_targets(text: str) -> list[Target]:
             archs=_strings(t["archs"], f"{name}: archs") if "archs" in t else (),
             paths=_strings(t["paths"], f"{name}: paths") if "paths" in t else None,
             requires=_strings(t["requires"], f"{name}: requires") if "requires" in t else (),
-            note=t.get("note", "")))
+            submodules=tuple(sorted(subs.items())), note=t.get("note", "")))
     return out
 
 
@@ -793,6 +802,16 @@ def checkout(mirror: Path, commit: str, dest: Path, paths: Sequence[str] | None)
         index.unlink(missing_ok=True)
 
 
+def pinned(mirror: Path, commit: str, path: str) -> str:
+    """The commit a superproject's commit pins at a submodule path ('' when that path is no submodule there)."""
+    out = _git(mirror, "ls-tree", commit, "--", path).stdout.split()
+    return out[2] if len(out) >= 3 and out[0] == "160000" else ""
+
+
+def has_commit(mirror: Path, commit: str) -> bool:
+    return _git(mirror, "cat-file", "-e", f"{commit}^{{commit}}").returncode == 0
+
+
 def megatron_generation(tree: Path) -> str:
     kernels = tree / "megatron" / "fused_kernels"
     if not kernels.is_dir():
@@ -924,10 +943,25 @@ class Runner:
         if found is None:
             return "", source, f"{target.repo} has no ref {target.ref} in its snapshot"
         source.update(commit=found[0], commit_date=found[1])
+        subs: list[tuple[str, Path, str]] = []
+        for path, repo in target.submodules:  # a git snapshot carries no submodule: its pinned commit, from a mirror
+            pin = pinned(mirror, found[0], path)
+            sub = self.mirrors / repo.replace("/", "+") / "repo"
+            if not pin:
+                return "", source, f"{path} is no submodule of {target.repo}@{found[0][:9]}"
+            source.setdefault("submodules", {})[path] = f"{repo}@{pin}"
+            if not sub.is_dir():
+                return "", source, f"no clone of {repo} under the mirrors for the submodule {path}"
+            if not has_commit(sub, pin):
+                return "", source, (f"{repo}'s snapshot lacks {pin[:9]}, the commit {target.repo}@{found[0][:9]} "
+                                    f"pins at {path}")
+            subs.append((path, sub, pin))
         tree = folder / "tree"
         if dry_run:
             return str(tree), source, ""
         left_out = checkout(mirror, found[0], tree, target.paths if target.paths is not None else command.paths)
+        for path, sub, pin in subs:
+            left_out += [f"{path}/{p}" for p in checkout(sub, pin, tree / path, None)]
         if left_out:
             source["left_out"] = left_out
         missing = [r for r in target.requires if not (tree / r).exists()]
@@ -998,6 +1032,8 @@ class Runner:
                       + shlex.join(specs))
             ctx = context(t, src=src, work=str(folder), porter=self.porter,
                           jobs=self.jobs if command.toolchain else None, python=sys.executable)
+            for path, repo in t.submodules:
+                print(f"#   submodule {path}: {source['submodules'][path]} from the mirror of {repo}")
             if t.requires:
                 print(f"#   requires {', '.join(t.requires)} in the tree (else skipped)")
             steps = argvs(t, ctx)

@@ -76,10 +76,21 @@ def test_a_target_parses() -> None:
      "project==version"),
     ('title = "x"\n' + MEGATRON, "unknown top-level key"),
     (MEGATRON.replace('archs = ["gfx90a", "gfx942", "gfx950"]', 'archs = "gfx90a"'), "list of strings"),
+    (MEGATRON + 'submodules = ["csrc/composable_kernel"]\n', "submodules maps a path"),
+    (MEGATRON + 'submodules = {"csrc/ck" = "composable_kernel"}\n', "submodules maps a path"),
+    ('[[target]]\nid = "ds"\nsdist = "flash-attn==2.8.3"\ncommand = "fa-ck-sample"\ntoolchain = "cpu"\n'
+     'submodules = {"csrc/ck" = "ROCm/composable_kernel"}\n', "submodules go with repo"),
 ])
 def test_a_bad_target_is_rejected(text: str, words: str) -> None:
     with pytest.raises(rt.TargetError, match=words.replace("(", r"\(").replace(")", r"\)")):
         rt.parse_targets(text)
+
+
+def test_submodules_parse_to_sorted_path_and_repo_pairs() -> None:
+    (t,) = rt.parse_targets(MEGATRON + 'submodules = {"b/y" = "o/y", "a/x" = "o/x"}\n')
+    assert t.submodules == (("a/x", "o/x"), ("b/y", "o/y"))
+    fa = [t for t in rt.load_targets() if t.id.startswith("fa-rocm-") and "ck-sample" in t.id]
+    assert fa and all(t.submodules == (("csrc/composable_kernel", "ROCm/composable_kernel"),) for t in fa)
 
 
 def test_command_mapping() -> None:
