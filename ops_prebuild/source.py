@@ -290,13 +290,17 @@ class Patched:
     """Why a set could not be applied (the build then uses the unpatched source)."""
 
 
-def build_sets(project: str, kind: str) -> list[PatchSet]:
-    """The shipped patch sets the project's manifest names for building with a ``kind`` toolchain."""
+def build_sets(project: str, kind: str, tree: Path | None = None) -> list[PatchSet]:
+    """The shipped patch sets the project's manifest names for building with a ``kind`` toolchain; with ``tree``,
+    those that edit a file it has (FlashAttention's ck-rocm7 edits its composable_kernel submodule: a tree
+    without one is built as it is)."""
     try:
         proj = load_project(project)
     except ConfigError:
         return []
-    return [load_shipped(project, name) for name in proj.build.get(kind, ())]
+    sets = [load_shipped(project, name) for name in proj.build.get(kind, ())]
+    return sets if tree is None else [s for s in sets if any(p.kind != "edits" or any(
+        (tree / f).is_file() for f in p.files) for p in s.patches)]
 
 
 def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, dry_run: bool = False) -> Patched:

@@ -41,7 +41,7 @@ from porter.wheels.engine import detect, resolve_source
 from ops_prebuild.build import EngineRun, OpResult, compile_catalogue
 from ops_prebuild.catalogue import Catalogue
 from ops_prebuild.plan import Plan
-from ops_prebuild.source import Source
+from ops_prebuild.source import Source, build_sets, patched_source
 
 @dataclass
 class CompileOnlyResult:
@@ -126,12 +126,20 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         with log.step(f"reading {driver.title} source {source}"):
             root, provenance = resolve_source(source, driver, tmp if dry_run else work_root, runner)
             info = detect(driver, root, others or {})
+        origin = provenance.get("sdist_sha256") or str(root)
+        # the project's patch sets for every build of this kind (FlashAttention's ck-rocm7), on a copy of its own
+        patched = patched_source(Source(info.project, info.version, root, str(source)),
+                                 build_sets(driver.name, tc.kind, root), work_root, dry_run=dry_run)
+        if patched.warning:
+            log.warn(patched.warning)
+        elif patched.applied:
+            log.info(f"compiling a patched copy of the source ({'; '.join(patched.applied)})")
+            root = root if dry_run else patched.source.tree  # a dry run plans the patch and writes nothing
         if request.measured is None:
             request = replace(request, measured=costs_mod.load(driver.name, info.version, tc, costs_root))
         wplan = driver.plan(info, request, machine)
         quiet = replace(runner, echo=log.verbose)
         torch = torch_info or probe_torch(python, quiet, executor=py_ex)
-        origin = provenance.get("sdist_sha256") or str(root)
         base = work_root / "wheels" / f"{driver.name}-{info.version}-{tc.name}-" \
             f"{_key(origin, tc.to_dict(), torch.version, torch.python_tag)}"
         tree = base / "src"
@@ -158,7 +166,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
             log.warn(f"{name}: not planned: {why}")
         cat = Catalogue(source=Source(info.project, info.version, tree, source), torch=torch, accelerator="cuda",
                         ops=kset.ops)
-        notes = [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned)]
+        notes = [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned),
+                 *(f"patched: {a}" for a in patched.applied)]
         built = compile_catalogue(cat, tc, list(kset.ops), build_dir, python=python, py_ex=py_ex, runner=runner,
                                   log=log, cache=work_root,
                                   how=EngineRun(jobs=wplan.jobs, compile_only=True, shard=shard, link_only=report_only),

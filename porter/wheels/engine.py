@@ -30,6 +30,7 @@ from porter.torch_facts import TorchInfo, probe_torch, refusal
 from porter.wheels import costs
 from porter.wheels.base import BuildPlan, Machine, SourceInfo, WheelDriver, WheelRequest
 from porter.wheels.verify import relabel, verify_wheel
+from ops_prebuild.source import build_sets
 
 PatchHook = Callable[..., "list[dict[str, Any]] | None"]
 """``hook(tree, ref, version, log, dry_run=)``: apply a patch set to the work copy before building; returns the
@@ -201,9 +202,11 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
                           py_ex.visible(tree, stage=False), *plan.pip_args)
         env = toolchain_env(tc, plan.env)
         changes = env_changes(env)
+        kind_sets = [s.ref for s in build_sets(driver.name, tc.kind, root)  # for every build of this kind (ck-rocm7)
+                     if s.ref != request.patch_set]
         if dry_run:
-            if request.patch_set is not None:
-                patch_hook(root, request.patch_set, info.version, log, dry_run=True)
+            for ref in ([request.patch_set] if request.patch_set is not None else []) + kind_sets:
+                patch_hook(root, ref, info.version, log, dry_run=True)
             RecordingRunner(log).run(argv, env=env, cwd=tree)
             return WheelResult(plan, argv, changes, torch, dry_run=True, refusal=refused)
         with log.step(f"copying {root} to a work tree"):
@@ -213,6 +216,10 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         if request.patch_set is not None:
             with log.step(f"applying patch set {request.patch_set}"):
                 patches = patch_hook(tree, request.patch_set, info.version, log)
+        for ref in kind_sets:
+            with log.step(f"applying patch set {ref} (every {tc.kind} build of {driver.title})"):
+                got = patch_hook(tree, ref, info.version, log)
+            patches = None if patches is None or got is None else [*patches, *got]
         with log.step(f"building {plan.project} {plan.version} for +{plan.label} (MAX_JOBS={plan.jobs})"):
             runner.run(argv, env=env, cwd=tree,
                        hint=f"the {plan.project} build failed; the output above is upstream's. "

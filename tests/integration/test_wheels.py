@@ -195,3 +195,30 @@ def test_real_flash_attn_triton_is_not_refused_for_archs_only_ck_restricts(flash
                "--dry-run")
     assert r.returncode == 0, r.stderr  # gfx908 is outside the CK list only
     assert "GPU_ARCHS=" in r.stdout and "gfx908: outside the CK backend's GPU_ARCHS list" in r.stdout
+
+
+@pytest.mark.rocm
+def test_flash_attn_wheel_applies_ck_rocm7_to_its_work_copy(tmp_path: Path, hipcc: str) -> None:
+    """A tree whose composable_kernel predates ROCm 7: the wheel build applies flash-attn/ck-rocm7 (a rocm build
+    set) to its work copy and records it in the manifest and the SBOM; the tree stays as it was."""
+    import shutil
+
+    from porter.artifacts.sbom import read_sbom
+
+    tree = tmp_path / "fa"
+    shutil.copytree(FA, tree)
+    arch = "csrc/composable_kernel/include/ck_tile/core/arch/arch.hpp"
+    (tree / arch).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(FIXTURES / "flash-attn-ck-pre-rocm7" / arch, tree / arch)
+    before = (tree / arch).read_bytes()
+    house = tmp_path / "house"
+    r = porter("wheel", "flash-attn", "--source", str(tree), "-t", "debian-rocm", "--arch", "gfx90a",
+               "-o", str(house), "--no-torch-check", env={"HIP_PLATFORM": "amd"})
+    assert r.returncode == 0, r.stderr
+    assert "applying patch set flash-attn/ck-rocm7" in r.stderr and (tree / arch).read_bytes() == before
+    m = read_manifest(manifest_path(only_wheel(house)))
+    assert [(p["set"], p["id"], p["state"]) for p in m["sources"]["patches"]] == \
+        [("flash-attn/ck-rocm7", "ck-constexpr-warp-size", "applied")]
+    wheel = read_sbom(only_wheel(house))["metadata"]["component"]
+    assert [i["id"] for p in wheel["pedigree"]["patches"] for i in p["resolves"]] == \
+        ["flash-attn/ck-rocm7/ck-constexpr-warp-size"]

@@ -529,3 +529,22 @@ def test_work_copy_keeps_a_symlinked_folder_and_copies_its_target(tmp_path: Path
     assert not (work / "contrib" / "ext").is_symlink() and (work / "contrib" / "ext" / "x.h").is_file()
     ctx.copy("contrib")  # again: nothing to do, nothing broken
     assert (work / "contrib" / "csrc").is_symlink()
+
+
+def test_fa_compile_only_patches_a_ck_from_before_rocm7_on_a_copy(tmp_path: Path) -> None:
+    """The tree's composable_kernel returns HIP's warpSize (run-time since ROCm 7): its rocm build set ck-rocm7 is
+    planned for the compile (a real run compiles a patched copy), and the note says so; a tree whose CK has no
+    such header gets no set."""
+    import shutil
+
+    tree = tmp_path / "fa"
+    shutil.copytree(FA, tree)
+    arch = "csrc/composable_kernel/include/ck_tile/core/arch/arch.hpp"
+    (tree / arch).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(FIXTURES / "flash-attn-ck-pre-rocm7" / arch, tree / arch)
+    res = compile_only(get_driver("flash-attn"), str(tree), request(tree, archs=("gfx942",)), runner=FakeRunner(),
+                       dry_run=True, others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path / "costs")
+    assert "patched: flash-attn/ck-rocm7: ck-constexpr-warp-size" in res.notes
+    assert "return warpSize;" in (tree / arch).read_text()  # the tree itself is never changed
+    plain, _ = _fa_compile(tmp_path / "plain", archs=("gfx942",))
+    assert not [n for n in plain.notes if n.startswith("patched:")]
