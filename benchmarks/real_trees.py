@@ -311,12 +311,16 @@ def parse_json(stdout: str) -> Any:
         return None
 
 
+HOST_ONLY = ("host-only", "host code only")
+"""What a compile report says, per arch, of an op with no device code (porter's words now, and before)."""
+
+
 def op_from_report(rec: Mapping[str, Any]) -> dict[str, Any]:
     """One op of a compile report (ops_prebuild.build.compile_report): compiled, host-only or failed."""
     archs = dict(rec.get("archs") or {})
     if rec.get("status") == "failed":
         status = "failed"
-    elif archs and all(v == "host code only" for v in archs.values()):
+    elif archs and all(v in HOST_ONLY for v in archs.values()):
         status = "host-only"
     else:
         status = "compiled"
