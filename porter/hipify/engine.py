@@ -228,9 +228,6 @@ class HipifyReport:
             total.update(dict(f.replacements))
         return total
 
-    def output_path(self, rel: str) -> Path:
-        return self.out / rel
-
     def groups(self) -> list[FindingGroup]:
         """The findings per op folder or file, each group with its verdict (see :func:`group_findings`)."""
         return group_findings(self.unsupported, self.warp32, self.verdicts)
