@@ -688,7 +688,9 @@ committed).
    archs = ["gfx90a", "gfx942"]
    ```
 
-2. Put a bare clone of it at `MIRRORS/me+Megatron-DeepSpeed/repo` (`git clone --bare <url> ...`).
+2. Put a bare clone of it at `MIRRORS/me+Megatron-DeepSpeed/repo` (`git clone --bare <url> ...`). A submodule
+   (FlashAttention's `csrc/composable_kernel`) comes from a bare clone of its own project beside it, at the commit
+   your tree pins: add `submodules = {"csrc/composable_kernel" = "ROCm/composable_kernel"}` to the target.
 3. `PORTER_GAUNTLET_MIRRORS=MIRRORS python benchmarks/real_trees.py --only 'mds-myfork-*'`
 
 `--dry-run` prints the commands, `--list` the targets and their last results, `--skip-done` /
