@@ -320,7 +320,8 @@ def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, dry_run
                     for s in planned.sets if any(r.status == "would-apply" for r in s.results))
     if not changes:
         return Patched(source)
-    digest = hashlib.sha256(b"\0".join(f"{path}\0".encode() + after for path, after, _ in sorted(changes))).hexdigest()[:12]
+    digest = hashlib.sha256(b"\0".join([_fingerprint(source.tree), *(f"{path}\0".encode() + after
+                                                                   for path, after, _ in sorted(changes))])).hexdigest()[:12]
     dest = cache / "sources" / f"{source.tree.name}+{'+'.join(s.name for s in sets)}-{digest}"
     if dry_run or (dest / ".porter-patched").is_file():
         return Patched(replace(source, tree=dest), applied)
@@ -346,6 +347,23 @@ def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, dry_run
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return Patched(replace(source, tree=dest), applied)
+
+
+def _fingerprint(tree: Path) -> bytes:
+    """The tree as it is now: where it lies, and each file's path, size and modification time. Two trees of one
+    name (every tree the gauntlet checks out is called ``tree``) or a tree edited since its patched copy was made
+    must not share that copy; the patched files' content alone cannot tell them apart."""
+    parts = [str(tree.resolve()).encode()]
+    for dirpath, dirnames, filenames in os.walk(tree):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            parts.append(f"{os.path.relpath(path, tree)}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    return hashlib.sha256(b"\n".join(parts)).digest()
 
 
 def _link_or_copy(src: str, dst: str) -> None:

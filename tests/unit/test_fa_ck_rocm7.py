@@ -48,3 +48,29 @@ def test_the_build_compiles_a_patched_copy_and_leaves_the_tree_alone(tmp_path: P
     assert patched.applied == ("flash-attn/ck-rocm7: ck-constexpr-warp-size",) and not patched.warning
     assert (tree / ARCH).read_bytes() == before
     assert "__GFX9__" in (patched.source.tree / ARCH).read_text()
+
+
+def test_two_trees_of_one_name_or_an_edited_tree_never_share_a_patched_copy(tmp_path: Path) -> None:
+    """The gauntlet calls every checkout 'tree', and a site edits its fork: a patched copy keyed only by the patched
+    files' content handed one tree's copy to the other (its other files included), and kept an edited tree's
+    old files."""
+    import os
+
+    a, b = tmp_path / "a" / "tree", tmp_path / "b" / "tree"
+    shutil.copytree(TREE, a)
+    shutil.copytree(TREE, b)
+    (b / "flash_attn" / "extra.py").write_text("only in b\n")
+    cache = tmp_path / "cache"
+
+    def copy_of(tree: Path) -> Path:
+        return patched_source(Source("flash-attn", "2.6.3", tree, str(tree)), build_sets("flash-attn", "rocm", tree),
+                              cache).source.tree
+
+    ca, cb = copy_of(a), copy_of(b)
+    assert ca != cb and not (ca / "flash_attn" / "extra.py").exists()
+    assert (cb / "flash_attn" / "extra.py").read_text() == "only in b\n"
+    assert copy_of(a) == ca  # the same tree, unchanged: its copy is reused
+    (a / "flash_attn" / "__init__.py").write_text('__version__ = "2.6.3"\nEDITED = True\n')
+    os.utime(a / "flash_attn" / "__init__.py", ns=(1, 1))
+    edited = copy_of(a)
+    assert edited != ca and "EDITED" in (edited / "flash_attn" / "__init__.py").read_text()
