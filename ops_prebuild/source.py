@@ -320,8 +320,8 @@ def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, dry_run
                     for s in planned.sets if any(r.status == "would-apply" for r in s.results))
     if not changes:
         return Patched(source)
-    digest = hashlib.sha256(b"\0".join([_fingerprint(source.tree), *(f"{path}\0".encode() + after
-                                                                   for path, after, _ in sorted(changes))])).hexdigest()[:12]
+    patched = [f"{path}\0".encode() + after for path, after, _ in sorted(changes)]
+    digest = hashlib.sha256(b"\0".join([_fingerprint(source.tree), *patched])).hexdigest()[:12]
     dest = cache / "sources" / f"{source.tree.name}+{'+'.join(s.name for s in sets)}-{digest}"
     if dry_run or (dest / ".porter-patched").is_file():
         return Patched(replace(source, tree=dest), applied)

@@ -207,9 +207,9 @@ def unpack_base(base: Path, kind: str, into: Path, app: Apptainer, runner: Runne
         skip = [f"--exclude={pat}" for pat in ROOT_LEFT_OUT]
         if into.resolve().is_relative_to(base.resolve()):
             skip.append(f"--exclude=./{into.resolve().relative_to(base.resolve()).parent}")
-        runner.run(["bash", "-c", "set -o pipefail; " + shlex.join(["tar", "-C", str(base), "--one-file-system", "--numeric-owner",
-                                            "--xattrs", *skip, "-cf", "-", "."]) + " | "
-                    + shlex.join(["tar", "-C", str(into), "--numeric-owner", "--xattrs", "-xpf", "-"])],
+        pack = ["tar", "-C", str(base), "--one-file-system", "--numeric-owner", "--xattrs", *skip, "-cf", "-", "."]
+        unpack = ["tar", "-C", str(into), "--numeric-owner", "--xattrs", "-xpf", "-"]
+        runner.run(["bash", "-c", f"set -o pipefail; {shlex.join(pack)} | {shlex.join(unpack)}"],
                    timeout=3600, hint=f"could not copy the base root folder {base}")
         return
     if kind == "sif":

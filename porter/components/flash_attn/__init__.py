@@ -338,7 +338,7 @@ def read_ck_build(text: str, where: str, toolkit_version: str) -> CkBuild:
             if isinstance(argv, list) and any(isinstance(a, str) and a.endswith("generate.py") for a in argv):
                 runs.append([a for a in argv if isinstance(a, str)])
             return None
-        if name == "os.system" and node.args:  # 2.6's setup.py: os.system(f"{sys.executable} .../generate.py -d fwd ...")
+        if name == "os.system" and node.args:  # 2.6: os.system(f"{sys.executable} .../generate.py -d fwd ...")
             words = shlex.split(_shell_text(node.args[0], scope))
             if any(w.endswith("generate.py") for w in words):
                 runs.append(words)
