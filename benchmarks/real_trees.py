@@ -697,7 +697,7 @@ committed).
 `--rerun-failed` resume a long run, `-j N` runs N targets at once (each compile gets porter's own `-j`).
 
 How long: on a 2-core machine a Megatron port row takes under a second and its compile-only row 2 to 6 minutes,
-a DeepSpeed compile-only row 8 to 21 minutes, an apex branch 30 to 50 minutes, and the FlashAttention CK sample
+a DeepSpeed compile-only row 8 to 21 minutes, an apex branch 35 to 60 minutes, and the FlashAttention CK sample
 (70 generated units, each for three archs, several minutes apiece) many hours; the whole list is well over half
 a day. SIGTERM stops a run without recording the
 stopped row, and `--skip-done` picks up where it stopped (finished objects stay in porter's cache).
