@@ -119,7 +119,8 @@ def _run(log: Logger, name: str, req: WheelOptions, as_json: bool, *, shard: tup
                                "add --compile-only")
     if req.compile_only:
         if req.patch_set is not None:
-            raise click.UsageError("--patch-set applies to a wheel build; --compile-only compiles the tree as it is")
+            raise click.UsageError("--patch-set applies to a wheel build; --compile-only compiles the tree "
+                                   "with only the sets porter applies to every build of its kind (flash-attn/ck-rocm7)")
         from porter.wheels.compile import compile_only as run_compile_only
 
         res = run_compile_only(drivers[name], req.source, request, runner=Runner(log, echo=log.verbose), log=log,
