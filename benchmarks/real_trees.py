@@ -151,7 +151,16 @@ class Target:
 
     @property
     def mirror_name(self) -> str:
-        return self.repo.replace("/", "+")
+        return mirror_name(self.repo)
+
+
+def mirror_name(repo: str) -> str:
+    """A repository's folder under the mirrors (``<owner>+<name>``; its bare clone is ``repo`` inside)."""
+    return repo.replace("/", "+")
+
+
+def mirror_dir(mirrors: Path, repo: str) -> Path:
+    return mirrors / mirror_name(repo) / "repo"
 
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:
@@ -942,7 +951,7 @@ class Runner:
         source: dict[str, Any] = _declared_source(target)
         if self.mirrors is None:
             return "", source, "no --mirrors given (or PORTER_GAUNTLET_MIRRORS): git trees are not read"
-        mirror = self.mirrors / target.mirror_name / "repo"
+        mirror = mirror_dir(self.mirrors, target.repo)
         if not mirror.is_dir():
             return "", source, f"no clone of {target.repo} under the mirrors ({target.mirror_name}/repo)"
         found = resolve(mirror, target.ref)
@@ -952,7 +961,7 @@ class Runner:
         subs: list[tuple[str, Path, str]] = []
         for path, repo in target.submodules:  # a git snapshot carries no submodule: its pinned commit, from a mirror
             pin = pinned(mirror, found[0], path)
-            sub = self.mirrors / repo.replace("/", "+") / "repo"
+            sub = mirror_dir(self.mirrors, repo)
             if not pin:
                 return "", source, f"{path} is no submodule of {target.repo}@{found[0][:9]}"
             source.setdefault("submodules", {})[path] = f"{repo}@{pin}"
@@ -1031,7 +1040,7 @@ class Runner:
                 continue
             command = COMMANDS[t.command]
             if t.repo:
-                mirror = self.mirrors / t.mirror_name / "repo"  # type: ignore[operator]
+                mirror = mirror_dir(self.mirrors, t.repo)  # type: ignore[arg-type]
                 specs = checkout_paths(mirror, source["commit"], t.paths if t.paths is not None else command.paths)
                 print(f"GIT_INDEX_FILE={shlex.quote(str(folder))}/tree.index git --git-dir "
                       f"{shlex.quote(str(mirror))} --work-tree {shlex.quote(src)} checkout {source['commit'][:12]} -- "
