@@ -23,14 +23,23 @@ dry_run_option = click.option(
     help="Print the complete plan (every command, its environment) and what a real run here would refuse, "
          "then exit 0. Writes nothing: no cache, no tree, no output.")
 
+def _python_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A relative path to a python (``.venv/bin/python``) is made absolute here: porter runs it from other
+    folders (pip in a temp folder, a probe in the build folder). A bare name (``python3``) stays a PATH lookup."""
+    import os
+
+    return os.path.abspath(value) if value and "/" in value and not os.path.isabs(value) else value
+
+
 python_option = click.option(
     "--python", "python", default=None, metavar="PATH", envvar="PORTER_PYTHON", show_envvar=True,
+    callback=_python_path,
     help="The build python (its torch is what is built against), as the toolchain's launcher sees it "
          "(inside its chroot or container). Default: the profile's 'python', else porter's own python on the host. "
          "(For node commands, --python is the training environment's python.)")
 
 target_python_option = click.option(
-    "--python", "python", default=None, metavar="PATH",
+    "--python", "python", default=None, metavar="PATH", callback=_python_path,
     help="The training environment's python (what is installed into, verified or launched), as the compute "
          "nodes see it. Default: the python running porter. (For builds, --python is the build python.)")
 

@@ -88,3 +88,18 @@ def test_slurm_settings_without_shards_are_refused_by_name() -> None:
                  ["ops", "build", "--source", "x", "--partition", "p"]):
         res = CliRunner().invoke(cli, argv)
         assert res.exit_code == 2 and f"{argv[-2]}: only with --shards N --slurm" in res.output, (argv, res.output)
+
+
+def test_a_relative_python_path_is_made_absolute_and_a_bare_name_is_left_to_path(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Seen building for CUDA with '--python .venv-cuda/bin/python': pip's wheel step ran in a temp folder and
+    failed with 'program not found'. Every command's --python that takes a path resolves it where it is given."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PORTER_PYTHON", raising=False)
+    cmds = commands()
+    given = {"ops build": ["--source", "deepspeed==0.19.8"], "install": ["wh"], "verify": [],
+             "port megatron-deepspeed": ["tree"], "wheel apex": ["--source", "apex"]}
+    for name, argv in given.items():
+        for python, want in ((".venv/bin/python", str(tmp_path / ".venv/bin/python")), ("python3", "python3"),
+                             ("/opt/venv/bin/python", "/opt/venv/bin/python")):
+            ctx = cmds[name].make_context(name, [*argv, "--python", python])
+            assert ctx.params["python"] == want, (name, python, ctx.params["python"])
