@@ -17,6 +17,12 @@ PARTS: tuple[str, ...] = ()
 
 modules, ds_ops = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 res: dict[str, object] = {}
+# torch first, as every user of a prebuilt module imports it: a torch extension names libc10.so and libtorch*.so
+# without a path of their own (no rpath) and finds the ones the imported torch loaded
+try:
+    import torch  # noqa: F401
+except ImportError:
+    pass
 for m in modules:
     try:
         importlib.import_module(m)

@@ -75,3 +75,35 @@ def test_a_jit_attempt_at_import_is_caught(tmp_path: Path) -> None:
     assert res.returncode == 1
     assert "compiler calls: expected 0, found 1: ninja --version" in res.stderr
     assert "TORCH_EXTENSIONS_DIR: expected empty (no JIT build), found cpu_adam" in res.stderr
+
+
+_NEEDS_C10 = """#include <Python.h>
+namespace c10 { struct Allocator; Allocator* GetCPUAllocator(); }
+static PyModuleDef def = {PyModuleDef_HEAD_INIT, "needs_c10", nullptr, -1, nullptr};
+PyMODINIT_FUNC PyInit_needs_c10(void) { return c10::GetCPUAllocator() ? PyModule_Create(&def) : nullptr; }
+"""
+
+
+def test_a_top_level_torch_extension_imports_in_the_check_as_it_does_in_use(tmp_path: Path) -> None:
+    """Seen on a GPU node (the CUDA twin, benchmarks/cuda_twin.py): porter verify failed every Megatron fused kernel
+    (top-level modules such as scaled_masked_softmax_cuda) with 'libc10.so: cannot open shared object file'. A
+    torch extension names torch's libraries without a path of its own and finds them once torch is imported, as
+    Megatron does before it imports a kernel. The import check imports torch first, as every user does."""
+    import sysconfig
+
+    import torch
+
+    from porter.probe import run_probe
+    from porter.run import Runner, make_env
+
+    so = tmp_path / f"needs_c10{sysconfig.get_config_var('EXT_SUFFIX')}"
+    (tmp_path / "needs_c10.cpp").write_text(_NEEDS_C10)
+    subprocess.run(["g++", "-shared", "-fPIC", "-I", sysconfig.get_paths()["include"], str(tmp_path / "needs_c10.cpp"),
+                    "-L", str(Path(torch.__file__).parent / "lib"), "-lc10", "-o", str(so)], check=True)
+    env = make_env({"PYTHONPATH": str(tmp_path)})
+    alone = subprocess.run([sys.executable, "-c", "import needs_c10"], capture_output=True, text=True, env=env,
+                           cwd=tmp_path)
+    assert alone.returncode != 0 and "libc10.so" in alone.stderr  # what verify saw: torch not imported
+    data = run_probe("imports", [json.dumps(["needs_c10"]), "[]"], python=sys.executable, runner=Runner(), env=env,
+                     cwd=str(tmp_path))
+    assert data["modules"] == {"needs_c10": None}
