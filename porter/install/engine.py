@@ -147,7 +147,9 @@ def _install_locked(opts: InstallOptions, env: TargetEnv, selection: Selection, 
                 continue
             dist = env.dists.get(str(w.project))
             present = dist is not None and same_version(dist.version, w.version)
-            (replace if opts.reinstall or present else fresh).append((w, copy, sha))
+            # a forced install takes no dependencies (pip would reinstall each): only a wheel whose version is
+            # there is forced; --reinstall of one that is not there is a fresh install, with its dependencies
+            (replace if present else fresh).append((w, copy, sha))
         for group, force in ((fresh, False), (replace, True)):
             if not group:
                 continue

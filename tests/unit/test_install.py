@@ -67,6 +67,18 @@ def test_second_install_of_the_same_wheel_changes_nothing(setup: tuple[Path, dic
     assert "--force-reinstall" in last and "--no-deps" in last
 
 
+def test_reinstall_into_an_environment_without_the_wheel_installs_its_dependencies(
+        setup: tuple[Path, dict[str, object]]) -> None:
+    """Seen on a GPU node: 'porter install --reinstall' into a fresh venv forced the wheel in with --no-deps, so
+    DeepSpeed was installed without pydantic and every op failed to load. Only a wheel whose version is there is
+    forced (without its dependencies, which are there too)."""
+    wh, state = setup
+    runner = FakeRunner(state)
+    install(opts(wh, reinstall=True), runner)
+    [pip] = runner.pip_calls()
+    assert "--force-reinstall" not in pip and "--no-deps" not in pip
+
+
 def test_tampered_wheel_never_reaches_pip(setup: tuple[Path, dict[str, object]]) -> None:
     wh, state = setup
     [whl] = wh.glob("*.whl")
