@@ -9,7 +9,7 @@ ROCM7_ROOT  ?= $(or $(PORTER_ROCM7_ROOT),/var/lib/porter/sid-rocm7)
 PY          := $(VENV)/bin/python
 export HIP_PLATFORM := amd
 
-.PHONY: help venv demo test test-unit test-unit-no-torch test-integration typecheck rocm-debian chroot-trixie cuda-venv clean
+.PHONY: help venv demo test test-unit test-unit-no-torch notorch-venv test-integration typecheck rocm-debian chroot-trixie cuda-venv clean
 .PHONY: chroot-rocm7 image-base
 
 help:
@@ -46,7 +46,7 @@ demo: venv
 	$(VENV)/bin/porter verify --python $(NODE_VENV)/bin/python
 
 test: venv test-unit-no-torch
-	$(PY) -m pytest --durations=30 tests/unit tests/integration
+	$(PY) -m pytest --durations=60 tests/unit tests/integration
 
 # The unit tier must pass where torch is absent (what needs torch skips, with its reason).
 NOTORCH_VENV ?= .venv-notorch
@@ -55,6 +55,8 @@ $(NOTORCH_VENV)/.stamp: pyproject.toml setup.py
 	$(NOTORCH_VENV)/bin/python -m pip install -q --upgrade pip
 	$(NOTORCH_VENV)/bin/python -m pip install -q -e ".[test]"
 	touch $@
+
+notorch-venv: $(NOTORCH_VENV)/.stamp
 
 test-unit-no-torch: $(NOTORCH_VENV)/.stamp
 	@! $(NOTORCH_VENV)/bin/python -c "import torch" 2>/dev/null || { echo "$(NOTORCH_VENV) has torch"; exit 1; }
