@@ -104,10 +104,11 @@ COMMANDS: dict[str, Command] = {
                       "-o", "{work}/wheelhouse", "--json")),),
         toolchain=True),
     "fa-ck-sample": Command(
-        "FlashAttention CK: the first instance of each kind and the extension's own sources, every arch",
+        "FlashAttention CK: a covering sample (every family, head-dim bucket and dtype) and the extension's own "
+        "sources, every arch",
         ("tree", "sdist"),
         (("compile", (P, "wheel", "flash-attn", "--source", "{src}", "--backend", "ck", "--compile-only",
-                      "--sample", "1", *TC, "{jobs_args}", "-o", "{work}/wheelhouse", "--json")),),
+                      "--sample", "cover", *TC, "{jobs_args}", "-o", "{work}/wheelhouse", "--json")),),
         toolchain=True),
     "fa-triton-wheel": Command(
         "FlashAttention's Triton backend as a wheel (no extension compiled)", ("tree", "sdist"),
@@ -706,9 +707,9 @@ committed).
 `--rerun-failed` resume a long run, `-j N` runs N targets at once (each compile gets porter's own `-j`).
 
 How long: on a 2-core machine a Megatron port row takes under a second and its compile-only row 2 to 6 minutes,
-a DeepSpeed compile-only row 8 to 21 minutes, an apex branch 35 to 60 minutes, and the FlashAttention CK sample
-(70 generated units, each for three archs, several minutes apiece) many hours; the whole list is well over half
-a day. SIGTERM stops a run without recording the
+a DeepSpeed compile-only row 8 to 21 minutes, an apex branch 35 to 60 minutes, and the FlashAttention CK
+covering sample (7 generated units and the extension's own sources, each for three archs) RESULT_FA; the whole
+list is well over half a day. SIGTERM stops a run without recording the
 stopped row, and `--skip-done` picks up where it stopped (finished objects stay in porter's cache).
 """
 

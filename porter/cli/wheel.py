@@ -56,6 +56,26 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+class SampleType(click.ParamType):
+    """``--sample``: a count of at least 1, or the name of a covering sample."""
+
+    name = "sample"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        from porter.components.flash_attn import SAMPLE_MODES
+
+        text = str(value).strip()
+        if text in SAMPLE_MODES:
+            return text
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if n < 1:
+            self.fail(f"{value!r} is neither a count of 1 or more nor one of {', '.join(SAMPLE_MODES)}", param, ctx)
+        return n
+
+
 @dataclass(frozen=True)
 class WheelOptions(ToolchainChoice):
     """``porter wheel PROJECT`` as typed: the options every project shares, parsed once (see ``--help``)."""
@@ -92,7 +112,7 @@ class ApexOptions(WheelOptions):
 class FlashAttnOptions(WheelOptions):
     backend: str
     units: tuple[str, ...]
-    sample: int | None
+    sample: int | str | None
     instances: int | None
     shard: str | None
     report_only: bool
@@ -190,10 +210,12 @@ def apex_cmd(log: Logger, /, req: ApexOptions, as_json: bool) -> None:
               help="--compile-only: compile the CK instances whose generated file names match (fnmatch, e.g. "
                    "'fmha_fwd_d128_*'); 'flash_attn_2_cuda' selects the extension's own sources. Repeat or "
                    "comma-separate. Default: everything.")
-@click.option("--sample", type=click.IntRange(min=1), default=None, metavar="N",
-              help="--compile-only: a stratified sample: the first N CK instances of each family (fwd, fwd_splitkv, "
-                   "appendkv, bwd, ...) x head-dim bucket x dtype, and the extension's own sources: every kind of "
-                   "kernel the build generates, compiled and measured.")
+@click.option("--sample", type=SampleType(), default=None, metavar="N|cover|pairs",
+              help="--compile-only: a stratified sample, with the extension's own sources. N: the first N CK "
+                   "instances of each family (fwd, fwd_splitkv, appendkv, bwd, ...) x head-dim bucket x dtype "
+                   "(every kind of kernel the build generates, compiled and measured; 70 units for 2.8.3); "
+                   "'cover': the fewest instances in which every family, head-dim bucket and dtype appear (7); "
+                   "'pairs': every family at every head-dim bucket and in every dtype (about 30).")
 @click.option("--instances", type=click.IntRange(min=0), default=None, metavar="N",
               help="--compile-only: the first N CK instances (name order) of those --units / --sample select.")
 @click.option("--shard", default=None, metavar="I/N",

@@ -114,9 +114,9 @@ class WheelRequest:
     nearest: :mod:`porter.wheels.costs`); when set, MAX_JOBS is sized from them instead of the driver's guess."""
     instances: int | None = None
     """``--compile-only`` of flash-attn: compile only the first N generated CK instances (after ``units``)."""
-    sample: int | None = None
-    """``--compile-only`` of flash-attn: the first N instances of each kind (fwd, fwd_splitkv, bwd, ...), to
-    measure what every kind costs."""
+    sample: int | str | None = None
+    """``--compile-only`` of flash-attn: the first N instances of each kind (fwd, fwd_splitkv, bwd, ...) x head
+    dim x dtype, to measure what every kind costs; or a covering sample by name (``cover``, ``pairs``)."""
     units: tuple[str, ...] = ()
     """``--compile-only``: fnmatch patterns on unit names (CK instance file stems, op names); empty = all."""
 

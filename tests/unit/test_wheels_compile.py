@@ -18,7 +18,7 @@ from porter.cli import cli as cli_main
 from porter.components import get_driver, wheel_drivers
 from porter.components import static
 from porter.components.apex import builder_specs, flag_specs, read_flag_extensions, reads_hip_at_import
-from porter.components.flash_attn import FRONTEND, ck_families, ck_family, ck_stratum, read_ck_build
+from porter.components.flash_attn import FRONTEND, ck_cover, ck_families, ck_family, ck_stratum, read_ck_build
 from porter.errors import ConfigError
 from porter.probe import script_text
 from porter.probes.protocol import MARKER
@@ -364,8 +364,40 @@ def test_fa_units_instances_and_sample_select(tmp_path: Path) -> None:
                                                                              "bwd")))
     assert {"fmha_fwd_d128_bf16", "fmha_fwd_d64_fp16"} <= set(strata), strata
     assert ck_stratum("fmha_bwd_d256_fp16_batch_b16x64") == "fmha_bwd_d256_fp16" and ck_stratum(FRONTEND) == FRONTEND
+    stratified = [n for n in res.plan.objects if n != FRONTEND]
+    # a covering sample: every family, head dim and dtype at least once, in fewer units than one per stratum
+    res, _ = _fa_compile(tmp_path, sample="cover")
+    cover = [n for n in res.plan.objects if n != FRONTEND]
+    assert FRONTEND in res.plan.objects and set(cover) <= set(stratified) and len(cover) < len(stratified)
+    fams = set(ck_families(("fwd", "fwd_splitkv", "fwd_appendkv", "bwd"))) - {FRONTEND}
+    assert {ck_family(n) for n in cover} == fams
+    assert {ck_stratum(n).split("_")[-2] for n in cover} == {ck_stratum(n).split("_")[-2] for n in stratified}
+    assert {ck_stratum(n).split("_")[-1] for n in cover} == {"bf16", "fp16"}
+    res, _ = _fa_compile(tmp_path, sample="pairs")
+    pairs = [n for n in res.plan.objects if n != FRONTEND]
+    assert len(cover) <= len(pairs) <= len(stratified)
+    for fam in fams:  # each family at every head dim and dtype it is generated in
+        want = {tuple(ck_stratum(n).split("_")[-2:]) for n in stratified if ck_family(n) == fam}
+        got = {tuple(ck_stratum(n).split("_")[-2:]) for n in pairs if ck_family(n) == fam}
+        assert {d for d, _ in got} == {d for d, _ in want} and {t for _, t in got} == {t for _, t in want}
     with pytest.raises(ConfigError, match="no CK instance of flash-attn 2.8.0.post2 matches nothing_like_this"):
         _fa_compile(tmp_path, units=("nothing_like_this",))
+
+
+def test_covering_samples_are_small_and_complete() -> None:
+    units = [f"fmha_{fam}_d{d}_{t}_{v}" for fam in ("fwd", "bwd", "fwd_splitkv", "fwd_appendkv", "bwd_dot_do_o",
+                                                    "bwd_convert_dq", "fwd_splitkv_combine")
+             for d in (32, 64, 128, 256) for t in ("fp16", "bf16") for v in ("batch_a", "group_b")]
+    cover = ck_cover(units, "cover")
+    assert len(cover) == 7 and len({ck_family(u) for u in cover}) == 7
+    assert {ck_stratum(u).split("_")[-2] for u in cover} == {"d32", "d64", "d128", "d256"}
+    assert cover == [u for u in units if u in cover]  # in the generator's order
+    pairs = ck_cover(units, "pairs")
+    assert len(pairs) == 28 and all(sum(ck_family(u) == ck_family(p) for p in pairs) == 4 for u in pairs)
+    assert ck_cover(units[:1], "pairs") == units[:1] and ck_cover([], "cover") == []
+    assert ck_cover(["fmha_fwd_api", "fmha_fwd_d64_fp16_x"], "cover") == ["fmha_fwd_api", "fmha_fwd_d64_fp16_x"]
+    with pytest.raises(ConfigError, match="unknown sample mode"):
+        ck_cover(units, "all")
 
 
 def test_compile_only_refuses_cpu_profiles_and_the_triton_backend(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import ast
 import fnmatch
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +63,38 @@ def ck_stratum(unit: str) -> str:
     sample covers every kind of kernel at every size and type the build generates; else its family."""
     m = _STRATUM.match(unit)
     return f"{m.group(1)}_d{m.group(2)}_{m.group(3)}" if m else ck_family(unit)
+
+
+SAMPLE_MODES = ("cover", "pairs")
+"""``--sample`` by coverage rather than count: ``cover``, the fewest instances in which every family, every
+head-dim bucket and every dtype appear at least once; ``pairs``, every family at every head-dim bucket and in
+every dtype the build generates for it."""
+
+
+def ck_cover(units: Sequence[str], mode: str) -> list[str]:
+    """A covering sample of CK units (:data:`SAMPLE_MODES`), greedy: the unit that covers most of what is still
+    uncovered, the first in the given order on a tie, until everything the units hold is covered. Units without a
+    head dim and dtype in their name cover their family only."""
+    def needs(unit: str) -> set[tuple[str, ...]]:
+        m = _STRATUM.match(unit)
+        if not m:
+            return {("family", ck_family(unit))}
+        fam, hdim, dtype = m.group(1), m.group(2), m.group(3)
+        if mode == "cover":
+            return {("family", fam), ("hdim", hdim), ("dtype", dtype)}
+        return {("family", fam), ("family-hdim", fam, hdim), ("family-dtype", fam, dtype)}
+
+    if mode not in SAMPLE_MODES:
+        raise ConfigError(f"unknown sample mode {mode!r}", hint=f"a count, or one of {', '.join(SAMPLE_MODES)}")
+    covers = {u: needs(u) for u in units}
+    left = set().union(*covers.values()) if covers else set()
+    chosen: list[str] = []
+    while left:
+        best = max(units, key=lambda u: len(covers[u] & left))  # max keeps the first of equals
+        chosen.append(best)
+        left -= covers[best]
+    order = {u: i for i, u in enumerate(units)}
+    return sorted(chosen, key=order.__getitem__)
 
 
 def ck_family(unit: str) -> str:
@@ -190,7 +222,7 @@ class FlashAttnDriver:
         setup.py runs it) writes the fmha instances; each instance is one op, and the extension's own
         sources plus the generated API dispatchers are the op :data:`FRONTEND`. Flags, include dirs and
         the generator's arguments are read from setup.py (:func:`read_ck_build`). ``request.units``
-        (fnmatch patterns), ``request.sample`` (the first N of each family, head dim and dtype) and ``request.instances`` (the
+        (fnmatch patterns), ``request.sample`` (the first N of each family, head dim and dtype, or a covering sample: :func:`ck_cover`) and ``request.instances`` (the
         first N, in name order) select; the frontend is compiled unless patterns or ``instances`` narrow the
         selection without naming it."""
         from ops_prebuild.catalogue import OpSpec as KernelOp
@@ -219,7 +251,10 @@ class FlashAttnDriver:
         instances = [g for g in generated if not g.stem.endswith("_api")]
         pats = [u for spec in request.units for u in re.split(r"[,\s]+", spec) if u]
         chosen = [g for g in instances if not pats or any(fnmatch.fnmatch(g.stem, pt) for pt in pats)]
-        if request.sample is not None:  # the first N of each family x head-dim bucket x dtype
+        if isinstance(request.sample, str):  # a covering sample (cover, pairs)
+            keep = set(ck_cover([g.stem for g in chosen], request.sample))
+            chosen = [g for g in chosen if g.stem in keep]
+        elif request.sample is not None:  # the first N of each family x head-dim bucket x dtype
             seen: dict[str, int] = {}
             kept = []
             for g in chosen:
