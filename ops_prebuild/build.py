@@ -525,10 +525,11 @@ def compile_report(plan: Plan, results: list[OpResult], tc: Toolchain) -> list[d
 
 
 def failures(failed: list[OpResult], where: str, tc: Toolchain) -> str:
-    """One line per failed op: the tree, the op, the archs it was compiled for and the compiler's first error
-    (which names the file and line), then where its full log is."""
+    """Per failed op: the tree, the op, the archs it was compiled for, the compiler's first error on a line of its own
+    (it names the file and line, and :func:`porter.errors.first_error` of a log holding this finds it), then where
+    its full log is."""
     archs = ", ".join(tc.arch_names) or tc.cpu_isa
-    lines = [f"  {o.name} ({archs}): {o.error or 'failed'}" + (f"\n    full log: {o.log}" if o.log else "")
+    lines = [f"  {o.name} ({archs}):\n    {o.error or 'failed'}" + (f"\n    full log: {o.log}" if o.log else "")
              for o in failed]
     return f"in {where} with {tc.name}:\n" + "\n".join(lines)
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,3 +83,13 @@ def source_tops(ops: Sequence[OpSpec]) -> list[str]:
     """The top folders of the tree that the ops' sources and include paths live in (what a mirror holds)."""
     rels = [p for op in ops for p in (*op.sources, *op.include_paths) if not os.path.isabs(p)]
     return sorted({Path(p).parts[0] for p in rels if Path(p).parts and Path(p).parts[0] != ".."})
+
+
+def set_installed_ops(text: str, installed: Mapping[str, bool]) -> str:
+    """The text of an op_builder family's ``git_version_info_installed.py`` (DeepSpeed's, and ROCm apex's, which
+    took the loader from it) with ``installed_ops`` set: the loader imports an op marked True as its prebuilt
+    module and JIT-compiles the rest."""
+    line = "installed_ops=" + repr(dict(sorted(installed.items())))
+    if re.search(r"(?m)^installed_ops\s*=", text):
+        return re.sub(r"(?m)^installed_ops\s*=.*$", line.replace("\\", "\\\\"), text, count=1)
+    return text.rstrip("\n") + "\n" + line + "\n"

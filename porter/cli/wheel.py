@@ -56,7 +56,7 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-class SampleType(click.ParamType):
+class SampleType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2; >=8.1 is allowed
     """``--sample``: a count of at least 1, or the name of a covering sample."""
 
     name = "sample"

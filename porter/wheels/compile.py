@@ -34,10 +34,11 @@ from porter.locks import hold
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
 from porter.toolchain.check import require_toolchain
-from porter.torch_facts import TorchInfo, probe_torch
+from porter.toolchain.profile import Toolchain
+from porter.torch_facts import TorchInfo, need_for, probe_torch, refusal
 from porter.wheels import costs as costs_mod
 from porter.wheels.base import BuildPlan, KernelContext, Machine, WheelDriver, WheelRequest
-from porter.wheels.engine import detect, resolve_source
+from porter.wheels.source import detect, resolve_source
 from ops_prebuild.build import EngineRun, OpResult, compile_catalogue
 from ops_prebuild.catalogue import Catalogue
 from ops_prebuild.plan import Plan
@@ -65,6 +66,8 @@ class CompileOnlyResult:
     notes: list[str] = field(default_factory=list)
     shard: dict[str, Any] = field(default_factory=dict)
     """--shard I/N: which shard ran and the objects it compiled."""
+    linked: bool = False
+    """The ops were linked into modules (a wheel build's engine step), not only compiled."""
 
     @property
     def failed(self) -> list[OpResult]:
@@ -77,8 +80,9 @@ class CompileOnlyResult:
                 "units": {"selected": self.selected_units, "total": self.total_units},
                 "ops": [o.__dict__ for o in self.ops], "plan": self.plan.to_dict(), "notes": self.notes,
                 "refusal": self.refusal.message if self.refusal else None,
-                "compile_only": True, "linked": False,
-                "note": "compiled, not linked: no ROCm torch to link against here" if self.hip_view
+                "compile_only": not self.linked, "linked": self.linked,
+                "note": "compiled and linked" if self.linked
+                        else "compiled, not linked: no ROCm torch to link against here" if self.hip_view
                         else "compiled, not linked",
                 "hip_view": self.hip_view or None, "compiled": self.compiled,
                 "costs": self.costs or None, "measured": self.measured, **({"shard": self.shard} if self.shard else {})}
@@ -92,9 +96,14 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                  log: Logger | None = None, dry_run: bool = False, machine: Machine | None = None,
                  others: Mapping[str, WheelDriver] | None = None, torch_info: TorchInfo | None = None,
                  costs_root: Path | None = None, shard: tuple[int, int] | None = None,
-                 report_only: bool = False) -> CompileOnlyResult:
+                 report_only: bool = False, link: bool = False, origin: str | None = None) -> CompileOnlyResult:
     """The whole compile-only flow (module docstring). A dry run plans everything (the CK generator and
     hipify run into temp folders, as they decide the TUs) and compiles nothing.
+
+    ``link``: the same flow for a wheel build (:func:`porter.wheels.engine.build_wheel` of a driver whose ops the
+    engine builds): any profile kind, the build python's torch must be of the profile's kind, every op is linked
+    into its module (``OpResult.so``) and nothing is measured (the compiler cache may answer). ``origin``: what keys
+    the work copy instead of the source's own path (a wheel build passes its patched temporary copy as the source).
 
     ``costs_root``: where measured costs are read and merged (default: porter's cache).
     ``shard=(i, n)``: compile only shard i of n of the units into the shared build folder (a Slurm array task); a
@@ -103,7 +112,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
     """
     log = log or quiet_logger()
     tc = request.toolchain
-    if tc.kind != "rocm":
+    if tc.kind != "rocm" and not link:
         raise ConfigError(f"--compile-only compiles GPU code for every arch of a rocm profile; toolchain {tc.name} "
                           f"is a {tc.kind} profile",
                           hint="pick a rocm profile (-t debian-rocm7, -t mi300x, ...), or drop --compile-only")
@@ -113,8 +122,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
     start = time.monotonic()
     if not dry_run:
         ex.preflight()
-        with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
-            require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log)
+        if not link:  # a compiler that rejects an arch stops the build in seconds
+            _check_device_compiler(tc, log)
     work_root = ex.work_dir(cache_dir())
     with ExitStack() as stack:
         # scratch files (an unpacked sdist, the generator's output) where the build python sees them
@@ -126,7 +135,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         with log.step(f"reading {driver.title} source {source}"):
             root, provenance = resolve_source(source, driver, tmp if dry_run else work_root, runner)
             info = detect(driver, root, others or {})
-        origin = provenance.get("sdist_sha256") or str(root)
+        origin = origin or provenance.get("sdist_sha256") or str(root)
         # the project's patch sets for every build of this kind (FlashAttention's ck-rocm7), on a copy of its own
         patched = patched_source(Source(info.project, info.version, root, str(source)),
                                  build_sets(driver.name, tc.kind, root), work_root, dry_run=dry_run)
@@ -140,8 +149,12 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         wplan = driver.plan(info, request, machine)
         quiet = replace(runner, echo=log.verbose)
         torch = torch_info or probe_torch(python, quiet, executor=py_ex)
+        refused = refusal(need_for(tc.kind), torch, python, what=f"linking {info.project} {info.version}'s ops for "
+                          f"{tc.name}") if link and request.torch_check else None
+        if refused is not None and not dry_run:
+            raise refused
         base = work_root / "wheels" / f"{driver.name}-{info.version}-{tc.name}-" \
-            f"{_key(origin, tc.to_dict(), torch.version, torch.python_tag)}"
+            f"{_key(origin, tc.to_dict(), torch.version, torch.python_tag, *(['linked'] if link else []))}"
         tree = base / "src"
         build_dir = base / "build"
         base_lock = None
@@ -164,14 +177,17 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                               hint="widen --units / --instances, or drop them")
         for name, why in kset.unplanned:
             log.warn(f"{name}: not planned: {why}")
+        if link and not dry_run and tc.kind != "cpu" and any(o.device for o in kset.ops):
+            _check_device_compiler(tc, log)  # a wheel of host-only ops needs no device compiler
         cat = Catalogue(source=Source(info.project, info.version, tree, source), torch=torch, accelerator="cuda",
                         ops=kset.ops)
         notes = [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned),
                  *(f"patched: {a}" for a in patched.applied)]
         built = compile_catalogue(cat, tc, list(kset.ops), build_dir, python=python, py_ex=py_ex, runner=runner,
                                   log=log, cache=work_root,
-                                  how=EngineRun(jobs=wplan.jobs, compile_only=True, shard=shard, link_only=report_only),
-                                  dry_run=dry_run, hipify=tuple(kset.hipify), mirror=False, hipify_from=ctx.tree,
+                                  how=EngineRun(jobs=wplan.jobs, compile_only=not link, shard=shard,
+                                                link_only=report_only),
+                                  dry_run=dry_run, refused=refused, hipify=tuple(kset.hipify), mirror=False, hipify_from=ctx.tree,
                                   notes=notes, on_shard_setup=base_lock.release if base_lock is not None else None)
         units = sum(len(o.sources) for o in kset.ops)
         result = CompileOnlyResult(info.project, info.version, tc.name, built.plan, wplan, jobs=wplan.jobs,
@@ -182,6 +198,10 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         if dry_run or shard is not None:  # a shard's units are reported by the run after every shard
             result.seconds = time.monotonic() - start
             return result
+    if link:  # a failed op is the caller's to report (no wheel is written with a hole in it)
+        result.linked = True
+        result.seconds = time.monotonic() - start
+        return result
     for name, why in kset.unplanned:  # per-op isolation from the first step: reported, not fatal
         result.ops.append(OpResult(name, "failed", error=why))
         result.compiled.append({"name": name, "status": "failed", "error": why, "log": "", "tus": [],
@@ -203,6 +223,11 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         raise CheckFailed(f"nothing compiled ({len(result.failed)} op(s) failed); first error: {first.error}",
                           hint=f"read the logs, e.g. {first.log}")
     return result
+
+
+def _check_device_compiler(tc: Toolchain, log: Logger) -> None:
+    with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
+        require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log)
 
 
 def tu_name(op: str, source: str, tus: int) -> str:

@@ -15,12 +15,13 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from packaging.utils import parse_wheel_filename
 
 from porter.artifacts.manifest import ExtensionEntry, Manifest, OpEntry, build_manifest
-from porter.errors import CheckFailed, ConfigError, PorterError, refusal_line
+from porter.artifacts.wheelfile import Payload, read_wheel, rewrite_wheel
+from porter.errors import CheckFailed, PorterError, refusal_line
 from porter.executor import build_python
 from porter.fs import cache_dir, ensure_writable_dir, sha256_file
 from porter.log import Logger, quiet_logger
@@ -29,7 +30,10 @@ from porter.toolchain.profile import toolchain_env
 from porter.torch_facts import TorchInfo, probe_torch, refusal
 from porter.wheels import costs
 from porter.wheels.base import BuildPlan, Machine, SourceInfo, WheelDriver, WheelRequest
+from porter.wheels.source import detect, resolve_source
 from porter.wheels.verify import relabel, verify_wheel
+from ops_prebuild.build import OpResult
+from ops_prebuild.catalogue import set_installed_ops
 from ops_prebuild.source import build_sets
 
 PatchHook = Callable[..., "list[dict[str, Any]] | None"]
@@ -109,36 +113,6 @@ def apply_patch_set(tree: Path, ref: str, version: str, log: Logger, *,
     return applied.plan.records()
 
 
-# -- sources -------------------------------------------------------------------------------------
-
-def resolve_source(source: str, driver: WheelDriver, cache: Path, runner: Runner) -> tuple[Path, dict[str, str]]:
-    """A directory as is; an sdist (.tar.gz) unpacked once into ``cache``; ``name==version`` downloaded first
-    (its setup.py's metadata prepared with the build python's torch, and ``driver.sdist_env``)."""
-    from ops_prebuild.source import Download, fetch_tree
-
-    return fetch_tree(source, cache=cache, runner=runner, download=Download(False, tuple(driver.sdist_env.items())),
-                      hint="pass a source directory, an sdist .tar.gz, or name==version to download one")
-
-
-def detect(driver: WheelDriver, root: Path, others: Mapping[str, WheelDriver]) -> SourceInfo:
-    info = driver.detect(root)
-    if info is not None:
-        return info
-    for name, other in others.items():
-        if name == driver.name:
-            continue
-        try:
-            if other.detect(root) is not None:
-                raise ConfigError(f"{root} is a {other.title} tree, not {driver.title}",
-                                  hint=f"run 'porter wheel {name} --source {root}'")
-        except ConfigError as exc:
-            if "tree, not" in exc.message:
-                raise
-    raise ConfigError(f"{root} is neither a ROCm apex nor a flash-attention source tree "
-                      "(expected setup.py with apex/__init__.py, or setup.py with flash_attn/__init__.py)",
-                      hint="point --source at the top of an apex or flash-attention checkout or sdist")
-
-
 # -- the build -----------------------------------------------------------------------------------
 
 def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runner: Runner,
@@ -172,6 +146,11 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         if request.measured is None:  # what a --compile-only run measured sizes MAX_JOBS (porter.wheels.costs)
             request = replace(request, measured=costs.load(driver.name, info.version, tc))
         plan = driver.plan(info, request, machine)
+        engine = driver if isinstance(driver, EngineDriver) and driver.on_engine(info, plan) else None
+        if engine is not None:  # the ops compile and link on porter's engine; upstream's setup.py writes the Python side
+            plan = replace(plan, env={**plan.env, **engine.python_only_env(info)},
+                           notes=(*plan.notes, f"{len(plan.ops)} op(s) compiled and linked by porter's AOT engine "
+                                  "(compiler cache, per-op errors); setup.py below builds only the Python side"))
         refused: PorterError | None = None
         torch: TorchInfo | None
         if request.torch_check:
@@ -220,13 +199,34 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
             with log.step(f"applying patch set {ref} (every {tc.kind} build of {driver.title})"):
                 got = patch_hook(tree, ref, info.version, log)
             patches = None if patches is None or got is None else [*patches, *got]
-        with log.step(f"building {plan.project} {plan.version} for +{plan.label} (MAX_JOBS={plan.jobs})"):
+        linked = None
+        if engine is not None:
+            from porter.wheels.compile import compile_only as engine_build
+
+            torch = torch or probe_torch(python, replace(runner, echo=False), executor=py_ex)  # the modules' ABI
+            linked = engine_build(driver, str(tree), request, runner=runner, log=log, machine=machine,
+                                  others=others, torch_info=torch, link=True,
+                                  origin=f"{request.sources.get('sdist_sha256') or root} {request.patch_set or ''}")
+            if linked.failed:
+                from ops_prebuild.build import failures
+
+                raise CheckFailed(f"{len(linked.failed)} of {len(linked.ops)} op(s) of {plan.project} {plan.version} "
+                                  "failed to build, so no wheel was written, "
+                                  + failures(linked.failed, str(root), tc),
+                                  hint=f"read the logs, e.g. {linked.failed[0].log or 'above'}; or leave the op out "
+                                       "with --ops")
+        with log.step(f"building {plan.project} {plan.version} for +{plan.label} "
+                      + ("(the Python side)" if engine is not None else f"(MAX_JOBS={plan.jobs})")):
             runner.run(argv, env=env, cwd=tree,
                        hint=f"the {plan.project} build failed; the output above is upstream's. "
                             "Run with --dry-run to see the exact command and environment")
         built = sorted(out.glob("*.whl"))
         if len(built) != 1:
             raise CheckFailed(f"pip wheel produced {len(built)} wheels in {out}, expected one")
+        if engine is not None and linked is not None and torch is not None:  # (set above)
+            with log.step(f"adding the {len(linked.ops)} module(s) the engine built"):
+                built = [with_prebuilt(built[0], work / "composed", linked.ops, plan, info, torch,
+                                       engine.version_info)]
         with log.step(f"verifying {built[0].name}"):
             entries = verify_wheel(built[0], plan.expect)
         with log.step(f"labelling +{plan.label}"):
@@ -234,6 +234,48 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
             final, mpath = relabel(built[0], plan.label, request.output, manifest)
         log.info(f"wrote {final} ({len(entries)} extension module(s)) and {mpath.name}")
         return WheelResult(plan, argv, changes, torch, wheel=final, manifest=mpath)
+
+
+@runtime_checkable
+class EngineDriver(Protocol):
+    """A driver whose ops (some regime of its project) compile and link on porter's AOT engine."""
+
+    version_info: str
+    """The wheel's file that carries ``installed_ops`` (its loader imports an op marked True, JIT-builds the rest)."""
+
+    def on_engine(self, info: SourceInfo, plan: BuildPlan) -> bool: ...
+
+    def python_only_env(self, info: SourceInfo) -> dict[str, str | None]:
+        """setup.py's environment for a wheel with no compiled op (the Python side only)."""
+        ...
+
+
+def with_prebuilt(base: Path, dest: Path, results: list[OpResult], plan: BuildPlan, info: SourceInfo,
+                  torch: TorchInfo, version_info: str) -> Path:
+    """Upstream's Python-only wheel with the engine's modules added at their import paths and ``installed_ops``
+    marking them, under the build torch's wheel tag (the modules are ABI-bound to it)."""
+    modules = {o.name: o.module for o in plan.ops}
+    add: dict[str, Payload] = {modules[r.name].replace(".", "/") + torch.ext_suffix: Path(r.so)
+                               for r in results if r.status != "failed" and r.name in modules}
+    installed = {o.name: False for o in info.ops}
+    installed.update({r.name: True for r in results if r.status != "failed"})
+    seen = False
+
+    def edit(name: str, data: bytes) -> bytes:
+        nonlocal seen
+        if name != version_info:
+            return data
+        seen = True
+        return set_installed_ops(data.decode(), installed).encode()
+
+    version = read_wheel(base).version
+    dest.mkdir(parents=True, exist_ok=True)
+    out = rewrite_wheel(base, dest, version=version, tag=torch.wheel_tag, purelib=False, add=add, edit=edit)
+    if not seen:  # a tree whose setup.py writes no such file: its loader finds the modules by import alone
+        out.unlink()
+        out = rewrite_wheel(base, dest, version=version, tag=torch.wheel_tag, purelib=False,
+                            add={**add, version_info: set_installed_ops("", installed).encode()})
+    return out
 
 
 def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, entries: list[ExtensionEntry],

@@ -37,27 +37,63 @@ def only_wheel(house: Path) -> Path:
     return wheels[0]
 
 
-def test_apex_env_regime_cpu_wheel_installs_and_imports(tmp_path: Path) -> None:
+# apex's own loader, as a training script reaches it; a JIT build (a compiler on the node) is a failure
+LOAD_THROUGH_APEX = """
+import torch.utils.cpp_extension as ext
+def refuse(*a, **k):
+    raise SystemExit("JIT: apex would start the compiler")
+ext.load = refuse
+from apex.git_version_info import installed_ops
+from apex.op_builder.apex_c import ApexCBuilder
+m = ApexCBuilder().load()
+print(m.__file__.rsplit("/", 2)[-2:], installed_ops, m.flat_len([[1, 2], [3]]))
+"""
+
+
+def test_apex_op_builder_regime_builds_on_the_engine_and_loads_without_a_compiler(tmp_path: Path,
+                                                                                torch_venv: Path) -> None:
     house = tmp_path / "house"
     r = porter("wheel", "apex", "--source", str(APEX_ENV), "-t", "cpu", "-o", str(house), "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["env"]["APEX_BUILD_APEX_C"] == "1" and "MAX_JOBS" in doc["env"]
+    # the ops compile and link on porter's engine: setup.py is asked for the Python side only
+    assert doc["plan"]["env"]["APEX_BUILD_APEX_C"] is None and doc["plan"]["env"]["APEX_BUILD_CPP_OPS"] is None
+    assert not any(k.startswith("APEX_BUILD") for k in doc["env"])
+    assert any("compiled and linked by porter's AOT engine" in n for n in doc["plan"]["notes"])
+    assert "LINK apex_C" in r.stderr and "(the Python side)" in r.stderr
     whl = only_wheel(house)
-    assert whl.name.startswith(f"apex-1.14.0a0+cpu.x86.64.v2-{CP}-{CP}-")
+    assert whl.name == f"apex-1.14.0a0+cpu.x86.64.v2-{CP}-{CP}-linux_x86_64.whl"
     m = read_manifest(manifest_path(whl))
     assert m["component"] == "apex" and m["wheel"]["sha256"] == sha256_file(whl)
     assert [e["module"] for e in m["extensions"]] == ["apex.apex_C"] and m["torch"]["kind"] == "cpu"
     assert m["target"]["regime"] == "env" and m["ops"] == [{"name": "apex_C", "status": "built"}]
+    with zipfile.ZipFile(whl) as z:
+        assert "installed_ops={'apex_C': True, 'fused_demo_cuda': False}" in \
+            z.read("apex/git_version_info_installed.py").decode()
+        assert "apex/op_builder/builder.py" in z.namelist()  # upstream's symlink, packaged as a folder
     # the user's tree was not touched by the build
     assert not (APEX_ENV / "build").exists() and not list(APEX_ENV.glob("*.egg-info"))
+    assert not (APEX_ENV / "apex" / "git_version_info_installed.py").exists()
+    assert (APEX_ENV / "apex" / "op_builder").is_symlink()
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
+    site = subprocess.run([str(torch_venv), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    mine = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(mine, "node-torch.pth").write_text(site + "\n")  # the node's torch, not reinstalled
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(whl)], check=True)
-    out = subprocess.run([str(py), "-c", "import apex.apex_C as m; print(m.flat_len([[1, 2], [3]]))"],
-                         capture_output=True, text=True, check=True, cwd=tmp_path)
-    assert out.stdout.strip() == "3"
+    out = subprocess.run([str(py), "-c", LOAD_THROUGH_APEX], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    suffix = f"cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu.so"
+    assert out.stdout.split() == ["['apex',", f"'apex_C.{suffix}']", "{'apex_C':", "True,",
+                                  "'fused_demo_cuda':", "False}", "3"], out.stdout
+    # an op the wheel does not carry goes to apex's JIT, which the node refuses here: the check can fail
+    jit = LOAD_THROUGH_APEX.replace("apex.op_builder.apex_c import ApexCBuilder", "apex.op_builder.fused_demo "
+                                    "import FusedDemoBuilder as ApexCBuilder")
+    out = subprocess.run([str(py), "-c", jit], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode != 0 and "JIT: apex would start the compiler" in out.stderr
 
 
 def test_apex_flags_regime_cpu_wheel(tmp_path: Path) -> None:

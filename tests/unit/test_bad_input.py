@@ -19,7 +19,6 @@ import io
 import json
 import math
 import signal
-import tempfile
 import tomllib
 from collections.abc import Callable, Iterator
 from importlib import resources

@@ -455,7 +455,8 @@ def test_first_error_names_the_unit_that_included_the_failing_header() -> None:
     text = failures([OpResult("op", "failed", 1.0, "/b/op/build.log", error=err)], "deepspeed 0.18.8 (sdist)",
                     load_toolchain("debian-rocm7", environ={}))
     assert text.startswith("in deepspeed 0.18.8 (sdist) with debian-rocm7:")
-    assert "op (gfx90a, gfx942, gfx950): /usr/include/hip" in text and "full log: /b/op/build.log" in text
+    assert "op (gfx90a, gfx942, gfx950):\n    /usr/include/hip" in text and "full log: /b/op/build.log" in text
+    assert first_error(f"ERROR: no op compiled {text}") == err  # the compiler's line, read back from porter's own
 
 
 def test_ops_the_tree_declares_incompatible_are_listed_with_its_reason(tmp_path: Path) -> None:

@@ -55,6 +55,17 @@ class ApexDriver:
     name = "apex"
     title = "ROCm apex"
     sdist_env: Mapping[str, str] = {}
+    version_info = "apex/git_version_info_installed.py"
+    """Where apex's op_builder loader (DeepSpeed's, adapted) reads ``installed_ops``."""
+
+    def on_engine(self, info: SourceInfo, plan: BuildPlan) -> bool:
+        """The op_builder regime (APEX_BUILD_*): its ops are porter's engine's catalogue, compiled and linked there
+        as DeepSpeed's are; the older --cpp_ext/--cuda_ext regime builds through setup.py."""
+        return plan.regime == "env" and info.regime == "env"
+
+    def python_only_env(self, info: SourceInfo) -> dict[str, str | None]:
+        """Every APEX_BUILD_* unset: apex's own default, a wheel of its Python side with no op compiled."""
+        return _env_switches(info, ())
 
     # -- detection -------------------------------------------------------------------------------
     def detect(self, root: Path) -> SourceInfo | None:

@@ -31,6 +31,7 @@ from porter.locks import hold
 from porter.patching import PatchSet, failure_message, load_shipped
 from porter.patching import Plan as PatchPlan, plan as plan_patches
 from porter.run import Runner, make_env
+from ops_prebuild.catalogue import set_installed_ops
 
 WHEEL_SETS: tuple[tuple[str, str], ...] = (("deepspeed", "no-jit"),)
 """Patch sets (project, name) applied to the wheel's own copy of the files they edit; a file they do not need to
@@ -82,7 +83,7 @@ def compose(base: Path, dest_dir: Path, *, version: str, tag: str, extensions: M
             return guarded[name]
         if name != VERSION_INFO:
             return data
-        return _feature_probes(_installed_ops(data.decode(), installed_ops), feature_probes or {}).encode()
+        return _feature_probes(set_installed_ops(data.decode(), installed_ops), feature_probes or {}).encode()
 
     add: dict[str, Payload] = {**extensions, **extra_files}
     return rewrite_wheel(base, dest_dir, version=version, tag=tag, purelib=False, add=add, edit=edit)
@@ -126,13 +127,6 @@ def _guard_plan(files: Mapping[str, bytes]) -> PatchPlan | None:
                              f"probes at import; 'porter patch check TREE --set {refs}' shows which (the source "
                              "tree itself is never changed by 'porter ops build')")
     return planned
-
-
-def _installed_ops(text: str, installed: Mapping[str, bool]) -> str:
-    line = "installed_ops=" + repr(dict(sorted(installed.items())))
-    if re.search(r"(?m)^installed_ops\s*=", text):
-        return re.sub(r"(?m)^installed_ops\s*=.*$", line.replace("\\", "\\\\"), text, count=1)
-    return text.rstrip("\n") + "\n" + line + "\n"
 
 
 def _feature_probes(text: str, probes: Mapping[str, bool]) -> str:

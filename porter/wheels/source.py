@@ -1,0 +1,40 @@
+"""A wheel build's source: a tree, an sdist or ``name==version`` made a folder (:func:`resolve_source`), and which
+driver's project it is (:func:`detect`). Both the setup.py flow (:mod:`porter.wheels.engine`) and the engine's
+(:mod:`porter.wheels.compile`) start here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from porter.errors import ConfigError
+from porter.run import Runner
+from porter.wheels.base import SourceInfo, WheelDriver
+
+
+def resolve_source(source: str, driver: WheelDriver, cache: Path, runner: Runner) -> tuple[Path, dict[str, str]]:
+    """A directory as is; an sdist (.tar.gz) unpacked once into ``cache``; ``name==version`` downloaded first
+    (its setup.py's metadata prepared with the build python's torch, and ``driver.sdist_env``)."""
+    from ops_prebuild.source import Download, fetch_tree
+
+    return fetch_tree(source, cache=cache, runner=runner, download=Download(False, tuple(driver.sdist_env.items())),
+                      hint="pass a source directory, an sdist .tar.gz, or name==version to download one")
+
+
+def detect(driver: WheelDriver, root: Path, others: Mapping[str, WheelDriver]) -> SourceInfo:
+    info = driver.detect(root)
+    if info is not None:
+        return info
+    for name, other in others.items():
+        if name == driver.name:
+            continue
+        try:
+            if other.detect(root) is not None:
+                raise ConfigError(f"{root} is a {other.title} tree, not {driver.title}",
+                                  hint=f"run 'porter wheel {name} --source {root}'")
+        except ConfigError as exc:
+            if "tree, not" in exc.message:
+                raise
+    raise ConfigError(f"{root} is neither a ROCm apex nor a flash-attention source tree "
+                      "(expected setup.py with apex/__init__.py, or setup.py with flash_attn/__init__.py)",
+                      hint="point --source at the top of an apex or flash-attention checkout or sdist")
