@@ -144,7 +144,10 @@ class ApexDriver:
             empty_hint = "upstream skipped every requested op; look for 'Skip pre-compile' in the build output"
         if cost_note:
             notes.append(cost_note)
-        if any(op.group == "cpp" for op in selected):
+        if any(op.group == "cpp" for op in selected) and regime == "env":
+            notes.append(f"apex's host-only ops are compiled for the profile's cpu_isa (-march={tc.cpu_isa}), not "
+                         "for the build host (upstream's builder asks for -march=native)")
+        elif any(op.group == "cpp" for op in selected):
             notes.append("apex's host-only ops are compiled with upstream's own -march choice (native on most "
                          "hosts); a patch set can pin it to the profile's cpu_isa")
         needs_torch = "rocm" if tc.kind == "rocm" else None
