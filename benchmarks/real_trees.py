@@ -708,8 +708,9 @@ committed).
 
 How long: on a 2-core machine a Megatron port row takes under a second and its compile-only row 2 to 6 minutes,
 a DeepSpeed compile-only row 8 to 21 minutes, an apex branch 35 to 60 minutes, and the FlashAttention CK
-covering sample (7 generated units and the extension's own sources, each for three archs) RESULT_FA; the whole
-list is well over half a day. SIGTERM stops a run without recording the
+covering sample (7 generated instances and the extension's 11 own sources, each for three archs) some CPU-hours:
+one d256 backward instance alone took over 40 CPU-minutes and had not finished (2026-11-26); the whole list is
+well over half a day. SIGTERM stops a run without recording the
 stopped row, and `--skip-done` picks up where it stopped (finished objects stay in porter's cache).
 """
 
