@@ -62,7 +62,7 @@ def test_bf16_binding_and_kernel_free_unit_compile_for_three_archs(rocm7: Path, 
     res = run_porter("ops", "build", "--source", str(tree), "-t", "debian-rocm7", "--ops", "bf16_scale",
                      "--compile-only", env={"PORTER_ROCM7_ROOT": str(rocm7), "PORTER_HIP_CXX": "g++"})
     assert res.returncode == 1 and "Traceback" not in res.stderr
-    assert "bf16_scale (gfx90a, gfx942, gfx950): " in res.stderr and "bf16_scale_hip.cpp:" in res.stderr, res.stderr
+    assert "bf16_scale (gfx90a, gfx942, gfx950):\n    " in res.stderr and "bf16_scale_hip.cpp:" in res.stderr, res.stderr
 
 
 def test_deepspeed_rocm7_source_problems_compile_through_porters_rocm_sources_set(rocm7: Path, tmp_path: Path) -> None:
