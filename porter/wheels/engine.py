@@ -259,23 +259,12 @@ def with_prebuilt(base: Path, dest: Path, results: list[OpResult], plan: BuildPl
                                for r in results if r.status != "failed" and r.name in modules}
     installed = {o.name: False for o in info.ops}
     installed.update({r.name: True for r in results if r.status != "failed"})
-    seen = False
-
-    def edit(name: str, data: bytes) -> bytes:
-        nonlocal seen
-        if name != version_info:
-            return data
-        seen = True
-        return set_installed_ops(data.decode(), installed).encode()
-
-    version = read_wheel(base).version
+    w = read_wheel(base)
+    # a tree whose setup.py writes no such file has a loader that finds the modules by import alone: it gets one
+    add[version_info] = set_installed_ops(w.files[version_info].decode() if version_info in w.files else "",
+                                          installed).encode()
     dest.mkdir(parents=True, exist_ok=True)
-    out = rewrite_wheel(base, dest, version=version, tag=torch.wheel_tag, purelib=False, add=add, edit=edit)
-    if not seen:  # a tree whose setup.py writes no such file: its loader finds the modules by import alone
-        out.unlink()
-        out = rewrite_wheel(base, dest, version=version, tag=torch.wheel_tag, purelib=False,
-                            add={**add, version_info: set_installed_ops("", installed).encode()})
-    return out
+    return rewrite_wheel(base, dest, version=w.version, tag=torch.wheel_tag, purelib=False, add=add)
 
 
 def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, entries: list[ExtensionEntry],
