@@ -8,6 +8,7 @@ trixie chroot, the CUDA venv, network to PyPI) is skipped when absent, unless PO
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -25,6 +26,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/integration" in str(item.path).replace(os.sep, "/"):
             item.add_marker(pytest.mark.integration)
+        if "slurm" in getattr(item, "fixturenames", ()):
+            # one one-node Slurm per machine (its ports are fixed): under pytest-xdist (--dist loadgroup) every
+            # test that uses it runs on the same worker
+            item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -118,10 +123,16 @@ SDIST_CACHE = Path(os.environ.get("PORTER_TEST_CACHE") or Path.home() / ".cache"
 def fetch_sdist(name: str, version: str, env: dict[str, str] | None = None) -> Path:
     """Download (once, cached across runs) an sdist from PyPI; returns the .tar.gz path."""
     dest = SDIST_CACHE / f"{name}-{version}"
-    found = sorted(dest.glob("*.tar.gz")) if dest.is_dir() else []
+    dest.mkdir(parents=True, exist_ok=True)
+    with (SDIST_CACHE / f"{name}-{version}.lock").open("a") as lock:  # pytest-xdist workers download it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _fetch_sdist(dest, name, version, env)
+
+
+def _fetch_sdist(dest: Path, name: str, version: str, env: dict[str, str] | None) -> Path:
+    found = sorted(dest.glob("*.tar.gz"))
     if found:
         return found[0]
-    dest.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                            "--no-build-isolation", "-d", str(dest), f"{name}=={version}"],
                           env={**os.environ, **(env or {})}, capture_output=True, text=True)
