@@ -45,12 +45,13 @@ demo: venv
 	$(VENV)/bin/porter install wheelhouse --python $(NODE_VENV)/bin/python
 	$(VENV)/bin/porter verify --python $(NODE_VENV)/bin/python
 
-# Two or more pytest workers (at most 4): most integration tests wait on one compiler, pip or a child process at a
-# time, so a second worker fills the idle core. Tests that share the one-node Slurm run on one worker.
+# Two or more pytest workers (at most 4): many integration tests wait on one compiler, pip or a child process at a
+# time, so a second worker fills the idle core. Each worker has its own session fixtures (a one-node Slurm on free
+# ports included).
 TEST_JOBS   ?= $(shell n=$$(nproc); [ $$n -lt 2 ] && n=2; [ $$n -gt 4 ] && n=4; echo $$n)
 
 test: venv test-unit-no-torch
-	$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup --durations=60 tests/unit tests/integration
+	$(PY) -m pytest -n $(TEST_JOBS) --durations=60 tests/unit tests/integration
 
 # The unit tier must pass where torch is absent (what needs torch skips, with its reason).
 NOTORCH_VENV ?= .venv-notorch

@@ -26,10 +26,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/integration" in str(item.path).replace(os.sep, "/"):
             item.add_marker(pytest.mark.integration)
-        if "slurm" in getattr(item, "fixturenames", ()):
-            # one one-node Slurm per machine (its ports are fixed): under pytest-xdist (--dist loadgroup) every
-            # test that uses it runs on the same worker
-            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """When every test passed, pytest removes the session's temp folder (tmp_path_retention_policy = "failed"):
+    gigabytes of venvs and build folders, minutes of unlinking on a file system mounted with ``discard``. Move it
+    aside as pytest's own ``garbage-*`` (which pytest's next session removes if this one could not) and remove it
+    in a process of its own, so the run ends when its tests do."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    basetemp = getattr(factory, "_basetemp", None)
+    if exitstatus != 0 or basetemp is None or getattr(factory, "_given_basetemp", None) is not None \
+            or session.config.getini("tmp_path_retention_policy") != "failed" or not basetemp.is_dir():
+        return
+    import uuid
+
+    aside = basetemp.parent / f"garbage-{uuid.uuid4()}"  # (pytest-xdist's workers have a given basetemp)
+    try:
+        basetemp.rename(aside)
+    except OSError:
+        return  # pytest removes it as usual
+    subprocess.Popen(["rm", "-rf", "--one-file-system", str(aside)], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
