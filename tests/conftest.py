@@ -36,12 +36,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     in a process of its own, so the run ends when its tests do."""
     factory = getattr(session.config, "_tmp_path_factory", None)
     basetemp = getattr(factory, "_basetemp", None)
-    if exitstatus != 0 or basetemp is None or getattr(factory, "_given_basetemp", None) is not None \
+    if exitstatus != 0 or basetemp is None or session.config.option.basetemp \
             or session.config.getini("tmp_path_retention_policy") != "failed" or not basetemp.is_dir():
         return
     import uuid
 
-    aside = basetemp.parent / f"garbage-{uuid.uuid4()}"  # (pytest-xdist's workers have a given basetemp)
+    aside = basetemp.parent / f"garbage-{uuid.uuid4()}"  # (pytest-xdist gives its workers --basetemp)
     try:
         basetemp.rename(aside)
     except OSError:
@@ -139,24 +139,19 @@ SDIST_CACHE = Path(os.environ.get("PORTER_TEST_CACHE") or Path.home() / ".cache"
 
 
 def fetch_sdist(name: str, version: str, env: dict[str, str] | None = None) -> Path:
-    """Download (once, cached across runs) an sdist from PyPI; returns the .tar.gz path."""
+    """Download (once, cached across runs, under a lock that pytest-xdist's workers share) an sdist from PyPI;
+    returns the .tar.gz path."""
     dest = SDIST_CACHE / f"{name}-{version}"
     dest.mkdir(parents=True, exist_ok=True)
-    with (SDIST_CACHE / f"{name}-{version}.lock").open("a") as lock:  # pytest-xdist workers download it once
+    with (SDIST_CACHE / f"{name}-{version}.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _fetch_sdist(dest, name, version, env)
-
-
-def _fetch_sdist(dest: Path, name: str, version: str, env: dict[str, str] | None) -> Path:
-    found = sorted(dest.glob("*.tar.gz"))
-    if found:
-        return found[0]
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                           "--no-build-isolation", "-d", str(dest), f"{name}=={version}"],
-                          env={**os.environ, **(env or {})}, capture_output=True, text=True)
-    found = sorted(dest.glob("*.tar.gz"))
-    require(f"sdist {name}=={version}", proc.returncode == 0 and bool(found),
-            f"pip download failed: {proc.stderr[-500:]}")
+        if not (found := sorted(dest.glob("*.tar.gz"))):
+            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                                   "--no-build-isolation", "-d", str(dest), f"{name}=={version}"],
+                                  env={**os.environ, **(env or {})}, capture_output=True, text=True)
+            found = sorted(dest.glob("*.tar.gz"))
+            require(f"sdist {name}=={version}", proc.returncode == 0 and bool(found),
+                    f"pip download failed: {proc.stderr[-500:]}")
     return found[0]
 
 
