@@ -9,6 +9,7 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import into, json_option
+from porter.image import COMPRESSION as IMAGE_COMPRESSION
 from porter.log import Logger
 from porter.run import Runner
 
@@ -37,6 +38,7 @@ class ImageCommandOptions:
     apptainer_root: Path | None
     tools: Path | None
     definition_only: bool
+    compression: str
 
 
 @image.command("build")
@@ -61,6 +63,11 @@ class ImageCommandOptions:
                    "the package index).")
 @click.option("--definition-only", is_flag=True,
               help="Write IMAGE.def (and the tools) only, for a site to build with its own apptainer.")
+@click.option("--compression", type=click.Choice(IMAGE_COMPRESSION), default="gzip", show_default=True,
+              help="How the image's root file system is compressed. gzip: apptainer's own default, read everywhere. "
+                   "zstd (level 3): packs several times faster (a 1.3 GB root: 29 CPU-seconds against 135) at "
+                   "about the same size; the node must read zstd squashfs (Linux 4.14 or newer, or a squashfuse "
+                   "built with zstd).")
 @json_option
 @click.pass_obj
 @into(ImageCommandOptions)
@@ -80,7 +87,8 @@ def build_cmd(log: Logger, /, req: ImageCommandOptions, as_json: bool) -> None:
     result = build_image(ImageRequest(base=req.base, wheelhouse=req.wheelhouse, output=req.output,
                                       toolchain=req.toolchain, python=req.python, site=req.site,
                                       archs=req.archs, apptainer_root=req.apptainer_root, tools=req.tools,
-                                      definition_only=req.definition_only), Runner(log, echo=log.verbose), log)
+                                      definition_only=req.definition_only, compression=req.compression),
+                         Runner(log, echo=log.verbose), log)
     if as_json:
         emit_json(result.to_json())
         return

@@ -30,6 +30,7 @@ from typing import Any
 from porter import __version__
 from porter.errors import ConfigError, ToolError
 from porter.fs import atomic_path, atomic_write_text, owned_temp_dir
+from porter.image import COMPRESSION
 from porter.image.definition import BASE_KINDS, TOOLS, WHEELHOUSE, Recipe, base_kind
 from porter.log import Logger
 from porter.run import Runner, make_env, which
@@ -47,6 +48,8 @@ class ImageRequest:
     apptainer_root: Path | None = None
     tools: Path | None = None
     definition_only: bool = False
+    compression: str = "gzip"
+    """The squashfs compression (:data:`porter.image.COMPRESSION`); gzip is apptainer's default, passed as none."""
 
 
 @dataclass
@@ -261,6 +264,9 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
                           hint=f"porter image takes one of: {', '.join(BASE_KINDS)}")
     if req.output.suffix != ".sif":
         raise ConfigError(f"the image {req.output} should end in .sif", hint="name it IMAGE.sif")
+    if req.compression not in COMPRESSION:
+        raise ConfigError(f"compression {req.compression!r} is not one of {', '.join(COMPRESSION)}",
+                          hint="gzip (read everywhere) or zstd (packs faster)")
     recipe = _recipe(req)
     output = req.output.resolve()
     definition = output.with_suffix(".def")
@@ -301,8 +307,9 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
         atomic_write_text(inner, recipe.for_root(app.inside(root)))
         packed = scratch / "image.sif"
         with log.step(f"packing {output.name} with apptainer"):
-            runner.run(app.argv("build", "--notest", "--force", app.inside(packed), app.inside(inner)), timeout=3600,
-                       hint="apptainer could not pack the image")
+            squash = ("--mksquashfs-args", SQUASH_ARGS[req.compression]) if req.compression != "gzip" else ()
+            runner.run(app.argv("build", "--notest", "--force", *squash, app.inside(packed), app.inside(inner)),
+                       timeout=3600, hint="apptainer could not pack the image")
         # the image's own %test, run from what was packed (apptainer cannot run it in a chroot): its root file
         # system unpacked again, its environment scripts sourced as apptainer's runtime does, then its test script
         shutil.rmtree(root)
@@ -320,6 +327,10 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
     result.seconds = time.monotonic() - start
     return result
 
+
+SQUASH_ARGS = {"zstd": "-comp zstd -Xcompression-level 3"}
+"""mksquashfs's arguments per ``--compression`` other than gzip. zstd at level 3, not mksquashfs's default 15: 15
+costs about what gzip does, 3 packs several times faster for about the same size."""
 
 SBOM = "/opt/porter/sbom.cdx.json"
 """In the image: one CycloneDX document for every wheel porter installed there."""

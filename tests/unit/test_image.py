@@ -57,9 +57,11 @@ def test_a_bad_base_or_output_is_refused_before_work(tmp_path: Path) -> None:
     (tmp_path / "wh").mkdir()
     (tmp_path / "d.img").write_bytes(b"")
     runner = RecordingRunner(quiet_logger())
-    for base, out, words in ((tmp_path / "none", "x.sif", "does not exist"),
-                             (tmp_path / "d.img", "x.sif", "is not a .sif, a Docker/OCI archive"),
-                             (tmp_path / "wh", "x.img", "should end in .sif")):
+    for base, out, words, how in ((tmp_path / "none", "x.sif", "does not exist", "gzip"),
+                                  (tmp_path / "d.img", "x.sif", "is not a .sif, a Docker/OCI archive", "gzip"),
+                                  (tmp_path / "wh", "x.img", "should end in .sif", "gzip"),
+                                  (tmp_path / "wh", "x.sif", "compression 'xz' is not one of gzip, zstd", "xz")):
         with pytest.raises(ConfigError, match=words):
-            build_image(ImageRequest(base, tmp_path / "wh", tmp_path / out, "cpu"), runner, quiet_logger())
+            build_image(ImageRequest(base, tmp_path / "wh", tmp_path / out, "cpu", compression=how), runner,
+                        quiet_logger())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.img", "wh"]  # nothing written
