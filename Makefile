@@ -65,7 +65,7 @@ notorch-venv: $(NOTORCH_VENV)/.stamp
 
 test-unit-no-torch: $(NOTORCH_VENV)/.stamp
 	@! $(NOTORCH_VENV)/bin/python -c "import torch" 2>/dev/null || { echo "$(NOTORCH_VENV) has torch"; exit 1; }
-	$(NOTORCH_VENV)/bin/python -m pytest -q tests/unit
+	$(NOTORCH_VENV)/bin/python -m pytest -q -n $(TEST_JOBS) tests/unit
 
 test-unit: venv
 	$(PY) -m pytest tests/unit

@@ -1,13 +1,15 @@
-"""Integration fixtures shared across files: the real CPU-op DeepSpeed wheel, built once per session; CPU torch;
+"""Integration fixtures shared across files: the real CPU-op DeepSpeed wheel, built once per worker; CPU torch;
 the one-node Slurm cluster (started once per session, stopped after)."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,16 +45,37 @@ def run_porter(*args: str, env: dict[str, str] | None = None, timeout: float = 1
 
 @pytest.fixture(scope="session")
 def cpu_ops_wheelhouse(tmp_path_factory: pytest.TempPathFactory, deepspeed_sdist: Path) -> Path:
-    """`porter ops build` of the three CPU ops of the real DeepSpeed 0.19.8 sdist with the cpu profile."""
+    """`porter ops build` of the three CPU ops of the real DeepSpeed 0.19.8 sdist with the cpu profile, in this
+    worker's porter cache (the tests that rebuild it, warm, read that cache).
+
+    With pytest-xdist each worker builds it, one after the other, through one ccache remote storage of the session
+    (porter's ``PORTER_CACHE_REMOTE``, as a CI's nodes share one): the first compiles, the next ones take its objects
+    from the remote. Nothing outside this session's temp folder is read."""
     wheelhouse = tmp_path_factory.mktemp("wheelhouse")
-    res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "--toolchain", "cpu",
-                     "--ops", ",".join(CPU_OPS), "-o", str(wheelhouse), "--json")
+    with ExitStack() as stack:
+        env: dict[str, str] = {}
+        shared = xdist_shared_dir(tmp_path_factory)
+        if shared is not None:
+            lock = stack.enter_context((shared / "cpu-ops-wheelhouse.lock").open("w"))
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            (shared / "ccache-remote").mkdir(exist_ok=True)
+            env["PORTER_CACHE_REMOTE"] = f"file://{shared / 'ccache-remote'}"
+        res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "--toolchain", "cpu",
+                         "--ops", ",".join(CPU_OPS), "-o", str(wheelhouse), "--json", env=env)
     assert res.returncode == 0, res.stderr[-4000:]
     doc = json.loads(res.stdout)
     # "cached" when an earlier build of the same target left the objects (ninja rebuilds nothing)
     assert sorted(o["name"] for o in doc["ops"]) == sorted(CPU_OPS)
     assert all(o["status"] in ("built", "cached") for o in doc["ops"]), doc["ops"]
     return wheelhouse
+
+
+def xdist_shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """A folder of this session that every pytest-xdist worker sees (the controller's temp folder, the parent of
+    each worker's own), or None when the tests run in one process."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    return tmp_path_factory.getbasetemp().parent
 
 
 @pytest.fixture(scope="session")
