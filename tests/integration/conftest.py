@@ -44,24 +44,32 @@ def run_porter(*args: str, env: dict[str, str] | None = None, timeout: float = 1
 
 
 @pytest.fixture(scope="session")
-def cpu_ops_wheelhouse(tmp_path_factory: pytest.TempPathFactory, deepspeed_sdist: Path) -> Path:
+def ccache_remote(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of a build that shares one ccache remote storage of this session (porter's
+    ``PORTER_CACHE_REMOTE``, as a CI's nodes share one): it takes from there what another build of the session
+    compiled, on any pytest-xdist worker, and adds what it compiles. The results are the same, only sooner. Only
+    the builds whose test passes it use it: tests that kill, time or count compiles start cold."""
+    folder = (xdist_shared_dir(tmp_path_factory) or tmp_path_factory.getbasetemp()) / "ccache-remote"
+    folder.mkdir(exist_ok=True)
+    return {"PORTER_CACHE_REMOTE": f"file://{folder}"}
+
+
+@pytest.fixture(scope="session")
+def cpu_ops_wheelhouse(tmp_path_factory: pytest.TempPathFactory, deepspeed_sdist: Path,
+                       ccache_remote: dict[str, str]) -> Path:
     """`porter ops build` of the three CPU ops of the real DeepSpeed 0.19.8 sdist with the cpu profile, in this
     worker's porter cache (the tests that rebuild it, warm, read that cache).
 
-    With pytest-xdist each worker builds it, one after the other, through one ccache remote storage of the session
-    (porter's ``PORTER_CACHE_REMOTE``, as a CI's nodes share one): the first compiles, the next ones take its objects
-    from the remote. Nothing outside this session's temp folder is read."""
+    With pytest-xdist each worker builds it, one after the other, through the session's ccache remote: the first
+    compiles, the next ones take its objects from there."""
     wheelhouse = tmp_path_factory.mktemp("wheelhouse")
     with ExitStack() as stack:
-        env: dict[str, str] = {}
         shared = xdist_shared_dir(tmp_path_factory)
         if shared is not None:
             lock = stack.enter_context((shared / "cpu-ops-wheelhouse.lock").open("w"))
             fcntl.flock(lock, fcntl.LOCK_EX)
-            (shared / "ccache-remote").mkdir(exist_ok=True)
-            env["PORTER_CACHE_REMOTE"] = f"file://{shared / 'ccache-remote'}"
         res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "--toolchain", "cpu",
-                         "--ops", ",".join(CPU_OPS), "-o", str(wheelhouse), "--json", env=env)
+                         "--ops", ",".join(CPU_OPS), "-o", str(wheelhouse), "--json", env=ccache_remote)
     assert res.returncode == 0, res.stderr[-4000:]
     doc = json.loads(res.stdout)
     # "cached" when an earlier build of the same target left the objects (ninja rebuilds nothing)

@@ -160,7 +160,8 @@ def test_a_build_killed_at_each_stage_reruns_to_the_same_wheel(deepspeed_sdist: 
     assert not [p for p in wheelhouse.iterdir() if p.name.startswith(".")]  # the killed write's temp is gone
 
 
-def test_four_different_builds_at_once_on_one_cache(deepspeed_sdist: Path, tmp_path: Path) -> None:
+def test_four_different_builds_at_once_on_one_cache(deepspeed_sdist: Path, tmp_path: Path,
+                                                    ccache_remote: dict[str, str]) -> None:
     """Issue 22: two builds on one cache once failed 3 runs out of 3 (an unpack renamed onto another's, a
     half-unpacked tree read as a source). Builds that share some work and not the rest, at once on one fresh
     cache: two of the same request, one of another op from the same source, one of the same op from another
@@ -174,7 +175,7 @@ def test_four_different_builds_at_once_on_one_cache(deepspeed_sdist: Path, tmp_p
 
     older = fetch_sdist("deepspeed", "0.16.4")
     cache = tmp_path / "cache"
-    env = {**os.environ, "PORTER_CACHE_DIR": str(cache)}
+    env = {**os.environ, "PORTER_CACHE_DIR": str(cache), **ccache_remote}  # (compiles may come from the session's)
     requests = [(deepspeed_sdist, "cpu_adam"), (deepspeed_sdist, "cpu_lion"), (deepspeed_sdist, "cpu_adam"),
                 (older, "cpu_adam")]
     procs = [subprocess.Popen([sys.executable, "-m", "porter", "ops", "build", "--source", str(sdist), "-t", "cpu",

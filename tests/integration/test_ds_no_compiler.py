@@ -111,11 +111,12 @@ def test_deepspeed_0198_wheel_starts_no_compiler(cpu_ops_wheelhouse: Path, node_
     check_no_compiler(cpu_ops_wheelhouse, node_python, tmp_path, "0.19.8")
 
 
-def test_deepspeed_0188_wheel_starts_no_compiler(node_python: Path, tmp_path: Path) -> None:
+def test_deepspeed_0188_wheel_starts_no_compiler(node_python: Path, tmp_path: Path,
+                                                 ccache_remote: dict[str, str]) -> None:
     """0.18.8 (the release issue 18 names) probes at every ``import deepspeed``; a default build of cpu_adam."""
     sdist = fetch_sdist("deepspeed", "0.18.8")
     wheelhouse = tmp_path / "wh"
     res = run_porter("ops", "build", "--source", str(sdist), "--toolchain", "cpu", "--ops", "cpu_adam",
-                     "-o", str(wheelhouse))
+                     "-o", str(wheelhouse), env=ccache_remote)
     assert res.returncode == 0, res.stderr[-4000:]
     check_no_compiler(wheelhouse, node_python, tmp_path, "0.18.8")

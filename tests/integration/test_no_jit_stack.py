@@ -214,13 +214,13 @@ DS_0184_OPS = ("cpu_adam", "fused_adam", "deepspeed_shm_comm")
 
 
 @pytest.fixture(scope="module")
-def ds0184_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def ds0184_venv(tmp_path_factory: pytest.TempPathFactory, ccache_remote: dict[str, str]) -> Path:
     """A fresh venv with CPU torch and porter's DeepSpeed 0.18.4 CPU-ops wheel (cpu_adam, fused_adam -- the cpu
     accelerator's host build -- and shm_comm, named deepspeed_shm_comm in 0.18.4's catalogue)."""
     sdist = fetch_sdist("deepspeed", "0.18.4")
     house = tmp_path_factory.mktemp("wh0184")
     res = porter("ops", "build", "--source", str(sdist), "-t", "cpu", "--ops", ",".join(DS_0184_OPS), "-o", str(house),
-                 "--json", timeout=3600)
+                 "--json", timeout=3600, env=ccache_remote)
     assert res.returncode == 0, res.stderr[-4000:]
     (wheel,) = house.glob("*.whl")
     root = tmp_path_factory.mktemp("venv0184")

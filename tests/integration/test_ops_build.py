@@ -91,20 +91,21 @@ def test_warm_rerun_compiles_nothing(cpu_ops_wheelhouse: Path, deepspeed_sdist: 
     assert [o["status"] for o in json.loads(res.stdout)["ops"]] == ["cached"] * 3
 
 
-def test_older_deepspeed_release_works_unchanged(tmp_path: Path) -> None:
+def test_older_deepspeed_release_works_unchanged(tmp_path: Path, ccache_remote: dict[str, str]) -> None:
     """0.16.4 (early 2025) has a different catalogue (no cpu_adagrad/cpu_lion on the cpu accelerator)."""
     sdist = fetch_sdist("deepspeed", "0.16.4")
     listing = run_porter("ops", "list", "--source", str(sdist), "-t", "cpu", "--json")
     names = {o["name"] for o in json.loads(listing.stdout)["ops"]}
     assert "cpu_adam" in names and "cpu_lion" not in names
-    res = run_porter("ops", "build", "--source", str(sdist), "-t", "cpu", "--ops", "cpu_adam", "-o", str(tmp_path))
+    res = run_porter("ops", "build", "--source", str(sdist), "-t", "cpu", "--ops", "cpu_adam", "-o", str(tmp_path),
+                     env=ccache_remote)
     assert res.returncode == 0, res.stderr[-3000:]
     (wheel,) = tmp_path.glob("deepspeed-0.16.4+cpu.x86.64.v2-*.whl")
     with zipfile.ZipFile(wheel) as z:
         assert "deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so" in z.namelist()
 
 
-def test_partial_build_ships_the_good_ops(deepspeed_sdist: Path, tmp_path: Path) -> None:
+def test_partial_build_ships_the_good_ops(deepspeed_sdist: Path, tmp_path: Path, ccache_remote: dict[str, str]) -> None:
     """An op that fails (here: a profile flag g++ rejects for one op only is impossible, so we break one
     op's source in a copy of the tree) is reported with its log and left out; exit code 3."""
     import shutil
@@ -117,7 +118,7 @@ def test_partial_build_ships_the_good_ops(deepspeed_sdist: Path, tmp_path: Path)
     lion.write_text(lion.read_text() + "\n#error porter test: this op must fail\n")
     wh = tmp_path / "wh"
     res = run_porter("ops", "build", "--source", str(tree), "-t", "cpu", "--ops", "cpu_lion,cpu_adagrad",
-                     "-o", str(wh), "--json", env={"PORTER_CACHE_DIR": str(tmp_path / "cache")})
+                     "-o", str(wh), "--json", env={"PORTER_CACHE_DIR": str(tmp_path / "cache"), **ccache_remote})
     assert res.returncode == 3, res.stderr[-3000:]
     doc = json.loads(res.stdout)
     status = {o["name"]: o for o in doc["ops"]}
