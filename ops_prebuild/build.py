@@ -12,12 +12,12 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from porter import torch_hip_view as hip_view
 from porter.ccache import CacheRequest, CompilerCache, hit_sources, read_stats, setup_cache
-from porter.codeobjects import read_code_objects
+from porter.codeobjects import read_code_objects, registers_device_code
 from porter.errors import CheckFailed, ConfigError, PorterError, first_error
 from porter.executor import Executor
 from porter.fs import atomic_write_text, cache_dir, remove_stale_outputs, sha256_file
@@ -393,7 +393,8 @@ def expected_times(plan: Plan, steps: list[Step], path: Path | None) -> tuple[di
                 size = Path(st.inputs[0]).stat().st_size if st.kind != "link" else 0
             except (OSError, IndexError):
                 size = 0
-            device = sum(a.startswith(("--offload-arch=", "-gencode")) for a in st.argv) or 1
+            device = 1 if "--offload-host-only" in st.argv else \
+                sum(a.startswith(("--offload-arch=", "-gencode")) for a in st.argv) or 1
             seconds = max(1.0, size / 1024 * GUESS_SECONDS_PER_KIB * device)
             guessed.append(desc)
             if st.kind != "link":
@@ -491,23 +492,45 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
 
 def compile_report(plan: Plan, results: list[OpResult], tc: Toolchain) -> list[dict[str, Any]]:
     """Per op: status, first error, per-arch verdict; per translation unit: time, peak memory and the
-    code objects found in its object file (porter's ELF reader)."""
+    code objects found in its object file (porter's ELF reader). A unit compiled in parts (its host part and one
+    device part per arch, see :func:`ops_prebuild.plan.make_plan`) is one entry: its parts' times added, their peak
+    the highest, ``objects`` naming each arch's; an arch whose part failed fails alone."""
     by_name = {r.name: r for r in results}
     out: list[dict[str, Any]] = []
     for op, objs in plan.objects.items():
         r = by_name[op]
+        units: dict[str, list[Step]] = {}
+        for step in (s for s in plan.steps if s.op == op and s.kind == "compile"):
+            units.setdefault(step.inputs[0], []).append(step)
         tus: list[dict[str, Any]] = []
         device_archs: list[set[str]] = []
-        for step in (s for s in plan.steps if s.op == op and s.kind == "compile"):
-            tu: dict[str, Any] = {"source": step.inputs[0], "object": step.output}
-            cost = Path(f"{step.output}.cost.json")
-            if cost.is_file():
-                c = json.loads(cost.read_text())
-                tu.update(seconds=c["seconds"], peak_rss_mib=round(c["peak_rss_kib"] / 1024, 1),
-                          returncode=c["returncode"])
-            device = any(a.startswith(("--offload-arch=", "-gencode")) for a in step.argv)
-            if device and Path(step.output).is_file():
-                objects = read_code_objects(step.output)
+        whole = True  # every step that is not one arch's device part compiled
+        for source, steps in units.items():
+            tu: dict[str, Any] = {"source": source, "object": steps[0].output}
+            costs = [json.loads(c.read_text()) for c in (Path(f"{st.output}.cost.json") for st in steps)
+                     if c.is_file()]
+            if costs:
+                tu.update(seconds=round(sum(c["seconds"] for c in costs), 3),
+                          peak_rss_mib=round(max(c["peak_rss_kib"] for c in costs) / 1024, 1),
+                          returncode=next((c["returncode"] for c in costs if c["returncode"]), 0))
+            parts = {st.arch: st.output for st in steps if st.arch}
+            if parts:
+                tu["objects"] = parts
+                host = Path(steps[0].output)
+                whole = whole and host.is_file()
+                if host.is_file() and not registers_device_code(host):
+                    tu["host_only"] = True  # no kernel in it (host wrappers): nothing to hold per arch
+                else:
+                    found = {o.target: o.arch for a, path in parts.items() if Path(path).is_file()
+                             for o in read_code_objects(path) if o.arch == a}
+                    tu["code_objects"] = sorted(found)
+                    device_archs.append(set(found.values()))
+                tus.append(tu)
+                continue
+            whole = whole and all(Path(st.output).is_file() for st in steps)
+            device = any(a.startswith(("--offload-arch=", "-gencode")) for a in steps[0].argv)
+            if device and Path(steps[0].output).is_file():
+                objects = read_code_objects(steps[0].output)
                 tu["code_objects"] = sorted({o.target for o in objects})
                 if objects:
                     device_archs.append({o.arch for o in objects})
@@ -515,22 +538,27 @@ def compile_report(plan: Plan, results: list[OpResult], tc: Toolchain) -> list[d
                     tu["host_only"] = True
             tus.append(tu)
         ok = r.status != "failed"
+        # an op compiled in parts whose failures are all in some archs' device parts: the other archs compiled
+        by_arch = plan.compile_only and whole and any("objects" in tu for tu in tus)
         if ok and not device_archs:  # host code only: cpu_adam in a ROCm build, or units with no kernel at all
             archs = {a: "host-only" for a in tc.arch_names}
         else:
-            archs = {a: "compiled" if ok and all(a in d for d in device_archs) else "failed" for a in tc.arch_names}
+            archs = {a: "compiled" if (ok or by_arch) and all(a in d for d in device_archs) else "failed"
+                     for a in tc.arch_names}
         out.append({"name": op, "status": r.status, "error": r.error, "log": r.log, "archs": archs, "tus": tus,
                     "seconds": round(r.seconds, 2)})
     return out
 
 
-def failures(failed: list[OpResult], where: str, tc: Toolchain) -> str:
-    """Per failed op: the tree, the op, the archs it was compiled for, the compiler's first error on a line of its own
-    (it names the file and line, and :func:`porter.errors.first_error` of a log holding this finds it), then where
-    its full log is."""
-    archs = ", ".join(tc.arch_names) or tc.cpu_isa
-    lines = [f"  {o.name} ({archs}):\n    {o.error or 'failed'}" + (f"\n    full log: {o.log}" if o.log else "")
-             for o in failed]
+def failures(failed: list[OpResult], where: str, tc: Toolchain,
+             archs: Mapping[str, Sequence[str]] | None = None) -> str:
+    """Per failed op: the tree, the op, the archs it failed for (``archs``: per op, where a compile-only build
+    knows them arch by arch; else every arch of the profile), the compiler's first error on a line of its own (it
+    names the file and line, and :func:`porter.errors.first_error` of a log holding this finds it), then where its
+    full log is."""
+    every = ", ".join(tc.arch_names) or tc.cpu_isa
+    lines = [f"  {o.name} ({', '.join((archs or {}).get(o.name) or ()) or every}):\n    {o.error or 'failed'}"
+             + (f"\n    full log: {o.log}" if o.log else "") for o in failed]
     return f"in {where} with {tc.name}:\n" + "\n".join(lines)
 
 

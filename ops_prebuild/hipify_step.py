@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 import shutil
@@ -31,20 +32,52 @@ def hipify_sources(tree: Path, ops: list[OpSpec], dest: Path, *, python: str, ru
             found = hipify_sources(tree, ops, Path(tmp) / "hip", python=python, runner=runner, executor=executor)
             return {op: {rel: str(dest / os.path.relpath(p, Path(tmp) / "hip")) for rel, p in m.items()}
                     for op, m in found.items()}
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
+    # hipified beside ``dest``, then synced into it: a file whose bytes did not change keeps its time, so ninja
+    # keeps what it compiled from it (a compile-only rerun, which no compiler cache serves, compiles only what is new)
+    staging = dest.with_name(f".{dest.name}.new")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
     for rel in sorted({s.split("/")[0] for o in ops for s in o.sources} | {"csrc"}):
         if (tree / rel).is_dir():  # csrc/, and e.g. deepspeed/ where inference v2 keeps its kernels
-            shutil.copytree(tree / rel, dest / rel, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    groups = [[[executor.inside(dest / p) for p in o.include_paths], [executor.inside(dest / s) for s in o.sources]]
+            shutil.copytree(tree / rel, staging / rel, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    groups = [[[executor.inside(staging / p) for p in o.include_paths],
+               [executor.inside(staging / s) for s in o.sources]]
               for o in ops]  # each op with its own include dirs (see porter/probes/hipify_ext.py)
-    mapping: dict[str, str] = run_probe("hipify_ext", [executor.inside(dest), json.dumps(groups)],
+    mapping: dict[str, str] = run_probe("hipify_ext", [executor.inside(staging), json.dumps(groups)],
                                         python=python, runner=runner, executor=executor, env=make_env(),
                                         timeout=900, what="to hipify the ops' sources")
-    inner = executor.inside(dest)
+    sync_tree(staging, dest)
+    shutil.rmtree(staging)
+    inner = executor.inside(staging)
 
     def host(path: str) -> str:
-        return str(dest / os.path.relpath(path, inner))  # an in-root path back to the host's
+        return str(dest / os.path.relpath(path, inner))  # an in-root path back to the host's (in dest)
 
-    return {o.name: {s: host(mapping.get(executor.inside(dest / s), executor.inside(dest / s))) for s in o.sources}
-            for o in ops}
+    return {o.name: {s: host(mapping.get(executor.inside(staging / s), executor.inside(staging / s)))
+                     for s in o.sources} for o in ops}
+
+
+def sync_tree(src: Path, dest: Path) -> None:
+    """Make ``dest`` hold exactly what ``src`` holds, moving files out of ``src``; a file whose bytes are the
+    same stays as it was (its modification time too)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    keep: set[Path] = set()
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        keep.add(rel)
+        target = dest / rel
+        if path.is_dir() and not path.is_symlink():
+            if target.is_symlink() or (target.exists() and not target.is_dir()):
+                target.unlink()
+            target.mkdir(exist_ok=True)
+        elif not (target.is_file() and not target.is_symlink() and not path.is_symlink()
+                  and filecmp.cmp(path, target, shallow=False)):
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(path, target)
+    for path in sorted(dest.rglob("*"), reverse=True):  # what src no longer has, deepest first
+        if path.relative_to(dest) not in keep:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()

@@ -71,6 +71,9 @@ class Step:
     rsp: tuple[str, ...] = ()
     """Link only: the objects that go in a response file (``argv`` names it as ``@file``), so a link of
     thousands of objects stays far below the kernel's 2 MB command-line limit."""
+    arch: str = ""
+    """Compile-only, a device unit of several archs: the one arch this step compiles the device code for
+    (``--offload-device-only``); empty for the unit's host part and for every other step."""
 
 
 @dataclass
@@ -133,7 +136,8 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {"build_dir": str(self.build_dir), "env": self.env, "notes": self.notes,
                 "outputs": self.outputs, "compile_only": self.compile_only, "objects": self.objects,
-                "steps": [{"op": s.op, "kind": s.kind, "argv": list(s.argv), "output": s.output} for s in self.steps]}
+                "steps": [{"op": s.op, "kind": s.kind, "argv": list(s.argv), "output": s.output,
+                           **({"arch": s.arch} if s.arch else {})} for s in self.steps]}
 
 
 def _esc(path: str) -> str:
@@ -248,17 +252,19 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
             src = Path((hipified or {}).get(rel) or tree / rel)
             obj = odir / (rel.replace("/", "__") + ".o")
             dev = src.suffix in DEVICE_SUFFIXES and op.device
-            argv = _compile_argv(op, cat, tc, v(src), v(obj), dev, inc_root, v, extra_includes)
-            if debug != "full" and not (dev and tc.kind == "cuda"):
-                argv = [DEBUG_INFO[debug] if a == "-g" else a for a in argv]
-            if pch and not compile_only and not dev and _GCC.fullmatch(os.path.basename(argv[at])):
-                shareable.append((len(plan.steps), argv))
-            if cache is not None:
-                argv = [*argv[:at], *cwd, *cache.prefix(), *argv[at:]]
-            wrapper = (*measure, f"{obj}.cost.json", "--") if compile_only else ()
-            plan.steps.append(Step(op.name, "compile", tuple(argv), str(obj), (str(src),), str(obj) + ".d",
-                                   wrapper))
-            objs.append(str(obj))
+            for out, arch, offload in _parts(obj, dev and compile_only and tc.kind == "rocm", tc):
+                argv = _compile_argv(op, cat, tc, v(src), v(out), dev, inc_root, v, extra_includes,
+                                     arch=arch, offload=offload)
+                if debug != "full" and not (dev and tc.kind == "cuda"):
+                    argv = [DEBUG_INFO[debug] if a == "-g" else a for a in argv]
+                if pch and not compile_only and not dev and _GCC.fullmatch(os.path.basename(argv[at])):
+                    shareable.append((len(plan.steps), argv))
+                if cache is not None:
+                    argv = [*argv[:at], *cwd, *cache.prefix(), *argv[at:]]
+                wrapper = (*measure, f"{out}.cost.json", "--") if compile_only else ()
+                plan.steps.append(Step(op.name, "compile", tuple(argv), str(out), (str(src),), str(out) + ".d",
+                                       wrapper, arch=arch))
+                objs.append(str(out))
         plan.objects[op.name] = objs
         if compile_only:
             continue
@@ -275,6 +281,19 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
         if cache is not None and any(s.kind == "pch" for s in plan.steps):
             plan.env["CCACHE_SLOPPINESS"] = "pch_defines,time_macros"  # ccache's condition for caching PCH use
     return plan
+
+
+def _parts(obj: Path, split: bool, tc: Toolchain) -> list[tuple[Path, str, str]]:
+    """The compile steps of one unit: ``(output, arch, offload flag)``. A compile-only HIP unit of several archs
+    is compiled as its host part (``--offload-host-only``) and one device part per arch
+    (``--offload-device-only``, that arch's offload bundle): the same compiler work as one call, but each arch's
+    verdict is its own, a stopped run keeps the archs it finished, and the archs of one heavy unit compile on as
+    many cores. Anything else is one step."""
+    if not split or len(tc.targets) < 2:
+        return [(obj, "", "")]
+    stem = obj.name[:-len(".o")]
+    return [(obj.with_name(f"{stem}.host.o"), "", "--offload-host-only"),
+            *((obj.with_name(f"{stem}.{t.name}.o"), t.name, "--offload-device-only") for t in tc.targets)]
 
 
 DEBUG_INFO = {"full": "-g", "lines": "-g1", "none": "-g0"}
@@ -318,7 +337,8 @@ def _share_torch_header(plan: Plan, units: list[tuple[int, list[str]]], v: Visib
 
 
 def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str, device: bool,
-                  tree: Path, v: Visible, extra: tuple[Path, ...] = ()) -> list[str]:
+                  tree: Path, v: Visible, extra: tuple[Path, ...] = (), *, arch: str = "",
+                  offload: str = "") -> list[str]:
     ex = tc.executor
     common = [*_defines(op, cat), *_includes(op, cat, tree, tc, v, extra), *tc.cflags,
               *(f"-D{d}" for d in tc.defines)]
@@ -339,7 +359,8 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str,
                 "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1", *op.nvcc_args,
                 *cxx_standard(op.nvcc_args, cat),
                 f"-DROCM_WAVEFRONT_SIZE={wave}", *half, "-fno-gpu-rdc",
-                *(f"--offload-arch={t.spec}" for t in tc.targets), *common,
+                *(f"--offload-arch={t.spec}" for t in tc.targets if not arch or t.name == arch),
+                *([offload] if offload else []), *common,
                 "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj]
         return ex.argv(tc.compiler, *args)
     host: list[str] = []

@@ -127,9 +127,12 @@ def _nv_fatbins(blob: bytes) -> list[CodeObject]:
 
 
 def read_code_objects(path: str | os.PathLike[str]) -> list[CodeObject]:
-    """All GPU code objects embedded in an ELF shared object (empty for CPU-only code)."""
+    """All GPU code objects embedded in an ELF shared object or object (empty for CPU-only code), or held by an
+    offload bundle file (what clang writes for ``--offload-device-only``)."""
     p = Path(path)
     data = p.read_bytes()
+    if data.startswith((BUNDLE_MAGIC, COMPRESSED_MAGIC)):
+        return _amd_bundles(data)
     sections = elf_sections(data, str(p))
     found: list[CodeObject] = []
     if ".hip_fatbin" in sections:
@@ -144,3 +147,15 @@ def read_code_objects(path: str | os.PathLike[str]) -> list[CodeObject]:
 def archs_in(path: str | os.PathLike[str]) -> list[str]:
     """Sorted distinct device archs (``gfx90a``, ``sm_90``) with real code (PTX counted separately)."""
     return sorted({c.arch for c in read_code_objects(path) if c.kind != "ptx"})
+
+
+def registers_device_code(path: str | os.PathLike[str]) -> bool:
+    """Whether a HIP unit's host object registers device code (its module constructor calls
+    ``__hipRegisterFatBinary``): false for a unit with no kernel and no device variable in it."""
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        return any(sym.name == "__hipRegisterFatBinary" for sec in elf.iter_sections()
+                   if isinstance(sec, SymbolTableSection) for sym in sec.iter_symbols())

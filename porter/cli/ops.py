@@ -213,7 +213,9 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
         click.echo(f"compiler cache: {result.cache_stats['hits']} hit(s), {result.cache_stats['misses']} miss(es)")
     if req.compile_only and not req.dry_run and result.failed and len(result.failed) == len(result.ops):
         src = result.catalogue.source
-        raise CheckFailed("no op compiled " + failures(result.failed, f"{src.project} {src.version} ({src.origin})", tc),
+        failed_archs = {r["name"]: [a for a, v in r["archs"].items() if v == "failed"] for r in result.compiled}
+        raise CheckFailed("no op compiled " + failures(result.failed, f"{src.project} {src.version} ({src.origin})", tc,
+                                                       failed_archs),
                           hint="fix the first error of each op (its file and line are named), or leave the op out "
                                "with --ops; 'porter ops list' shows what DeepSpeed itself declares incompatible")
     if result.failed:

@@ -36,12 +36,39 @@ def test_deepspeed_op_compiles_for_three_archs(rocm7: Path, deepspeed_sdist: Pat
         assert device, rec["tus"]
         for tu in rec["tus"]:
             assert tu["seconds"] > 0 and tu["peak_rss_mib"] > 50 and tu["returncode"] == 0
-        for tu in device:
-            assert tu["code_objects"] == ARCHS and archs_in(tu["object"]) == ARCHS
+        for tu in device:  # compiled in parts: the host part, then one device part (an offload bundle) per arch
+            assert tu["code_objects"] == ARCHS and sorted(tu["objects"]) == ARCHS
+            assert all(archs_in(path) == [arch] for arch, path in tu["objects"].items()), tu
     steps = doc["plan"]["steps"]
     assert all(s["kind"] == "compile" and s["argv"][:2] == ["chroot", str(rocm7)] for s in steps)
-    kernel = next(s["argv"] for s in steps if "--offload-arch=gfx950" in s["argv"])
-    assert "-DBF16_AVAILABLE" in kernel and "-DROCM_WAVEFRONT_SIZE=64" in kernel
+    kernel = next(s["argv"] for s in steps if s.get("arch") == "gfx950")
+    assert "-DBF16_AVAILABLE" in kernel and "-DROCM_WAVEFRONT_SIZE=64" in kernel and "--offload-device-only" in kernel
+    assert [a for a in kernel if a.startswith("--offload-arch=")] == ["--offload-arch=gfx950"]
+
+
+def test_an_arch_a_kernel_has_no_variant_for_fails_alone(rocm7: Path, tmp_path: Path) -> None:
+    """A compile-only kernel unit of several archs is compiled as its host part and one device part per arch. A unit
+    with no gfx950 variant fails gfx950 alone: the op's other arch compiles, and so does its other unit, each part's
+    bundle holding its arch. The rerun compiles only the part that failed (a stopped run keeps the archs it did)."""
+    tree = tmp_path / "ds"
+    shutil.copytree(FIXTURES / "ds-rocm-units", tree)
+    argv = ("ops", "build", "--source", str(tree), "-t", "debian-rocm7", "--ops", "arch_guard", "--arch",
+            "gfx90a,gfx950", "--compile-only", "--json")
+    env = {"PORTER_ROCM7_ROOT": str(rocm7)}
+    res = run_porter(*argv, env=env)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "arch_guard (gfx950):\n    " in res.stderr and "no gfx950 variant" in res.stderr, res.stderr[-3000:]
+    (rec,) = json.loads(res.stdout)["compiled"]
+    assert rec["status"] == "failed" and rec["archs"] == {"gfx90a": "compiled", "gfx950": "failed"}, rec
+    tus = {Path(t["source"]).stem: t for t in rec["tus"]}
+    assert sorted(tus) == ["guarded", "plain"], tus
+    assert tus["plain"]["code_objects"] == ["gfx90a", "gfx950"] and tus["guarded"]["code_objects"] == ["gfx90a"]
+    assert all(archs_in(path) == [arch] for arch, path in tus["plain"]["objects"].items())
+    assert not Path(tus["guarded"]["objects"]["gfx950"]).exists()
+    done = {p: Path(p).stat().st_mtime_ns for t in tus.values() for p in t["objects"].values() if Path(p).exists()}
+    again = run_porter(*argv, env=env)
+    assert again.returncode == 1 and json.loads(again.stdout)["compiled"][0]["archs"] == rec["archs"]
+    assert {p: Path(p).stat().st_mtime_ns for p in done} == done  # the parts that compiled were not compiled again
 
 
 def test_bf16_binding_and_kernel_free_unit_compile_for_three_archs(rocm7: Path, tmp_path: Path) -> None:

@@ -412,9 +412,19 @@ def test_apex_compile_only_hipifies_device_ops_and_plans_host_ops_with_gxx(tmp_p
     res = compile_only(get_driver("apex"), str(APEX_ROCM), request(APEX_ROCM, archs=("gfx90a", "gfx942")),
                        runner=FakeRunner(), dry_run=True, others=DRIVERS, machine=BIG, costs_root=tmp_path)
     assert sorted(res.plan.objects) == ["amp_C", "apex_C", "fused_scale_cuda", "nccl_alloc"]
-    by_src = {Path(s.inputs[0]).name: s.argv for s in res.plan.steps}
-    kernel = by_src["multi_tensor_scale_kernel.hip"]  # hipified copy, compiled by hipcc for both archs
+    by_src = {Path(s.inputs[0]).name: s.argv for s in res.plan.steps if not s.arch}
+    kernel = by_src["multi_tensor_scale_kernel.hip"]  # hipified copy, compiled by hipcc for both archs: its host part
     assert "hipcc" in kernel and "--offload-arch=gfx90a" in kernel and "--offload-arch=gfx942" in kernel
+    assert "--offload-host-only" in kernel
+    # ... and one device part per arch, each its own object (a verdict per arch; a stopped run keeps the archs done)
+    parts = {s.arch: s for s in res.plan.steps if Path(s.inputs[0]).name == "multi_tensor_scale_kernel.hip" and s.arch}
+    assert sorted(parts) == ["gfx90a", "gfx942"]
+    for arch, step in parts.items():
+        offload = [a for a in step.argv if a.startswith("--offload")]
+        assert offload == [f"--offload-arch={arch}", "--offload-device-only"], step.argv
+        assert step.output.endswith(f"multi_tensor_scale_kernel.cu.{arch}.o"), step.output
+        assert step.argv[step.argv.index("-MF") + 1].endswith(f".{arch}.o.d") and step.argv[-1].endswith(f".{arch}.o")
+    assert {s.output for s in parts.values()} <= set(res.plan.objects["amp_C"])
     assert {"-DVERSION_GE_1_1", "-DVERSION_GE_1_3", "-DVERSION_GE_1_5", "-O3"} <= set(kernel)
     assert any("torch-hip-view" in a for a in kernel)  # the CPU torch's headers through the HIP view
     host = by_src["flatten_unflatten.cpp"]

@@ -93,7 +93,7 @@ def archs_in_build_ninja(path: str | Path) -> dict[str, int]:
             archs[current] = 0
         elif current is not None and line.startswith("  "):
             found = set(_ARCH.findall(line))
-            if found:
+            if found and "--offload-host-only" not in line:  # a unit's host part compiles no device code
                 archs[current] = len(found)
         else:
             current = None
