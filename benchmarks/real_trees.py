@@ -709,8 +709,11 @@ committed).
 How long: on a 2-core machine a Megatron port row takes under a second and its compile-only row 2 to 6 minutes,
 a DeepSpeed compile-only row 8 to 21 minutes, an apex branch 35 to 60 minutes, and the FlashAttention CK
 covering sample (7 generated instances and the extension's 11 own sources, each for three archs) some CPU-hours:
-one d256 backward instance alone took over 40 CPU-minutes and had not finished (2026-11-26); the whole list is
-well over half a day. SIGTERM stops a run without recording the
+one d256 backward instance alone took over 40 CPU-minutes and had not finished (2026-11-26), and on 2026-11-27 it
+was still compiling its first arch, gfx90a, after 26 CPU-minutes. Since 2026-11-27 compile-only compiles each
+arch of a kernel unit as a part of its own, so a run stopped inside a unit keeps the archs it finished and the
+rerun compiles the rest (before, the three archs were one compiler call and a stop kept nothing of the unit). The
+whole list is well over half a day. SIGTERM stops a run without recording the
 stopped row, and `--skip-done` picks up where it stopped (finished objects stay in porter's cache).
 """
 
