@@ -10,7 +10,7 @@ PY          := $(VENV)/bin/python
 export HIP_PLATFORM := amd
 
 .PHONY: help venv demo test test-unit test-unit-no-torch notorch-venv test-integration typecheck rocm-debian chroot-trixie cuda-venv clean
-.PHONY: chroot-rocm7 image-base
+.PHONY: chroot-rocm7 image-base image-base-rocm
 
 help:
 	@echo "make demo           install porter in $(VENV); prebuild DeepSpeed's CPU ops into ./wheelhouse;"
@@ -20,6 +20,8 @@ help:
 	@echo "make chroot-trixie  debootstrap a Debian trixie chroot with ROCm 5.7.1 at $(TRIXIE_ROOT)"
 	@echo "make chroot-rocm7   debootstrap a Debian sid chroot with ROCm 7.2 (experimental) at $(ROCM7_ROOT)"
 	@echo "make cuda-venv      a venv with the CUDA build of torch ($(TORCH_CUDA)) for the cuda tier"
+	@echo "make image-base     debootstrap Debian bookworm with a CPU torch at $(IMAGE_BASE) (an image test's base)"
+	@echo "make image-base-rocm  debootstrap sid with ROCm 7.2's runtime (HIP, RCCL, libfabric) at $(IMAGE_BASE_ROCM)"
 
 # pip -qq: errors still show; setuptools' note that an editable install is editable (InformationOnly) does not
 $(VENV)/.stamp: pyproject.toml setup.py
@@ -126,23 +128,42 @@ ROCM7_APT      := apt-get -o Acquire::Check-Valid-Until=false
 ROCM7_PACKAGES ?= hipcc libamdhip64-dev rocm-device-libs-21 g++ make librccl-dev libfabric-dev libhwloc-dev autoconf automake libtool libhipblaslt-dev librocblas-dev libhipsparse-dev libhipsolver-dev libhiprand-dev ccache \
                   libhipblas-dev librocthrust-dev libhipcub-dev rocminfo libmiopen-dev apptainer squashfs-tools
 
+# sid_root ROOT,PACKAGES: debootstrap Debian sid at ROOT (unless there), mount its /proc, and install PACKAGES from
+# experimental.
+define sid_root
+command -v debootstrap >/dev/null 2>&1 || { apt-get update -qq; apt-get install -y -qq debootstrap; }; \
+if [ ! -f "$(1)/etc/apt/sources.list" ] || [ -d "$(1)/debootstrap" ]; then \
+  mkdir -p "$(1)"; debootstrap --variant=minbase sid "$(1)" >/dev/null; fi; \
+mirror=$$(awk '$$1 == "deb" && $$3 == "sid" { print $$2; exit }' "$(1)/etc/apt/sources.list"); \
+[ -n "$$mirror" ] || { echo "no 'deb MIRROR sid' line in $(1)/etc/apt/sources.list" >&2; exit 1; }; \
+echo "deb $$mirror experimental main" > "$(1)/etc/apt/sources.list.d/experimental.list"; \
+[ -e "$(1)/proc/self" ] || mount -t proc proc "$(1)/proc"; \
+chroot "$(1)" $(ROCM7_APT) update -qq; \
+DEBIAN_FRONTEND=noninteractive chroot "$(1)" $(ROCM7_APT) install -y -qq -t experimental $(2) >/dev/null
+endef
+
 chroot-rocm7:
 	@set -e; root="$(ROCM7_ROOT)"; \
 	if [ -x "$$root/usr/bin/hipcc" ] && chroot "$$root" dpkg -s $(ROCM7_PACKAGES) >/dev/null 2>&1; then \
 	  echo "sid ROCm 7 chroot already at $$root"; else \
-	  command -v debootstrap >/dev/null 2>&1 || { apt-get update -qq; apt-get install -y -qq debootstrap; }; \
-	  if [ ! -f "$$root/etc/apt/sources.list" ] || [ -d "$$root/debootstrap" ]; then \
-	    mkdir -p "$$root"; debootstrap --variant=minbase sid "$$root" >/dev/null; fi; \
-	  mirror=$$(awk '$$1 == "deb" && $$3 == "sid" { print $$2; exit }' "$$root/etc/apt/sources.list"); \
-	  [ -n "$$mirror" ] || { echo "no 'deb MIRROR sid' line in $$root/etc/apt/sources.list" >&2; exit 1; }; \
-	  echo "deb $$mirror experimental main" > "$$root/etc/apt/sources.list.d/experimental.list"; \
-	  [ -e "$$root/proc/self" ] || mount -t proc proc "$$root/proc"; \
-	  chroot "$$root" $(ROCM7_APT) update -qq; \
-	  DEBIAN_FRONTEND=noninteractive chroot "$$root" $(ROCM7_APT) install -y -qq -t experimental \
-	    $(ROCM7_PACKAGES) >/dev/null; \
+	  $(call sid_root,$$root,$(ROCM7_PACKAGES)); \
 	  echo "sid ROCm 7 chroot ready at $$root"; fi; \
 	mountpoint -q "$$root" || mount --bind "$$root" "$$root"; \
 	[ -e "$$root/proc/self" ] || mount -t proc proc "$$root/proc"
+
+# The node side of the sid chroot, for images: ROCm 7.2's runtime (HIP, RCCL, libfabric; no compiler, no
+# headers) and an empty venv at /opt/venv. What RCCL's network plugin needs to load, as on a node.
+IMAGE_BASE_ROCM        ?= /var/lib/porter/image-base-rocm
+ROCM_RUNTIME_PACKAGES  ?= --no-install-recommends librccl1 libamdhip64-7 libfabric1 python3 python3-venv
+
+image-base-rocm:
+	@set -e; root="$(IMAGE_BASE_ROCM)"; \
+	if [ -x "$$root/opt/venv/bin/python" ] && chroot "$$root" dpkg -s librccl1 libfabric1 >/dev/null 2>&1; then \
+	  echo "ROCm runtime image base already at $$root"; else \
+	  $(call sid_root,$$root,$(ROCM_RUNTIME_PACKAGES)); \
+	  chroot "$$root" python3 -m venv /opt/venv; \
+	  chroot "$$root" apt-get clean; umount "$$root/proc"; \
+	  echo "ROCm runtime image base ready at $$root"; fi
 
 $(CUDA_VENV)/.stamp: pyproject.toml setup.py
 	$(PYTHON) -m venv $(CUDA_VENV)

@@ -65,21 +65,23 @@ def document(manifest: Mapping[str, Any], *, name: str = "", version: str = "", 
 
 
 def image_document(wheels: Iterable[tuple[str, str, Mapping[str, Any]]], *, name: str, version: str,
-                   epoch: int) -> bytes:
+                   epoch: int, others: Iterable[tuple[str, str, Mapping[str, Any]]] = ()) -> bytes:
     """The combined CycloneDX JSON of an image: the image as the subject, and each installed wheel
     (distribution, version, its manifest) as a component with what its own SBOM holds, its references prefixed
-    with its name so they stay unique; the tools of every wheel, once."""
-    items = sorted(wheels, key=lambda w: (w[0], w[1]))
+    with its name so they stay unique; ``others`` the same for what is no Python distribution (a network
+    plugin: a ``generic`` purl); the tools of every wheel, once."""
+    items = [(*w, "pypi") for w in sorted(wheels, key=lambda w: (w[0], w[1]))] + \
+            [(*o, "generic") for o in sorted(others, key=lambda o: (o[0], o[1]))]
 
     def render(serial: uuid.UUID) -> bytes:
         image = Component(type=ComponentType.CONTAINER, name=name, version=version or None, bom_ref="image",
-                          description="a node-ready image porter built: the wheels below installed and verified in it")
+                          description="a node-ready image porter built: what is below installed and verified in it")
         tools: dict[tuple[str, str], Component] = {}
         bom = Bom(serial_number=serial, metadata=BomMetaData(
             timestamp=_dt.datetime.fromtimestamp(epoch, _dt.timezone.utc), component=image))
         wheels_in: list[Component] = []
-        for dist, ver, manifest in items:
-            one = _bom(manifest, dist, ver, epoch, _PENDING, "pypi")
+        for dist, ver, manifest, purl_type in items:
+            one = _bom(manifest, dist, ver, epoch, _PENDING, purl_type)
             wheel = one.metadata.component
             assert wheel is not None
             for c in [wheel, *_walk(wheel.components), *_walk(one.components)]:

@@ -29,7 +29,7 @@ class ImageCommandOptions:
     """``porter image build``'s options as typed (``--help`` says what each is)."""
 
     base: Path
-    wheelhouse: Path
+    wheelhouse: Path | None
     output: Path
     toolchain: str
     python: str
@@ -39,14 +39,20 @@ class ImageCommandOptions:
     tools: Path | None
     definition_only: bool
     compression: str
+    net_plugin: Path | None
 
 
 @image.command("build")
 @click.option("--base", type=click.Path(path_type=Path), required=True,
               help="The userspace to start from: a site's .sif, a Docker/OCI archive (.tar) or a root folder "
                    "(a chroot).")
-@click.option("--wheelhouse", type=click.Path(file_okay=False, exists=True, path_type=Path), required=True,
+@click.option("--wheelhouse", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
               help="porter's wheels (and their dependencies) to install into the image.")
+@click.option("--net-plugin", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              metavar="PACKAGE",
+              help="An RCCL network plugin package ('porter net-plugin build' wrote it) to carry inside: unpacked to "
+                   "/opt/porter/net-plugin, named by the site's plugin variable (NCCL_NET_PLUGIN) in the image's "
+                   "environment, and loaded there by the build and by %test. Give --wheelhouse, this, or both.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="The image to write (IMAGE.sif); IMAGE.def and IMAGE.porter-tools/ are written beside it.")
 @click.option("-t", "--toolchain", required=True, help="The toolchain profile the wheels were built with "
@@ -72,7 +78,8 @@ class ImageCommandOptions:
 @click.pass_obj
 @into(ImageCommandOptions)
 def build_cmd(log: Logger, /, req: ImageCommandOptions, as_json: bool) -> None:
-    """Build IMAGE.sif: the base with the wheelhouse installed by porter's installer and verified inside.
+    """Build IMAGE.sif: the base with the wheelhouse installed by porter's installer and verified inside (and an
+    RCCL network plugin carried and loaded inside).
 
     \b
     The definition file IMAGE.def is always written first: a site builds it with its own apptainer or
@@ -87,7 +94,8 @@ def build_cmd(log: Logger, /, req: ImageCommandOptions, as_json: bool) -> None:
     result = build_image(ImageRequest(base=req.base, wheelhouse=req.wheelhouse, output=req.output,
                                       toolchain=req.toolchain, python=req.python, site=req.site,
                                       archs=req.archs, apptainer_root=req.apptainer_root, tools=req.tools,
-                                      definition_only=req.definition_only, compression=req.compression),
+                                      definition_only=req.definition_only, compression=req.compression,
+                                      net_plugin=req.net_plugin),
                          Runner(log, echo=log.verbose), log)
     if as_json:
         emit_json(result.to_json())

@@ -9,10 +9,10 @@ and ``IMAGE.porter-tools/`` (porter and its dependencies as wheels, which that d
 2. the definition's ``%post`` lines run in that folder through ``chroot`` (apptainer refuses to run its own
    ``%post`` inside a chroot): porter installs itself apart (``/opt/porter/lib``), then ``porter install`` and
    ``porter verify`` run *inside the image's userspace*, with the node's archs (no GPU here: code objects and
-   imports are checked, nothing runs on a GPU);
+   imports are checked, nothing runs on a GPU); a network plugin is unpacked and loaded there;
 3. ``apptainer build`` packs the folder with the labels, environment and ``%test`` of the definition;
-4. the image's own ``%test`` runs from what was packed: the SIF's root file system unpacked again, its
-   environment scripts sourced, its test script run there (``apptainer test`` cannot run in a chroot);
+4. the image's own ``%test`` runs as packed: its test and environment scripts read back from the SIF into the
+   folder that was packed, sourced and run there (``apptainer test`` cannot run in a chroot);
 5. the SIF appears at IMAGE only by an atomic rename. A failure or Ctrl-C leaves no IMAGE and no private folder.
 """
 
@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from porter import __version__
-from porter.errors import ConfigError, ToolError
-from porter.fs import atomic_path, atomic_write_text, owned_temp_dir
+from porter.errors import CommandFailed, ConfigError, ToolError
+from porter.fs import atomic_path, atomic_write_text, owned_temp_dir, sha256_file
 from porter.image import COMPRESSION
-from porter.image.definition import BASE_KINDS, TOOLS, WHEELHOUSE, Recipe, base_kind
+from porter.image.definition import BASE_KINDS, NET_PLUGIN, TOOLS, WHEELHOUSE, Recipe, base_kind
 from porter.log import Logger
 from porter.run import Runner, make_env, which
 
@@ -39,7 +39,7 @@ from porter.run import Runner, make_env, which
 @dataclass(frozen=True)
 class ImageRequest:
     base: Path
-    wheelhouse: Path
+    wheelhouse: Path | None
     output: Path
     toolchain: str
     python: str = "/opt/venv/bin/python"
@@ -50,6 +50,9 @@ class ImageRequest:
     definition_only: bool = False
     compression: str = "gzip"
     """The squashfs compression (:data:`porter.image.COMPRESSION`); gzip is apptainer's default, passed as none."""
+    net_plugin: Path | None = None
+    """A package ``porter net-plugin build`` wrote: unpacked into the image, named by the site's plugin variable
+    (``NCCL_NET_PLUGIN``) in its environment, and loaded there at build time and by ``%test``."""
 
 
 @dataclass
@@ -78,8 +81,10 @@ def _recipe(req: ImageRequest) -> Recipe:
 
     tc = load_toolchain(req.toolchain)
     archs = req.archs or tuple(tc.arch_names)
-    wheels = [w for w in scan(req.wheelhouse) if w.manifest is not None]
-    if not wheels:
+    if req.wheelhouse is None and req.net_plugin is None:
+        raise ConfigError("nothing to put into the image", hint="pass --wheelhouse DIR, --net-plugin PACKAGE or both")
+    wheels = [w for w in scan(req.wheelhouse) if w.manifest is not None] if req.wheelhouse is not None else []
+    if req.wheelhouse is not None and not wheels:
         raise ConfigError(f"{req.wheelhouse} holds no porter wheel (a wheel with its <wheel>.porter.json)",
                           hint="build one with 'porter ops build' / 'porter wheel' / 'porter port' first")
     labels = {"org.porter.version": __version__, "org.porter.toolchain": label_names.make(tc),
@@ -89,11 +94,36 @@ def _recipe(req: ImageRequest) -> Recipe:
         labels[f"org.porter.wheel.{canonicalize_name(w.component)}"] = \
             f"{w.filename} sha256:{w.manifest['wheel'].get('sha256', '?')}"
     env: dict[str, str] = {}
+    site = None
     if req.site:
         from porter.cluster.site.profiles import load_site, runtime_env
 
-        env = runtime_env(load_site(req.site))
-    return Recipe(req.base.resolve(), req.python, archs, labels, env)
+        site = load_site(req.site)
+        env = runtime_env(site)
+    library = ""
+    if req.net_plugin is not None:
+        library = _plugin_library(req.net_plugin)
+        labels["org.porter.net-plugin"] = f"{req.net_plugin.name} sha256:{sha256_file(req.net_plugin)}"
+        # the image's own plugin, where RCCL loads it from (a site's module path means nothing inside the image)
+        env[site.plugin.env_var if site is not None and site.plugin is not None else "NCCL_NET_PLUGIN"] = \
+            f"{NET_PLUGIN}/{library}"
+    return Recipe(req.base.resolve(), req.python, archs, labels, env, wheels=bool(wheels),
+                  net_plugin=req.net_plugin.name if req.net_plugin is not None else "", net_plugin_library=library,
+                  site=req.site)
+
+
+def _plugin_library(package: Path) -> str:
+    """The library RCCL loads from a plugin package (the first its manifest lists), as ``<top>/lib/<name>``."""
+    from porter.components.netplugin.verify import read_package
+
+    if not package.is_file() or not package.name.endswith(".tar.gz"):
+        raise ConfigError(f"{package} is not a network plugin package",
+                          hint="pass the .tar.gz that 'porter net-plugin build' wrote")
+    manifest, libs = read_package(package)
+    paths = [str(e["path"]) for e in (manifest or {}).get("extensions") or [] if e.get("path")]
+    if not paths or not libs:
+        raise ConfigError(f"{package} lists no plugin library", hint="rebuild it with 'porter net-plugin build'")
+    return paths[0]
 
 
 def _porter_source() -> Path | None:
@@ -202,8 +232,8 @@ mounts): scratch, and porter's own cache when the base is one of porter's chroot
 work folder when apptainer runs in that same chroot)."""
 
 
-def unpack_base(base: Path, kind: str, into: Path, app: Apptainer, runner: Runner) -> None:
-    """The base as a root folder at ``into`` (empty, existing)."""
+def unpack_base(base: Path, kind: str, into: Path, app: Apptainer, runner: Runner, only: tuple[str, ...] = ()) -> None:
+    """The base as a root folder at ``into`` (empty, existing); of a SIF, ``only`` these paths when given."""
     if kind == "root":
         # tar, not cp -a: one file system only (a chroot's /proc is mounted), and nothing of the folder the copy
         # goes into when that lies inside the base (cp refuses "a directory into itself" after copying the rest)
@@ -226,8 +256,8 @@ def unpack_base(base: Path, kind: str, into: Path, app: Apptainer, runner: Runne
             fs = into.parent / f"{into.name}.base.squashfs"
             runner.run(["sh", "-c", shlex.join(app.argv("sif", "dump", ids[0], app.inside(staged)))
                         + " > " + shlex.quote(str(fs))], timeout=3600, hint=f"could not read {base}")
-            runner.run(app.tool("unsquashfs", "-f", "-q", "-d", app.inside(into), app.inside(fs)), timeout=3600,
-                       hint=f"could not unpack {base}")
+            runner.run(app.tool("unsquashfs", "-f", "-q", "-d", app.inside(into), app.inside(fs), *only),
+                       timeout=3600, hint=f"could not unpack {base}")
         finally:
             staged.unlink(missing_ok=True)
             (into.parent / f"{into.name}.base.squashfs").unlink(missing_ok=True)
@@ -237,7 +267,7 @@ def unpack_base(base: Path, kind: str, into: Path, app: Apptainer, runner: Runne
                            "turn the archive into a SIF first ('apptainer build base.sif docker-archive:FILE')")
 
 
-def run_inside(root: Path, line: str, runner: Runner, log: Logger, what: str) -> None:
+def run_inside(root: Path, line: str, runner: Runner, log: Logger, what: str) -> str:
     """One shell line in the root folder's userspace: a mount namespace of its own (its /proc goes with it,
     whatever happens), minimal /dev nodes, no network needed (pip --no-index)."""
     dev = root / "dev"
@@ -249,9 +279,14 @@ def run_inside(root: Path, line: str, runner: Runner, log: Logger, what: str) ->
     script = f"mount -t proc proc {shlex.quote(str(root / 'proc'))} && exec chroot {shlex.quote(str(root))} " \
              f"/bin/sh -c {shlex.quote(line)}"
     with log.step(what):
-        runner.run(["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script],
-                   env=make_env({"PORTER_CACHE_DIR": None, "HOME": "/root"}), timeout=3600,
-                   hint=f"the image's step failed: {line}")
+        try:
+            return runner.run(["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script],
+                              env=make_env({"PORTER_CACHE_DIR": None, "HOME": "/root"}), timeout=3600).output
+        except CommandFailed as exc:
+            exc.message = f"{what}: failed with exit code {exc.returncode}; no image was written"
+            exc.hint = (f"it ran '{line}' in the base's userspace; its output is above. What fails there fails on a "
+                        "node that runs this base: use a base that has what the output names, or rebuild for it")
+            raise
 
 
 def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
@@ -274,7 +309,8 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
     result = ImageResult(definition, tools, labels=recipe.labels)
     if req.tools is None:
         make_tools(tools, runner, log)
-    atomic_write_text(definition, recipe.for_site(req.wheelhouse.resolve(), tools))
+    atomic_write_text(definition, recipe.for_site(req.wheelhouse.resolve() if req.wheelhouse else None, tools,
+                                                  req.net_plugin.resolve() if req.net_plugin else None))
     log.info(f"definition file: {definition}")
     if req.definition_only:
         result.seconds = time.monotonic() - start
@@ -291,16 +327,24 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
         if not (root / req.python.lstrip("/")).exists():
             raise ConfigError(f"the base has no {req.python}", hint="pass --python with the interpreter of the "
                                                                     "image's training environment")
-        for src, dest in ((req.wheelhouse.resolve(), WHEELHOUSE), (tools, TOOLS)):
+        for src, dest in ((req.wheelhouse, WHEELHOUSE), (tools, TOOLS)):
             target = root / dest.lstrip("/")
             shutil.rmtree(target, ignore_errors=True)
-            shutil.copytree(src, target)
-        steps = recipe.post()
-        run_inside(root, steps[0], runner, log, "installing porter in the image (/opt/porter/lib)")
-        run_inside(root, steps[1], runner, log, "porter install, inside the image")
-        run_inside(root, steps[2], runner, log, "porter verify, inside the image")
+            if src is not None:
+                shutil.copytree(src.resolve(), target)
+        if req.net_plugin is not None:
+            target = root / NET_PLUGIN.lstrip("/")
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True)
+            shutil.copyfile(req.net_plugin, target / req.net_plugin.name)
+        checks = recipe.test()
+        for what, line in recipe.post():
+            said = run_inside(root, line, runner, log, what)
+            if (what, line) in checks:  # what the verify found inside, as the user's own run would show it
+                for shown in said.strip().splitlines():
+                    log.info(f"    {shown}")
         shutil.rmtree(root / "root" / ".cache", ignore_errors=True)
-        installed = write_image_sbom(root, req.python, output.stem)
+        installed = write_image_sbom(root, req.python, output.stem, wheels=recipe.wheels, net_plugin=req.net_plugin)
         result.installed = installed
         recipe.labels["org.porter.sbom"] = SBOM
         inner = scratch / "image.def"
@@ -310,14 +354,16 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
             squash = ("--mksquashfs-args", SQUASH_ARGS[req.compression]) if req.compression != "gzip" else ()
             runner.run(app.argv("build", "--notest", "--force", *squash, app.inside(packed), app.inside(inner)),
                        timeout=3600, hint="apptainer could not pack the image")
-        # the image's own %test, run from what was packed (apptainer cannot run it in a chroot): its root file
-        # system unpacked again, its environment scripts sourced as apptainer's runtime does, then its test script
-        shutil.rmtree(root)
-        unpacked = scratch / "packed"
-        unpacked.mkdir()
-        unpack_base(packed, "sif", unpacked, app, runner)
-        run_inside(unpacked, 'for f in /.singularity.d/env/*.sh; do . "$f"; done; exec /bin/sh /.singularity.d/test',
-                   runner, log, "the image's own %test, in the root file system unpacked from the SIF")
+        # the image's own %test, run with what was packed (apptainer cannot run it in a chroot): the test and
+        # environment scripts apptainer wrote, read back from the SIF into the folder it packed, sourced and run
+        # there (not the whole root file system unpacked again: on a file system with slow deletes, as with
+        # online discard or Lustre, a second copy costs more than the rest of the build)
+        shutil.rmtree(root / ".singularity.d", ignore_errors=True)
+        unpack_base(packed, "sif", root, app, runner, only=(".singularity.d",))
+        said = run_inside(root, 'for f in /.singularity.d/env/*.sh; do . "$f"; done; exec /bin/sh /.singularity.d/test',
+                          runner, log, "the image's own %test, as packed in the SIF")
+        for shown in said.strip().splitlines():
+            log.info(f"    {shown}")
         result.tested = True
         with atomic_path(output) as tmp:
             shutil.copyfile(packed, tmp)
@@ -333,26 +379,34 @@ SQUASH_ARGS = {"zstd": "-comp zstd -Xcompression-level 3"}
 costs about what gzip does, 3 packs several times faster for about the same size."""
 
 SBOM = "/opt/porter/sbom.cdx.json"
-"""In the image: one CycloneDX document for every wheel porter installed there."""
+"""In the image: one CycloneDX document for every wheel porter installed there, and its network plugin."""
 
 
-def write_image_sbom(root: Path, python: str, name: str) -> list[str]:
-    """The image's combined SBOM, from porter's install records in its training environment; the installed
-    wheels' names."""
+def write_image_sbom(root: Path, python: str, name: str, *, wheels: bool = True,
+                     net_plugin: Path | None = None) -> list[str]:
+    """The image's combined SBOM, from porter's install records in its training environment and the network
+    plugin's manifest; the installed wheels' names."""
     import json
 
     from porter.artifacts.sbom import image_document
+    from porter.components.netplugin.verify import read_package
     from porter.fs import atomic_write_bytes
 
     prefix = Path(python).parents[1]  # a venv's, or /usr for /usr/bin/python3
     found = [root / d.lstrip("/") / "share" / "porter" / "installed" for d in (str(prefix), "/usr/local")]
     records = [json.loads(f.read_text()) for d in found if d.is_dir() for f in sorted(d.glob("*.json"))]
-    if not records:
+    if wheels and not records:
         raise ToolError(f"porter install left no install records under {', '.join(str(d) for d in found)}",
                         hint="the install step inside the image did not run to its end; its output is above")
-    wheels = [(str(r["project"]), str(r["version"]), r["manifest"]) for r in records]
+    parts = [(str(r["project"]), str(r["version"]), r["manifest"]) for r in records]
+    others = []
+    if net_plugin is not None:
+        manifest, _ = read_package(net_plugin)
+        if manifest is not None:
+            others.append((str(manifest.get("component")), str(manifest.get("version") or ""), manifest))
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or 315532800)
-    atomic_write_bytes(root / SBOM.lstrip("/"), image_document(wheels, name=name, version="", epoch=epoch))
+    atomic_write_bytes(root / SBOM.lstrip("/"), image_document(parts, name=name, version="", epoch=epoch,
+                                                               others=others))
     return [str(r["wheel"]) for r in records]
 
 

@@ -19,6 +19,8 @@ TOOLS = "/opt/porter/tools"
 """porter and its dependencies as wheels, in the image."""
 LIB = "/opt/porter/lib"
 """porter, installed apart from the training environment (``pip install --target``)."""
+NET_PLUGIN = "/opt/porter/net-plugin"
+"""Where the image keeps the RCCL network plugin's package and its unpacked libraries."""
 
 BASE_KINDS = ("sif", "oci-archive", "root")
 
@@ -42,6 +44,13 @@ class Recipe:
     archs: tuple[str, ...]
     labels: dict[str, str] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)
+    wheels: bool = True
+    """The image installs a wheelhouse (else only a network plugin)."""
+    net_plugin: str = ""
+    """The network plugin's package file name (under :data:`NET_PLUGIN`), if the image carries one."""
+    net_plugin_library: str = ""
+    """The library RCCL loads, relative to :data:`NET_PLUGIN` (``<package>/lib/librccl-net.so``)."""
+    site: str = ""
 
     def porter(self, *args: str) -> str:
         return shlex.join(["env", f"PYTHONPATH={LIB}", self.python, "-m", "porter", *args])
@@ -49,15 +58,32 @@ class Recipe:
     def arch_args(self) -> list[str]:
         return [a for arch in self.archs for a in ("--arch", arch)]
 
-    def post(self) -> list[str]:
-        """The install steps, as shell lines run inside the image (by ``%post``, or by porter in a chroot)."""
-        return [shlex.join([self.python, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", TOOLS,
-                            "--target", LIB, "--disable-pip-version-check", "porter"]),
-                self.porter("install", WHEELHOUSE, "--python", self.python, *self.arch_args()),
-                self.test()]
+    def post(self) -> list[tuple[str, str]]:
+        """The install steps, as (what, shell line) run inside the image (by ``%post``, or by porter in a chroot);
+        the test's lines last."""
+        steps = [(f"installing porter in the image ({LIB})",
+                  shlex.join([self.python, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", TOOLS,
+                              "--target", LIB, "--disable-pip-version-check", "porter"]))]
+        if self.wheels:
+            steps.append(("porter install, inside the image",
+                          self.porter("install", WHEELHOUSE, "--python", self.python, *self.arch_args())))
+        if self.net_plugin:
+            steps.append((f"unpacking the network plugin into {NET_PLUGIN}",
+                          shlex.join(["tar", "-xzf", f"{NET_PLUGIN}/{self.net_plugin}", "-C", NET_PLUGIN])))
+        return steps + self.test()
 
-    def test(self) -> str:
-        return self.porter("verify", "--python", self.python, *self.arch_args())
+    def test(self) -> list[tuple[str, str]]:
+        """What the image's ``%test`` runs, also run at build time: porter's verify of the installed wheels, and
+        the network plugin loaded from where RCCL will load it."""
+        out = []
+        if self.wheels:
+            out.append(("porter verify, inside the image", self.porter("verify", "--python", self.python,
+                                                                        *self.arch_args())))
+        if self.net_plugin:
+            site = ["--site", self.site] if self.site else []
+            out.append(("porter net-plugin verify, inside the image",
+                        self.porter("net-plugin", "verify", f"{NET_PLUGIN}/{self.net_plugin_library}", *site)))
+        return out
 
     def render(self, *, bootstrap: str, source: str, files: dict[str, str] | None = None,
                post: bool = True) -> str:
@@ -66,18 +92,22 @@ class Recipe:
         if files:
             out += ["%files"] + [f"    {shlex.quote(a)} {shlex.quote(b)}" for a, b in files.items()] + [""]
         if post:
-            out += ["%post", "    set -e"] + [f"    {line}" for line in self.post()] + [""]
+            out += ["%post", "    set -e"] + [f"    {line}" for _, line in self.post()] + [""]
         if self.environment:
             out += ["%environment"] + [f"    export {k}={_env_value(v)}" for k, v in self.environment.items()] + [""]
-        out += ["%test", "    set -e", f"    {self.test()}", ""]
+        out += ["%test", "    set -e"] + [f"    {line}" for _, line in self.test()] + [""]
         if self.labels:
             out += ["%labels"] + [f"    {k} {v}" for k, v in self.labels.items()] + [""]
         return "\n".join(out)
 
-    def for_site(self, wheelhouse: Path, tools: Path) -> str:
+    def for_site(self, wheelhouse: Path | None, tools: Path, net_plugin: Path | None = None) -> str:
         bootstrap = {"sif": "localimage", "root": "localimage", "oci-archive": "docker-archive"}[base_kind(self.base)]
-        return self.render(bootstrap=bootstrap, source=str(self.base),
-                           files={f"{wheelhouse}/*": WHEELHOUSE, f"{tools}/*": TOOLS})
+        files = {f"{tools}/*": TOOLS}
+        if wheelhouse is not None:
+            files[f"{wheelhouse}/*"] = WHEELHOUSE
+        if net_plugin is not None:
+            files[str(net_plugin)] = f"{NET_PLUGIN}/{net_plugin.name}"
+        return self.render(bootstrap=bootstrap, source=str(self.base), files=files)
 
     def for_root(self, root: str) -> str:
         """For a root folder porter has installed into (``root`` as the builder sees it)."""

@@ -5,8 +5,10 @@ back (labels, definition, its root file system's files). No GPU: nothing runs on
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.conftest import FIXTURES, require, rocm7_root
 from tests.integration.conftest import run_porter
 from tests.integration.test_install import _runtime_requirements
 
@@ -73,10 +75,27 @@ def test_an_image_with_the_wheelhouse_installed_and_verified_inside(apptainer_ro
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
 
+    files, superblock, sbom = read_back(apptainer_root, out)
+    assert "Compression zstd" in superblock, superblock  # --compression reached mksquashfs
+    site = "squashfs-root/opt/venv/lib/python3.11/site-packages"
+    assert f"{site}/deepspeed/ops/lion/cpu_lion_op.cpython-311-x86_64-linux-gnu.so" in files
+    assert "squashfs-root/opt/venv/share/porter/installed/deepspeed.json" in files
+    assert "squashfs-root/opt/porter/lib/porter/__init__.py" in files
+    assert doc["installed"] == [whl.name] and shown["labels"]["org.porter.sbom"] == "/opt/porter/sbom.cdx.json"
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(sbom) is None
+    bom = json.loads(sbom)
+    assert bom["metadata"]["component"]["type"] == "container"
+    (wheel,) = [c for c in bom["components"] if c["bom-ref"] == "deepspeed/wheel"]
+    assert manifest["sources"]["sdist_sha256"] in json.dumps(wheel["pedigree"])
+
+
+def read_back(apptainer_root: Path, image: Path) -> tuple[str, str, str]:
+    """The image's root file system as its squashfs partition holds it: the file listing, the superblock, and
+    the combined SBOM's text (apptainer and unsquashfs of the sid chroot)."""
     tmp = apptainer_root / "tmp" / f"porter-test-{os.getpid()}"
     tmp.mkdir()
     try:
-        (tmp / "node.sif").write_bytes(out.read_bytes())
+        (tmp / "node.sif").write_bytes(image.read_bytes())
         listing = subprocess.run(["chroot", str(apptainer_root), "apptainer", "sif", "list", f"/tmp/{tmp.name}/node.sif"],
                                  capture_output=True, text=True, check=True).stdout
         part = next(ln.split("|")[0].strip() for ln in listing.splitlines() if "Squashfs" in ln)
@@ -89,20 +108,9 @@ def test_an_image_with_the_wheelhouse_installed_and_verified_inside(apptainer_ro
                                capture_output=True, text=True, check=True).stdout
         superblock = subprocess.run(["chroot", str(apptainer_root), "unsquashfs", "-s", f"{inner}/fs"],
                                     capture_output=True, text=True, check=True).stdout
-        sbom = (tmp / "x" / "opt" / "porter" / "sbom.cdx.json").read_text()
+        return files, superblock, (tmp / "x" / "opt" / "porter" / "sbom.cdx.json").read_text()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    assert "Compression zstd" in superblock, superblock  # --compression reached mksquashfs
-    site = "squashfs-root/opt/venv/lib/python3.11/site-packages"
-    assert f"{site}/deepspeed/ops/lion/cpu_lion_op.cpython-311-x86_64-linux-gnu.so" in files
-    assert "squashfs-root/opt/venv/share/porter/installed/deepspeed.json" in files
-    assert "squashfs-root/opt/porter/lib/porter/__init__.py" in files
-    assert doc["installed"] == [whl.name] and shown["labels"]["org.porter.sbom"] == "/opt/porter/sbom.cdx.json"
-    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(sbom) is None
-    bom = json.loads(sbom)
-    assert bom["metadata"]["component"]["type"] == "container"
-    (wheel,) = [c for c in bom["components"] if c["bom-ref"] == "deepspeed/wheel"]
-    assert manifest["sources"]["sdist_sha256"] in json.dumps(wheel["pedigree"])
 
 
 def test_no_apptainer_is_an_error_with_the_definition_written(tmp_path: Path) -> None:
@@ -183,3 +191,71 @@ def test_a_chroot_as_the_base_is_copied_without_its_mounts_caches_or_the_copy_it
     assert copied == ["bin", "etc", "etc/os-release", "proc", "tmp", "usr", "usr/bin", "usr/bin/python3", "var",
                       "var/cache", "var/cache/apt", "var/cache/apt/keep", "var/lib", "var/lib/images", "var/tmp"], copied
     assert os.readlink(into / "bin") == "usr/bin" and (into / "usr/bin/python3").read_text() == "#!/bin/sh\n"
+
+
+@pytest.fixture
+def rocm_runtime_base() -> Path:
+    root = Path(os.environ.get("PORTER_IMAGE_BASE_ROCM") or "/var/lib/porter/image-base-rocm")
+    require("the ROCm runtime image base (sid + ROCm 7.2's HIP runtime, RCCL and libfabric)",
+            (root / "opt/venv/bin/python").exists() and (root / "usr/lib/x86_64-linux-gnu/librccl.so.1").exists(),
+            "run 'make image-base-rocm'")
+    return root
+
+
+@pytest.fixture
+def net_plugin_package(tmp_path: Path) -> Path:
+    """The aws-ofi-nccl stand-in built in the sid chroot: linked against its RCCL, libfabric and HIP runtime."""
+    res = run_porter("net-plugin", "build", "--source", str(FIXTURES / "aws-ofi-nccl-mini"), "-t", "debian-rocm7",
+                     "-o", str(tmp_path / "plugin"), "--json", env={"PORTER_ROCM7_ROOT": str(rocm7_root())})
+    assert res.returncode == 0, res.stderr[-3000:]
+    (package,) = (tmp_path / "plugin").glob("*.tar.gz")
+    return package
+
+
+def test_an_image_of_the_rocm_runtime_root_loads_the_network_plugin_inside(
+        apptainer_root: Path, rocm_runtime_base: Path, net_plugin_package: Path, tmp_path: Path) -> None:
+    """porter's ROCm runtime root (what a node has: HIP, RCCL, libfabric; no compiler) plus the plugin: the build
+    loads it inside the image's userspace from where NCCL_NET_PLUGIN points, the image's %test loads it again."""
+    out = tmp_path / "out" / "rocm.sif"
+    res = run_porter("image", "build", "--base", str(rocm_runtime_base), "--net-plugin", str(net_plugin_package),
+                     "-o", str(out), "-t", "debian-rocm7", "--site", "lumi-g", "--apptainer-root", str(apptainer_root),
+                     "--compression", "zstd", "--json", timeout=3000)
+    assert res.returncode == 0, res.stderr[-5000:]
+    doc = json.loads(res.stdout)
+    assert doc["image"] == str(out) and out.is_file() and doc["tested"] and doc["installed"] == []
+    assert "porter net-plugin verify, inside the image" in res.stderr and "porter install" not in res.stderr
+    # the load inside the image mapped the image's own HIP runtime, as RCCL's load on a node would
+    assert re.search(r"librccl-net\.so: loads; exports ncclNetPlugin_v\d", res.stderr), res.stderr[-3000:]
+    mapped = [ln for ln in res.stderr.splitlines() if "loaded with" in ln]
+    assert len(mapped) == 2 and all("libamdhip64.so.7" in ln and "libfabric.so.1" in ln for ln in mapped)  # build, %test
+    assert res.stderr.count("verify ok for site lumi-g") == 2
+    # the installed library found its package's manifest beside it (<package>/porter.json): what it was built with
+    assert res.stderr.count("built with ROCm: True; against RCCL 2.") == 2
+    info = run_porter("image", "inspect", str(out), "--apptainer-root", str(apptainer_root), "--json")
+    assert info.returncode == 0, info.stderr[-3000:]
+    shown = json.loads(info.stdout)
+    sha = hashlib.sha256(net_plugin_package.read_bytes()).hexdigest()
+    assert shown["labels"]["org.porter.net-plugin"] == f"{net_plugin_package.name} sha256:{sha}"
+    top = net_plugin_package.name[: -len(".tar.gz")]
+    assert f"export NCCL_NET_PLUGIN=/opt/porter/net-plugin/{top}/lib/librccl-net.so" in shown["definition"]
+    assert f"net-plugin verify /opt/porter/net-plugin/{top}/lib/librccl-net.so --site lumi-g" in shown["test"]
+    files, _, sbom = read_back(apptainer_root, out)
+    assert f"squashfs-root/opt/porter/net-plugin/{top}/lib/librccl-net.so" in files
+    bom = json.loads(sbom)
+    (plugin,) = [c for c in bom["components"] if c["bom-ref"] == "aws-ofi-nccl/wheel"]
+    assert plugin["purl"].startswith("pkg:generic/aws-ofi-nccl@")
+
+
+def test_a_base_the_plugin_cannot_load_in_is_refused_with_nothing_written(
+        apptainer_root: Path, image_base: Path, net_plugin_package: Path, tmp_path: Path) -> None:
+    """bookworm has no RCCL, no libfabric and no ROCm 7 runtime: the load inside the image fails the build, names
+    what does not resolve, and leaves no image and no private folder behind."""
+    out = tmp_path / "out" / "node.sif"
+    res = run_porter("image", "build", "--base", str(image_base), "--net-plugin", str(net_plugin_package),
+                     "-o", str(out), "-t", "debian-rocm7", "--apptainer-root", str(apptainer_root), timeout=3000)
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert "ERROR: porter net-plugin verify, inside the image: failed with exit code 1; no image was written" \
+        in res.stderr and "TIP: it ran 'env PYTHONPATH=/opt/porter/lib" in res.stderr
+    assert "librccl-net.so does not load" in res.stderr and "libfabric.so.1" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["node.def", "node.porter-tools"]  # no image, no temp

@@ -65,3 +65,41 @@ def test_a_bad_base_or_output_is_refused_before_work(tmp_path: Path) -> None:
             build_image(ImageRequest(base, tmp_path / "wh", tmp_path / out, "cpu", compression=how), runner,
                         quiet_logger())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.img", "wh"]  # nothing written
+
+
+def test_a_plugin_only_image_unpacks_and_loads_the_plugin_where_its_environment_points(tmp_path: Path) -> None:
+    package = tmp_path / "aws-ofi-nccl-1.0-rocm7.2.tar.gz"
+    recipe = Recipe(tmp_path, "/opt/venv/bin/python", ("gfx90a",), {},
+                    {"NCCL_NET_PLUGIN": "/opt/porter/net-plugin/aws-ofi-nccl-1.0-rocm7.2/lib/librccl-net.so"},
+                    wheels=False, net_plugin=package.name,
+                    net_plugin_library="aws-ofi-nccl-1.0-rocm7.2/lib/librccl-net.so", site="lumi-g")
+    text = recipe.for_site(None, tmp_path / "tools", package)
+    files = text.split("%files", 1)[1].split("%post", 1)[0]
+    assert f"{package} /opt/porter/net-plugin/{package.name}" in files and "wheelhouse" not in files
+    post = [ln.strip() for ln in text.split("%post", 1)[1].split("%environment", 1)[0].strip().splitlines()]
+    assert "porter install" not in "\n".join(post) and "porter verify" not in "\n".join(post)  # no wheels
+    assert post[2] == f"tar -xzf /opt/porter/net-plugin/{package.name} -C /opt/porter/net-plugin"
+    verify = ("env PYTHONPATH=/opt/porter/lib /opt/venv/bin/python -m porter net-plugin verify "
+              "/opt/porter/net-plugin/aws-ofi-nccl-1.0-rocm7.2/lib/librccl-net.so --site lumi-g")
+    assert post[3] == verify  # loaded from where NCCL_NET_PLUGIN points, after it was unpacked there
+    assert text.split("%test", 1)[1].split("%labels", 1)[0].split() == ["set", "-e", *verify.split()]
+    assert "export NCCL_NET_PLUGIN=/opt/porter/net-plugin/aws-ofi-nccl-1.0-rocm7.2/lib/librccl-net.so" in text
+
+
+def test_nothing_to_put_in_or_a_plugin_that_is_no_package_is_bad_input(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from porter.cli import cli
+
+    base = tmp_path / "base"
+    (base / "usr").mkdir(parents=True)
+    args = ["image", "build", "--base", str(base), "-o", str(tmp_path / "out" / "node.sif"), "-t", "cpu"]
+    res = CliRunner().invoke(cli, args)
+    assert isinstance(res.exception, ConfigError) and res.exception.exit_code == 2  # main's exit code for it
+    assert res.exception.message == "nothing to put into the image"
+    assert res.exception.hint == "pass --wheelhouse DIR, --net-plugin PACKAGE or both"
+    not_one = tmp_path / "librccl-net.so"
+    not_one.write_bytes(b"\x7fELF")
+    res = CliRunner().invoke(cli, [*args, "--net-plugin", str(not_one)])
+    assert isinstance(res.exception, ConfigError) and "is not a network plugin package" in res.exception.message
+    assert not (tmp_path / "out").exists()  # refused before anything was written

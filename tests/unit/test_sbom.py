@@ -272,3 +272,17 @@ def test_an_images_combined_sbom_keeps_each_wheel_apart() -> None:
     assert len(refs) == len(set(refs)) and {"deepspeed/wheel", "megatron-fused-kernels/wheel"} <= set(refs)
     image_deps = next(d for d in bom["dependencies"] if d["ref"] == "image")
     assert sorted(d for d in image_deps["dependsOn"]) == ["deepspeed/wheel", "megatron-fused-kernels/wheel"]
+
+
+def test_an_images_network_plugin_is_a_generic_package_beside_its_wheels() -> None:
+    from porter.artifacts.sbom import image_document
+
+    doc = image_document([("deepspeed", "0.19.8+cpu", _manifest())], name="node", version="", epoch=315532800,
+                         others=[("aws-ofi-nccl", "1.19.2", _manifest())])
+    _validate(doc)
+    bom = json.loads(doc)
+    wheel, plugin = (next(c for c in bom["components"] if c["bom-ref"] == f"{n}/wheel")
+                     for n in ("deepspeed", "aws-ofi-nccl"))
+    assert wheel["purl"].startswith("pkg:pypi/deepspeed@") and plugin["purl"] == "pkg:generic/aws-ofi-nccl@1.19.2"
+    image_deps = next(d for d in bom["dependencies"] if d["ref"] == "image")
+    assert sorted(image_deps["dependsOn"]) == ["aws-ofi-nccl/wheel", "deepspeed/wheel"]

@@ -158,7 +158,9 @@ def verify_plugin(target: Path, *, tc: Toolchain | None, site: Site | None, pyth
                 p.chmod(0o755)
                 paths.append(p)
         else:
+            # its sidecar, or the manifest of the unpacked package it lies in (<package>/lib/<library>)
             side = manifest_path(target)
+            side = side if side.is_file() or target.parent.name != "lib" else target.parent.parent / MANIFEST_MEMBER
             manifest = json.loads(side.read_text()) if side.is_file() else None
             paths = [target]
         facts = plugin_facts(manifest)
