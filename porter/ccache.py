@@ -104,7 +104,7 @@ def setup_cache(tc: Toolchain, *, work: Path, compiler_version_text: str, enable
             log.info("note: no ccache where the compiler runs, so compiles are not cached (apt-get install ccache "
                      "caches them; --no-cache says so and drops this note)")
         return None
-    folder = cache_dir or tc.executor.work_dir(work) / "ccache"
+    folder = cache_dir or tc.executor.work_dir(work, make=not dry_run) / "ccache"
     if not tc.executor.sees(folder):
         raise ConfigError(f"cache folder {folder} is not visible in {tc.executor.describe()}",
                           hint="leave --cache-dir out (porter puts it under the root), or pick a folder inside it")

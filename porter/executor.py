@@ -49,6 +49,9 @@ class Executor:
     setup: str = ""
     """The command that makes this root (named in errors): ``make chroot-trixie``."""
     binds: tuple[str, ...] = field(default=())
+    cache: Path | None = None
+    """chroot: the host cache whose copy ``work_root`` is (:func:`chroot_work_root`), made on first use, so a
+    dry run writes nothing into the root."""
 
     # -- commands --------------------------------------------------------------------------------
     def argv(self, program: str, *args: str) -> list[str]:
@@ -121,6 +124,7 @@ class Executor:
             return str(PurePosixPath(self.visible(holder, stage=stage)) / src.relative_to(holder).as_posix())
         dest = self.staged_path(src)
         if stage and not self._staged(src, dest):
+            self.work_dir(src)  # the work root made (with its owner) before anything goes into it
             if not src.exists():
                 raise ConfigError(f"cannot stage {src} into {self.describe()}: it does not exist")
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -149,11 +153,14 @@ class Executor:
         except OSError:
             return False
 
-    def work_dir(self, host_default: Path) -> Path:
+    def work_dir(self, host_default: Path, *, make: bool = True) -> Path:
         """The host folder for porter's work files of a build: ``host_default`` on the host, else
-        the same layout under ``work_root`` (inside the chroot / bound into the container)."""
+        the same layout under ``work_root`` (inside the chroot / bound into the container); ``make=False`` only
+        names it (a dry run writes nothing)."""
         if self.work_root is None:
             return host_default
+        if make and self.kind == "chroot" and self.root is not None:
+            chroot_work_root(self.root, self.cache, make=True)
         return self.work_root
 
     # -- readiness -------------------------------------------------------------------------------
@@ -213,12 +220,13 @@ def _orphaned(copy: Path) -> bool:
         return False  # unreadable: leave it, it may be another porter's
 
 
-def chroot_work_root(root: Path, cache: Path | None) -> Path:
+def chroot_work_root(root: Path, cache: Path | None, *, make: bool = False) -> Path:
     """Where a chroot's builds of the host cache ``cache`` live, inside the root: ``ROOT/var/cache/porter`` for
     the default cache (``~/.cache/porter``), the cache itself when it already lies inside the root, and
     ``ROOT/var/cache/porter/caches/<the cache's id>`` for any other (``PORTER_CACHE_DIR``): two caches are two
     caches in the chroot too, never one build folder written by both, and a cache made again at a path is a new
-    cache there. Copies whose host cache is gone are removed when a new one is made."""
+    cache there. ``make``: the copy is made (with its owner file) unless it exists; copies whose host cache is
+    gone are removed when a new one is made."""
     base = root / "var" / "cache" / "porter"
     if cache is None:
         return base
@@ -232,7 +240,7 @@ def chroot_work_root(root: Path, cache: Path | None) -> Path:
         return base
     ident = _cache_id(resolved)
     copy = base / "caches" / ident
-    if not copy.is_dir() and os.access(root, os.W_OK):
+    if make and not copy.is_dir() and os.access(root, os.W_OK):
         try:
             (base / "caches").mkdir(parents=True, exist_ok=True)
             for other in (base / "caches").iterdir():
@@ -262,7 +270,7 @@ def make_executor(launcher: tuple[str, ...], launcher_root: str = "", *, work_ro
             raise ConfigError(f"launcher_root {launcher_root} differs from the chroot {root}",
                               hint="leave launcher_root out for a chroot: the root is the chroot's folder")
         return Executor("chroot", tuple(launcher), root, chroot_work_root(root, work_root),
-                        needs_proc=needs_proc, setup=setup)
+                        needs_proc=needs_proc, setup=setup, cache=work_root)
     if os.path.basename(launcher[0]) in CONTAINER_RUNTIMES:
         if len(launcher) < 3 or launcher[1] != "exec":
             raise ConfigError(f"launcher {list(launcher)!r}: a container launcher is "
@@ -276,7 +284,7 @@ def make_executor(launcher: tuple[str, ...], launcher_root: str = "", *, work_ro
     if launcher_root:
         root = Path(launcher_root)
         return Executor("chroot", tuple(launcher), root, chroot_work_root(root, work_root),
-                        needs_proc=needs_proc, setup=setup)
+                        needs_proc=needs_proc, setup=setup, cache=work_root)
     return Executor("prefix", tuple(launcher))
 
 

@@ -131,7 +131,7 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
     if not dry_run:
         ensure_writable_dir(request.output, what="wheelhouse")
         ex.preflight()
-    scratch = ex.work_dir(Path(tempfile.gettempdir())) if ex.kind != "host" else None
+    scratch = ex.work_dir(Path(tempfile.gettempdir()), make=not dry_run) if ex.kind != "host" else None
     if scratch is not None and not dry_run:
         scratch.mkdir(parents=True, exist_ok=True)
     elif scratch is not None and not scratch.is_dir():

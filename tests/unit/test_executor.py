@@ -119,7 +119,7 @@ def test_nested_folders_are_staged_once(tmp_path: Path) -> None:
 def test_a_chroot_keeps_each_host_cache_apart(tmp_path: Path) -> None:
     """Issue 22: two PORTER_CACHE_DIRs once shared one build folder inside the chroot, so one build's hipify
     removed the sources another was compiling."""
-    from porter.executor import chroot_work_root
+    from porter.executor import CACHE_OWNER, chroot_work_root
 
     root = tmp_path / "root"
     base = root / "var" / "cache" / "porter"
@@ -132,6 +132,9 @@ def test_a_chroot_keeps_each_host_cache_apart(tmp_path: Path) -> None:
     assert chroot_work_root(root, inside) == inside  # already where the chroot sees it
     ex = make_executor(("chroot", str(root)), work_root=tmp_path / "a")
     assert ex.work_root == a and ex.inside(a).startswith("/var/cache/porter/caches/")
+    assert not root.exists()  # named, not made: a dry run writes nothing into the root
+    root.mkdir()
+    assert ex.work_dir(tmp_path) == a and (a / CACHE_OWNER).is_file()  # made, with its owner, on first use
 
 
 def test_a_cache_made_again_at_the_same_path_is_a_new_cache_in_the_chroot(tmp_path: Path) -> None:
@@ -144,12 +147,12 @@ def test_a_cache_made_again_at_the_same_path_is_a_new_cache_in_the_chroot(tmp_pa
 
     root, cache = tmp_path / "root", tmp_path / "cache"
     root.mkdir()
-    first = chroot_work_root(root, cache)
-    assert (cache / CACHE_ID).is_file() and first.is_dir() and chroot_work_root(root, cache) == first
+    first = chroot_work_root(root, cache, make=True)
+    assert (cache / CACHE_ID).is_file() and first.is_dir() and chroot_work_root(root, cache, make=True) == first
     (first / "wheels").mkdir()
-    kept = chroot_work_root(root, tmp_path / "kept")  # another live cache: its copy stays
+    kept = chroot_work_root(root, tmp_path / "kept", make=True)  # another live cache: its copy stays
     shutil.rmtree(cache)
-    second = chroot_work_root(root, cache)
+    second = chroot_work_root(root, cache, make=True)
     assert second != first and second.is_dir()
     assert not first.exists() and kept.is_dir()  # the orphan went, the live one did not
     assert sorted(p.name for p in second.parent.iterdir()) == sorted([second.name, kept.name])

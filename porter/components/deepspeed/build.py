@@ -59,7 +59,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                                "to build the CPU ops into a wheel")
     ex = tc.executor
     py_ex, python = build_python(ex, tc.python, python)
-    cache = cache or ex.work_dir(cache_dir())
+    cache = cache or ex.work_dir(cache_dir(), make=not dry_run)
     start = time.monotonic()
     compiler_version = ""
     if not dry_run:
