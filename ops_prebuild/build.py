@@ -25,6 +25,7 @@ from porter.locks import hold
 from porter.log import NINJA_STATUS, Logger
 from porter.resources import default_jobs
 from porter.run import Runner
+from porter.toolchain.archs import HOST_ONLY
 from porter.toolchain.profile import Toolchain, toolchain_env
 from ops_prebuild.catalogue import Catalogue, OpSpec, source_tops
 from ops_prebuild.plan import CCACHE_STATS, Plan, Step, make_plan
@@ -393,7 +394,7 @@ def expected_times(plan: Plan, steps: list[Step], path: Path | None) -> tuple[di
                 size = Path(st.inputs[0]).stat().st_size if st.kind != "link" else 0
             except (OSError, IndexError):
                 size = 0
-            device = 1 if "--offload-host-only" in st.argv else \
+            device = 1 if HOST_ONLY in st.argv else \
                 sum(a.startswith(("--offload-arch=", "-gencode")) for a in st.argv) or 1
             seconds = max(1.0, size / 1024 * GUESS_SECONDS_PER_KIB * device)
             guessed.append(desc)

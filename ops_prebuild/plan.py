@@ -21,7 +21,7 @@ from typing import Any
 
 from porter.errors import ConfigError
 from porter.ccache import CompilerCache
-from porter.toolchain.archs import BF16_AMD
+from porter.toolchain.archs import BF16_AMD, DEVICE_ONLY, HOST_ONLY
 from porter.toolchain.profile import Toolchain
 from ops_prebuild.catalogue import Catalogue, OpSpec
 
@@ -292,8 +292,8 @@ def _parts(obj: Path, split: bool, tc: Toolchain) -> list[tuple[Path, str, str]]
     if not split or len(tc.targets) < 2:
         return [(obj, "", "")]
     stem = obj.name[:-len(".o")]
-    return [(obj.with_name(f"{stem}.host.o"), "", "--offload-host-only"),
-            *((obj.with_name(f"{stem}.{t.name}.o"), t.name, "--offload-device-only") for t in tc.targets)]
+    return [(obj.with_name(f"{stem}.host.o"), "", HOST_ONLY),
+            *((obj.with_name(f"{stem}.{t.name}.o"), t.name, DEVICE_ONLY) for t in tc.targets)]
 
 
 DEBUG_INFO = {"full": "-g", "lines": "-g1", "none": "-g0"}

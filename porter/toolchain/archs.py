@@ -13,6 +13,12 @@ from dataclasses import dataclass
 from porter.errors import ConfigError
 
 
+HOST_ONLY = "--offload-host-only"
+"""clang's flag for a HIP unit's host part alone: no device code, whatever its ``--offload-arch`` flags say."""
+DEVICE_ONLY = "--offload-device-only"
+"""clang's flag for a HIP unit's device code alone (with one ``--offload-arch``: that arch's offload bundle)."""
+
+
 @dataclass(frozen=True)
 class GpuArch:
     name: str                 # gfx90a, sm_90

@@ -32,11 +32,12 @@ from pathlib import Path
 
 from porter.components.flash_attn import ck_family
 from porter.errors import ConfigError
+from porter.toolchain.archs import HOST_ONLY
 
 # TUs per family of flash-attn 2.8.3.post2's CK build (its generator's 2,771 instances + 4 API dispatchers,
 # and the extension's 7 own sources in flash_attn_2_cuda), as `porter wheel flash-attn --compile-only
-# --dry-run --json` plans them. The count does not depend on the arch list: one hipcc call per TU compiles
-# every arch.
+# --dry-run --json` plans them. The count does not depend on the arch list: a TU is one unit whatever its archs
+# (one hipcc call, or under --compile-only its host part and one part per arch).
 FA_2_8_3_COUNTS: dict[str, int] = {
     "fmha_bwd": 1280, "fmha_fwd": 576, "fmha_fwd_splitkv": 576, "fmha_fwd_splitkv_combine": 99,
     "fmha_bwd_convert_dq": 96, "fmha_fwd_appendkv": 96, "fmha_bwd_dot_do_o": 48, "flash_attn_2_cuda": 11,
@@ -93,7 +94,7 @@ def archs_in_build_ninja(path: str | Path) -> dict[str, int]:
             archs[current] = 0
         elif current is not None and line.startswith("  "):
             found = set(_ARCH.findall(line))
-            if found and "--offload-host-only" not in line:  # a unit's host part compiles no device code
+            if found and HOST_ONLY not in line:  # a unit's host part compiles no device code
                 archs[current] = len(found)
         else:
             current = None
