@@ -124,7 +124,7 @@ class Executor:
             return str(PurePosixPath(self.visible(holder, stage=stage)) / src.relative_to(holder).as_posix())
         dest = self.staged_path(src)
         if stage and not self._staged(src, dest):
-            self.work_dir(src)  # the work root made (with its owner) before anything goes into it
+            self._make_work_root()  # made (with its owner) before anything goes into it
             if not src.exists():
                 raise ConfigError(f"cannot stage {src} into {self.describe()}: it does not exist")
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -159,9 +159,14 @@ class Executor:
         names it (a dry run writes nothing)."""
         if self.work_root is None:
             return host_default
-        if make and self.kind == "chroot" and self.root is not None:
-            chroot_work_root(self.root, self.cache, make=True)
+        if make:
+            self._make_work_root()
         return self.work_root
+
+    def _make_work_root(self) -> None:
+        """A chroot's copy of the host cache, made on first use (:func:`chroot_work_root`)."""
+        if self.kind == "chroot" and self.root is not None:
+            chroot_work_root(self.root, self.cache, make=True)
 
     # -- readiness -------------------------------------------------------------------------------
     def preflight(self) -> None:
