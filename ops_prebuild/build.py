@@ -97,7 +97,8 @@ class BuildResult:
                     "compiled": self.compiled} if self.compile_only else {})}
 
 
-def _key(*parts: Any) -> str:
+def key(*parts: Any) -> str:
+    """A short digest of ``parts`` (JSON), for naming a build's folder."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

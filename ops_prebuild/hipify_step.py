@@ -6,7 +6,6 @@ import filecmp
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from porter.executor import HOST, Executor
@@ -25,12 +24,9 @@ def hipify_sources(tree: Path, ops: list[OpSpec], dest: Path, *, python: str, ru
     if not ops:
         return {}
     if dry_run:
-        parent = executor.work_dir(Path(tempfile.gettempdir())) if executor.kind != "host" else None
-        if parent is not None:
-            parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="porter-hipify-", dir=parent) as tmp:
-            found = hipify_sources(tree, ops, Path(tmp) / "hip", python=python, runner=runner, executor=executor)
-            return {op: {rel: str(dest / os.path.relpath(p, Path(tmp) / "hip")) for rel, p in m.items()}
+        with executor.scratch("porter-hipify-") as tmp:
+            found = hipify_sources(tree, ops, tmp / "hip", python=python, runner=runner, executor=executor)
+            return {op: {rel: str(dest / os.path.relpath(p, tmp / "hip")) for rel, p in m.items()}
                     for op, m in found.items()}
     # hipified beside ``dest``, then synced into it: a file whose bytes did not change keeps its time, so ninja
     # keeps what it compiled from it (a compile-only rerun, which no compiler cache serves, compiles only what is new)

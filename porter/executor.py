@@ -21,12 +21,15 @@ import json
 import os
 import secrets
 import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from porter.errors import ConfigError, ToolError
-from porter.fs import atomic_write_json, owned_temp_dir
+from porter.fs import atomic_write_json, owned_temp, owned_temp_dir
 
 Kind = Literal["host", "chroot", "container", "prefix"]
 CONTAINER_RUNTIMES = ("apptainer", "singularity")
@@ -162,6 +165,15 @@ class Executor:
         if make:
             self._make_work_root()
         return self.work_root
+
+    @contextmanager
+    def scratch(self, prefix: str) -> Iterator[Path]:
+        """A temp folder this executor's commands see (the host's temp folder, or the work root of a chroot or
+        container), removed when the block ends; one a killed porter left is removed by the next."""
+        parent = self.work_dir(Path(tempfile.gettempdir()))
+        parent.mkdir(parents=True, exist_ok=True)
+        with owned_temp(parent, prefix) as tmp:
+            yield tmp
 
     def _make_work_root(self) -> None:
         """A chroot's copy of the host cache, made on first use (:func:`chroot_work_root`)."""

@@ -105,15 +105,16 @@ def owned_prefix(prefix: str) -> str:
     return f"{prefix}{os.getpid()}@{socket.gethostname()}."
 
 
-def owned_temp_dir(parent: Path, prefix: str) -> Path:
-    """A new temp folder in ``parent`` named by :func:`owned_prefix`, after removing the ones killed writers
-    left there under the same prefix."""
+def owned_temp_dir(parent: Path | None, prefix: str) -> Path:
+    """A new temp folder in ``parent`` (None: the system's temp folder) named by :func:`owned_prefix`, after
+    removing the ones killed writers left there under the same prefix."""
+    parent = parent or Path(tempfile.gettempdir())
     remove_stale(parent, prefix)
     return Path(tempfile.mkdtemp(prefix=owned_prefix(prefix), dir=parent))
 
 
 @contextmanager
-def owned_temp(parent: Path, prefix: str) -> Iterator[Path]:
+def owned_temp(parent: Path | None, prefix: str) -> Iterator[Path]:
     """:func:`owned_temp_dir` removed again when the block ends (a kill leaves it to the next writer)."""
     tmp = owned_temp_dir(parent, prefix)
     try:

@@ -55,6 +55,13 @@ def dist_filename_part(name: str) -> str:
     return re.sub(r"[-_.]+", "_", canonicalize_name(name))
 
 
+def module_name(path: str) -> str:
+    """The module an extension file is: ``deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so`` ->
+    ``deepspeed.ops.adam.cpu_adam_op``."""
+    *package, leaf = path.split("/")
+    return ".".join([*package, leaf.split(".")[0]])
+
+
 def wheel_name(name: str, version: str, tag: str) -> str:
     fname = f"{dist_filename_part(name)}-{Version(version)}-{tag}.whl"
     parse_wheel_filename(fname)  # validates name, version and tag together

@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from porter.components.deepspeed import OPTIMIZER_OPS, VERSION_INFO, read_installed_ops
 from porter.components.megatron import JIT_GUARDS
+from porter.artifacts.wheelfile import module_name
 from porter.install.env import InstalledDist, TargetEnv
 
 Status = Literal["covered", "guarded", "compiles", "probe"]
@@ -333,13 +334,6 @@ def builder_names(roots: Iterable[Path]) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------
 # what the target python has
 
-def module_of(rel: str) -> str:
-    """``deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so`` -> ``deepspeed.ops.adam.cpu_adam_op``."""
-    parts = rel.split("/")
-    parts[-1] = parts[-1].split(".")[0]
-    return ".".join(parts)
-
-
 @dataclass
 class Target:
     """What the audit needs from the target python, read from its files."""
@@ -362,7 +356,7 @@ class Target:
         t = cls(env.executable, dists=dict(env.dists))
         for d in env.dists.values():
             for rel, _ in d.shared_objects:
-                t.modules[module_of(rel)] = f"{d.name} {d.version}"
+                t.modules[module_name(rel)] = f"{d.name} {d.version}"
         ds = env.dists.get("deepspeed")
         if ds is not None:
             info = Path(ds.location) / VERSION_INFO
@@ -576,5 +570,5 @@ def render(report: AuditReport) -> list[str]:
     return lines
 
 
-__all__ = ["KINDS", "AuditReport", "Raw", "Site", "Target", "audit", "builder_names", "find_sites", "module_of",
+__all__ = ["KINDS", "AuditReport", "Raw", "Site", "Target", "audit", "builder_names", "find_sites",
            "render"]

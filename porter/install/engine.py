@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from filelock import FileLock, Timeout
 
 from porter.components import all_dists
 from porter.errors import CheckFailed, ConfigError, ToolError
+from porter.fs import owned_temp
 from porter.install.abi import Userspace, check_wheel_abi
 from porter.install.env import Node, TargetEnv, detect_node, inspect_env
 from porter.install.records import lock_path, read_records, write_record
@@ -131,8 +131,7 @@ def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> 
 
 def _install_locked(opts: InstallOptions, env: TargetEnv, selection: Selection, wheelhouse: Path,
                     runner: Runner, log: Logger, result: InstallResult) -> None:
-    stage = Path(tempfile.mkdtemp(prefix="porter-install-"))
-    try:
+    with owned_temp(None, "porter-install-") as stage:
         fresh: list[tuple[Wheel, Path, str]] = []
         replace: list[tuple[Wheel, Path, str]] = []
         for w in selection.chosen:
@@ -165,8 +164,6 @@ def _install_locked(opts: InstallOptions, env: TargetEnv, selection: Selection, 
                 assert w.manifest is not None
                 write_record(env, str(w.project), w.manifest, sha, str(w.path))
                 result.installed.append(w)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def check_loadable(wheels: Sequence[Wheel], node: Userspace) -> None:

@@ -31,7 +31,6 @@ import re
 import shutil
 import stat
 import struct
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,12 +38,14 @@ from typing import Any
 
 from porter.codeobjects import read_code_objects
 from porter.errors import ConfigError, ToolError
+from porter.fs import owned_temp
 from porter.probe import run_probe
 from porter import components
 from porter.install.env import InstalledDist, Node, TargetEnv
 from porter.install.records import RecordFile, carried_manifest, read_records
 from porter.install.wheelhouse import runtime_mismatches, same_version
 from porter.artifacts.manifest import Manifest
+from porter.artifacts.wheelfile import module_name
 from porter.fs import sha256_file
 from porter.run import Runner, make_env
 
@@ -156,13 +157,6 @@ def _component_of(project: str, manifest: Manifest | None) -> str:
     return comp.name if comp else project
 
 
-def _module_of(rel: str) -> str:
-    """``deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so`` -> ``deepspeed.ops.adam.cpu_adam_op``."""
-    parts = rel.split("/")
-    parts[-1] = parts[-1].split(".")[0]
-    return ".".join(parts)
-
-
 def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
     """Static checks (records, files, sha256, code objects, versions): no subprocess."""
     records = read_records(env)
@@ -231,12 +225,12 @@ def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node
     if manifest is not None:
         entries = [dict(e) for e in manifest.get("extensions") or []]
     else:
-        entries = [{"module": _module_of(rel), "path": rel} for rel in located]
+        entries = [{"module": module_name(rel), "path": rel} for rel in located]
     gpu = rep.kind in ("rocm", "cuda") or manifest is None
     for e in entries:
         rel = str(e["path"])
         abs_path = located.get(rel) or str(Path(dist.location) / rel)
-        mod: dict[str, Any] = {"module": e.get("module") or _module_of(rel), "path": abs_path,
+        mod: dict[str, Any] = {"module": e.get("module") or module_name(rel), "path": abs_path,
                                "op": e.get("op"), "archs": None}
         rep.modules.append(mod)
         if not Path(abs_path).is_file():
@@ -310,8 +304,7 @@ def import_check(env: TargetEnv, reps: Iterable[ComponentReport], runner: Runner
         ds_ops = rep.loader_ops  # ops the project's own loader must load (DeepSpeed's OpBuilder)
         if not modules and not ds_ops:
             continue
-        work = Path(tempfile.mkdtemp(prefix="porter-verify-"))
-        try:
+        with owned_temp(None, "porter-verify-") as work:
             bin_dir, log = trap_compilers(work)
             ext_dir = work / "torch_extensions"
             ext_dir.mkdir()
@@ -349,8 +342,6 @@ def import_check(env: TargetEnv, reps: Iterable[ComponentReport], runner: Runner
             if built:
                 rep.problems.append(Problem(rep.component, str(ext_dir), "TORCH_EXTENSIONS_DIR", "empty (no JIT build)",
                                             ", ".join(built[:8])))
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def verify(env: TargetEnv, node: Node, runner: Runner, *, imports: bool = True) -> VerifyReport:

@@ -6,7 +6,6 @@ This finds "gfx942 is not supported by this compiler" in seconds, before an hour
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,11 +146,7 @@ def check_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger 
         if not ok:
             report.version_problem = (f"{tc.compiler} is version {compiler.version}, but the profile asks "
                                       f"{tc.compiler_version}")
-    parent = ex.work_dir(Path(tempfile.gettempdir())) if ex.kind != "host" else None
-    if parent is not None:
-        parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="porter-check-", dir=parent))
-    try:
+    with ex.scratch("porter-check-") as work:
         src = work / f"check{_SUFFIX[tc.kind]}"
         src.write_text(_KERNEL[tc.kind])
         targets = tc.targets
@@ -185,8 +180,6 @@ def check_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger 
                     report.shared_object = so.name
             else:
                 report.link_error = first_error(res.output)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return report
 
 

@@ -17,9 +17,6 @@ profile), keyed to the source and the toolchain, so a second run compiles only w
 
 from __future__ import annotations
 
-import hashlib
-import json
-import tempfile
 import time
 from collections.abc import Mapping
 from contextlib import ExitStack
@@ -39,7 +36,7 @@ from porter.torch_facts import TorchInfo, need_for, probe_torch, refusal
 from porter.wheels import costs as costs_mod
 from porter.wheels.base import BuildPlan, KernelContext, Machine, WheelDriver, WheelRequest
 from porter.wheels.source import detect, resolve_source
-from ops_prebuild.build import EngineRun, OpResult, compile_catalogue
+from ops_prebuild.build import EngineRun, OpResult, compile_catalogue, key
 from ops_prebuild.catalogue import Catalogue
 from ops_prebuild.plan import Plan
 from ops_prebuild.source import Source, build_sets, patched_source
@@ -88,10 +85,6 @@ class CompileOnlyResult:
                 "costs": self.costs or None, "measured": self.measured, **({"shard": self.shard} if self.shard else {})}
 
 
-def _key(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, runner: Runner,
                  log: Logger | None = None, dry_run: bool = False, machine: Machine | None = None,
                  others: Mapping[str, WheelDriver] | None = None, torch_info: TorchInfo | None = None,
@@ -130,8 +123,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         tmp_parent = work_root / "tmp" if py_ex.kind != "host" else None
         if tmp_parent is not None:
             tmp_parent.mkdir(parents=True, exist_ok=True)
-        tmp = stack.enter_context(owned_temp(tmp_parent, "porter-compile-")) if tmp_parent is not None else \
-            Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="porter-compile-")))
+        tmp = stack.enter_context(owned_temp(tmp_parent, "porter-compile-"))
         with log.step(f"reading {driver.title} source {source}"):
             root, provenance = resolve_source(source, driver, tmp if dry_run else work_root, runner)
             info = detect(driver, root, others or {})
@@ -154,7 +146,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         if refused is not None and not dry_run:
             raise refused
         base = work_root / "wheels" / f"{driver.name}-{info.version}-{tc.name}-" \
-            f"{_key(origin, tc.to_dict(), torch.version, torch.python_tag, *(['linked'] if link else []))}"
+            f"{key(origin, tc.to_dict(), torch.version, torch.python_tag, *(['linked'] if link else []))}"
         tree = base / "src"
         build_dir = base / "build"
         base_lock = None

@@ -23,7 +23,7 @@ from porter.artifacts.manifest import ExtensionEntry, Manifest, OpEntry, build_m
 from porter.artifacts.wheelfile import Payload, read_wheel, rewrite_wheel
 from porter.errors import CheckFailed, PorterError, refusal_line
 from porter.executor import build_python
-from porter.fs import cache_dir, ensure_writable_dir, sha256_file
+from porter.fs import cache_dir, ensure_writable_dir, owned_temp, sha256_file
 from porter.log import Logger, quiet_logger
 from porter.run import RecordingRunner, Runner, env_changes
 from porter.toolchain.profile import toolchain_env
@@ -136,8 +136,7 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         scratch.mkdir(parents=True, exist_ok=True)
     elif scratch is not None and not scratch.is_dir():
         scratch = None
-    with tempfile.TemporaryDirectory(prefix="porter-wheel-", dir=scratch) as tmp:
-        work = Path(tmp)
+    with owned_temp(scratch, "porter-wheel-") as work:
         with log.step(f"reading {driver.title} source {source}"):
             # the shared cache (an sdist unpacked once, under a lock); a dry run writes only into its temp folder
             root, provenance = resolve_source(source, driver, work if dry_run else ex.work_dir(cache_dir()), runner)

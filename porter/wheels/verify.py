@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,14 +17,12 @@ from packaging.utils import parse_wheel_filename
 
 from porter.artifacts.labels import with_label
 from porter.artifacts.manifest import Manifest, carried, manifest_path, write_beside
-from porter.artifacts.wheelfile import rewrite_wheel
+from porter.artifacts.wheelfile import module_name, rewrite_wheel
 from porter.codeobjects import archs_in
 from porter.errors import CheckFailed, ConfigError
 from porter.artifacts.manifest import ExtensionEntry
 from porter.fs import owned_temp, sha256_bytes
 from porter.wheels.base import Expectation
-
-_EXT_SUFFIX = re.compile(r"(\.cpython-[^.]+|\.abi3|\.cp\d+-[^.]+)?\.so$")
 
 
 @dataclass(frozen=True)
@@ -33,11 +30,6 @@ class WheelExtension:
     path: str        # inside the wheel
     module: str      # importable name
     data: bytes
-
-
-def module_name(member: str) -> str:
-    """``apex/amp_C.cpython-311-x86_64-linux-gnu.so`` -> ``apex.amp_C``."""
-    return _EXT_SUFFIX.sub("", member).replace("/", ".")
 
 
 def extensions_in(wheel: Path) -> list[WheelExtension]:
@@ -65,11 +57,11 @@ def verify_wheel(wheel: Path, expect: Expectation) -> list[ExtensionEntry]:
         if not any(n.startswith(pkg.rstrip("/") + "/") for n in names):
             problems.append(f"{wheel.name} lacks the package directory {pkg}/")
     entries: list[ExtensionEntry] = []
-    with tempfile.TemporaryDirectory(prefix="porter-verify-") as tmp:
+    with owned_temp(None, "porter-verify-") as tmp:
         for ext in exts:
             entry: ExtensionEntry = {"module": ext.module, "path": ext.path, "sha256": sha256_bytes(ext.data)}
             if expect.archs and ext.module not in expect.host_only:
-                so = Path(tmp) / Path(ext.path).name
+                so = tmp / Path(ext.path).name
                 so.write_bytes(ext.data)
                 try:
                     found = archs_in(so)

@@ -9,6 +9,7 @@ import base64
 import csv
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,9 @@ from tests.fixtures.install.wheels import compile_ext, deepspeed_wheel, make_man
 DS = "deepspeed-0.19.8+cpu.x86.64.v2-cp311-cp311-linux_x86_64.whl"
 
 
-def porter(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "porter", *args], capture_output=True, text=True, timeout=600)
+def porter(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "porter", *args], capture_output=True, text=True, timeout=600,
+                          env=env)
 
 
 @pytest.fixture(scope="module")
@@ -213,12 +215,15 @@ def test_real_deepspeed_cpu_op_wheel_from_the_ops_engine(tmp_path: Path, cpu_ops
 def test_install_killed_while_pip_runs_leaves_no_pip_and_the_rerun_is_whole(tmp_path: Path, wheelhouse: Path) -> None:
     """Issue 22: porter killed (SIGKILL) while the target's pip installs: pip stops with it (nothing porter
     started runs on), the install lock goes with porter, porter's install record was never written, and the next
-    install leaves a whole install that verifies."""
+    install leaves a whole install that verifies. The killed install's staging folder (named by its pid) is
+    removed by the next install, in the same temp folder."""
     from tests.integration.conftest import sigkill, wait_for
 
     py = make_venv(tmp_path / "venv")
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
     proc = subprocess.Popen([sys.executable, "-m", "porter", "install", str(wheelhouse), "--python", str(py)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
     def pip_running() -> str:
         return subprocess.run(["pgrep", "-a", "-f", f"{py} -m pip install"], capture_output=True,
@@ -231,8 +236,12 @@ def test_install_killed_while_pip_runs_leaves_no_pip_and_the_rerun_is_whole(tmp_
         sigkill(proc)
     assert wait_for(lambda: not pip_running(), 20), "pip outlived porter"
     assert not list((py.parent.parent / "share" / "porter" / "installed").glob("*.json"))  # no record, no claim
-    res = porter("install", str(wheelhouse), "--python", str(py), "--json")
+    left = [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith(f"porter-install-{proc.pid}@")]
+    assert left, "the killed install left no staging folder: the rerun below proves nothing"
+    res = porter("install", str(wheelhouse), "--python", str(py), "--json", env=env)
     assert res.returncode == 0, res.stderr
+    assert not [p for p in (tmp_path / "tmp").iterdir() if p.name.startswith("porter-install-")], \
+        "a staging folder outlived its install"
     assert "waiting for" not in res.stderr
     assert record_intact(py, "deepspeed") == []
     assert porter("verify", "--python", str(py)).returncode == 0

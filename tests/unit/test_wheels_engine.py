@@ -21,7 +21,8 @@ from porter.wheels import Machine, WheelRequest, build_wheel
 from porter.wheels.base import GiB, Expectation, choose_jobs
 from porter.probe import script_text
 from porter.probes.protocol import MARKER
-from porter.wheels.verify import module_name, relabel, verify_wheel
+from porter.artifacts.wheelfile import module_name
+from porter.wheels.verify import relabel, verify_wheel
 from tests.conftest import FIXTURES
 
 DRIVERS = wheel_drivers()

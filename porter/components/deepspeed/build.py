@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,7 +28,7 @@ from porter.toolchain.check import require_toolchain
 from porter.toolchain.discover import probe
 from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import need_for, probe_torch, refusal
-from ops_prebuild.build import BuildResult, EngineRun, OpResult, _key, compile_catalogue
+from ops_prebuild.build import BuildResult, EngineRun, OpResult, compile_catalogue, key
 from ops_prebuild.catalogue import Catalogue, OpSpec
 from ops_prebuild.source import build_sets, cached_source, git_commit, patched_source, resolve_source
 
@@ -84,7 +83,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                 scratch = cache
                 if dry_run:  # a dry run downloads and unpacks into a temp folder, never into the cache
                     parent = cache if py_ex.kind != "host" and cache.is_dir() else None  # its python sees it
-                    scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="porter-dry-", dir=parent)))
+                    scratch = stack.enter_context(owned_temp(parent, "porter-dry-"))
                 source = resolve_source(DEEPSPEED, source_spec, runner=runner, cache=scratch)
             sets = build_sets(source.project, tc.kind)
             patched = patched_source(source, sets, cache, dry_run=dry_run)
@@ -99,7 +98,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         refused = None if compile_only else refusal(need_for(tc.kind), cat.torch, python,
                                                     what=f"building DeepSpeed ops for {tc.name}")
         build_dir = cache / "ops" / f"{source.project}-{source.version}-{tc.name}-" \
-            f"{_key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag, compile_only)}"
+            f"{key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag, compile_only)}"
         base: Future[Path] | None = None
         if not (dry_run or shard is not None or compile_only or refused is not None):
             # DeepSpeed's own pure-Python wheel (one pip process) is built while ninja compiles: the compile's
@@ -162,7 +161,7 @@ def base_wheel_of(cat: Catalogue, cache: Path, *, python: str, runner: Runner, e
     """DeepSpeed's own pure-Python wheel of the catalogue's source (a cache entry)."""
     src = cat.source
     return base_wheel(src.tree, cache / "base" / f"{src.project}-{src.version}-"
-                      f"{_key(str(src.tree), cat.accelerator, cat.torch.version)}",
+                      f"{key(str(src.tree), cat.accelerator, cat.torch.version)}",
                       python=python, accelerator=cat.accelerator, runner=Runner(runner.log, echo=runner.echo),
                       executor=executor)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -113,9 +112,9 @@ def _guard_plan(files: Mapping[str, bytes]) -> PatchPlan | None:
     mine = {n: d for n, d in files.items() if n in names}
     if not mine:
         return None
-    with tempfile.TemporaryDirectory(prefix="porter-wheel-guard-") as tmp:
+    with owned_temp(None, "porter-wheel-guard-") as tmp:
         for rel, data in mine.items():
-            path = Path(tmp, rel)
+            path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         planned = plan_patches(tmp, sets)

@@ -13,10 +13,8 @@ says whether it fits the site.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import tarfile
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ from porter.artifacts.manifest import SCHEMA, manifest_path
 from porter.cluster.site.profiles import Site
 from porter.errors import ConfigError
 from porter.executor import HOST, Executor
-from porter.fs import cache_dir
+from porter.fs import cache_dir, owned_temp
 from porter.log import Logger
 from porter.components.netplugin.build import MANIFEST_MEMBER, header_dirs, links_hip, probe_env
 from porter.components.netplugin.checks import site_refusals
@@ -147,8 +145,9 @@ def verify_plugin(target: Path, *, tc: Toolchain | None, site: Site | None, pyth
     ex.preflight()
     env = toolchain_env(tc) if tc is not None else make_env()
     py = python or ("python3" if ex.kind != "host" else sys.executable)
-    scratch = Path(tempfile.mkdtemp(prefix="netplugin-verify-", dir=_scratch_parent(ex)))
-    try:
+    parent = ex.work_dir(cache_dir()) / "netplugin-verify"
+    parent.mkdir(parents=True, exist_ok=True)
+    with owned_temp(parent, "netplugin-verify-") as scratch:
         if target.is_file() and target.name.endswith((".tar.gz", ".tgz", ".tar")):
             manifest, members = read_package(target)
             paths = []
@@ -183,8 +182,6 @@ def verify_plugin(target: Path, *, tc: Toolchain | None, site: Site | None, pyth
                                           links_hip(doc), rccl_picks(net, rccl_api) if rccl_env else None))
             else:
                 libs.append(LibraryReport(p.name, False, doc["error"], (), (), (), False, None))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     loaded = [lib for lib in libs if lib.loads]
     known = [lib.hip_runtime for lib in loaded if lib.hip_runtime is not None]
     evidence = any(known) if known else None
@@ -215,9 +212,3 @@ def verify_plugin(target: Path, *, tc: Toolchain | None, site: Site | None, pyth
         rep.problems += site_refusals(site, what=target.name, built_with_rocm=built_with_rocm, rccl_version=rccl_built,
                                       rocm_version=((facts or {}).get("rocm") or {}).get("version"))
     return rep
-
-
-def _scratch_parent(ex: Executor) -> Path:
-    parent = ex.work_dir(cache_dir()) / "netplugin-verify"
-    parent.mkdir(parents=True, exist_ok=True)
-    return parent
