@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import tomllib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from porter.errors import ConfigError
+from porter.userdata import check_keys, parse_toml
 
 BUILTIN_MAP = Path(__file__).with_name("extra_map.toml")
 
@@ -121,17 +121,10 @@ def _regex(path: Path, where: str, pattern: Any) -> str:
     return pattern
 
 
-def _check_keys(path: Path, where: str, data: dict[str, Any], allowed: set[str], required: set[str] = set()) -> None:
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise _fail(path, f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(allowed))})")
-    missing = sorted(required - set(data))
-    if missing:
-        raise _fail(path, f"{where}: missing key {missing[0]!r}")
 
 
 def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
-    _check_keys(path, "top level", data, _TABLES)
+    check_keys(data, _TABLES, f"{path}: top level")
     identifiers = _str_table(path, data.get("identifiers", {}), "identifiers")
     for k in identifiers:
         if not _IDENT.match(k):
@@ -149,13 +142,13 @@ def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
     unsupported = data.get("unsupported", {})
     if not isinstance(unsupported, dict):
         raise _fail(path, "[unsupported] must be a table")
-    _check_keys(path, "[unsupported]", unsupported, {"patterns", "names"})
+    check_keys(unsupported, {"patterns", "names"}, f"{path}: [unsupported]")
     pats: list[PatternHint] = []
     for i, item in enumerate(unsupported.get("patterns", [])):
         where = f"[[unsupported.patterns]] #{i + 1}"
         if not isinstance(item, dict):
             raise _fail(path, f"{where} must be a table with pattern and hint")
-        _check_keys(path, where, item, {"pattern", "hint"}, {"pattern", "hint"})
+        check_keys(item, {"pattern", "hint"}, f"{path}: {where}", required={"pattern", "hint"})
         pats.append(PatternHint(_regex(path, where, item["pattern"]), str(item["hint"])))
     names = _str_table(path, unsupported.get("names", {}), "unsupported.names")
     for k in names:
@@ -165,7 +158,7 @@ def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
     warp = data.get("warp32", {})
     if not isinstance(warp, dict):
         raise _fail(path, "[warp32] must be a table")
-    _check_keys(path, "[warp32]", warp, {"file_pattern", "file_words", "rules"})
+    check_keys(warp, {"file_pattern", "file_words", "rules"}, f"{path}: [warp32]")
     file_pattern = _regex(path, "[warp32] file_pattern", warp["file_pattern"]) if "file_pattern" in warp else None
     file_words = warp.get("file_words", [])
     if not isinstance(file_words, list) or not all(isinstance(w, str) and w for w in file_words):
@@ -175,7 +168,7 @@ def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
         where = f"[[warp32.rules]] #{i + 1}"
         if not isinstance(item, dict):
             raise _fail(path, f"{where} must be a table with id, pattern and message")
-        _check_keys(path, where, item, {"id", "pattern", "message", "context"}, {"id", "pattern", "message"})
+        check_keys(item, {"id", "pattern", "message", "context"}, f"{path}: {where}", required={"id", "pattern", "message"})
         context = _regex(path, where, item["context"]) if "context" in item else None
         rules.append(WarpRule(str(item["id"]), _regex(path, where, item["pattern"]), str(item["message"]), context))
 
@@ -187,7 +180,7 @@ def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
         where = f"[[verdicts]] #{i + 1}"
         if not isinstance(item, dict):
             raise _fail(path, f"{where} must be a table with id, match and verdict")
-        _check_keys(path, where, item, {"id", "match", "verdict"}, {"id", "match", "verdict"})
+        check_keys(item, {"id", "match", "verdict"}, f"{path}: {where}", required={"id", "match", "verdict"})
         verdicts.append(Verdict(str(item["id"]), _regex(path, where, item["match"]), str(item["verdict"])))
 
     return ExtraMap(identifiers=tuple(identifiers.items()), calls=tuple(calls.items()),
@@ -200,15 +193,15 @@ def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
 def load_map(path: str | Path) -> ExtraMap:
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"mapping file not found: {path}", hint="pass an existing TOML file to --map") from None
     except IsADirectoryError:
         raise ConfigError(f"mapping file is a directory: {path}", hint="pass a TOML file to --map") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"mapping file {path} is not valid TOML: {exc}", hint="fix the TOML syntax") from None
-    return parse_map(data, path)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"mapping file {path}: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          hint="a mapping file is a UTF-8 TOML file") from None
+    return parse_map(parse_toml(text, f"mapping file {path}"), path)
 
 
 def builtin_map() -> ExtraMap:

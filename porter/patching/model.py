@@ -21,7 +21,6 @@ import dataclasses
 import hashlib
 import json
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -33,6 +32,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from porter.errors import ConfigError, shown
 from porter.fs import read_user_text
+from porter.userdata import check_keys, parse_toml
 
 Action = Literal["replace", "insert_before", "insert_after", "delete"]
 ACTIONS: tuple[str, ...] = ("replace", "insert_before", "insert_after", "delete")
@@ -163,16 +163,6 @@ class PatchSet:
 # --------------------------------------------------------------------------------------------
 # loading
 
-def _parse(text: str, where: str) -> dict[str, Any]:
-    try:
-        return tomllib.loads(text)
-    except ValueError as exc:  # tomllib.TOMLDecodeError, or a number past Python's int-from-string limit
-        raise ConfigError(f"{where}: invalid TOML: {exc}", hint="fix the file's syntax") from None
-    except RecursionError:
-        raise ConfigError(f"{where}: invalid TOML: arrays or inline tables nested too deeply",
-                          hint="fix the file's syntax") from None
-
-
 _INT64 = range(-(2 ** 63), 2 ** 63)
 """TOML's integers are 64-bit; tomllib reads wider ones (a 0x... of any length): refused where a number is read."""
 
@@ -199,13 +189,6 @@ def _regex(rx: str, where: str, what: str, flags: int = 0) -> None:
             "a repeat count is too large" if isinstance(exc, OverflowError) else "nested too deeply")
         raise ConfigError(f"{where}: invalid regex{f' in {what}' if what else ''}: {detail}",
                           hint="a Python regular expression (re module syntax)") from None
-
-
-def _keys(data: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}",
-                          hint=f"allowed keys: {', '.join(sorted(allowed))}")
 
 
 def _spec(value: str, where: str) -> str:
@@ -239,7 +222,7 @@ def check_relpath(path: str, where: str) -> str:
 
 
 def _edit(data: Mapping[str, Any], where: str) -> Edit:
-    _keys(data, {"action", "anchor", "regex", "count", "text", "applied_if"}, where)
+    check_keys(data, {"action", "anchor", "regex", "count", "text", "applied_if"}, where)
     action = _str(data, "action", where)
     if action not in ACTIONS:
         raise ConfigError(f"{where}: unknown action {action!r}", hint=f"one of: {', '.join(ACTIONS)}")
@@ -271,7 +254,7 @@ def _need(raw: Any, where: str) -> Need:
         raw = {"regex": raw}
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: must be a regex string or a table {{ regex = '...', files = [...] }}")
-    _keys(raw, {"regex", "files"}, where)
+    check_keys(raw, {"regex", "files"}, where)
     rx = _str(raw, "regex", where)
     if not rx.strip():
         raise ConfigError(f"{where}: empty regex", hint="match a short distinctive line that shows the problem")
@@ -283,7 +266,7 @@ def _need(raw: Any, where: str) -> Need:
 
 
 def _patch(data: Mapping[str, Any], where: str, base: Traversable | Path | None) -> Patch:
-    _keys(data, {"id", "why", "files", "edit", "diff", "strip", "versions", "needed_if"}, where)
+    check_keys(data, {"id", "why", "files", "edit", "diff", "strip", "versions", "needed_if"}, where)
     pid = _str(data, "id", where)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", pid):
         raise ConfigError(f"{where}: patch id {pid!r} must be letters, digits, '.', '_' or '-'")
@@ -333,17 +316,17 @@ def _read_diff(base: Traversable | Path, name: str, where: str) -> str:
 
 def parse_set(text: str, *, project: str, name: str, where: str, base: Traversable | Path | None,
               version_from: tuple[VersionSource, ...] = (), origin: str = "shipped") -> PatchSet:
-    data = _parse(text, where)
-    _keys(data, {"set", "patch"}, where)
+    data = parse_toml(text, where)
+    check_keys(data, {"set", "patch"}, where)
     head = data.get("set", {})
     if not isinstance(head, dict):
         raise ConfigError(f"{where}: [set] must be a table", hint="write the set's head as a [set] table")
-    _keys(head, {"description", "versions", "verified", "project", "name", "version_from"}, f"{where} [set]")
+    check_keys(head, {"description", "versions", "verified", "project", "name", "version_from"}, f"{where} [set]")
     project = _str(head, "project", where, project)
     name = _str(head, "name", where, name)
     verified: list[Verified] = []
     for i, v in enumerate(_tables(head.get("verified", []), where, "verified")):
-        _keys(v, {"ref", "commit", "date", "note"}, f"{where} verified {i + 1}")
+        check_keys(v, {"ref", "commit", "date", "note"}, f"{where} verified {i + 1}")
         verified.append(Verified(ref=_str(v, "ref", where), commit=_str(v, "commit", where, ""),
                                  date=_str(v, "date", where, ""), note=_str(v, "note", where, "")))
     if "version_from" in head:
@@ -368,7 +351,7 @@ def _version_sources(raw: Any, where: str) -> tuple[VersionSource, ...]:
         raise ConfigError(f"{where}: version_from must be a list of {{file, regex}} tables")
     out = []
     for i, v in enumerate(_tables(raw, where, "version_from")):
-        _keys(v, {"file", "regex"}, f"{where} version_from {i + 1}")
+        check_keys(v, {"file", "regex"}, f"{where} version_from {i + 1}")
         rx = _str(v, "regex", where)
         _regex(rx, where, "version_from", 0)
         out.append(VersionSource(file=check_relpath(_str(v, "file", where), where), regex=rx))
@@ -413,10 +396,10 @@ def load_project(name: str) -> Project:
                           hint=(f"did you mean {', '.join(close)}? " if close else "")
                           + f"known projects: {', '.join(project_names()) or '(none)'}")
     where = f"patches/{name}/manifest.toml"
-    data = _parse(manifest.read_text(encoding="utf-8"), where)
-    _keys(data, {"project"}, where)
+    data = parse_toml(manifest.read_text(encoding="utf-8"), where)
+    check_keys(data, {"project"}, where)
     head = data.get("project", {})
-    _keys(head, {"description", "upstream", "version_from", "sets", "build"}, f"{where} [project]")
+    check_keys(head, {"description", "upstream", "version_from", "sets", "build"}, f"{where} [project]")
     sets = head.get("sets", [])
     if not isinstance(sets, list) or not all(isinstance(s, str) for s in sets):
         raise ConfigError(f"{where}: sets must be a list of set names")

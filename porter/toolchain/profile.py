@@ -11,7 +11,6 @@ import dataclasses
 import difflib
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from porter.errors import ConfigError
 from porter.fs import read_user_text
 from porter.toolchain.archs import Target, parse_target, wavefront_of
+from porter.userdata import check_keys, parse_toml
 
 if TYPE_CHECKING:
     from porter.executor import Executor
@@ -189,24 +189,9 @@ def _read_text(path: Path, where: str) -> str:
 
 
 def _parse_toml(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = tomllib.loads(text)
-    except ValueError as exc:  # tomllib.TOMLDecodeError, or a number past Python's int-from-string limit
-        raise ConfigError(f"{where}: invalid TOML: {exc}", hint="fix the file's syntax") from None
-    except RecursionError:
-        raise ConfigError(f"{where}: invalid TOML: arrays or inline tables nested too deeply",
-                          hint="fix the file's syntax") from None
-    _check_keys(data, where, extra={"extends"})
+    data = parse_toml(text, where)
+    check_keys(data, {*FIELDS, "extends"}, where)
     return data
-
-
-def _check_keys(data: Mapping[str, Any], where: str, extra: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-    known = set(FIELDS) | extra
-    for key in data:
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            raise ConfigError(f"{where}: unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
-                              hint=f"known keys: {', '.join(sorted(known))}")
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -289,7 +274,7 @@ def load_toolchain(ref: str | os.PathLike[str] | None = None, *, overrides: Mapp
         layers.append((f"preset {ref}", data))
     layers.append(("PORTER_* environment", _from_env(environ)))
     if overrides:
-        _check_keys(overrides, "command line")
+        check_keys(overrides, FIELDS, "command line")
         layers.append(("command line", {k: v for k, v in overrides.items() if v not in (None, (), [])}))
     merged: dict[str, Any] = {}
     for where, layer in layers:

@@ -93,7 +93,7 @@ def test_user_map_adds_and_overrides(tmp_path: Path) -> None:
     ('[[unsupported.patterns]]\npattern = "cuda("\nhint = "h"\n', "bad regex"),
     ('[[unsupported.patterns]]\npattern = "x"\n', "missing key 'hint'"),
     ('[[warp32.rules]]\nid = "r"\npattern = "x"\nmessage = "m"\nextra = 1\n', "unknown key 'extra'"),
-    ('[identifiers\n', "not valid TOML"),
+    ('[identifiers\n', "invalid TOML"),
 ])
 def test_bad_map_files_name_the_problem(tmp_path: Path, body: str, words: str) -> None:
     f = tmp_path / "bad.toml"

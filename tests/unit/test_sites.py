@@ -71,7 +71,7 @@ def test_a_site_file(tmp_path: Path) -> None:
 def test_bad_toml(tmp_path: Path, extra: str, words: str) -> None:
     p = tmp_path / "bad.toml"
     p.write_text(MINIMAL + extra)
-    with pytest.raises(ConfigError, match="not valid TOML"):
+    with pytest.raises(ConfigError, match="invalid TOML"):
         load_site(p)
 
 

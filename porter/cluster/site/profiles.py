@@ -13,7 +13,6 @@ import dataclasses
 import difflib
 import math
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -23,6 +22,7 @@ from typing import Any
 from porter.errors import ConfigError, shown
 from porter.fs import read_user_text
 from porter.toolchain.archs import parse_target
+from porter.userdata import check_keys, parse_toml
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,16 +186,10 @@ _TABLES: dict[str, type[Any]] = {"node": NodeLayout, "runtime": Runtime, "schedu
 
 
 def _parse(text: str, *, name: str, where: str, file: str) -> Site:
-    try:
-        data = tomllib.loads(text)
-    except ValueError as exc:  # tomllib.TOMLDecodeError, or a number past Python's int-from-string limit
-        raise ConfigError(f"{where}: not valid TOML: {exc}", hint="fix the file's syntax") from None
-    except RecursionError:
-        raise ConfigError(f"{where}: not valid TOML: arrays or inline tables nested too deeply",
-                          hint="fix the file's syntax") from None
+    data = parse_toml(text, where)
     data.setdefault("name", name)
     top = {f.name for f in dataclasses.fields(Site)} - {"file"}
-    _check_keys(data, top, where, "")
+    check_keys(data, top, where)
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key in _TABLES:
@@ -215,18 +209,9 @@ def _parse(text: str, *, name: str, where: str, file: str) -> Site:
     return site
 
 
-def _check_keys(data: Mapping[str, Any], known: set[str], where: str, table: str) -> None:
-    for key in data:
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            place = f" in [{table}]" if table else ""
-            raise ConfigError(f"{where}: unknown key {key!r}{place}" + (f" (did you mean {close[0]!r}?)" if close else ""),
-                              hint=f"known keys{place}: {', '.join(sorted(known))}")
-
-
 def _table(cls: type[Any], data: Mapping[str, Any], where: str, table: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    _check_keys(data, set(fields), where, table)
+    check_keys(data, set(fields), where, table=table)
     values: dict[str, Any] = {}
     for key, value in data.items():
         kind = str(fields[key].type)

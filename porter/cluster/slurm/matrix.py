@@ -28,11 +28,9 @@ written or submitted.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import sys
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +42,7 @@ from porter.artifacts import labels
 from porter.cluster.slurm.sbatch import SlurmSettings
 from porter.errors import ConfigError, shown
 from porter.toolchain.profile import Toolchain, load_toolchain
+from porter.userdata import check_keys, parse_toml
 
 TOP_KEYS = ("name", "dir", "wheelhouse", "toolchains", "python", "jobs", "component", "slurm")
 ENTRY_KEYS = ("name", "versions", "sources", "toolchains", "ops", "args", "tag")
@@ -139,14 +138,6 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def _check_keys(data: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
-    for key in data:
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            raise ConfigError(f"{where}: unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
-                              hint=f"known keys: {', '.join(known)}")
-
-
 def _is_file_ref(ref: str) -> bool:
     return ref.endswith(".toml") or "/" in ref
 
@@ -169,7 +160,7 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
     try:
         if file.exists() and not file.is_file():  # a folder, or a device such as /dev/zero (read forever)
             raise ConfigError(f"{where}: not a file", hint="pass the path of a matrix TOML file")
-        data = tomllib.loads(file.read_bytes().decode("utf-8"))
+        text = file.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"matrix file not found: {path}", hint="pass the path of a matrix TOML file") from None
     except UnicodeDecodeError as exc:
@@ -178,12 +169,8 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
     except OSError as exc:  # a folder, no permission, a name too long
         raise ConfigError(f"{where}: cannot read the matrix file: {exc.strerror or exc}",
                           hint="pass the path of a readable matrix TOML file") from None
-    except ValueError as exc:  # tomllib.TOMLDecodeError, or a number past Python's int-from-string limit
-        raise ConfigError(f"{where}: invalid TOML: {exc}", hint="fix the file's syntax") from None
-    except RecursionError:
-        raise ConfigError(f"{where}: invalid TOML: arrays or inline tables nested too deeply",
-                          hint="fix the file's syntax") from None
-    _check_keys(data, TOP_KEYS, where)
+    data = parse_toml(text, where)
+    check_keys(data, TOP_KEYS, where)
     base = file.parent
 
     def here(p: str) -> Path:
@@ -230,7 +217,7 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
     problems: list[str] = []
     for n, entry in enumerate(entries, start=1):
         ewhere = f"{where}: [[component]] #{n}"
-        _check_keys(entry, ENTRY_KEYS, ewhere)
+        check_keys(entry, ENTRY_KEYS, ewhere)
         comp = entry.get("name")
         if not isinstance(comp, str) or not comp:
             raise ConfigError(f"{ewhere}: 'name' (the component) is required")

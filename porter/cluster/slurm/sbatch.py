@@ -10,7 +10,6 @@ Slurm's accounting: results are files the jobs write on the shared filesystem (:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -21,6 +20,7 @@ from typing import Any
 from porter.errors import CommandFailed, ConfigError, PorterError, ToolError, shown
 from porter.log import Logger, quiet_logger
 from porter.run import Runner, which
+from porter.userdata import check_keys
 
 _TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$")     # minutes, m:s, h:m:s, d-h, d-h:m, d-h:m:s
 _MEM = re.compile(r"^\d+[KMGT]?$")
@@ -84,12 +84,7 @@ class SlurmSettings:
     @classmethod
     def from_table(cls, data: Mapping[str, Any], where: str) -> SlurmSettings:
         known = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                raise ConfigError(f"{where}: unknown key {key!r} in [slurm]"
-                                  + (f" (did you mean {close[0]!r}?)" if close else ""),
-                                  hint=f"known keys: {', '.join(sorted(known))}")
+        check_keys(data, known, where, table="slurm")
         values = dict(data)
         if "sbatch_args" in values:
             args = values["sbatch_args"]
