@@ -85,7 +85,7 @@ def test_user_map_adds_and_overrides(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("body, words", [
-    ('[identifers]\na = "b"\n', "unknown key 'identifers'"),
+    ('[identifers]\na = "b"\n', "unknown key 'identifers' \\(did you mean 'identifiers'\\?\\)"),
     ('[identifiers]\n"not an ident" = "b"\n', "is not a C identifier"),
     ('[identifiers]\na = 1\n', "value must be a string"),
     ('[calls]\nf = "g({x})"\n', "brace"),
@@ -102,6 +102,14 @@ def test_bad_map_files_name_the_problem(tmp_path: Path, body: str, words: str) -
         load_map(f)
     assert str(f) in info.value.message
     assert info.value.hint
+
+
+def test_a_map_file_that_is_not_utf8_is_an_error(tmp_path: Path) -> None:
+    f = tmp_path / "latin1.toml"
+    f.write_bytes('[identifiers]\ncaf\xe9 = "b"\n'.encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8 text") as info:
+        load_map(f)
+    assert str(f) in info.value.message and info.value.hint
 
 
 def test_missing_map_file(tmp_path: Path) -> None:
