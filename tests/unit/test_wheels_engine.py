@@ -48,9 +48,12 @@ CPU_TORCH = {"version": "2.13.0+cpu", "hip": None, "cuda": None}
 ROCM_TORCH = {"version": "2.5.1+rocm6.2", "hip": "6.2.41133", "cuda": None}
 
 
+HOUSE = tempfile.TemporaryDirectory(prefix="porter-test-house-")
+"""The requests' wheelhouse (they are refused or dry runs: nothing is written); removed when the tests end."""
+
+
 def req(source: Path, tc: str, **kw: Any) -> WheelRequest:
-    return WheelRequest(source=source, toolchain=load_toolchain(tc), output=Path(tempfile.mkdtemp()) / "house",
-                        **kw)
+    return WheelRequest(source=source, toolchain=load_toolchain(tc), output=Path(HOUSE.name) / "house", **kw)
 
 
 # -- torch of the wrong kind -------------------------------------------------------------------
