@@ -121,8 +121,6 @@ def _regex(path: Path, where: str, pattern: Any) -> str:
     return pattern
 
 
-
-
 def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
     check_keys(data, _TABLES, f"{path}: top level")
     identifiers = _str_table(path, data.get("identifiers", {}), "identifiers")

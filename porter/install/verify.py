@@ -38,7 +38,6 @@ from typing import Any
 
 from porter.codeobjects import read_code_objects
 from porter.errors import ConfigError, ToolError
-from porter.fs import owned_temp
 from porter.probe import run_probe
 from porter import components
 from porter.install.env import InstalledDist, Node, TargetEnv
@@ -46,7 +45,7 @@ from porter.install.records import RecordFile, carried_manifest, read_records
 from porter.install.wheelhouse import runtime_mismatches, same_version
 from porter.artifacts.manifest import Manifest
 from porter.artifacts.wheelfile import module_name
-from porter.fs import sha256_file
+from porter.fs import owned_temp, sha256_file
 from porter.run import Runner, make_env
 
 TRAPPED = ("cc", "c++", "gcc", "g++", "clang", "clang++", "amdclang", "amdclang++", "hipcc", "hipcc.pl",
