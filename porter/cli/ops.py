@@ -187,7 +187,7 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
     if as_json:
         emit_json(result.to_dict())
     elif req.dry_run:
-        show_plan(f"{len(result.plan.outputs)} op(s), toolchain {tc.name}, {result.jobs} job(s)", result.plan,
+        show_plan(f"{len(result.plan.objects)} op(s), toolchain {tc.name}, {result.jobs} job(s)", result.plan,
                   result.refusal)
     elif result.shard:
         click.echo(f"shard {result.shard['index']}/{result.shard['count']}: "

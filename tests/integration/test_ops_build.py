@@ -228,6 +228,11 @@ def test_rocm_profile_with_cpu_torch_plans_but_refuses_to_build(deepspeed_sdist:
     assert len(hipcc_lines) == 2  # compile the hipified .hip, then link
     assert "--offload-arch=gfx90a" in hipcc_lines[0] and "-DROCM_WAVEFRONT_SIZE=64" in hipcc_lines[0]
     assert "multi_tensor_adam.hip" in hipcc_lines[0]  # torch's hipify really ran on a copy
+    assert "# plan: 1 op(s), toolchain frontier" in plan.stdout
+    only = run_porter("ops", "build", "--source", str(deepspeed_sdist), "-t", "frontier", "--ops", "fused_adam",
+                      "--compile-only", "--dry-run")
+    assert only.returncode == 0, only.stderr[-3000:]
+    assert "# plan: 1 op(s), toolchain frontier" in only.stdout  # counted 0: a compile-only plan links nothing
     real = run_porter("ops", "build", "--source", str(deepspeed_sdist), "-t", "frontier", "--ops", "fused_adam",
                       "-o", str(tmp_path))
     assert real.returncode == 2 and "ROCm build of torch" in real.stderr
