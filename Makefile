@@ -126,7 +126,7 @@ image-base:
 # so /proc is mounted on every run (a reboot unmounts it), also when the chroot already exists.
 ROCM7_APT      := apt-get -o Acquire::Check-Valid-Until=false
 ROCM7_PACKAGES ?= hipcc libamdhip64-dev rocm-device-libs-21 g++ make librccl-dev libfabric-dev libhwloc-dev autoconf automake libtool libhipblaslt-dev librocblas-dev libhipsparse-dev libhipsolver-dev libhiprand-dev ccache \
-                  libhipblas-dev librocthrust-dev libhipcub-dev rocminfo libmiopen-dev apptainer squashfs-tools
+                  libhipblas-dev librocthrust-dev libhipcub-dev rocminfo libmiopen-dev apptainer squashfs-tools libaio-dev
 
 # sid_root ROOT,PACKAGES: debootstrap Debian sid at ROOT (unless there), mount its /proc, and install PACKAGES from
 # experimental.
