@@ -33,6 +33,9 @@ class OpSpec:
     extra_ldflags: tuple[str, ...] = ()
     libraries: tuple[str, ...] = ()
     bf16: bool = False
+    loads: tuple[str, ...] = ()
+    """Ops its builder's ``load()`` loads first at run time (DeepSpeed 0.19.8: async_io and gds load pin_memory), so
+    a build that has it must have them too, or the node compiles them (DeepSpeed's setup.py adds pin_memory)."""
 
     @property
     def leaf(self) -> str:
@@ -61,7 +64,7 @@ class Catalogue:
                 raise ConfigError(f"no op of {self.source.project} {self.source.version} can be built with this "
                                   "toolchain",
                                   hint="run 'porter ops list' to see why each op is left out")
-            return chosen
+            return self.with_loaded(chosen)
         if not names:
             raise ConfigError("no ops selected", hint="pass --ops a,b or --all-compatible")
         chosen = []
@@ -76,7 +79,22 @@ class Catalogue:
                 raise ConfigError(f"op {name} cannot be built with this toolchain: {op.reason}",
                                   hint="pick another toolchain profile, or leave the op out")
             chosen.append(op)
-        return chosen
+        return self.with_loaded(chosen)
+
+    def with_loaded(self, chosen: list[OpSpec]) -> list[OpSpec]:
+        """``chosen`` and, after them, every op one of them loads first at run time (:attr:`OpSpec.loads`)."""
+        ops, out, seen = self.by_name(), list(chosen), {o.name for o in chosen}
+        for op in out:  # grows while it runs: what an added op loads is added too
+            for dep in op.loads:
+                if dep in seen or dep not in ops:
+                    continue
+                if not ops[dep].compatible:
+                    raise ConfigError(f"op {op.name} loads {dep} at run time, and {dep} cannot be built with this "
+                                      f"toolchain: {ops[dep].reason}",
+                                      hint=f"leave {op.name} out, or pick a profile that builds {dep}")
+                seen.add(dep)
+                out.append(ops[dep])
+        return out
 
 
 def source_tops(ops: Sequence[OpSpec]) -> list[str]:

@@ -59,7 +59,8 @@ def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
     src = resolve_source(DEEPSPEED, req.source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
     cat = read_catalogue(src, tc, python=py, runner=runner, executor=py_ex)
     rows: list[dict[str, Any]] = [{"name": o.name, "compatible": o.compatible, "reason": o.reason, "device": o.device,
-             "module": o.module, "build_var": o.build_var, "sources": list(o.sources)} for o in cat.ops]
+             "module": o.module, "build_var": o.build_var, "sources": list(o.sources),
+             "loads": list(o.loads)} for o in cat.ops]
     if as_json:
         emit_json({"source": {"project": src.project, "version": src.version, "tree": str(src.tree)},
                    "toolchain": tc.name, "torch": cat.torch.version, "accelerator": cat.accelerator, "ops": rows})
@@ -69,6 +70,7 @@ def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
     for r in rows:
         mark = "yes" if r["compatible"] else "no "
         click.echo(f"  {r['name']:<26} {mark} {len(r['sources']):>3} sources"
+                   + (f"  (loads {', '.join(r['loads'])} first)" if r["loads"] else "")
                    + (f"  ({r['reason'][:110]})" if r["reason"] else ""))
 
 

@@ -11,8 +11,10 @@ argv: TREE KIND [ROCM_MAJOR.MINOR ARCHS WAVEFRONT]; ROCM_HOME in the environment
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import os
+import re
 import sys
 import traceback
 from typing import Any
@@ -21,6 +23,19 @@ from porter.probes.protocol import emit  # porter: concatenated
 from porter.probes.torch_facts import torch_info  # porter: concatenated
 
 PARTS = ("torch_facts",)
+
+
+def _loads_first(cls: type, op_of: dict[str, str], name: str) -> list[str]:
+    """The other ops an op's own ``load()`` loads before itself (0.19.8: async_io and gds load pin_memory, whose
+    .so holds the pinned-tensor manager they resolve): the builder classes its override names."""
+    for klass in cls.__mro__:
+        if "load" in vars(klass) and klass.__module__.rpartition(".")[2] != "builder":  # an op's own, not the base's
+            try:
+                text = inspect.getsource(vars(klass)["load"])
+            except (OSError, TypeError):
+                return []
+            return sorted({op_of[c] for c in re.findall(r"\b(\w+Builder)\b", text) if op_of.get(c, name) != name})
+    return []
 
 
 def main() -> None:
@@ -72,6 +87,7 @@ def main() -> None:
 
             OpBuilder.has_function = recording
         out["feature_probes"] = probes
+        op_of = {type(b).__name__: name for name, b in ALL_OPS.items()}
         for name, b in sorted(ALL_OPS.items()):
             entry: dict[str, Any] = {"name": name, "class": type(b).__name__,
                                      "build_var": getattr(b, "BUILD_VAR", ""), "device": isinstance(b, CUDAOpBuilder)}
@@ -97,6 +113,7 @@ def main() -> None:
                     entry[field] = []
                     entry.setdefault("probe_errors", []).append(f"{field}: {exc}")
             entry["bf16"] = bool(getattr(b, "enable_bf16", False))
+            entry["loads"] = _loads_first(type(b), op_of, name)
             out["ops"].append(entry)
     emit(out)
 

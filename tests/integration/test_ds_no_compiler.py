@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from porter.install.verify import classify_call, trap_compilers, trapped_env
-from tests.conftest import fetch_sdist
+from tests.conftest import fetch_sdist, require
 from tests.integration.conftest import run_porter
 
 pytestmark = pytest.mark.slow
@@ -73,8 +73,9 @@ def install(wheelhouse: Path, py: Path) -> Path:
     return wheel
 
 
-def on_the_node(py: Path, work: Path, **extra: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """Run NODE with verify's trap compilers; return the run and the trapped calls."""
+def on_the_node(py: Path, work: Path, script: str = NODE, **extra: str) -> tuple[subprocess.CompletedProcess[str],
+                                                                                list[str]]:
+    """Run ``script`` with verify's trap compilers; return the run and the trapped calls."""
     work.mkdir()
     bin_dir, log = trap_compilers(work)
     ext = work / "torch_extensions"
@@ -82,7 +83,7 @@ def on_the_node(py: Path, work: Path, **extra: str) -> tuple[subprocess.Complete
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PORTER_", "DS_", "TORCH_"))}
     env.update({k: v for k, v in trapped_env(bin_dir, ext).items() if v is not None})
     env.update({"DS_ACCELERATOR": "cpu", "HOME": str(work), **extra})
-    res = subprocess.run([str(py), "-c", NODE], capture_output=True, text=True, env=env, cwd=work, timeout=600)
+    res = subprocess.run([str(py), "-c", script], capture_output=True, text=True, env=env, cwd=work, timeout=600)
     return res, [c for c in log.read_text().splitlines() if c.strip()]
 
 
@@ -120,3 +121,31 @@ def test_deepspeed_0188_wheel_starts_no_compiler(node_python: Path, tmp_path: Pa
                      "-o", str(wheelhouse), env=ccache_remote)
     assert res.returncode == 0, res.stderr[-4000:]
     check_no_compiler(wheelhouse, node_python, tmp_path, "0.18.8")
+
+
+AIO_NODE = r"""
+import os
+from deepspeed.accelerator import get_accelerator
+get_accelerator().create_op_builder("AsyncIOBuilder").load()   # 0.19.8: loads pin_memory first, then itself
+assert not os.listdir(os.environ["TORCH_EXTENSIONS_DIR"]), "something was JIT-built"
+print("AIO-OK")
+"""
+
+
+def test_deepspeed_0198_async_io_alone_brings_pin_memory(deepspeed_sdist: Path, node_python: Path, tmp_path: Path,
+                                                         ccache_remote: dict[str, str]) -> None:
+    """``--ops async_io``: 0.19.8's async_io loads pin_memory first (the pinned-tensor manager is in pin_memory's .so),
+    so porter builds pin_memory with it, as DeepSpeed's setup.py does; before, the node compiled pin_memory at the
+    first load. Loaded here with the trap compilers, nothing of porter's set: zero calls."""
+    require("libaio's headers (DeepSpeed's async_io)", Path("/usr/include/libaio.h").exists(),
+            "apt-get install libaio-dev")
+    wheelhouse = tmp_path / "wh"
+    res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "--toolchain", "cpu", "--ops", "async_io",
+                     "-o", str(wheelhouse), "--json", env=ccache_remote)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert [o["name"] for o in json.loads(res.stdout)["ops"]] == ["async_io", "pin_memory"]
+    assert "also building pin_memory: async_io loads it at run time" in res.stderr
+    install(wheelhouse, node_python)
+    run, calls = on_the_node(node_python, tmp_path / "node", AIO_NODE)
+    assert "AIO-OK" in run.stdout, run.stdout[-2000:] + run.stderr[-4000:]
+    assert calls == [], f"compiler calls at load: {calls}"

@@ -65,6 +65,26 @@ def test_select_unknown_incompatible_and_all_compatible() -> None:
         cat.select(None, False)
 
 
+def test_an_op_brings_the_ops_its_load_loads_first() -> None:
+    """DeepSpeed 0.19.8: async_io's load() loads pin_memory (whose .so holds the pinned-tensor manager) first; a
+    wheel with async_io and without pin_memory compiles pin_memory on the node."""
+    from dataclasses import replace
+
+    pin = replace(CPU_ADAM, name="pin_memory", builder="PinMemoryBuilder", module="deepspeed.ops.pin_memory_op")
+    aio = replace(CPU_ADAM, name="async_io", builder="AsyncIOBuilder", module="deepspeed.ops.aio.async_io_op",
+                  loads=("pin_memory",))
+    gds = replace(aio, name="gds", builder="GDSBuilder", module="deepspeed.ops.gds.gds_op", loads=("async_io",))
+    cat = Catalogue(Source("deepspeed", "0.19.8", Path("/src/ds"), "test"), TORCH, "cuda", (CPU_ADAM, aio, pin, gds))
+    assert [o.name for o in cat.select(["cpu_adam", "async_io"], False)] == ["cpu_adam", "async_io", "pin_memory"]
+    assert [o.name for o in cat.select(["gds"], False)] == ["gds", "async_io", "pin_memory"]  # and what those load
+    assert [o.name for o in cat.select(["pin_memory", "async_io"], False)] == ["pin_memory", "async_io"]
+    assert [o.name for o in cat.select(None, True)] == ["cpu_adam", "async_io", "pin_memory", "gds"]
+    unbuildable = Catalogue(cat.source, TORCH, "cuda",
+                            (aio, replace(pin, compatible=False, reason="pin_memory says no")))
+    with pytest.raises(ConfigError, match="async_io loads pin_memory at run time, .* cannot be built .*says no"):
+        unbuildable.select(["async_io"], False)
+
+
 def test_rocm_plan_is_pinned(tmp_path: Path) -> None:
     tc = load_toolchain("frontier", environ={})
     hip = {"fused_adam": {"csrc/adam/fused_adam_frontend.cpp": str(tmp_path / "hip/csrc/adam/fused_adam_frontend.cpp"),

@@ -95,6 +95,10 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             source = patched.source if not dry_run else source
             cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose), executor=py_ex)
         selected = cat.select(ops, all_compatible)
+        for dep in (o for o in selected if not all_compatible and o.name not in (ops or ())):
+            users = [o.name for o in selected if dep.name in o.loads]
+            log.info(f"also building {dep.name}: {', '.join(users)} load{'s' if len(users) == 1 else ''} it at run "
+                     "time (a node would compile it otherwise)")
         refused = None if compile_only else refusal(need_for(tc.kind), cat.torch, python,
                                                     what=f"building DeepSpeed ops for {tc.name}")
         build_dir = cache / "ops" / f"{source.project}-{source.version}-{tc.name}-" \

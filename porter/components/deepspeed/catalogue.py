@@ -71,6 +71,7 @@ def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner
                           include_paths=tuple(e.get("include_paths") or ()), device=bool(e["device"]),
                           compatible=not reason, reason=reason, cxx_args=tuple(e["cxx_args"]),
                           nvcc_args=tuple(e["nvcc_args"]), extra_ldflags=tuple(e["extra_ldflags"]),
-                          libraries=tuple(e["libraries"]), bf16=bool(e.get("bf16"))))
+                          libraries=tuple(e["libraries"]), bf16=bool(e.get("bf16")),
+                          loads=tuple(e.get("loads") or ())))
     probes = tuple(sorted((str(k), bool(v)) for k, v in (doc.get("feature_probes") or {}).items()))
     return Catalogue(source, torch, doc.get("accelerator", accelerator_for(tc)), tuple(ops), probes)
