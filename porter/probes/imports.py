@@ -1,4 +1,4 @@
-"""Entry, run under verify's trapped environment: import each module, load DeepSpeed ops.
+"""Entry, run under verify's trapped environment: load DeepSpeed ops, import each module.
 
 argv[1]: JSON list of modules to import; argv[2]: JSON list of DeepSpeed ops to load through
 DeepSpeed's own op loader.
@@ -23,12 +23,9 @@ try:
     import torch  # noqa: F401
 except ImportError:
     pass
-for m in modules:
-    try:
-        importlib.import_module(m)
-        res[m] = None
-    except BaseException as exc:
-        res[m] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+# DeepSpeed's own loader first, as a DeepSpeed user's process does: an op may need another loaded before it (0.19.8:
+# async_io's module resolves pin_memory's symbols, which PinMemoryBuilder.load() makes global), so a bare import of
+# its module alone fails where DeepSpeed's load does not
 loader: dict[str, object] = {}
 if ds_ops:
     try:
@@ -46,4 +43,10 @@ if ds_ops:
                     loader[op] = None
             except BaseException as exc:
                 loader[op] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-600:]
+for m in modules:
+    try:
+        importlib.import_module(m)
+        res[m] = None
+    except BaseException as exc:
+        res[m] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
 emit({"modules": res, "loader": loader})

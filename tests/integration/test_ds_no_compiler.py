@@ -149,3 +149,9 @@ def test_deepspeed_0198_async_io_alone_brings_pin_memory(deepspeed_sdist: Path, 
     run, calls = on_the_node(node_python, tmp_path / "node", AIO_NODE)
     assert "AIO-OK" in run.stdout, run.stdout[-2000:] + run.stderr[-4000:]
     assert calls == [], f"compiler calls at load: {calls}"
+    # porter verify loads DeepSpeed's ops as DeepSpeed does, before importing modules: async_io_op alone does not
+    # import (pin_memory's symbols are not global yet), which failed verify on every --all-compatible 0.19.8 wheel
+    verify = run_porter("verify", "--python", str(node_python), "--json")
+    assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-2000:]
+    (ds,) = [c for c in json.loads(verify.stdout)["components"] if c["component"] == "deepspeed"]
+    assert ds["loader"] == {"async_io": None, "pin_memory": None}, ds
