@@ -3,7 +3,7 @@
 A ROCm build of a torch extension includes ``ATen/hip/HIPContext.h``, ``c10/hip/HIPGuard.h`` and
 friends, which only ROCm builds of torch ship, and torch's own ``torch/csrc/cuda/*.h`` (and c10d's) as a ROCm torch ships
 them (hipified in place). torch's own hipify, run in pytorch mode on a CPU/CUDA wheel's ``ATen/cuda``,
-``c10/cuda`` and ``torch/csrc/cuda`` headers, generates them the way ROCm torch's build does; the
+``ATen/native/cuda``, ``c10/cuda`` and ``torch/csrc/cuda`` headers, generates them the way ROCm torch's build does; the
 few headers ROCm torch's CMake writes are added here (:data:`EXTRA`, as small as possible). With
 that view first on the include path, a hipified extension *compiles* for gfx targets; it never
 *links*: there is no libtorch_hip here. The view is never used when the build python has a real
@@ -25,9 +25,9 @@ from porter.run import Runner, make_env
 from porter.torch_facts import TorchInfo
 
 DONE = ".porter-view"
-LAYOUT = 3
-"""What a view holds (2: ``torch/csrc/cuda`` hipified in place too; 3: and ``torch/csrc/distributed/c10d``); part
-of its folder's key."""
+LAYOUT = 4
+"""What a view holds (2: ``torch/csrc/cuda`` hipified in place too; 3: and ``torch/csrc/distributed/c10d``; 4: and
+``ATen/native/cuda`` as ``ATen/native/hip``); part of its folder's key."""
 
 # Headers ROCm torch's CMake generates (no CUDA counterpart to hipify): what they define here is
 # what a ROCm build of torch defines for an extension that includes them.
