@@ -10,7 +10,7 @@ import difflib
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from porter.errors import ConfigError
@@ -82,19 +82,31 @@ class Catalogue:
         return self.with_loaded(chosen)
 
     def with_loaded(self, chosen: list[OpSpec]) -> list[OpSpec]:
-        """``chosen`` and, after them, every op one of them loads first at run time (:attr:`OpSpec.loads`)."""
+        """``chosen`` and, after them, every op one of them loads first at run time (:attr:`OpSpec.loads`; an op
+        whose own load needs one that cannot be built is not compatible itself, see :func:`needing_unbuildable`)."""
         ops, out, seen = self.by_name(), list(chosen), {o.name for o in chosen}
         for op in out:  # grows while it runs: what an added op loads is added too
             for dep in op.loads:
-                if dep in seen or dep not in ops:
-                    continue
-                if not ops[dep].compatible:
-                    raise ConfigError(f"op {op.name} loads {dep} at run time, and {dep} cannot be built with this "
-                                      f"toolchain: {ops[dep].reason}",
-                                      hint=f"leave {op.name} out, or pick a profile that builds {dep}")
-                seen.add(dep)
-                out.append(ops[dep])
+                if dep not in seen and dep in ops:
+                    seen.add(dep)
+                    out.append(ops[dep])
         return out
+
+
+def needing_unbuildable(ops: Sequence[OpSpec]) -> tuple[OpSpec, ...]:
+    """``ops``, where an op that loads one this toolchain cannot build (directly or through another) is not
+    compatible either, with that as its reason: built alone, it would compile the other on the node."""
+    by = {o.name: o for o in ops}
+    changed = True
+    while changed:
+        changed = False
+        for o in list(by.values()):
+            bad = next((d for d in o.loads if d in by and not by[d].compatible), None)
+            if o.compatible and bad is not None:
+                by[o.name] = replace(o, compatible=False, reason=f"it loads {bad} at run time, which this toolchain "
+                                                                   f"cannot build ({by[bad].reason})")
+                changed = True
+    return tuple(by[o.name] for o in ops)
 
 
 def source_tops(ops: Sequence[OpSpec]) -> list[str]:

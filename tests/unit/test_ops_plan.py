@@ -9,7 +9,7 @@ import pytest
 from wheel.wheelfile import WheelFile
 
 from ops_prebuild.build import _failure_blocks
-from ops_prebuild.catalogue import Catalogue, OpSpec
+from ops_prebuild.catalogue import Catalogue, OpSpec, needing_unbuildable
 from ops_prebuild.plan import host_args, make_plan, simd_define
 from ops_prebuild.source import Source
 from porter.components.deepspeed.wheel import compose
@@ -79,10 +79,16 @@ def test_an_op_brings_the_ops_its_load_loads_first() -> None:
     assert [o.name for o in cat.select(["gds"], False)] == ["gds", "async_io", "pin_memory"]  # and what those load
     assert [o.name for o in cat.select(["pin_memory", "async_io"], False)] == ["pin_memory", "async_io"]
     assert [o.name for o in cat.select(None, True)] == ["cpu_adam", "async_io", "pin_memory", "gds"]
-    unbuildable = Catalogue(cat.source, TORCH, "cuda",
-                            (aio, replace(pin, compatible=False, reason="pin_memory says no")))
-    with pytest.raises(ConfigError, match="async_io loads pin_memory at run time, .* cannot be built .*says no"):
+    # an op that loads one the toolchain cannot build is not compatible either (through another op too)
+    ops = needing_unbuildable((gds, aio, replace(pin, compatible=False, reason="pin_memory says no"), CPU_ADAM))
+    assert [(o.name, o.compatible) for o in ops] == [("gds", False), ("async_io", False), ("pin_memory", False),
+                                                     ("cpu_adam", True)]
+    assert ops[1].reason == "it loads pin_memory at run time, which this toolchain cannot build (pin_memory says no)"
+    assert ops[0].reason.startswith("it loads async_io at run time")
+    unbuildable = Catalogue(cat.source, TORCH, "cuda", ops)
+    with pytest.raises(ConfigError, match="async_io cannot be built .*: it loads pin_memory"):
         unbuildable.select(["async_io"], False)
+    assert [o.name for o in unbuildable.select(None, True)] == ["cpu_adam"]
 
 
 def test_rocm_plan_is_pinned(tmp_path: Path) -> None:

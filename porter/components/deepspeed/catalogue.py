@@ -11,7 +11,7 @@ from porter.probe import run_probe
 from porter.run import Runner, make_env
 from porter.toolchain.profile import Toolchain
 from porter.torch_facts import TorchInfo
-from ops_prebuild.catalogue import Catalogue, OpSpec
+from ops_prebuild.catalogue import Catalogue, OpSpec, needing_unbuildable
 from ops_prebuild.source import Source
 
 # Catalogue entries that are not ops one can build (DeepSpeed's placeholder for unsupported names).
@@ -74,4 +74,4 @@ def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner
                           libraries=tuple(e["libraries"]), bf16=bool(e.get("bf16")),
                           loads=tuple(e.get("loads") or ())))
     probes = tuple(sorted((str(k), bool(v)) for k, v in (doc.get("feature_probes") or {}).items()))
-    return Catalogue(source, torch, doc.get("accelerator", accelerator_for(tc)), tuple(ops), probes)
+    return Catalogue(source, torch, doc.get("accelerator", accelerator_for(tc)), needing_unbuildable(ops), probes)
