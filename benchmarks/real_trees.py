@@ -703,14 +703,19 @@ committed).
    your tree pins: add `submodules = {"csrc/composable_kernel" = "ROCm/composable_kernel"}` to the target.
 3. `PORTER_GAUNTLET_MIRRORS=MIRRORS python benchmarks/real_trees.py --only 'mds-myfork-*'`
 
+What the machine needs: each toolchain's own set-up (`make chroot-rocm7` for `debian-rocm7`) and, for
+DeepSpeed's async_io, libaio's headers on the host that runs porter (Debian `libaio-dev`): async_io's
+`is_compatible()` asks the build python's C compiler for libaio, and without it the op is listed as excluded,
+with DeepSpeed's reason.
+
 `--dry-run` prints the commands, `--list` the targets and their last results, `--skip-done` /
 `--rerun-failed` resume a long run, `-j N` runs N targets at once (each compile gets porter's own `-j`).
 
 How long: on a 2-core machine a Megatron port row takes under a second and its compile-only row 2 to 6 minutes,
 a DeepSpeed compile-only row 8 to 21 minutes, an apex branch 35 to 60 minutes, and the FlashAttention CK
 covering sample (7 generated instances and the extension's 11 own sources, each for three archs) some CPU-hours:
-one d256 backward instance alone took over 40 CPU-minutes and had not finished (2026-11-26), and on 2026-11-27 it
-was still compiling its first arch, gfx90a, after 26 CPU-minutes. Since 2026-11-27 compile-only compiles each
+one d256 backward instance alone took over 40 CPU-minutes and had not finished (2026-11-26), and on 2026-11-27 its
+gfx90a and gfx942 parts each ran 61 minutes without finishing. Since 2026-11-27 compile-only compiles each
 arch of a kernel unit as a part of its own, so a run stopped inside a unit keeps the archs it finished and the
 rerun compiles the rest (before, the three archs were one compiler call and a stop kept nothing of the unit). The
 whole list is well over half a day. SIGTERM stops a run without recording the
