@@ -28,6 +28,7 @@ from porter.run import Runner
 from porter.toolchain.archs import HOST_ONLY
 from porter.toolchain.profile import Toolchain, toolchain_env
 from ops_prebuild.catalogue import Catalogue, OpSpec, source_tops
+from ops_prebuild.measure import SUFFIX as COST_SUFFIX
 from ops_prebuild.plan import CCACHE_STATS, Plan, Step, make_plan
 from ops_prebuild.source import mirror_tree
 
@@ -509,7 +510,7 @@ def compile_report(plan: Plan, results: list[OpResult], tc: Toolchain) -> list[d
         whole = True  # every step that is not one arch's device part compiled
         for source, steps in units.items():
             tu: dict[str, Any] = {"source": source, "object": steps[0].output}
-            costs = [json.loads(c.read_text()) for c in (Path(f"{st.output}.cost.json") for st in steps)
+            costs = [json.loads(c.read_text()) for c in (Path(f"{st.output}{COST_SUFFIX}") for st in steps)
                      if c.is_file()]
             if costs:
                 tu.update(seconds=round(sum(c["seconds"] for c in costs), 3),

@@ -24,6 +24,7 @@ from porter.ccache import CompilerCache
 from porter.toolchain.archs import BF16_AMD, DEVICE_ONLY, HOST_ONLY
 from porter.toolchain.profile import Toolchain
 from ops_prebuild.catalogue import Catalogue, OpSpec
+from ops_prebuild.measure import SUFFIX as COST_SUFFIX
 
 _SIMD_DEFINES = {"-D__AVX512__", "-D__AVX256__", "-D__SCALAR__", "-D__SVE__", "-D__NEON__"}
 _HOST_DETECTED = ("-march=", "-mcpu=native", "-mtune=native")
@@ -261,7 +262,7 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
                     shareable.append((len(plan.steps), argv))
                 if cache is not None:
                     argv = [*argv[:at], *cwd, *cache.prefix(), *argv[at:]]
-                wrapper = (*measure, f"{out}.cost.json", "--") if compile_only else ()
+                wrapper = (*measure, f"{out}{COST_SUFFIX}", "--") if compile_only else ()
                 plan.steps.append(Step(op.name, "compile", tuple(argv), str(out), (str(src),), str(out) + ".d",
                                        wrapper, arch=arch))
                 objs.append(str(out))
