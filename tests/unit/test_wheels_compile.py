@@ -392,6 +392,9 @@ def test_covering_samples_are_small_and_complete() -> None:
     assert len(cover) == 7 and len({ck_family(u) for u in cover}) == 7
     assert {ck_stratum(u).split("_")[-2] for u in cover} == {"d32", "d64", "d128", "d256"}
     assert cover == [u for u in units if u in cover]  # in the generator's order
+    # each family by its cheapest unit: the d256 bucket from a cheap family, never the hour-long d256 bwd unit
+    assert "fmha_bwd_d32_fp16_batch_a" in cover and not any(u.startswith("fmha_bwd_d256") for u in cover)
+    assert ck_cover(["fmha_bwd_d32_fp16_mask_dropout_x", "fmha_bwd_d32_fp16_x"], "cover") == ["fmha_bwd_d32_fp16_x"]
     pairs = ck_cover(units, "pairs")
     assert len(pairs) == 28 and all(sum(ck_family(u) == ck_family(p) for p in pairs) == 4 for u in pairs)
     assert ck_cover(units[:1], "pairs") == units[:1] and ck_cover([], "cover") == []

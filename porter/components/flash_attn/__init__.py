@@ -70,11 +70,25 @@ SAMPLE_MODES = ("cover", "pairs")
 head-dim bucket and every dtype appear at least once; ``pairs``, every family at every head-dim bucket and in
 every dtype the build generates for it."""
 
+# Families from the cheapest to compile to the dearest, as measured with ROCm 7.2's clang (per arch): a bwd
+# dot_do_o or convert_dq unit under a minute, an appendkv unit about two, a d256 bwd unit over an hour.
+_CHEAPEST_FIRST = ("fmha_bwd_dot_do_o", "fmha_bwd_convert_dq", "fmha_fwd_splitkv_combine", "fmha_fwd_appendkv",
+                   "fmha_fwd_splitkv", "fmha_fwd", "fmha_bwd")
+
+
+def ck_cost_rank(unit: str) -> tuple[int, int, int]:
+    """How dear a CK unit is to compile, for ordering only: its family (:data:`_CHEAPEST_FIRST`), then its head dim,
+    then the length of its name (each tile and feature the instance has is a token of it)."""
+    m = _STRATUM.match(unit)
+    fam = m.group(1) if m else ck_family(unit)
+    rank = _CHEAPEST_FIRST.index(fam) if fam in _CHEAPEST_FIRST else len(_CHEAPEST_FIRST)
+    return rank, int(m.group(2)) if m else 0, len(unit)
+
 
 def ck_cover(units: Sequence[str], mode: str) -> list[str]:
     """A covering sample of CK units (:data:`SAMPLE_MODES`), greedy: the unit that covers most of what is still
-    uncovered, the first in the given order on a tie, until everything the units hold is covered. Units without a
-    head dim and dtype in their name cover their family only."""
+    uncovered, the cheapest (:func:`ck_cost_rank`) and then the first in the given order on a tie, until everything
+    the units hold is covered. Units without a head dim and dtype in their name cover their family only."""
     def needs(unit: str) -> set[tuple[str, ...]]:
         m = _STRATUM.match(unit)
         if not m:
@@ -90,7 +104,7 @@ def ck_cover(units: Sequence[str], mode: str) -> list[str]:
     left = set().union(*covers.values()) if covers else set()
     chosen: list[str] = []
     while left:
-        best = max(units, key=lambda u: len(covers[u] & left))  # max keeps the first of equals
+        best = min(units, key=lambda u: (-len(covers[u] & left), ck_cost_rank(u)))  # min keeps the first of equals
         chosen.append(best)
         left -= covers[best]
     order = {u: i for i, u in enumerate(units)}
