@@ -713,12 +713,16 @@ with DeepSpeed's reason.
 
 How long: on a 2-core machine a Megatron port row takes under a second and its compile-only row 2 to 6 minutes,
 a DeepSpeed compile-only row 8 to 21 minutes, an apex branch 35 to 60 minutes, and the FlashAttention CK
-covering sample (7 generated instances and the extension's 11 own sources, each for three archs) some CPU-hours:
-one d256 backward instance alone took over 40 CPU-minutes and had not finished (2026-11-26), and on 2026-11-27 its
-gfx90a and gfx942 parts each ran 61 minutes without finishing. Since 2026-11-27 compile-only compiles each
-arch of a kernel unit as a part of its own, so a run stopped inside a unit keeps the archs it finished and the
-rerun compiles the rest (before, the three archs were one compiler call and a stop kept nothing of the unit). The
-whole list is well over half a day. SIGTERM stops a run without recording the
+covering sample (7 generated instances and the extension's 11 own sources, each for three archs) many CPU-hours,
+nearly all of it in the backward (`fmha_bwd_d*`) instances. With the `debian-rocm7` toolchain (Debian's clang 22),
+one backward instance's part for one arch runs over an hour: the d256 fp16 instance's gfx90a and gfx942 parts ran
+61 minutes each without finishing (2026-11-27), and so did the d32 bf16 instance's, after 70 minutes each
+(also 2026-11-27, once `--sample cover` began to take the cheapest instance of each family). perf shows that hour
+spent in LLVM's loop passes inside the inliner's pipeline (LoopRotate and LICM updating MemorySSA), before any
+code generation. The other families' parts take 1 to 2 minutes each. Compile-only compiles each arch of a kernel
+unit as a part of its own, so a run stopped inside a unit keeps the archs it finished and the rerun compiles the
+rest, but a part stopped before it finishes starts again from nothing. The whole list is well over half a day.
+SIGTERM stops a run without recording the
 stopped row, and `--skip-done` picks up where it stopped (finished objects stay in porter's cache).
 """
 
