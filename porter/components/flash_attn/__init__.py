@@ -70,8 +70,8 @@ SAMPLE_MODES = ("cover", "pairs")
 head-dim bucket and every dtype appear at least once; ``pairs``, every family at every head-dim bucket and in
 every dtype the build generates for it."""
 
-# Families from the cheapest to compile to the dearest, as measured with ROCm 7.2's clang (per arch): a bwd
-# dot_do_o or convert_dq unit under a minute, an appendkv unit about two, a d256 bwd unit over an hour.
+# Families from the cheapest to compile to the dearest, as measured with Debian's clang 22 (per arch): a bwd
+# dot_do_o or convert_dq unit under a minute and a half, an appendkv unit about two, a bwd unit over an hour.
 _CHEAPEST_FIRST = ("fmha_bwd_dot_do_o", "fmha_bwd_convert_dq", "fmha_fwd_splitkv_combine", "fmha_fwd_appendkv",
                    "fmha_fwd_splitkv", "fmha_fwd", "fmha_bwd")
 
@@ -79,8 +79,7 @@ _CHEAPEST_FIRST = ("fmha_bwd_dot_do_o", "fmha_bwd_convert_dq", "fmha_fwd_splitkv
 def ck_cost_rank(unit: str) -> tuple[int, int, int]:
     """How dear a CK unit is to compile, for ordering only: its family (:data:`_CHEAPEST_FIRST`), then its head dim,
     then the length of its name (each tile and feature the instance has is a token of it)."""
-    m = _STRATUM.match(unit)
-    fam = m.group(1) if m else ck_family(unit)
+    fam, m = ck_family(unit), _STRATUM.match(unit)
     rank = _CHEAPEST_FIRST.index(fam) if fam in _CHEAPEST_FIRST else len(_CHEAPEST_FIRST)
     return rank, int(m.group(2)) if m else 0, len(unit)
 
@@ -101,10 +100,11 @@ def ck_cover(units: Sequence[str], mode: str) -> list[str]:
     if mode not in SAMPLE_MODES:
         raise ConfigError(f"unknown sample mode {mode!r}", hint=f"a count, or one of {', '.join(SAMPLE_MODES)}")
     covers = {u: needs(u) for u in units}
+    cost = {u: ck_cost_rank(u) for u in units}
     left = set().union(*covers.values()) if covers else set()
     chosen: list[str] = []
     while left:
-        best = min(units, key=lambda u: (-len(covers[u] & left), ck_cost_rank(u)))  # min keeps the first of equals
+        best = min(units, key=lambda u: (-len(covers[u] & left), cost[u]))  # min keeps the first of equals
         chosen.append(best)
         left -= covers[best]
     order = {u: i for i, u in enumerate(units)}
