@@ -114,6 +114,7 @@ class FlashAttnOptions(WheelOptions):
     units: tuple[str, ...]
     sample: int | str | None
     instances: int | None
+    drop_flags: tuple[str, ...]
     shard: str | None
     report_only: bool
     shards: int | None
@@ -125,7 +126,8 @@ class FlashAttnOptions(WheelOptions):
     """The other Slurm settings (--partition, --account, ...)."""
 
     def project_fields(self) -> dict[str, Any]:
-        return {"backend": self.backend, "units": self.units, "sample": self.sample, "instances": self.instances}
+        return {"backend": self.backend, "units": self.units, "sample": self.sample, "instances": self.instances,
+                "drop_flags": self.drop_flags}
 
 
 def _run(log: Logger, name: str, req: WheelOptions, as_json: bool, *, shard: tuple[int, int] | None = None,
@@ -137,6 +139,9 @@ def _run(log: Logger, name: str, req: WheelOptions, as_json: bool, *, shard: tup
     if not req.compile_only and (request.units or request.instances is not None or request.sample is not None):
         raise click.UsageError("--units, --sample and --instances select what --compile-only compiles; "
                                "add --compile-only")
+    if not req.compile_only and request.drop_flags:
+        raise click.UsageError("--drop-flag changes what --compile-only compiles; the linked build runs "
+                               "upstream's setup.py with its own flags")
     if req.compile_only:
         if req.patch_set is not None:
             raise click.UsageError("--patch-set applies to a wheel build; --compile-only compiles the tree "
@@ -218,6 +223,11 @@ def apex_cmd(log: Logger, /, req: ApexOptions, as_json: bool) -> None:
                    "'pairs': every family at every head-dim bucket and in every dtype (about 30).")
 @click.option("--instances", type=click.IntRange(min=0), default=None, metavar="N",
               help="--compile-only: the first N CK instances (name order) of those --units / --sample select.")
+@click.option("--drop-flag", "drop_flags", multiple=True, metavar="FLAG",
+              help="--compile-only: leave one of upstream's compiler flags out (repeat for more), e.g. "
+                   "--drop-flag=-amdgpu-early-inline-all: the -mllvm before it goes too, and FLAG=VALUE matches. "
+                   "With Debian's clang 22 that flag makes each CK backward instance compile for over an hour per "
+                   "arch. The objects are then not what upstream's build makes; the plan says so.")
 @click.option("--shard", default=None, metavar="I/N",
               help="--compile-only: compile only shard I of N of the units into the (shared) build folder, and "
                    "stop; N such runs then one --report-only run equal one local compile-only run.")
@@ -281,7 +291,8 @@ def _submit_fa_shards(log: Logger, req: FlashAttnOptions, as_json: bool) -> None
             "--backend", req.backend, "--compile-only", *[f"--arch={a}" for a in req.archs],
             *([f"--cpu-isa={req.cpu_isa}"] if req.cpu_isa else []), *[f"--units={u}" for u in req.units],
             *([f"--sample={req.sample}"] if req.sample is not None else []),
-            *([f"--instances={req.instances}"] if req.instances is not None else [])]
+            *([f"--instances={req.instances}"] if req.instances is not None else []),
+            *[f"--drop-flag={d}" for d in req.drop_flags]]
     per_task = req.jobs or settings.cpus_per_task
     args += [f"-j{per_task}"] if per_task else []
     args += [f"--python={req.python}"] if req.python else []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import filecmp
 import fnmatch
 import os
+import shlex
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -119,6 +120,32 @@ class WheelRequest:
     dim x dtype, to measure what every kind costs; or a covering sample by name (``cover``, ``pairs``)."""
     units: tuple[str, ...] = ()
     """``--compile-only``: fnmatch patterns on unit names (CK instance file stems, op names); empty = all."""
+    drop_flags: tuple[str, ...] = ()
+    """``--compile-only`` of flash-attn: compiler flags of upstream's to leave out (:func:`drop_flags`)."""
+
+
+def drop_flags(flags: Sequence[str], drops: Sequence[str], *, what: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``flags`` without each of ``drops`` (kept, dropped). A drop matches a flag that equals it or is it
+    followed by ``=VALUE``; the ``-mllvm``/``-Xclang`` before a matched flag goes with it. A drop that matches
+    nothing is an error that lists ``what``'s flags: a typo must not pass for a change."""
+    keep: list[str] = []
+    gone: list[str] = []
+    used: set[str] = set()
+    for f in flags:
+        hit = next((d for d in drops if f == d or f.startswith(d + "=")), None)
+        if hit is None:
+            keep.append(f)
+            continue
+        used.add(hit)
+        if keep and keep[-1] in ("-mllvm", "-Xclang"):
+            gone.append(keep.pop())
+        gone.append(f)
+    unused = [d for d in drops if d not in used]
+    if unused:
+        raise ConfigError(f"--drop-flag {', '.join(unused)}: not among {what}'s flags ({shlex.join(flags)})",
+                          hint="give the flag as upstream spells it, e.g. --drop-flag=-amdgpu-early-inline-all "
+                               "(its -mllvm goes with it)")
+    return tuple(keep), tuple(gone)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from porter.run import Result, Runner
 from porter.toolchain.profile import load_toolchain
 from porter.wheels import Machine, WheelRequest, build_wheel
 from porter.wheels import costs
-from porter.wheels.base import GiB
+from porter.wheels.base import GiB, drop_flags
 from porter.wheels.compile import compile_only
 from porter.wheels.engine import detect
 from tests.conftest import FIXTURES
@@ -519,6 +519,57 @@ def test_engine_reads_the_measured_costs_of_porters_cache(_no_measured_costs: Pa
 
 # -- CLI ------------------------------------------------------------------------------------------------
 
+def test_drop_flags_takes_the_mllvm_before_a_flag_and_refuses_one_that_matches_nothing() -> None:
+    flags = ("-O3", "-mllvm", "-amdgpu-early-inline-all=true", "-mllvm", "-amdgpu-function-calls=false", "-DX=1")
+    kept, gone = drop_flags(flags, ("-amdgpu-early-inline-all", "-DX"), what="t")
+    assert kept == ("-O3", "-mllvm", "-amdgpu-function-calls=false")
+    assert gone == ("-mllvm", "-amdgpu-early-inline-all=true", "-DX=1")
+    assert drop_flags(flags, (), what="t") == (flags, ())
+    with pytest.raises(ConfigError, match=r"-amdgpu-early-inline: not among t's flags \(-O3 -mllvm"):
+        drop_flags(flags, ("-amdgpu-early-inline",), what="t")  # a prefix that is not the whole name is a typo
+
+
+def _fa_with_upstream_flags(tmp_path: Path) -> Path:
+    """The fixture tree with the HIP-gated flags of flash-attn 2.6.3 to 2.8.3's setup.py (the early inline)."""
+    tree = tmp_path / "fa"
+    shutil.copytree(FA, tree)
+    setup = tree / "setup.py"
+    setup.write_text(setup.read_text().replace("ext_modules = []\n", """ext_modules = []
+cc_flag = ["-O3", "-std=c++17"]
+if hip_version > Version('6.1.40090'):
+    cc_flag += ["-mllvm", "-enable-post-misched=0"]
+if hip_version > Version('6.2.41132'):
+    cc_flag += ["-mllvm", "-amdgpu-early-inline-all=true", "-mllvm", "-amdgpu-function-calls=false"]
+""", 1))
+    return tree
+
+
+def test_fa_compile_only_drops_the_early_inline_on_request_and_says_so(tmp_path: Path) -> None:
+    tree = _fa_with_upstream_flags(tmp_path)
+    bwd = "fmha_bwd_d128_bf16_batch_b16x128"
+
+    def argv(res: Any) -> tuple[str, ...]:
+        return next(s.argv for s in res.plan.steps if s.op == bwd)
+
+    runner = FakeRunner()
+    res = compile_only(get_driver("flash-attn"), str(tree), request(tree, archs=("gfx942",)), runner=runner,
+                       dry_run=True, others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path / "c")
+    assert "-amdgpu-early-inline-all=true" in argv(res) and argv(res).count("-mllvm") == 3
+    assert any("-amdgpu-early-inline-all=true (upstream's" in n and "--drop-flag" in n for n in res.notes)
+    res = compile_only(get_driver("flash-attn"), str(tree),
+                       request(tree, archs=("gfx942",), drop_flags=("-amdgpu-early-inline-all",)), runner=FakeRunner(),
+                       dry_run=True, others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path / "c")
+    assert "-amdgpu-early-inline-all=true" not in argv(res) and argv(res).count("-mllvm") == 2
+    assert "-amdgpu-function-calls=false" in argv(res)
+    assert any(n.startswith("upstream's flags left out (--drop-flag): -mllvm -amdgpu-early-inline-all=true")
+               for n in res.notes)
+    assert not any("(upstream's, for HIP" in n for n in res.notes)
+    with pytest.raises(ConfigError, match="--drop-flag -amdgpu-early-inline: not among flash-attn"):
+        compile_only(get_driver("flash-attn"), str(tree),
+                     request(tree, archs=("gfx942",), drop_flags=("-amdgpu-early-inline",)), runner=FakeRunner(),
+                     dry_run=True, others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path / "c")
+
+
 def test_cli_selection_options_need_compile_only() -> None:
     r = CliRunner().invoke(cli_main, ["wheel", "flash-attn", "--source", str(FA), "-t", "mi300x", "--instances", "2",
                                       "--dry-run"])
@@ -526,6 +577,9 @@ def test_cli_selection_options_need_compile_only() -> None:
     r = CliRunner().invoke(cli_main, ["wheel", "apex", "--source", str(APEX_ENV), "-t", "debian-rocm7",
                                       "--compile-only", "--patch-set", "x", "--dry-run"])
     assert r.exit_code == 2 and "--patch-set applies to a wheel build" in r.output
+    r = CliRunner().invoke(cli_main, ["wheel", "flash-attn", "--source", str(FA), "-t", "debian-rocm7",
+                                      "--drop-flag=-amdgpu-early-inline-all", "--dry-run"])
+    assert r.exit_code == 2 and "the linked build runs upstream's setup.py with its own flags" in r.output
 
 
 def test_source_copy_keeps_time_stamps_of_unchanged_files(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from porter.components.base import InstalledCheck, Recognised
 from porter.components import static
 from porter.errors import ConfigError
 from porter.wheels.base import (BACKENDS, GiB, BuildPlan, Expectation, KernelSet, Machine, SourceInfo, WheelRequest,
-                                choose_jobs, per_job)
+                                choose_jobs, drop_flags, per_job)
 
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest
@@ -46,6 +46,9 @@ FRONTEND = "flash_attn_2_cuda"
 generated CK kernel instances are one op each."""
 EXTENSION = "flash_attn_2_cuda"
 TRITON_PACKAGE = "flash_attn/flash_attn_triton_amd"
+EARLY_INLINE = "-amdgpu-early-inline-all=true"
+"""An ``-mllvm`` flag of upstream's (HIP > 6.2): every function inlined before LLVM simplifies any; the CK
+backward instances then take hours per arch with upstream LLVM 22 (Debian's clang)."""
 
 # What each generator direction writes: the kinds ("families") of CK instances, which differ in cost.
 _FAMILIES: dict[str, tuple[str, ...]] = {
@@ -294,7 +297,7 @@ class FlashAttnDriver:
                 if inc.startswith(CK_DIR) and inc != fmha:
                     ctx.copy(inc)
         includes = tuple(ck.include_dirs)
-        flags = tuple(ck.flags)
+        flags, dropped = drop_flags(ck.flags, request.drop_flags, what=f"flash-attn {info.version}'s CK build")
         ops: list[KernelOp] = []
         for g in chosen:
             rel = f"gen/{g.stem}.cu"  # setup.py renames them to .cu for hipcc; so does porter
@@ -321,6 +324,13 @@ class FlashAttnDriver:
                  + (f", plus {FRONTEND} ({len(ck.sources)} sources + {len(api)} API dispatchers)" if frontend else "")]
         if ck.skipped:
             notes.append("not read from setup.py (left out): " + "; ".join(ck.skipped[:4]))
+        if dropped:
+            notes.append(f"upstream's flags left out (--drop-flag): {shlex.join(dropped)}; the objects are not "
+                         "what upstream's build makes")
+        if EARLY_INLINE in flags and any(ck_family(g.stem) == "fmha_bwd" for g in chosen):
+            notes.append(f"{EARLY_INLINE} (upstream's, for HIP > 6.2): with Debian's clang 22 one CK backward "
+                         "instance ran over 70 min per arch with it and 35 s without (docs/wheels.md); "
+                         f"--drop-flag={EARLY_INLINE.split('=')[0]} leaves it out")
         return KernelSet(ops=tuple(ops), hipify=hipify, total_units=len(instances) + len(api) + len(ck.sources),
                          notes=tuple(notes))
 
