@@ -54,8 +54,9 @@ class Command:
     """What one target command runs: steps of argv templates.
 
     Templates: ``{porter}`` is porter's own argv (spliced), ``{arch_args}`` ``--arch a,b,c`` (or nothing),
-    ``{jobs_args}`` porter's ``-j N``; ``{src}`` the tree or the sdist spec, ``{toolchain}``, ``{work}`` the
-    target's folder, ``{python}`` the python that makes the node venv, ``{node_torch}`` its torch.
+    ``{jobs_args}`` porter's ``-j N``, ``{extra_args}`` the target's ``args``; ``{src}`` the tree or the sdist
+    spec, ``{toolchain}``, ``{work}`` the target's folder, ``{python}`` the python that makes the node venv,
+    ``{node_torch}`` its torch.
     """
 
     what: str
@@ -108,7 +109,7 @@ COMMANDS: dict[str, Command] = {
         "sources, every arch",
         ("tree", "sdist"),
         (("compile", (P, "wheel", "flash-attn", "--source", "{src}", "--backend", "ck", "--compile-only",
-                      "--sample", "cover", *TC, "{jobs_args}", "-o", "{work}/wheelhouse", "--json")),),
+                      "--sample", "cover", *TC, "{jobs_args}", "{extra_args}", "-o", "{work}/wheelhouse", "--json")),),
         toolchain=True),
     "fa-triton-wheel": Command(
         "FlashAttention's Triton backend as a wheel (no extension compiled)", ("tree", "sdist"),
@@ -125,7 +126,7 @@ COMMANDS: dict[str, Command] = {
 }
 
 TARGET_KEYS = {"id", "repo", "ref", "sdist", "command", "toolchain", "archs", "paths", "requires", "submodules",
-               "note"}
+               "args", "note"}
 
 
 class TargetError(ValueError):
@@ -144,6 +145,7 @@ class Target:
     paths: tuple[str, ...] | None = None
     requires: tuple[str, ...] = ()
     submodules: tuple[tuple[str, str], ...] = ()
+    args: tuple[str, ...] = ()  # more porter options, where the command's template has {extra_args}
     note: str = ""
 
     @property
@@ -222,6 +224,8 @@ def parse_targets(text: str) -> list[Target]:
         command = COMMANDS.get(t["command"])
         if command is None:
             raise TargetError(f"{name}: unknown command {t['command']!r}; known: {', '.join(COMMANDS)}")
+        if "args" in t and not any("{extra_args}" in tpl for _, tpl in command.steps):
+            raise TargetError(f"{name}: {t['command']} takes no args")
         kind = "tree" if t.get("repo") else "sdist"
         if kind not in command.sources:
             raise TargetError(f"{name}: {t['command']} takes a {' or '.join(command.sources)}, not a {kind}")
@@ -231,7 +235,8 @@ def parse_targets(text: str) -> list[Target]:
             archs=_strings(t["archs"], f"{name}: archs") if "archs" in t else (),
             paths=_strings(t["paths"], f"{name}: paths") if "paths" in t else None,
             requires=_strings(t["requires"], f"{name}: requires") if "requires" in t else (),
-            submodules=tuple(sorted(subs.items())), note=t.get("note", "")))
+            submodules=tuple(sorted(subs.items())),
+            args=_strings(t["args"], f"{name}: args") if "args" in t else (), note=t.get("note", "")))
     return out
 
 
@@ -262,7 +267,8 @@ def context(target: Target, *, src: str, work: str, porter: Sequence[str], jobs:
             python: str, node_torch: str = NODE_TORCH) -> dict[str, str | Sequence[str]]:
     return {"porter": list(porter), "src": src, "work": work, "toolchain": target.toolchain, "ref": target.ref,
             "arch_args": ["--arch", ",".join(target.archs)] if target.archs else [],
-            "jobs_args": ["-j", str(jobs)] if jobs else [], "python": python, "node_torch": node_torch}
+            "jobs_args": ["-j", str(jobs)] if jobs else [], "extra_args": list(target.args), "python": python,
+            "node_torch": node_torch}
 
 
 def argvs(target: Target, ctx: Mapping[str, str | Sequence[str]]) -> list[tuple[str, list[str]]]:

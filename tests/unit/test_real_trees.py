@@ -80,6 +80,7 @@ def test_a_target_parses() -> None:
     (MEGATRON + 'submodules = {"csrc/ck" = "composable_kernel"}\n', "submodules maps a path"),
     ('[[target]]\nid = "ds"\nsdist = "flash-attn==2.8.3"\ncommand = "fa-ck-sample"\ntoolchain = "cpu"\n'
      'submodules = {"csrc/ck" = "ROCm/composable_kernel"}\n', "submodules go with repo"),
+    (MEGATRON + 'args = ["--drop-flag=-x"]\n', "port-compile-only takes no args"),
 ])
 def test_a_bad_target_is_rejected(text: str, words: str) -> None:
     with pytest.raises(rt.TargetError, match=words.replace("(", r"\(").replace(")", r"\)")):
@@ -116,6 +117,11 @@ def test_command_mapping() -> None:
     assert rt.plan_only(steps, ["porter"])[1][1][-1] == "--dry-run"
     assert steps[1][1][:4] == ["porter", "ops", "build", "--source"] and "--arch" not in steps[1][1]
     assert steps[-1][1] == ["porter", "verify", "--python", "/w/node/bin/python", "--json"]
+    (fa,) = rt.parse_targets('[[target]]\nid = "fa"\nsdist = "flash-attn==2.8.3"\ncommand = "fa-ck-sample"\n'
+                             'toolchain = "debian-rocm7"\nargs = ["--drop-flag=-amdgpu-early-inline-all"]\n')
+    assert rt.display(fa) == ("porter wheel flash-attn --source flash-attn==2.8.3 --backend ck --compile-only "
+                              "--sample cover -t debian-rocm7 --drop-flag=-amdgpu-early-inline-all "
+                              "-o WORK/wheelhouse --json")
 
 
 def test_per_arch_summary_from_a_compile_report() -> None:
