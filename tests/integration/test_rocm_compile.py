@@ -219,3 +219,25 @@ def test_an_include_folder_of_the_toolchain_is_not_staged_from_the_host(rocm7: P
     assert dirs and not [d for d in dirs if (rocm7 / d.lstrip("/") / "stdio.h").exists()], dirs  # no C library
     # DeepSpeed 0.16's dc includes c10d/SymmetricMemory.hpp where torch 2.13 no longer has it: patched
     assert "dc-symm-mem-header" in doc["source_patches"][0], doc["source_patches"]
+
+
+def test_flash_attn_frontend_compiles_with_the_header_beside_its_sources(rocm7: Path, tmp_path: Path) -> None:
+    """Issue 18, seen on flash-attn 2.6.3-cktile and 2.8.3.post2: the extension's own sources include
+    "flash_common.hpp", the header beside them (torch's CUDA headers inside, hipified with them). The work copy held
+    only the sources porter renames to .cu, so every frontend unit failed with "'flash_common.hpp' file not found".
+    One arch: the frontend holds no device code, and the CK instances' archs are the gauntlet's rows."""
+    tree = tmp_path / "flash-attention"
+    shutil.copytree(FIXTURES / "flash-attn-ck-frontend", tree)
+    res = run_porter("wheel", "flash-attn", "--source", str(tree), "-t", "debian-rocm7", "--arch", "gfx942",
+                     "--compile-only", "--drop-flag=-amdgpu-early-inline-all", "-o", str(tmp_path / "w"), "--json",
+                     env={"PORTER_ROCM7_ROOT": str(rocm7)})
+    assert res.returncode == 0, res.stderr[-4000:]
+    doc = json.loads(res.stdout)
+    recs = {r["name"]: r for r in doc["compiled"]}
+    assert recs["flash_attn_2_cuda"]["status"] == "compiled", recs["flash_attn_2_cuda"]
+    assert recs["flash_attn_2_cuda"]["archs"] == {"gfx942": "host-only"}  # dispatch only; kernels are instances'
+    assert len(recs["flash_attn_2_cuda"]["tus"]) == 3  # flash_api, mha_fwd and the generated API dispatcher
+    assert recs["fmha_fwd_d64_fp16_batch_b64x64_qr_fixture"]["archs"] == {"gfx942": "compiled"}
+    assert "upstream's flags left out (--drop-flag): -mllvm -amdgpu-early-inline-all=true" in " ".join(doc["notes"])
+    argv = next(s["argv"] for s in doc["plan"]["steps"] if s["op"].startswith("fmha_fwd_d64"))
+    assert "-amdgpu-function-calls=false" in argv and "-amdgpu-early-inline-all=true" not in argv

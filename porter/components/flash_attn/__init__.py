@@ -308,6 +308,8 @@ class FlashAttnDriver:
         hipify: tuple[str, ...] = ()
         if frontend:
             srcs: list[str] = []
+            for folder in sorted({str(Path(s).parent) for s in ck.sources}):
+                ctx.copy(folder)  # its headers (flash_common.hpp), which the sources include by a quoted name
             for src in ck.sources:
                 data = (info.root / src).read_bytes()
                 srcs.append(ctx.put(str(Path(src).with_suffix(".cu")), data).relative_to(ctx.tree).as_posix())
