@@ -236,8 +236,9 @@ def test_flash_attn_frontend_compiles_with_the_header_beside_its_sources(rocm7: 
     recs = {r["name"]: r for r in doc["compiled"]}
     assert recs["flash_attn_2_cuda"]["status"] == "compiled", recs["flash_attn_2_cuda"]
     assert recs["flash_attn_2_cuda"]["archs"] == {"gfx942": "host-only"}  # dispatch only; kernels are instances'
-    assert len(recs["flash_attn_2_cuda"]["tus"]) == 3  # flash_api, mha_fwd and the generated API dispatcher
-    assert recs["fmha_fwd_d64_fp16_batch_b64x64_qr_fixture"]["archs"] == {"gfx942": "compiled"}
+    assert len(recs["flash_attn_2_cuda"]["tus"]) == 4  # flash_api, mha_fwd and the generated API dispatchers
+    for instance in ("fmha_fwd_d64_fp16_batch_b64x64_fixture", "fmha_bwd_d64_fp16_batch_b64x64_fixture"):
+        assert recs[instance]["archs"] == {"gfx942": "compiled"}, recs[instance]
     assert "upstream's flags left out (--drop-flag): -mllvm -amdgpu-early-inline-all=true" in " ".join(doc["notes"])
-    argv = next(s["argv"] for s in doc["plan"]["steps"] if s["op"].startswith("fmha_fwd_d64"))
+    argv = next(s["argv"] for s in doc["plan"]["steps"] if s["op"].startswith("fmha_bwd_d64"))
     assert "-amdgpu-function-calls=false" in argv and "-amdgpu-early-inline-all=true" not in argv

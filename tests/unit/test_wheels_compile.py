@@ -529,23 +529,8 @@ def test_drop_flags_takes_the_mllvm_before_a_flag_and_refuses_one_that_matches_n
         drop_flags(flags, ("-amdgpu-early-inline",), what="t")  # a prefix that is not the whole name is a typo
 
 
-def _fa_with_upstream_flags(tmp_path: Path) -> Path:
-    """The fixture tree with the HIP-gated flags of flash-attn 2.6.3 to 2.8.3's setup.py (the early inline)."""
-    tree = tmp_path / "fa"
-    shutil.copytree(FA, tree)
-    setup = tree / "setup.py"
-    setup.write_text(setup.read_text().replace("ext_modules = []\n", """ext_modules = []
-cc_flag = ["-O3", "-std=c++17"]
-if hip_version > Version('6.1.40090'):
-    cc_flag += ["-mllvm", "-enable-post-misched=0"]
-if hip_version > Version('6.2.41132'):
-    cc_flag += ["-mllvm", "-amdgpu-early-inline-all=true", "-mllvm", "-amdgpu-function-calls=false"]
-""", 1))
-    return tree
-
-
 def test_fa_compile_only_drops_the_early_inline_on_request_and_says_so(tmp_path: Path) -> None:
-    tree = _fa_with_upstream_flags(tmp_path)
+    tree = FIXTURES / "flash-attn-ck-frontend"  # the HIP-gated -mllvm flags of 2.6.3 to 2.8.3's setup.py
     bwd = "fmha_bwd_d128_bf16_batch_b16x128"
 
     def argv(res: Any) -> tuple[str, ...]:
