@@ -718,16 +718,15 @@ with DeepSpeed's reason.
 `--rerun-failed` resume a long run, `-j N` runs N targets at once (each compile gets porter's own `-j`).
 
 How long: on a 2-core machine a Megatron port row takes under a second and its compile-only row 2 to 6 minutes,
-a DeepSpeed compile-only row 8 to 21 minutes, an apex branch 35 to 60 minutes, and the FlashAttention CK
-covering sample (7 generated instances and the extension's 11 own sources, each for three archs) many CPU-hours,
-nearly all of it in the backward (`fmha_bwd_d*`) instances. With the `debian-rocm7` toolchain (Debian's clang 22),
-one backward instance's part for one arch runs over an hour: the d256 fp16 instance's gfx90a and gfx942 parts ran
-61 minutes each without finishing (2026-11-27), and so did the d32 bf16 instance's, after 70 minutes each
-(also 2026-11-27, once `--sample cover` began to take the cheapest instance of each family). perf shows that hour
-spent in LLVM's loop passes inside the inliner's pipeline (LoopRotate and LICM updating MemorySSA), before any
-code generation. The other families' parts take 1 to 2 minutes each. Compile-only compiles each arch of a kernel
-unit as a part of its own, so a run stopped inside a unit keeps the archs it finished and the rerun compiles the
-rest, but a part stopped before it finishes starts again from nothing. The whole list is well over half a day.
+a DeepSpeed compile-only row 8 to 21 minutes, an apex branch 35 to 60 minutes, and a FlashAttention CK covering
+sample (7 generated instances and the extension's own sources, for every arch) 10 to 20 minutes. The
+FlashAttention rows leave out upstream's `-mllvm -amdgpu-early-inline-all=true` (`--drop-flag`, in the row's
+command). With it, Debian's clang 22 inlines every function of a kernel before simplifying any, and the loop
+passes then crawl through one function of over a million IR instructions: a backward instance's part for one
+arch ran over 70 minutes without finishing, against 35 s without the flag (docs/wheels.md). Compile-only
+compiles each arch of a kernel unit as a part of its own, so a run stopped inside a unit keeps the archs it
+finished and the rerun compiles the rest. The whole list takes about eight hours of one machine (the sum of the
+rows' times).
 SIGTERM stops a run without recording the
 stopped row, and `--skip-done` picks up where it stopped (finished objects stay in porter's cache).
 """
