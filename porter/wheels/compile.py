@@ -203,7 +203,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                 for rec in result.compiled for tu in rec["tus"]
                 if tu.get("returncode") == 0 and "peak_rss_mib" in tu and rec["status"] != "failed"]
     if request.drop_flags:  # not upstream's compile: its times and memory must not size a real build's jobs
-        log.info(f"compile costs not recorded: upstream's flags were changed (--drop-flag {' '.join(request.drop_flags)})")
+        log.info("compile costs not recorded: upstream's flags were changed "
+                 f"(--drop-flag {' '.join(request.drop_flags)})")
         measured = []
     path = costs_mod.record(driver.name, info.version, tc, measured, costs_root)
     if path is not None:
