@@ -238,11 +238,16 @@ def ensure_writable_dir(path: str | os.PathLike[str], *, what: str = "output fol
 
 def read_user_text(path: Path, where: str, *, kind: str, unreadable_hint: str | None = None) -> str:
     """A user's text file (a profile, a patch set, a site): UTF-8, or a ConfigError naming the file and saying
-    what ``kind`` of file it should be; a file that cannot be read is a ConfigError too, never a traceback."""
+    what ``kind`` of file it should be; a missing file, a folder or a device (read forever), and a file that cannot
+    be read are ConfigErrors too, never a traceback."""
     try:
+        if path.exists() and not path.is_file():
+            raise ConfigError(f"{where}: not a file", hint=f"pass the path of {kind}")
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})",
                           hint=f"{kind} is a UTF-8 file") from None
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: not found", hint=f"pass the path of {kind}") from None
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read the file: {exc.strerror or exc}", hint=unreadable_hint) from None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from porter.errors import ConfigError
+from porter.fs import read_user_text
 from porter.userdata import check_keys, parse_toml
 
 BUILTIN_MAP = Path(__file__).with_name("extra_map.toml")
@@ -190,15 +191,7 @@ def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
 
 def load_map(path: str | Path) -> ExtraMap:
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"mapping file not found: {path}", hint="pass an existing TOML file to --map") from None
-    except IsADirectoryError:
-        raise ConfigError(f"mapping file is a directory: {path}", hint="pass a TOML file to --map") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"mapping file {path}: not UTF-8 text ({exc.reason} at byte {exc.start})",
-                          hint="a mapping file is a UTF-8 TOML file") from None
+    text = read_user_text(path, f"mapping file {path}", kind="a mapping TOML file (--map)")
     return parse_map(parse_toml(text, f"mapping file {path}"), path)
 
 

@@ -80,7 +80,7 @@ def test_user_map_silences_a_finding(tree: Path, tmp_path: Path, capsys: pytest.
 @pytest.mark.parametrize("args, words", [
     (["MISSING"], "source tree not found"),
     (["SRC", "-o", "SRC/csrc/out"], "inside the source tree"),
-    (["SRC", "--map", "NOPE.toml"], "mapping file not found"),
+    (["SRC", "--map", "NOPE.toml"], "nope.toml: not found"),
 ])
 def test_bad_input_exits_2(tree: Path, capsys: pytest.CaptureFixture[str], args: list[str], words: str) -> None:
     argv = ["hipify"] + [a.replace("SRC", str(tree)).replace("MISSING", str(tree / "nope"))

@@ -112,9 +112,12 @@ def test_a_map_file_that_is_not_utf8_is_an_error(tmp_path: Path) -> None:
     assert str(f) in info.value.message and info.value.hint
 
 
-def test_missing_map_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="mapping file not found"):
+def test_missing_map_file_and_folder(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="mapping file .*nope.toml: not found") as info:
         load_map(tmp_path / "nope.toml")
+    assert info.value.hint == "pass the path of a mapping TOML file (--map)"
+    with pytest.raises(ConfigError, match="mapping file .*: not a file"):
+        load_map(tmp_path)
 
 
 def test_builtin_map_digest_changes_with_content(tmp_path: Path) -> None:

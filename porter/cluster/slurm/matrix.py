@@ -41,6 +41,7 @@ from packaging.version import InvalidVersion, Version
 from porter.artifacts import labels
 from porter.cluster.slurm.sbatch import SlurmSettings
 from porter.errors import ConfigError, shown
+from porter.fs import read_user_text
 from porter.toolchain.profile import Toolchain, load_toolchain
 from porter.userdata import check_keys, parse_toml
 
@@ -157,18 +158,8 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
     if "\0" in where:
         raise ConfigError(f"matrix file {where!r}: a path cannot hold a NUL byte", hint="pass the matrix file's path")
     file = Path(path).resolve()
-    try:
-        if file.exists() and not file.is_file():  # a folder, or a device such as /dev/zero (read forever)
-            raise ConfigError(f"{where}: not a file", hint="pass the path of a matrix TOML file")
-        text = file.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"matrix file not found: {path}", hint="pass the path of a matrix TOML file") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})",
-                          hint="a matrix file is a UTF-8 TOML file") from None
-    except OSError as exc:  # a folder, no permission, a name too long
-        raise ConfigError(f"{where}: cannot read the matrix file: {exc.strerror or exc}",
-                          hint="pass the path of a readable matrix TOML file") from None
+    text = read_user_text(file, f"matrix file {where}", kind="a matrix TOML file",
+                          unreadable_hint="pass the path of a readable matrix TOML file")
     data = parse_toml(text, where)
     check_keys(data, TOP_KEYS, where)
     base = file.parent
