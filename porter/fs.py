@@ -17,9 +17,12 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from porter.errors import ConfigError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -234,6 +237,15 @@ def ensure_writable_dir(path: str | os.PathLike[str], *, what: str = "output fol
         except OSError as exc:
             raise ConfigError(f"cannot create the {what} {p}: {exc.strerror}", hint=hint) from None
     return p
+
+
+def exists(path: Path | Traversable, *, file: bool = False) -> bool:
+    """``path.exists()`` (``path.is_file()`` with ``file``), False for a name no file can have (too long, a NUL
+    byte) instead of an OSError or a ValueError: a user's reference may be a name rather than a path."""
+    try:
+        return path.is_file() if file or not isinstance(path, Path) else path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def read_user_text(path: Path, where: str, *, kind: str, unreadable_hint: str | None = None) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from porter.errors import ConfigError
-from porter.fs import read_user_text
+from porter.fs import exists, read_user_text
 from porter.toolchain.archs import Target, parse_target, wavefront_of
 from porter.userdata import check_keys, parse_toml
 
@@ -164,17 +164,9 @@ def preset_names() -> list[str]:
                   if p.name.endswith(".toml"))
 
 
-def _is_file(path: Any) -> bool:
-    """``path.is_file()``, False for a name no file can have (too long, a NUL byte) instead of an OSError."""
-    try:
-        return bool(path.is_file())
-    except (OSError, ValueError):
-        return False
-
-
 def _preset_data(name: str) -> dict[str, Any]:
     path = resources.files("porter.toolchain").joinpath("presets").joinpath(f"{name}.toml")
-    if not _is_file(path):
+    if not exists(path, file=True):
         close = difflib.get_close_matches(name, preset_names(), n=3)
         raise ConfigError(f"no toolchain preset or file named {name!r}"
                           + (f"; did you mean {', '.join(close)}?" if close else ""),
@@ -256,8 +248,8 @@ def load_toolchain(ref: str | os.PathLike[str] | None = None, *, overrides: Mapp
     ref = os.fspath(ref) if ref is not None else environ.get("PORTER_TOOLCHAIN", "cpu")
     layers: list[tuple[str, dict[str, Any]]] = []
     path = Path(ref)
-    if ref.endswith(".toml") or os.sep in ref or _is_file(path):
-        if not _is_file(path):
+    if ref.endswith(".toml") or os.sep in ref or exists(path, file=True):
+        if not exists(path, file=True):
             raise ConfigError(f"toolchain file not found: {ref}", hint="pass an existing TOML file or a preset name")
         data = _parse_toml(_read_text(path, str(path)), str(path))
         base = data.pop("extends", None)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from porter.errors import ConfigError, shown
-from porter.fs import read_user_text
+from porter.fs import exists, read_user_text
 from porter.toolchain.archs import parse_target
 from porter.userdata import check_keys, parse_toml
 
@@ -153,8 +153,8 @@ def load_site(ref: str | os.PathLike[str]) -> Site:
     """A built-in site by name, or a TOML file (a path ending in ``.toml`` or naming an existing file)."""
     text_ref = os.fspath(ref)
     path = Path(text_ref)
-    if text_ref.endswith(".toml") or os.sep in text_ref or _is_file(path):
-        if not _is_file(path):
+    if text_ref.endswith(".toml") or os.sep in text_ref or exists(path, file=True):
+        if not exists(path, file=True):
             raise ConfigError(f"site file {path} does not exist", hint="pass a built-in site name or a TOML file")
         text = read_user_text(path, str(path), kind="a site profile (TOML)",
                               unreadable_hint="pass a readable TOML file or a built-in site name")
@@ -168,14 +168,6 @@ def load_site(ref: str | os.PathLike[str]) -> Site:
                                "('porter site list')")
     res = resources.files("porter.cluster.site").joinpath("builtin").joinpath(f"{text_ref}.toml")
     return _parse(res.read_text(), name=text_ref, where=f"site {text_ref}", file=str(res))
-
-
-def _is_file(path: Path) -> bool:
-    """``path.is_file()``, False for a name no file can have (too long, a NUL byte) instead of an OSError."""
-    try:
-        return path.is_file()
-    except (OSError, ValueError):
-        return False
 
 
 _INT64 = range(-(2 ** 63), 2 ** 63)

@@ -41,7 +41,7 @@ from packaging.version import InvalidVersion, Version
 from porter.artifacts import labels
 from porter.cluster.slurm.sbatch import SlurmSettings
 from porter.errors import ConfigError, shown
-from porter.fs import read_user_text
+from porter.fs import exists, read_user_text
 from porter.toolchain.profile import Toolchain, load_toolchain
 from porter.userdata import check_keys, parse_toml
 
@@ -129,14 +129,6 @@ def _strings(value: Any, where: str, key: str) -> list[str]:
         raise ConfigError(f"{where}: {key!r} holds {nul!r}, with a NUL byte",
                           hint="no path, name, version or argument can contain NUL; remove it")
     return list(value)
-
-
-def _exists(path: Path) -> bool:
-    """``path.exists()``, False for a name no file can have (too long for the file system) instead of an OSError."""
-    try:
-        return path.exists()
-    except (OSError, ValueError):
-        return False
 
 
 def _is_file_ref(ref: str) -> bool:
@@ -287,7 +279,7 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
                 problems.append(f"cell {c['id']}: {component.build_command} takes no --ops")
             c["command"] = component.build_command.split()[1:]
     for c in planned:
-        if c["given"] is not None and not _exists(Path(c["source"])):
+        if c["given"] is not None and not exists(Path(c["source"])):
             problems.append(f"cell {c['id']}: source {c['given']!r} not found ({c['source']})")
     wheels: dict[tuple[str, str, str], str] = {}
     for c in planned:
