@@ -240,10 +240,13 @@ def ensure_writable_dir(path: str | os.PathLike[str], *, what: str = "output fol
 
 
 def exists(path: Path | Traversable, *, file: bool = False) -> bool:
-    """``path.exists()`` (``path.is_file()`` with ``file``), False for a name no file can have (too long, a NUL
-    byte) instead of an OSError or a ValueError: a user's reference may be a name rather than a path."""
+    """``path.exists()`` (``path.is_file()`` with ``file``; a package resource has no ``exists()``, so a file or a
+    folder), False for a name no file can have (too long, a NUL byte) instead of an OSError or a ValueError: a
+    user's reference may be a name rather than a path."""
     try:
-        return path.is_file() if file or not isinstance(path, Path) else path.exists()
+        if file:
+            return path.is_file()
+        return path.exists() if isinstance(path, Path) else path.is_file() or path.is_dir()
     except (OSError, ValueError):
         return False
 

@@ -177,3 +177,15 @@ def test_stale_private_outputs_of_killed_compiles_are_removed(tmp_path: Path) ->
     removed = remove_stale_outputs(tmp_path)
     assert sorted(removed) == sorted([names["dead"], names["dead_pch"], names["dead_dep"]])
     assert all(names[k].exists() for k in ("live", "other_host", "published"))
+
+
+def test_a_reference_that_is_no_file_name_is_not_found(tmp_path: Path) -> None:
+    from importlib import resources
+
+    from porter.fs import exists
+
+    (tmp_path / "f.toml").write_text("")
+    assert exists(tmp_path) and not exists(tmp_path, file=True) and exists(tmp_path / "f.toml", file=True)
+    assert not exists(tmp_path / "a\0b") and not exists(tmp_path / ("x" * 5000), file=True)
+    presets = resources.files("porter.toolchain").joinpath("presets")
+    assert exists(presets) and not exists(presets, file=True) and exists(presets.joinpath("cpu.toml"), file=True)
