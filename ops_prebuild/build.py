@@ -161,14 +161,16 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             lock = stack.enter_context(hold(build_dir, what or f"building {cat.source.project} "
                                             f"{cat.source.version} for {tc.name}", say=log.info))
         to_hipify = [o for o in selected if o.device and (hipify is None or o.name in hipify)] \
-            if tc.kind == "rocm" else []
+            if tc.hip else []
         quiet = replace(runner, echo=log.verbose)
         hip_map = hipify_for_rocm(hipify_from or cat.source.tree, to_hipify, build_dir, python=python, log=log,
                                   runner=quiet, executor=py_ex, dry_run=dry_run) if to_hipify else None
         view: tuple[Path, ...] = ()
         wants_view = bool(to_hipify) if torch_view is None else torch_view
-        if compile_only and tc.kind == "rocm" and wants_view and hip_view.needed(cat.torch):
-            with log.step(f"a HIP view of torch {cat.torch.version}'s headers (compile checks only)"):
+        emulated = tc.kind == "emulated" and any(o.device for o in selected)
+        if (compile_only and tc.kind == "rocm" and wants_view or emulated) and hip_view.needed(cat.torch):
+            with log.step(f"a HIP view of torch {cat.torch.version}'s headers"
+                          + (" (compile checks only)" if not emulated else "")):
                 view = (hip_view.make_view(cat.torch, cache, python=python, runner=quiet,
                                            executor=py_ex, dry_run=dry_run),)
         # --compile-only measures each unit's time and memory (what later plans' jobs are sized by): a
@@ -181,7 +183,7 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
                          tree=build_dir / "src" if mirror else None,
                          pch=pch, debug=debug)
         plan.notes[:0] = list(notes)
-        if view:
+        if view and not emulated:
             plan.notes.append(f"torch {cat.torch.version} is a {cat.torch.kind} build: its headers are seen through "
                               f"a generated HIP view ({view[0]}); objects are compiled, never linked")
         per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]

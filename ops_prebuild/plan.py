@@ -21,6 +21,7 @@ from typing import Any
 
 from porter.errors import ConfigError
 from porter.ccache import CompilerCache
+from porter import emulate
 from porter.toolchain.archs import BF16_AMD, DEVICE_ONLY, HOST_ONLY
 from porter.toolchain.profile import Toolchain
 from ops_prebuild.catalogue import Catalogue, OpSpec
@@ -198,6 +199,8 @@ def bf16(op: OpSpec, tc: Toolchain) -> bool:
     of the profile has bf16 in hardware."""
     if tc.kind == "rocm":
         return op.device and all(t.name in BF16_AMD for t in tc.targets)
+    if tc.kind == "emulated":  # the emulated target has bf16 (porter's hip_bf16.h), as CDNA2 and later do
+        return op.device
     return op.bf16
 
 
@@ -269,6 +272,12 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
         plan.objects[op.name] = objs
         if compile_only:
             continue
+        if tc.kind == "emulated" and op.device:  # the module's extern __shared__ arrays, defined at link time
+            defs = odir / "porter-dynamic-shared.o"
+            argv = (sys.executable, "-m", "porter.emulate.shared", "--lib", v(cat.torch.library_dir), "--out",
+                    v(defs), "--", *ex.argv(tc.compiler), "--", *(v(o) for o in objs))
+            plan.steps.append(Step(op.name, "compile", argv, str(defs), tuple(objs), str(defs) + ".d"))
+            objs = [*objs, str(defs)]
         so = odir / f"{op.leaf}{cat.torch.ext_suffix}"
         inside = [v(o) for o in objs]
         rsp: tuple[str, ...] = ()
@@ -353,6 +362,8 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str,
                        "--compiler-options", "-fPIC", *(x for m in march for x in ("--compiler-options", m)),
                        *common, "--generate-dependencies-with-compile", "--dependency-output", f"{obj}.d",
                        "-c", src, "-o", obj)
+    if tc.kind == "emulated" and op.device:
+        return _emulated_argv(op, cat, tc, src, obj, device, common, half, v)
     if device and tc.kind == "rocm":
         wave = str(tc.wavefront)
         # torch's own ROCm extension flags first, so the builder's -U flags can undo them, as in torch
@@ -377,9 +388,27 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str,
                    "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj)
 
 
+def _emulated_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str, device: bool, common: list[str],
+                   half: list[str], v: Visible) -> list[str]:
+    """A unit of a GPU op for porter's emulated HIP target: the host compiler, ROCm's defines as a device compile
+    has them (the wavefront the profile's), porter's HIP-on-CPU headers and prelude; a device unit is compiled as
+    C++ with the op's device flags less those only a GPU compiler takes."""
+    wave = int(tc.wavefront or 64)
+    emu = emulate.compile_flags(wave)
+    emu[emu.index(str(emulate.INCLUDE_DIR))] = v(emulate.INCLUDE_DIR)
+    rocm = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={wave}", *half]
+    if device:
+        flags = ["-x", "c++", "-fPIC", "-DHIPBLAS_V2", "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1",
+                 "-D__HIP_NO_HALF_CONVERSIONS__=1", *emulate.device_flags(op.nvcc_args), *cxx_standard(op.nvcc_args, cat),
+                 f"-march={tc.cpu_isa}", *rocm]
+    else:
+        flags = [*host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *rocm]
+    return tc.executor.argv(tc.compiler, *flags, *emu, *common, "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj)
+
+
 def _link_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, objs: list[str], so: str, v: Visible) -> list[str]:
     libs = ["-L" + v(cat.torch.library_dir), "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
-    linker = tc.compiler if tc.kind == "cpu" else tc.cxx
+    linker = tc.compiler if tc.kind in ("cpu", "emulated") else tc.cxx
     if op.device and tc.kind == "cuda":
         libs += ["-lc10_cuda", "-ltorch_cuda"]
         nv = sorted((Path(cat.torch.site_packages) / "nvidia").glob("cu*/lib"))

@@ -109,5 +109,6 @@ def refusal(need: str | None, torch: TorchInfo, python: str, *, what: str) -> Co
 
 
 def need_for(kind: str) -> str | None:
-    """The torch kind a toolchain kind's extension builds link against (cpu: any torch)."""
-    return None if kind == "cpu" else kind
+    """The torch kind a toolchain kind's extension builds link against (cpu, and the emulated HIP target, whose
+    modules link against torch's CPU libraries: any torch)."""
+    return None if kind in ("cpu", "emulated") else kind

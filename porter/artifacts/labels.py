@@ -1,6 +1,6 @@
 """PEP 440 local version labels that name a build target, in normal form.
 
-``rocm5.7.gfx90a.gfx942``, ``cu130.sm90``, ``cpu.x86.64.v2``: segments are lower-case alphanumerics
+``rocm5.7.gfx90a.gfx942``, ``cu130.sm90``, ``cpu.x86.64.v2``, ``emu.wave64`` (porter's emulated HIP target): segments are lower-case alphanumerics
 joined by dots, so ``packaging.version.Version(v)`` prints exactly what is in the wheel's file name
 and METADATA (``+cpu.x86_64_v2`` would come back as ``cpu.x86.64.v2``). The CPU ISA is a -march
 value whose hyphens become dots; :func:`parse` joins them back.
@@ -33,13 +33,13 @@ class Target(Protocol):
     @property
     def arch_names(self) -> tuple[str, ...]: ...
 
-_HEAD = re.compile(r"^(rocm|cu|cpu)(\d*)$")
+_HEAD = re.compile(r"^(rocm|cu|cpu|emu)(\d*)$")
 _ARCH = re.compile(r"^(gfx[0-9a-z]+|sm\d+[a-z]?)$")
 
 
 @dataclass(frozen=True)
 class Label:
-    kind: str                     # rocm | cuda | cpu
+    kind: str                     # rocm | cuda | cpu | emulated
     toolkit: str                  # "5.7" (rocm), "130" (cuda, as written), "" (cpu)
     archs: tuple[str, ...]        # gfx90a, sm_90
     cpu_isa: str = ""             # cpu labels only: x86-64-v2
@@ -47,6 +47,8 @@ class Label:
     def text(self) -> str:
         if self.kind == "cpu":
             return normalize("cpu." + self.cpu_isa)
+        if self.kind == "emulated":
+            return normalize(".".join(["emu", *self.archs]))
         head = ("rocm" if self.kind == "rocm" else "cu") + self.toolkit
         return normalize(".".join([head, *(a.replace("sm_", "sm") for a in self.archs)]))
 
@@ -83,6 +85,9 @@ def parse(local: str) -> Label | None:
         if digits or not rest:
             return None
         return Label("cpu", "", (), "-".join(rest))
+    if head == "emu":
+        return Label("emulated", "", tuple(rest)) if not digits and rest and all(
+            re.fullmatch(r"wave(32|64)", a) for a in rest) else None
     version = [digits] if digits else []
     while rest and rest[0].isdigit():
         version.append(rest.pop(0))

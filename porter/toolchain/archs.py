@@ -21,8 +21,8 @@ DEVICE_ONLY = "--offload-device-only"
 
 @dataclass(frozen=True)
 class GpuArch:
-    name: str                 # gfx90a, sm_90
-    vendor: str               # amd | nvidia
+    name: str                 # gfx90a, sm_90, wave64
+    vendor: str               # amd | nvidia | emulated
     wavefront: int            # 64 or 32 (warp size 32 for NVIDIA)
     products: tuple[str, ...]
     features: tuple[str, ...] = ()   # target features this arch accepts (xnack, sramecc)
@@ -57,9 +57,16 @@ _CUDA: dict[str, tuple[str, ...]] = {
 BF16_AMD = frozenset({"gfx90a", "gfx940", "gfx941", "gfx942", "gfx950", "gfx1100", "gfx1101", "gfx1102",
                       "gfx1200", "gfx1201"})
 
+# porter's emulated HIP target (porter/emulate): hipified kernels run on the CPU with wavefronts of this many lanes
+_EMULATED: dict[str, tuple[int, tuple[str, ...]]] = {
+    "wave64": (64, ("emulated on the CPU, 64-lane wavefronts as on CDNA (gfx90a, gfx942, gfx950)",)),
+    "wave32": (32, ("emulated on the CPU, 32-lane wavefronts as on RDNA and NVIDIA warps",)),
+}
+
 ARCHS: dict[str, GpuArch] = {
     **{n: GpuArch(n, "amd", w, p, f) for n, (w, p, f) in _AMD.items()},
     **{n: GpuArch(n, "nvidia", 32, p) for n, p in _CUDA.items()},
+    **{n: GpuArch(n, "emulated", w, p) for n, (w, p) in _EMULATED.items()},
 }
 
 _FEATURE = re.compile(r"^(xnack|sramecc)([+-])$")

@@ -25,8 +25,8 @@ from porter.userdata import check_keys, parse_toml
 if TYPE_CHECKING:
     from porter.executor import Executor
 
-Kind = Literal["rocm", "cuda", "cpu"]
-KINDS: tuple[str, ...] = ("rocm", "cuda", "cpu")
+Kind = Literal["rocm", "cuda", "cpu", "emulated"]
+KINDS: tuple[str, ...] = ("rocm", "cuda", "cpu", "emulated")
 _ISA = re.compile(r"^[a-z0-9][a-z0-9._+-]*$")
 
 
@@ -37,7 +37,8 @@ class Toolchain:
     name: str
     """Profile name (preset name or file stem)."""
     kind: Kind
-    """rocm, cuda or cpu."""
+    """rocm, cuda, cpu, or emulated: porter's HIP target on the CPU (hipified kernels compiled by the host compiler
+    with porter's HIP-on-CPU headers, run with wavefronts of the arch's width: ``wave64``, ``wave32``)."""
     description: str = ""
     """One line for humans."""
     toolkit_version: str = ""
@@ -88,6 +89,16 @@ class Toolchain:
         return f"{self.kind}{self.toolkit_version}" if self.toolkit_version else self.kind
 
     @property
+    def hip(self) -> bool:
+        """Whether CUDA sources are hipified and built with ROCm's defines (rocm, and the emulated HIP target)."""
+        return self.kind in ("rocm", "emulated")
+
+    @property
+    def gpu(self) -> bool:
+        """Whether the profile builds device code (every kind but cpu)."""
+        return self.kind != "cpu"
+
+    @property
     def arch_names(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(t.name for t in self.targets))
 
@@ -133,18 +144,22 @@ def _validate(tc: Toolchain) -> None:
         raise ConfigError(f"{where}: cpu_isa {tc.cpu_isa!r} is not a -march value",
                           hint="use e.g. x86-64-v2, x86-64-v3, znver3, znver4")
     targets = tc.targets  # parses: unknown arch -> error with close matches
-    vendor = {"rocm": "amd", "cuda": "nvidia"}.get(tc.kind)
+    vendor = {"rocm": "amd", "cuda": "nvidia", "emulated": "emulated"}.get(tc.kind)
     if tc.kind == "cpu":
         if targets:
             raise ConfigError(f"{where}: a cpu profile takes no GPU archs (got {', '.join(tc.archs)})")
     else:
         if not targets:
             raise ConfigError(f"{where}: a {tc.kind} profile needs at least one arch",
-                              hint="e.g. archs = [\"gfx90a\"] or [\"sm_90\"]; detection never fills this in")
+                              hint="e.g. archs = [\"gfx90a\"], [\"sm_90\"] or [\"wave64\"] (emulated); detection never "
+                                   "fills this in")
         wrong = [t.spec for t in targets if t.arch.vendor != vendor]
         if wrong:
             raise ConfigError(f"{where}: {', '.join(wrong)} are not {tc.kind} archs")
         wavefront_of(targets)  # mixing wave32 and wave64 -> error that explains why
+        if tc.kind == "emulated" and len(targets) != 1:
+            raise ConfigError(f"{where}: an emulated profile runs one wavefront size (wave64 or wave32), not "
+                              f"{', '.join(tc.archs)}", hint="make one profile per wavefront size")
     if tc.compiler_version:
         from packaging.specifiers import SpecifierSet
         try:

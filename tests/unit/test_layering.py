@@ -147,7 +147,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cli", ("porter.cli", "porter.__main__")),
     ("components and flows", ("porter.components", "porter.port", "porter.install", "porter.cluster", "porter.image")),
     ("engines", ("ops_prebuild", "porter.wheels", "porter.hipify", "porter.patching", "porter.ccache")),
-    ("artifacts and toolchain", ("porter.artifacts", "porter.toolchain")),
+    ("artifacts and toolchain", ("porter.artifacts", "porter.toolchain", "porter.emulate")),
     ("core", ("porter.errors", "porter.log", "porter.run", "porter.executor", "porter.fs", "porter.locks", "porter.faults",
               "porter.probe", "porter.probes", "porter.torch_facts", "porter.torch_hip_view", "porter.codeobjects",
               "porter.resources", "porter")),

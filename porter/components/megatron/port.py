@@ -96,7 +96,7 @@ def kernel_ops(tc: Toolchain, tree: Path) -> list[OpSpec]:
     return [OpSpec(name=k.module, builder="megatron.fused_kernels", build_var="", module=k.module,
                    sources=tuple(f"{KERNEL_DIR}/{f}" for f in k.sources), include_paths=includes,
                    device=True, compatible=True, cxx_args=("-O3",),
-                   nvcc_args=k.rocm_flags if tc.kind == "rocm" else (*k.cuda_flags, *gencode))
+                   nvcc_args=k.rocm_flags if tc.hip else (*k.cuda_flags, *gencode))
             for k in kernels(tree)]
 
 
@@ -114,7 +114,7 @@ def helpers_op(tc: Toolchain) -> OpSpec:
 def prebuilt_ops(tc: Toolchain, tree: Path) -> list[OpSpec]:
     """What the wheel carries for this profile and tree: the fused kernels (GPU profiles) and the dataset
     helpers (every profile, when the tree has ``megatron/data/helpers.cpp``)."""
-    ops = kernel_ops(tc, tree) if tc.kind in ("rocm", "cuda") else []
+    ops = kernel_ops(tc, tree) if tc.gpu else []
     if (tree / HELPERS_SOURCE).is_file():
         ops.append(helpers_op(tc))
     return ops
@@ -138,7 +138,7 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     log = log or quiet_logger()
     runner = runner or Runner(log)
     src = check_tree(Path(tree))
-    if tc.kind not in ("rocm", "cuda") and kernels and not (src / HELPERS_SOURCE).is_file():
+    if not tc.gpu and kernels and not (src / HELPERS_SOURCE).is_file():
         raise ConfigError(f"toolchain {tc.name} is a {tc.kind} profile; the fused kernels are GPU code and {src} "
                           f"has no {HELPERS_SOURCE} (the host-only part a {tc.kind} profile builds)",
                           hint="pass a rocm profile (frontier, lumi-g, mi300x, debian-rocm, ...) or a cuda one, "
@@ -219,7 +219,7 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
                py_ex: Executor = HOST) -> PortResult:
     result = PortResult(src, dest, tc.name, "", kernels=torch_info is not None, compile_only=compile_only,
                         sets=[ps.ref for ps in psets])
-    if tc.kind == "rocm":
+    if tc.hip:
         from porter.hipify import engine as hip
 
         with log.step(f"hipifying {KERNEL_DIR}"):
@@ -302,7 +302,7 @@ def _catalogue(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *
         tree, build_dir = root / "src", root / "build"
         if stage:
             shutil.rmtree(tree, ignore_errors=True)
-            if tc.kind in ("rocm", "cuda"):
+            if tc.gpu:
                 shutil.copytree(work / KERNEL_DIR, tree / KERNEL_DIR)
             if (work / HELPERS_SOURCE).is_file():
                 (tree / HELPERS_SOURCE).parent.mkdir(parents=True, exist_ok=True)
