@@ -394,8 +394,7 @@ def _emulated_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str
     has them (the wavefront the profile's), porter's HIP-on-CPU headers and prelude; a device unit is compiled as
     C++ with the op's device flags less those only a GPU compiler takes."""
     wave = int(tc.wavefront or 64)
-    emu = emulate.compile_flags(wave)
-    emu[emu.index(str(emulate.INCLUDE_DIR))] = v(emulate.INCLUDE_DIR)
+    emu = [f"-I{v(emulate.INCLUDE_DIR)}" if a == f"-I{emulate.INCLUDE_DIR}" else a for a in emulate.compile_flags(wave)]
     rocm = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={wave}", *half]
     if device:
         flags = ["-x", "c++", "-fPIC", "-DHIPBLAS_V2", "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1",

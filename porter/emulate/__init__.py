@@ -48,4 +48,4 @@ def device_flags(args: tuple[str, ...] | list[str]) -> list[str]:
 
 def compile_flags(wave: int) -> list[str]:
     """What every unit of an emulated build gets: the wavefront size, porter's headers and the prelude."""
-    return [f"-DPORTER_EMU_WAVE={wave}", "-isystem", str(INCLUDE_DIR), "-include", PRELUDE]
+    return [f"-DPORTER_EMU_WAVE={wave}", f"-I{INCLUDE_DIR}", "-include", PRELUDE]

@@ -38,6 +38,12 @@ def thread_locals(path: Path, *, section: str) -> tuple[set[str], set[str]]:
     return used, defined
 
 
+def undefined(path: Path) -> set[str]:
+    with path.open("rb") as f:
+        table = ELFFile(f).get_section_by_name(".symtab")
+        return {s.name for s in (table.iter_symbols() if table is not None else ()) if s["st_shndx"] == "SHN_UNDEF"}
+
+
 def extern_shared(objects: list[Path], libs: list[Path]) -> list[str]:
     used: set[str] = set()
     defined: set[str] = set()
@@ -50,11 +56,14 @@ def extern_shared(objects: list[Path], libs: list[Path]) -> list[str]:
     return sorted(used - defined)
 
 
-def unit(names: list[str]) -> str:
+def unit(names: list[str], tls_init: bool) -> str:
     lines = ["// written by porter (porter.emulate.shared): the dynamic shared memory of this module's kernels, one",
              "// array per 'extern __shared__' name, each as large as a launch may ask", ""]
     for i, name in enumerate(names):
-        lines.append(f'alignas(64) thread_local unsigned char porter_dynamic_shared_{i}[{CAPACITY}] __asm__("{name}");')
+        lines.append(f'alignas(64) __thread unsigned char porter_dynamic_shared_{i}[{CAPACITY}] __asm__("{name}");')
+    if tls_init:  # GCC reaches an 'extern __shared__' array of an anonymous namespace through its unit's thread-local
+        # initialiser, which a unit that defines no thread-local of its own lacks; these arrays need no initialising
+        lines += ["", 'extern "C" void porter_tls_init() __asm__("__tls_init");', 'extern "C" void porter_tls_init() {}']
     return "\n".join(lines) + "\n"
 
 
@@ -74,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     libs = [args.lib / name for name in TORCH_LIBS if (args.lib / name).is_file()]
     names = extern_shared(objects, libs)
     src = args.out.with_suffix(".cpp")
-    src.write_text(unit(names))
+    src.write_text(unit(names, tls_init=bool(names) and any("__tls_init" in undefined(o) for o in objects)))
     args.out.with_name(args.out.name + ".d").write_text(f"{args.out}: \\\n  {src}\n")
     return subprocess.run([*compiler, "-fPIC", "-c", str(src), "-o", str(args.out)]).returncode
 

@@ -14,6 +14,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from porter import emulate
 from porter.codeobjects import CodeObject, read_code_objects
 from porter.errors import ToolError, first_error
 from porter.log import Logger, quiet_logger
@@ -60,7 +61,8 @@ extern "C" float porter_check_sum(const float* in, int n) {
 }
 """,
 }
-_SUFFIX = {"rocm": ".hip", "cuda": ".cu", "cpu": ".cpp"}
+_KERNEL["emulated"] = _KERNEL["rocm"]  # the same HIP source, through porter's HIP-on-CPU headers
+_SUFFIX = {"rocm": ".hip", "cuda": ".cu", "cpu": ".cpp", "emulated": ".cpp"}
 
 
 @dataclass
@@ -84,7 +86,7 @@ class CheckReport:
     @property
     def missing(self) -> list[str]:
         """Requested archs that compiled but are absent from the linked shared object."""
-        if self.toolchain.kind == "cpu" or not self.shared_object:
+        if self.toolchain.kind in ("cpu", "emulated") or not self.shared_object:
             return []
         inside = {c.arch for c in self.code_objects}
         return [a.arch for a in self.archs if a.ok and a.arch.split(":")[0] not in inside]
@@ -125,6 +127,8 @@ def host_flags(tc: Toolchain) -> list[str]:
     common = [*tc.cflags, *(f"-D{d}" for d in tc.defines)]
     if tc.kind == "cuda":
         return ["-Xcompiler", "-fPIC", "-Xcompiler", march, *common]
+    if tc.kind == "emulated":
+        return ["-fPIC", march, *emulate.compile_flags(tc.wavefront or 64), *common]
     return ["-fPIC", march, *common]
 
 

@@ -43,8 +43,9 @@ def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner
     """Run the tree's own builders (in ``python``, which must have torch, through ``executor``) and
     turn them into OpSpecs."""
     env_update: dict[str, str | None] = {"DS_ACCELERATOR": accelerator_for(tc), "PYTHONDONTWRITEBYTECODE": "1"}
-    args = [executor.inside(source.tree), tc.kind]
-    if tc.kind == "rocm":
+    # the emulated HIP target builds what a ROCm build builds: DeepSpeed's builders answer as for ROCm
+    args = [executor.inside(source.tree), "rocm" if tc.hip else tc.kind]
+    if tc.hip:
         args += [tc.toolkit_version or "0.0", ";".join(t.spec for t in tc.targets), str(tc.wavefront)]
         # DeepSpeed's builders join ROCM_HOME with 'lib'; a CPU torch leaves it None
         env_update["ROCM_HOME"] = tc.root or "/opt/rocm"

@@ -1,6 +1,8 @@
-// porter's emulated HIP target: cooperative groups as kernels use them (the thread block, and thread-block
-// tiles of N <= wavefront lanes with their shuffles, votes and barrier). A tile is N consecutive thread ranks of
-// its block; its operations need every existing lane of that tile, not of the whole wavefront.
+// porter's emulated HIP target: cooperative groups as kernels use them (the thread block; thread-block tiles of
+// N <= wavefront lanes; coalesced groups) with their shuffles, votes and barriers. A tile is N consecutive thread
+// ranks of its block; its operations need every existing lane of that tile, not of the whole wavefront. A coalesced
+// group is the lanes of one wavefront that reached coalesced_threads() together (what the emulator sees as active:
+// lanes that stopped at the same call site); its operations need every member.
 // Written for porter (no vendor code).
 #pragma once
 
@@ -69,6 +71,57 @@ class thread_block_tile {
  private:
   static unsigned block_rank() { return static_cast<unsigned>(::porter_emu::linear_id(::porter_emu::self())); }
 };
+
+// The lanes of a wavefront that reached this point together (HIP: the active lanes); its operations are by rank.
+class coalesced_group {
+ public:
+  explicit coalesced_group(uint64_t members) : members_(members) {}
+  unsigned size() const { return static_cast<unsigned>(__builtin_popcountll(members_)); }
+  unsigned num_threads() const { return size(); }
+  unsigned thread_rank() const {
+    const unsigned lane = static_cast<unsigned>(::porter_emu::lane_id());
+    return static_cast<unsigned>(__builtin_popcountll(members_ & ((uint64_t(1) << lane) - 1)));
+  }
+  __attribute__((noinline)) void sync(PORTER_SITE) const {
+    ::porter_emu::wave_op<int>(::porter_emu::Op::WaveBarrier, 0, 0, PORTER_EMU_WAVE, PORTER_EMU_WAVE, PORTER_HERE,
+                               members_);
+  }
+  template <typename T>
+  __attribute__((noinline)) T shfl(T v, int src, PORTER_SITE) const {
+    return ::porter_emu::wave_op(::porter_emu::Op::Shfl, v, src, PORTER_EMU_WAVE, PORTER_EMU_WAVE, PORTER_HERE, members_);
+  }
+  template <typename T>
+  __attribute__((noinline)) T shfl_up(T v, unsigned d, PORTER_SITE) const {
+    return ::porter_emu::wave_op(::porter_emu::Op::ShflUp, v, static_cast<int>(d), PORTER_EMU_WAVE, PORTER_EMU_WAVE,
+                                 PORTER_HERE, members_);
+  }
+  template <typename T>
+  __attribute__((noinline)) T shfl_down(T v, unsigned d, PORTER_SITE) const {
+    return ::porter_emu::wave_op(::porter_emu::Op::ShflDown, v, static_cast<int>(d), PORTER_EMU_WAVE,
+                                 PORTER_EMU_WAVE, PORTER_HERE, members_);
+  }
+  __attribute__((noinline)) unsigned long long ballot(int p, PORTER_SITE) const {
+    return ::porter_emu::wave_op<unsigned long long>(::porter_emu::Op::Ballot, p != 0, 0, PORTER_EMU_WAVE,
+                                                     PORTER_EMU_WAVE, PORTER_HERE, members_);
+  }
+  __attribute__((noinline)) int any(int p, PORTER_SITE) const {
+    return ::porter_emu::wave_op<int>(::porter_emu::Op::Any, p != 0, 0, PORTER_EMU_WAVE, PORTER_EMU_WAVE, PORTER_HERE,
+                                      members_);
+  }
+  __attribute__((noinline)) int all(int p, PORTER_SITE) const {
+    return ::porter_emu::wave_op<int>(::porter_emu::Op::All, p != 0, 0, PORTER_EMU_WAVE, PORTER_EMU_WAVE, PORTER_HERE,
+                                      members_);
+  }
+
+ private:
+  uint64_t members_;
+};
+
+// which lanes of the wavefront arrived here together: a wave operation whose group is whoever is at this call site
+__attribute__((noinline)) inline coalesced_group coalesced_threads(PORTER_SITE) {
+  return coalesced_group(::porter_emu::wave_op<unsigned long long>(::porter_emu::Op::Coalesce, 0ull, 0,
+                                                                   PORTER_EMU_WAVE, PORTER_EMU_WAVE, PORTER_HERE));
+}
 
 template <unsigned N, typename Parent>
 inline thread_block_tile<N> tiled_partition(const Parent&) {

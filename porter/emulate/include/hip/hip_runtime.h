@@ -54,10 +54,12 @@
 
 static constexpr int warpSize = PORTER_EMU_WAVE;
 
-// ---- launch: the arguments are evaluated once, then every thread calls the kernel with its own copy of them
+// ---- launch: every thread makes the call as written (the same template deduction and conversions as
+// <<<...>>>: NULL for a pointer, a kernel template deduced from its arguments); an argument with side effects
+// would be evaluated once per thread, which is not modelled
 #define hipLaunchKernelGGL(kernel, grid, block, shared, stream, ...)                                          \
   ::porter_emu::launch(#kernel, __FILE__, __LINE__, dim3(grid), dim3(block), static_cast<std::size_t>(shared), \
-                       ::porter_emu::make_call([](auto... porter_a) { (kernel)(porter_a...); }, ##__VA_ARGS__))
+                       [&]() { (kernel)(__VA_ARGS__); })
 #define hipLaunchKernelNoBarrier hipLaunchKernelGGL
 
 // ---- barriers and wave operations; each call site is told apart by its return address

@@ -34,7 +34,6 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -61,7 +60,7 @@ struct Unmodelled : std::runtime_error {
 };
 
 enum class State : uint8_t { Ready, Barrier, WaveOp, Done };
-enum class Op : uint8_t { Shfl, ShflUp, ShflDown, ShflXor, Ballot, Any, All, WaveBarrier };
+enum class Op : uint8_t { Shfl, ShflUp, ShflDown, ShflXor, Ballot, Any, All, WaveBarrier, Coalesce };
 
 inline const char* op_name(Op op) {
   switch (op) {
@@ -73,6 +72,7 @@ inline const char* op_name(Op op) {
     case Op::Any: return "__any";
     case Op::All: return "__all";
     case Op::WaveBarrier: return "a wave barrier (__syncwarp)";
+    case Op::Coalesce: return "cooperative_groups::coalesced_threads";
   }
   return "?";
 }
@@ -91,12 +91,12 @@ struct Lane {
   Op op = Op::Shfl;
   Site site;
   int group = kWave;  // lanes that take part in this wave op together: the wavefront, or a tile
+  uint64_t members = 0;  // a coalesced group's lanes (bits of the wavefront); 0: the fixed group above
   int arg = 0;        // source lane, delta or xor mask
   int width = kWave;
   std::size_t size = 0;
   alignas(16) unsigned char in[kMaxBytes];
   alignas(16) unsigned char out[kMaxBytes];
-  uint64_t bits = 0;  // ballot result
 };
 
 struct Block {
@@ -149,7 +149,8 @@ inline void syncthreads() {
 
 // one wave operation of the calling lane: its operand in, its result out (after the whole group arrived)
 template <typename T>
-inline T wave_op(Op op, T value, int arg, int width, int group, const char* file, int line, const void* code) {
+inline T wave_op(Op op, T value, int arg, int width, int group, const char* file, int line, const void* code,
+                 uint64_t members = 0) {
   static_assert(std::is_trivially_copyable<T>::value, "porter emulated HIP target: a shuffled type must be trivially copyable");
   static_assert(sizeof(T) <= kMaxBytes, "porter emulated HIP target: a shuffled value of more than 64 bytes");
   Lane& l = self();
@@ -159,6 +160,7 @@ inline T wave_op(Op op, T value, int arg, int width, int group, const char* file
   l.arg = arg;
   l.width = width;
   l.group = group;
+  l.members = members;
   l.size = sizeof(T);
   std::memcpy(l.in, &value, sizeof(T));
   yield();
@@ -211,6 +213,45 @@ inline int source_lane(const Lane& l, int me) {
   return index & (kWave - 1);
 }
 
+// The lanes (block thread ids, in lane order) that take part with lane i in its wave operation: the lanes at the
+// same coalesce point (cg::coalesced_threads: whoever arrived there together), a coalesced group's members, or the
+// fixed group (the wavefront, or a tile) that lane i is in.
+inline std::vector<int> group_of(const Block& b, int i, int base, int end) {
+  const Lane& l = b.lanes[i];
+  std::vector<int> out;
+  if (l.op == Op::Coalesce) {
+    for (int j = base; j < end; ++j) {
+      const Lane& o = b.lanes[j];
+      if (o.state == State::WaveOp && o.op == Op::Coalesce && o.site == l.site) out.push_back(j);
+    }
+  } else if (l.members != 0) {
+    for (int k = 0; k < kWave; ++k)
+      if ((l.members >> k) & 1) out.push_back(base + k);
+  } else {
+    const int gbase = base + ((i - base) / l.group) * l.group;
+    for (int j = gbase; j < gbase + l.group && j < end; ++j) out.push_back(j);
+  }
+  return out;
+}
+
+inline std::string site_text(const Lane& l) {
+  return std::string(op_name(l.op)) + " at " + l.site.file + ":" + std::to_string(l.site.line);
+}
+
+// The rank of the lane one of a coalesced group's shuffles reads (HIP's coalesced_group: ranks are the members in
+// lane order; out of range reads the lane's own value).
+inline int source_rank(const Lane& l, int rank, int size) {
+  int r = rank;
+  switch (l.op) {
+    case Op::Shfl: r = ((l.arg % size) + size) % size; break;
+    case Op::ShflUp: r = rank - l.arg >= 0 ? rank - l.arg : rank; break;
+    case Op::ShflDown: r = rank + l.arg < size ? rank + l.arg : rank; break;
+    case Op::ShflXor: r = (rank ^ l.arg) < size ? (rank ^ l.arg) : rank; break;
+    default: break;
+  }
+  return r;
+}
+
 // Complete the wave operations whose groups have all arrived; error on any group that cannot complete.
 inline bool resolve_wave_ops(Block& b) {
   bool any = false;
@@ -220,63 +261,66 @@ inline bool resolve_wave_ops(Block& b) {
     for (int i = base; i < end; ++i) {
       Lane& first = b.lanes[i];
       if (first.state != State::WaveOp) continue;
-      const int g = first.group;
-      const int gbase = base + ((i - base) / g) * g;
-      const int gend = gbase + g < end ? gbase + g : end;
-      // every existing lane of the group must be here, at the same operation and call site
+      const std::vector<int> group = group_of(b, i, base, end);
+      // every member must be here, at the same operation and call site
       std::vector<int> here, away;
-      for (int j = gbase; j < gend; ++j) {
+      for (int j : group) {
         const Lane& o = b.lanes[j];
-        (o.state == State::WaveOp && o.op == first.op && o.site == first.site && o.group == g ? here : away)
-            .push_back(j - base);
+        const bool same = o.state == State::WaveOp && o.op == first.op && o.site == first.site &&
+                          o.group == first.group && o.members == first.members;
+        (same ? here : away).push_back(j - base);
       }
       if (!away.empty()) {
         const Lane& other = b.lanes[base + away.front()];
-        fail(std::string(op_name(first.op)) + " at " + first.site.file + ":" + std::to_string(first.site.line) +
-             " reached by lanes " + lanes_text(here) + " of wavefront " + std::to_string(base / kWave) +
-             (g < kWave ? " (tile of " + std::to_string(g) + ")" : "") + " but not by lanes " + lanes_text(away) +
-             " (lane " + std::to_string(away.front()) + " is " + where_text(other) +
+        const std::string what = first.members ? " (a coalesced group)" :
+                                 first.group < kWave ? " (tile of " + std::to_string(first.group) + ")" : "";
+        fail(site_text(first) + " reached by lanes " + lanes_text(here) + " of wavefront " +
+             std::to_string(base / kWave) + what + " but not by lanes " + lanes_text(away) + " (lane " +
+             std::to_string(away.front()) + " is " + where_text(other) +
              "): a divergent wave operation is not modelled");
       }
-      // results: read every operand first, then write
-      for (int j = gbase; j < gend; ++j) {
-        Lane& me = b.lanes[j];
-        const int lane = j - base;
-        if (me.op == Op::Ballot || me.op == Op::Any || me.op == Op::All) {
-          uint64_t bits = 0;
-          for (int k = gbase; k < gend; ++k) {
-            int pred;
-            std::memcpy(&pred, b.lanes[k].in, sizeof(int));
-            if (pred) bits |= uint64_t(1) << (k - gbase);
+      const int size = static_cast<int>(group.size());
+      uint64_t bits = 0;  // votes: by position in the group (tile or coalesced rank; the lane in a wavefront)
+      for (int r = 0; r < size; ++r) {
+        int pred;
+        std::memcpy(&pred, b.lanes[group[r]].in, sizeof(int));
+        if (pred) bits |= uint64_t(1) << r;
+      }
+      uint64_t mask = 0;
+      for (int j : group) mask |= uint64_t(1) << (j - base);
+      const uint64_t all = size >= 64 ? ~uint64_t(0) : ((uint64_t(1) << size) - 1);
+      // results: every operand is read before any result is written (each lane has its own out buffer)
+      for (int r = 0; r < size; ++r) {
+        Lane& me = b.lanes[group[r]];
+        const int lane = group[r] - base;
+        int flag = 0;
+        switch (me.op) {
+          case Op::Coalesce: std::memcpy(me.out, &mask, sizeof(uint64_t)); break;
+          case Op::Ballot: std::memcpy(me.out, &bits, sizeof(uint64_t)); break;
+          case Op::Any: flag = bits != 0; std::memcpy(me.out, &flag, sizeof(int)); break;
+          case Op::All: flag = bits == all; std::memcpy(me.out, &flag, sizeof(int)); break;
+          case Op::WaveBarrier: break;
+          default: {
+            int src;
+            if (me.members != 0) {
+              src = group[source_rank(me, r, size)] - base;
+            } else {
+              src = source_lane(me, lane);
+              if (base + src >= end) {
+                fail(site_text(me) + ": lane " + std::to_string(lane) + " of wavefront " +
+                     std::to_string(base / kWave) + " reads lane " + std::to_string(src) +
+                     ", which no thread of the block (" + std::to_string(n) + " threads) occupies: not modelled");
+              }
+              if (me.group < kWave && (src / me.group) != (lane / me.group)) {
+                fail(std::string("a tile shuffle at ") + me.site.file + ":" + std::to_string(me.site.line) +
+                     " reads outside its tile: not modelled");
+              }
+            }
+            std::memcpy(me.out, b.lanes[base + src].in, me.size);
           }
-          me.bits = bits;
-        } else if (me.op != Op::WaveBarrier) {
-          const int src = source_lane(me, lane);
-          if (base + src >= end) {
-            fail(std::string(op_name(me.op)) + " at " + me.site.file + ":" + std::to_string(me.site.line) +
-                 ": lane " + std::to_string(lane) + " of wavefront " + std::to_string(base / kWave) +
-                 " reads lane " + std::to_string(src) + ", which no thread of the block (" + std::to_string(n) +
-                 " threads) occupies: not modelled");
-          }
-          if (g < kWave && (src < gbase - base || src >= gend - base)) {
-            fail(std::string("a tile shuffle at ") + me.site.file + ":" + std::to_string(me.site.line) +
-                 " reads outside its tile: not modelled");
-          }
-          std::memcpy(me.out, b.lanes[base + src].in, me.size);
         }
       }
-      for (int j = gbase; j < gend; ++j) {
-        Lane& me = b.lanes[j];
-        if (me.op == Op::Ballot || me.op == Op::Any || me.op == Op::All) {
-          int member = 0;
-          uint64_t all = (gend - gbase) >= 64 ? ~uint64_t(0) : ((uint64_t(1) << (gend - gbase)) - 1);
-          if (me.op == Op::Any) member = me.bits != 0;
-          if (me.op == Op::All) member = me.bits == all;
-          if (me.op == Op::Ballot) std::memcpy(me.out, &me.bits, sizeof(uint64_t));
-          else std::memcpy(me.out, &member, sizeof(int));
-        }
-        me.state = State::Ready;
-      }
+      for (int j : group) b.lanes[j].state = State::Ready;
       any = true;
     }
   }
@@ -399,18 +443,6 @@ inline void launch(const char* kernel, const char* file, int line, dim3 grid, di
     throw;
   }
   g_block = nullptr;
-}
-
-// the argument list of a launch, evaluated once on the host, then given to each thread's call of the kernel
-template <typename Fn, typename... A>
-struct Call {
-  Fn fn;
-  std::tuple<std::decay_t<A>...> args;
-  void operator()() { std::apply(fn, args); }
-};
-template <typename Fn, typename... A>
-inline Call<Fn, A...> make_call(Fn fn, A&&... a) {
-  return Call<Fn, A...>{fn, std::tuple<std::decay_t<A>...>(std::forward<A>(a)...)};
 }
 
 }  // namespace porter_emu
