@@ -244,6 +244,7 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
         plan.env.update(cache.env(tc, build_dir / CCACHE_STATS, base=build_dir.parent.parent))
     at = len(ex.prefix)
     shareable: list[tuple[int, list[str]]] = []  # (step index, argv before ccache) of GCC host compiles
+    emulated: list[tuple[int, list[str]]] = []  # the same, of an emulated build's units (always shared)
     # ccache makes paths under base_dir relative to where the compiler runs: ninja starts it in the build
     # folder, and a chroot's own cwd is its root, so there it is changed back to the build folder
     cwd = ("env", "-C", ex.inside(build_dir)) if cache is not None and ex.kind == "chroot" else ()
@@ -261,7 +262,9 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
                                      arch=arch, offload=offload)
                 if debug != "full" and not (dev and tc.kind == "cuda"):
                     argv = [DEBUG_INFO[debug] if a == "-g" else a for a in argv]
-                if pch and not compile_only and not dev and _GCC.fullmatch(os.path.basename(argv[at])):
+                if tc.kind == "emulated" and op.device and not compile_only:
+                    emulated.append((len(plan.steps), argv))
+                elif pch and not compile_only and not dev and _GCC.fullmatch(os.path.basename(argv[at])):
                     shareable.append((len(plan.steps), argv))
                 if cache is not None:
                     argv = [*argv[:at], *cwd, *cache.prefix(), *argv[at:]]
@@ -274,8 +277,8 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
             continue
         if tc.kind == "emulated" and op.device:  # the module's extern __shared__ arrays, defined at link time
             defs = odir / "porter-dynamic-shared.o"
-            argv = (sys.executable, "-m", "porter.emulate.shared", "--lib", v(cat.torch.library_dir), "--out",
-                    v(defs), "--", *ex.argv(tc.compiler), "--", *(v(o) for o in objs))
+            argv = (sys.executable, "-m", "porter.emulate.shared", "--rev", emulate.revision(), "--lib",
+                    v(cat.torch.library_dir), "--out", v(defs), "--", *ex.argv(tc.compiler), "--", *(v(o) for o in objs))
             plan.steps.append(Step(op.name, "compile", argv, str(defs), tuple(objs), str(defs) + ".d"))
             objs = [*objs, str(defs)]
         so = odir / f"{op.leaf}{cat.torch.ext_suffix}"
@@ -288,6 +291,9 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
         plan.outputs[op.name] = str(so)
     if shareable:
         _share_torch_header(plan, shareable, v, [*cwd, *cache.prefix()] if cache is not None else [], at)
+    if emulated:  # porter's prelude (torch's extension header and the HIP-on-CPU ones), parsed once per flag set
+        _share_torch_header(plan, emulated, v, [*cwd, *cache.prefix()] if cache is not None else [], at,
+                            text=f"#include <{emulate.PRELUDE}>\n", replaces=("-include", emulate.PRELUDE))
         if cache is not None and any(s.kind == "pch" for s in plan.steps):
             plan.env["CCACHE_SLOPPINESS"] = "pch_defines,time_macros"  # ccache's condition for caching PCH use
     return plan
@@ -314,12 +320,14 @@ PCH_HEADER = "torch_ext.h"
 
 
 def _share_torch_header(plan: Plan, units: list[tuple[int, list[str]]], v: Visible, cache: list[str],
-                        at: int) -> None:
+                        at: int, *, text: str = "#include <torch/extension.h>\n",
+                        replaces: tuple[str, str] | None = None) -> None:
     """Most of a host unit's time is GCC parsing torch's headers (about half, with DeepSpeed's -O3 -g).
     Units whose flags are the same but for ``-DTORCH_EXTENSION_NAME`` (which no torch header reads, so a
     header compiled without it serves every op) share one precompiled ``<torch/extension.h>``, made once
     per build and taken in by ``-include`` before the unit's own text (whose include of it is then a
-    no-op). Groups of one unit are left alone: a header costs about a unit."""
+    no-op). Groups of one unit are left alone: a header costs about a unit. ``text``: what the header includes;
+    ``replaces``: a ``-include X`` pair of the units that the header stands in for (it must come first)."""
     groups: dict[tuple[str, ...], list[int]] = {}
     for index, argv in units:
         key = tuple(a for a in argv[:-_TAIL] if not a.startswith("-DTORCH_EXTENSION_NAME="))
@@ -334,15 +342,23 @@ def _share_torch_header(plan: Plan, units: list[tuple[int, list[str]]], v: Visib
         folder = plan.build_dir / "pch" / hashlib.sha256(json.dumps(named).encode()).hexdigest()[:12]
         header, gch = folder / PCH_HEADER, folder / (PCH_HEADER + ".gch")
         plan.files[str(header)] = ("// written by porter ops build: torch's extension header, precompiled once "
-                                   "for the units below\n#include <torch/extension.h>\n")
-        argv = [*key[:at], *cache, *key[at:], "-x", "c++-header", v(header), "-MMD", "-MF", f"{v(gch)}.d",
+                                   "for the units below\n" + text)
+        own = list(key)
+        if replaces is not None:  # the header includes it itself
+            k = next(j for j in range(len(own) - 1) if (own[j], own[j + 1]) == replaces)
+            del own[k:k + 2]
+        argv = [*own[:at], *cache, *own[at:], "-x", "c++-header", v(header), "-MMD", "-MF", f"{v(gch)}.d",
                 "-o", v(gch)]
         plan.steps.append(Step("", "pch", tuple(argv), str(gch), (str(header),), str(gch) + ".d",
                                (*PUBLISH, str(gch), "--")))
         for i in indexes:
             s = plan.steps[i]
-            cut = len(s.argv) - _TAIL
-            plan.steps[i] = replace(s, argv=(*s.argv[:cut], "-Winvalid-pch", "-include", v(header), *s.argv[cut:]),
+            argv = list(s.argv)
+            if replaces is not None:
+                k = next(j for j in range(len(argv) - 1) if (argv[j], argv[j + 1]) == replaces)
+                del argv[k:k + 2]
+            cut = len(argv) - _TAIL
+            plan.steps[i] = replace(s, argv=(*argv[:cut], "-Winvalid-pch", "-include", v(header), *argv[cut:]),
                                     inputs=(*s.inputs, str(gch)))
 
 

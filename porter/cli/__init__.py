@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "net-plugin": "porter.cli.netplugin:net_plugin",
     "image": "porter.cli.image:image",
     "sbom": "porter.cli.sbom:sbom_cmd",
+    "emulate": "porter.cli.emulate:emulate",
 }
 
 

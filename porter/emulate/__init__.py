@@ -15,6 +15,8 @@ runs the numeric checks (:mod:`porter.emulate.checks`) on what it built.
 
 from __future__ import annotations
 
+import hashlib
+from functools import cache
 from pathlib import Path
 
 INCLUDE_DIR = Path(__file__).with_name("include")
@@ -26,6 +28,16 @@ _DEVICE_ONLY_PREFIXES = ("--offload", "--gpu-max", "-fgpu-", "-fno-gpu-", "--amd
                          "-fcuda-", "-fhip-", "-fno-hip-", "--cuda-", "-Xclang", "--hip-", "-mcode-object",
                          "-ffp-contract=fast-honor-pragmas")
 _WITH_VALUE = ("-mllvm", "-Xcompiler")
+
+
+@cache
+def revision() -> str:
+    """A digest of porter's HIP-on-CPU headers and link step: part of the link step's command, so a build made
+    with other headers or another link step is linked again."""
+    h = hashlib.sha256()
+    for path in sorted([*INCLUDE_DIR.rglob("*.h"), Path(__file__).with_name("shared.py")]):
+        h.update(path.relative_to(INCLUDE_DIR.parent).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def device_flags(args: tuple[str, ...] | list[str]) -> list[str]:

@@ -10,7 +10,7 @@ found by name on ``sys.path`` and loaded from its file without importing its par
 ``deepspeed/__init__.py`` needs far more than the kernels). Nothing here imports porter: this file also runs as a
 script in a python that has only torch.
 
-    python checks.py --device cpu --wave 64 [--only FAMILY ...]  -> one JSON list on stdout
+    python checks.py --device cpu --wave 64 [--only FAMILY ...] [--out FILE]  -> one JSON list
 
 A row: ``kernel`` (the family), ``check`` (what was compared), ``wave``, ``max_abs_err``, ``tolerance``, ``ok``,
 and ``error`` when the kernel raised (on the emulated target: what it does not model, or a wrong argument).
@@ -77,8 +77,9 @@ class Checks:
         try:
             err = fn()
         except Exception as exc:  # noqa: BLE001 -- the kernel's own error is the finding
+            text = str(exc).split("\nInvoked with:")[0]  # pybind11 would print every argument tensor
             self.rows.append({"kernel": kernel, "check": check, "wave": self.wave, "max_abs_err": None,
-                              "tolerance": tol, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]})
+                              "tolerance": tol, "ok": False, "error": f"{type(exc).__name__}: {text}"[:2000]})
             return
         self.add(kernel, check, err, tol)
 
@@ -130,8 +131,8 @@ class Checks:
         rows, n = (48, 256) if self.small else (4096, 1024)
         for dtype, tol in ((torch.float32, 1e-4), (torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)):
             dn = str(dtype).split(".")[1]
-            self.run(family, f"fwd+bwd (input, weight, bias grads) {dn} {rows}x{n}, errors relative to the "
-                             "largest reference value", max(tol, 1e-3),
+            self.run(family, f"fwd+bwd (input, weight, bias grads) {dn} {rows}x{n} (the error of each is "
+                             "relative to its largest reference value)", max(tol, 1e-3),
                      lambda dtype=dtype: self._layer_norm_once(mod, dtype, rows, n))
 
     def _layer_norm_once(self, mod: Any, dtype: Any, rows: int, n: int) -> float:
@@ -282,8 +283,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--wave", type=int, required=True)
     ap.add_argument("--only", action="append", default=[], choices=sorted(FAMILIES))
+    ap.add_argument("--out", help="write the JSON list here (default: stdout)")
     args = ap.parse_args(argv)
-    print(json.dumps(run_checks(args.device, args.wave, args.only or None)))
+    text = json.dumps(run_checks(args.device, args.wave, args.only or None))
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    else:
+        print(text)
     return 0
 
 

@@ -8,7 +8,7 @@ objects, finds those arrays (thread-local symbols the objects use but neither th
 and writes one C++ unit that defines each of them with room for the most dynamic shared memory a launch may ask
 (:data:`CAPACITY`, checked at launch), then compiles it with the unit's compiler.
 
-    python -m porter.emulate.shared --lib DIR --out DEFS.o -- CXX [FLAGS...] -- OBJ...
+    python -m porter.emulate.shared [--rev R] --lib DIR --out DEFS.o -- CXX [FLAGS...] -- OBJ...
 """
 
 from __future__ import annotations
@@ -56,34 +56,45 @@ def extern_shared(objects: list[Path], libs: list[Path]) -> list[str]:
     return sorted(used - defined)
 
 
-def unit(names: list[str], tls_init: bool) -> str:
+def init_function(name: str) -> str:
+    """The Itanium C++ ABI's name of a thread-local's initialisation function (``_ZTH``)."""
+    return "_ZTH" + (name[2:] if name.startswith("_Z") else f"{len(name)}{name}")
+
+
+def unit(names: list[str], wanted: set[str]) -> str:
+    """The C++ unit that defines ``names``, and the thread-local initialisers of theirs that the objects call
+    (``wanted``: what they leave undefined). GCC calls an 'extern thread_local' variable's initialiser (``_ZTH``), and
+    one of an anonymous namespace through its unit's ``__tls_init``; these arrays need no initialising, so those are
+    empty functions."""
     lines = ["// written by porter (porter.emulate.shared): the dynamic shared memory of this module's kernels, one",
              "// array per 'extern __shared__' name, each as large as a launch may ask", ""]
+    inits = [f for f in ("__tls_init", *(init_function(n) for n in names)) if f in wanted]
     for i, name in enumerate(names):
         lines.append(f'alignas(64) __thread unsigned char porter_dynamic_shared_{i}[{CAPACITY}] __asm__("{name}");')
-    if tls_init:  # GCC reaches an 'extern __shared__' array of an anonymous namespace through its unit's thread-local
-        # initialiser, which a unit that defines no thread-local of its own lacks; these arrays need no initialising
-        lines += ["", 'extern "C" void porter_tls_init() __asm__("__tls_init");', 'extern "C" void porter_tls_init() {}']
+    for i, init in enumerate(inits):
+        lines += [f'extern "C" void porter_no_init_{i}() __asm__("{init}");', f'extern "C" void porter_no_init_{i}() {{}}']
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv.count("--") < 2:
-        print("usage: python -m porter.emulate.shared --lib DIR --out DEFS.o -- CXX [FLAGS...] -- OBJ...",
+        print("usage: python -m porter.emulate.shared [--rev R] --lib DIR --out DEFS.o -- CXX [FLAGS...] -- OBJ...",
               file=sys.stderr)
         return 2
     first = argv.index("--")
     second = argv.index("--", first + 1)
     ap = argparse.ArgumentParser(prog="python -m porter.emulate.shared")
     ap.add_argument("--lib", type=Path, required=True, help="torch's library folder")
+    ap.add_argument("--rev", default="", help="porter.emulate.revision(): changes the command when porter's do")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv[:first])
     compiler, objects = argv[first + 1:second], [Path(o) for o in argv[second + 1:]]
     libs = [args.lib / name for name in TORCH_LIBS if (args.lib / name).is_file()]
     names = extern_shared(objects, libs)
     src = args.out.with_suffix(".cpp")
-    src.write_text(unit(names, tls_init=bool(names) and any("__tls_init" in undefined(o) for o in objects)))
+    wanted = set().union(*(undefined(o) for o in objects)) if names else set()
+    src.write_text(unit(names, wanted))
     args.out.with_name(args.out.name + ".d").write_text(f"{args.out}: \\\n  {src}\n")
     return subprocess.run([*compiler, "-fPIC", "-c", str(src), "-o", str(args.out)]).returncode
 

@@ -30,9 +30,11 @@ def _files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def test_deepspeed_names_rocm_sources_for_rocm_builds_only() -> None:
-    assert load_project("deepspeed").build == {"rocm": ("rocm-sources",)}
+def test_deepspeed_names_rocm_sources_for_rocm_and_emulated_builds_only() -> None:
+    """The emulated HIP target builds what a ROCm build builds, so the same sources."""
+    assert load_project("deepspeed").build == {"rocm": ("rocm-sources",), "emulated": ("rocm-sources",)}
     assert [s.ref for s in build_sets("deepspeed", "rocm")] == ["deepspeed/rocm-sources"]
+    assert [s.ref for s in build_sets("deepspeed", "emulated")] == ["deepspeed/rocm-sources"]
     assert build_sets("deepspeed", "cpu") == [] and build_sets("deepspeed", "cuda") == []
     assert build_sets("no-such-project", "rocm") == []
 

@@ -145,7 +145,8 @@ def test_probes_are_standalone() -> None:
 # The layers, top to bottom (DESIGN.md "Layout"): an import may point down or within its layer, never up.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cli", ("porter.cli", "porter.__main__")),
-    ("components and flows", ("porter.components", "porter.port", "porter.install", "porter.cluster", "porter.image")),
+    ("components and flows", ("porter.components", "porter.port", "porter.install", "porter.cluster", "porter.image",
+                              "porter.emulate.run")),
     ("engines", ("ops_prebuild", "porter.wheels", "porter.hipify", "porter.patching", "porter.ccache")),
     ("artifacts and toolchain", ("porter.artifacts", "porter.toolchain", "porter.emulate")),
     ("core", ("porter.errors", "porter.log", "porter.run", "porter.executor", "porter.fs", "porter.locks", "porter.faults",

@@ -219,20 +219,13 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
                py_ex: Executor = HOST) -> PortResult:
     result = PortResult(src, dest, tc.name, "", kernels=torch_info is not None, compile_only=compile_only,
                         sets=[ps.ref for ps in psets])
+    report = None
     if tc.hip:
         from porter.hipify import engine as hip
 
         with log.step(f"hipifying {KERNEL_DIR}"):
             report = hip.hipify_tree(work / KERNEL_DIR, in_place=True, log=log, use_cache=False)
         result.hipified = [f"{KERNEL_DIR}/{f.path}" for f in report.written]
-        groups = report.groups()
-        result.hipify_groups = [{**g.to_dict(), "name": f"{KERNEL_DIR}/{g.name}"} for g in groups]
-        for g in groups:  # one line per group, not one per finding
-            counts = ", ".join(c for c in (f"{len(g.unsupported)} CUDA API use(s) without a HIP equivalent"
-                                           if g.unsupported else "",
-                                           f"{len(g.warp32)} warp-size-32 assumption(s)" if g.warp32 else "") if c)
-            log.warn(f"hipify: {KERNEL_DIR}/{g.name}: {counts}: {g.verdict} "
-                     f"(porter hipify {KERNEL_DIR} --json lists each)")
     refs = ", ".join(ps.ref for ps in psets)
     with log.step(f"applying {refs}" + (f" (skipping {', '.join(p for v in skipped.values() for p in v)})"
                                         if skipped else "")):
@@ -243,6 +236,8 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
     result.patch_results = [r.to_dict() for sp in done.plan.sets for r in sp.results]
     result.patches = summarize(done.plan, skipped)
     result.notes = _version_notes(src, done.plan)
+    if report is not None:
+        _report_findings(work, report, done.plan, result, log)
     if torch_info is None:
         return result
     cat, build_dir = _catalogue(work, tc, torch_info, result.version, stage=True, compile_only=compile_only,
@@ -274,6 +269,36 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
                                                         source=str(src), specs=plan_specs(work, tc),
                                                         patches=done.plan.records())
     return result
+
+
+def _report_findings(work: Path, report: Any, plan: PatchPlan, result: PortResult, log: Logger) -> None:
+    """hipify's findings, each with its state once the patches are applied: a warp-size-32 assumption that a shipped
+    patch removed is *fixed* by it (the kernel folder is scanned again); the rest stay to review."""
+    from porter.hipify import engine as hip
+
+    after = hip.hipify_tree(work / KERNEL_DIR, in_place=True, check=True, log=quiet_logger(), use_cache=False)
+    left = {(f.path, f.identifier) for f in after.warp32}
+    by_file = {r.file: f"{r.set}:{r.patch}" for sp in plan.sets for r in sp.results if r.status == "applied" and r.file}
+    fixed: dict[str, list[Any]] = {}
+    for f in report.warp32:
+        patch = by_file.get(f"{KERNEL_DIR}/{f.path}")
+        if patch is not None and (f.path, f.identifier) not in left:
+            fixed.setdefault(patch, []).append(f)
+    gone = {(f.path, f.line, f.identifier) for fs in fixed.values() for f in fs}
+    for patch, fs in fixed.items():
+        files = ", ".join(sorted({f"{KERNEL_DIR}/{f.path}" for f in fs}))
+        log.info(f"hipify: {files}: {len(fs)} warp-size-32 assumption(s) fixed by porter's patch {patch}")
+    groups = hip.group_findings(report.unsupported, [f for f in report.warp32 if (f.path, f.line, f.identifier)
+                                                      not in gone], report.verdicts)
+    result.hipify_groups = [{**g.to_dict(), "name": f"{KERNEL_DIR}/{g.name}"} for g in groups]
+    result.hipify_groups += [{"name": f"{KERNEL_DIR}/{f.path}", "state": "fixed", "by": patch, **f.to_dict()}
+                             for patch, fs in fixed.items() for f in fs]
+    for g in groups:  # one line per group, not one per finding
+        counts = ", ".join(c for c in (f"{len(g.unsupported)} CUDA API use(s) without a HIP equivalent"
+                                       if g.unsupported else "",
+                                       f"{len(g.warp32)} warp-size-32 assumption(s)" if g.warp32 else "") if c)
+        log.warn(f"hipify: {KERNEL_DIR}/{g.name}: {counts}: {g.verdict} "
+                 f"(porter hipify {KERNEL_DIR} --json lists each)")
 
 
 def _view(tc: Toolchain, torch_info: TorchInfo, python: str, py_ex: Executor, log: Logger, *,
