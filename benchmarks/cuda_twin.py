@@ -6,9 +6,11 @@ the same porter pipeline for a CUDA profile. What this script shows, for each op
 
 1. ``porter ops build`` (DeepSpeed sdist) and ``porter port megatron-deepspeed`` (each tree) for the profile;
 2. ``porter install`` of the wheelhouse, offline, into the python that holds the GPU's torch, then ``porter verify``;
-3. in a fresh process whose compilers, ninja and CUDA_HOME are traps that log any call: DeepSpeed's own optimizer
-   classes (FusedAdam, FusedLion) and Megatron's kernel modules, run on the GPU against a float32 torch reference
-   (forward and backward), and timed side by side with the torch code they replace (ratios, one run).
+3. in a fresh process whose compilers, ninja and CUDA_HOME are traps that log any call: the checks of
+   ``porter.emulate.checks`` (the same ones porter's emulated wave-32 and wave-64 targets run) on DeepSpeed's fused
+   optimizer ops and Megatron's kernel modules, on the GPU against a float32 torch reference (forward and backward),
+   and DeepSpeed's FusedAdam and the masked softmax timed side by side with the torch code they replace (ratios,
+   one run).
 
 It needs a GPU, nvcc and a CUDA torch; no network (dependency wheels come from --deps). It writes
 ``cuda-twin.json`` to --out and prints one line per check. Exit 0 when every check held, 1 otherwise.
@@ -76,10 +78,6 @@ def trap_dir(root: Path) -> Path:
 # run on the GPU, in a process of its own (python cuda_twin.py --check WHAT)
 
 
-def _err(got, want) -> float:  # noqa: ANN001
-    return float((got.float() - want.float()).abs().max())
-
-
 def _timed(fn, reps: int = 50) -> float:  # noqa: ANN001
     """Median milliseconds of fn on the GPU (CUDA events, after warm-up)."""
     import torch
@@ -99,54 +97,14 @@ def _timed(fn, reps: int = 50) -> float:  # noqa: ANN001
 
 
 def check_deepspeed() -> list[dict]:
+    """The shared checks (porter.emulate.checks, the same the emulated target runs) of DeepSpeed's fused optimizer
+    ops, on the GPU; then one optimizer step timed side by side with torch's."""
     import torch
     from deepspeed.ops.adam import FusedAdam
-    from deepspeed.ops.lion import FusedLion
 
-    out = []
-    torch.manual_seed(0)
-    shapes = [(1024, 1024), (4097,), (333, 77), (8,)]
-    for adam_w in (True, False):
-        ps = [torch.randn(s, device="cuda") for s in shapes]
-        mine = [torch.nn.Parameter(p.clone()) for p in ps]
-        ref = [torch.nn.Parameter(p.clone()) for p in ps]
-        kw = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
-        opt = FusedAdam(mine, adam_w_mode=adam_w, **kw)
-        ref_opt = (torch.optim.AdamW if adam_w else torch.optim.Adam)(ref, foreach=False, **kw)
-        for _ in range(20):
-            grads = [torch.randn_like(p) for p in ps]
-            for p, g in zip(mine, grads):
-                p.grad = g.clone()
-            for p, g in zip(ref, grads):
-                p.grad = g.clone()
-            opt.step()
-            ref_opt.step()
-        err = max(_err(a, b) for a, b in zip(mine, ref))
-        out.append({"check": f"deepspeed FusedAdam ({'AdamW' if adam_w else 'Adam + L2'}) vs torch, fp32, 20 steps",
-                    "max_abs_err": err, "ok": err < 1e-5})
-    # Lion: c = b1 m + (1 - b1) g; p = p (1 - lr wd) - lr sign(c); m = b2 m + (1 - b2) g
-    ps = [torch.randn(s, device="cuda") for s in shapes]
-    mine = [torch.nn.Parameter(p.clone()) for p in ps]
-    ref = [p.clone() for p in ps]
-    moms = [torch.zeros_like(p) for p in ps]
-    lr, b1, b2, wd = 1e-3, 0.9, 0.99, 0.1
-    opt = FusedLion(mine, lr=lr, betas=(b1, b2), weight_decay=wd)
-    for _ in range(20):
-        grads = [torch.randn_like(p) for p in ps]
-        for p, g in zip(mine, grads):
-            p.grad = g.clone()
-        opt.step()
-        for p, m, g in zip(ref, moms, grads):
-            c = b1 * m + (1 - b1) * g
-            p.mul_(1 - lr * wd).add_(torch.sign(c), alpha=-lr)
-            m.mul_(b2).add_(g, alpha=1 - b2)
-    # sign(c) of a c within rounding of 0 may differ between the kernel and torch: that element then moves by
-    # 2 lr once. Count the elements off by more than rounding; a wrong kernel moves most of them.
-    err = max(_err(a, b) for a, b in zip(mine, ref))
-    off = sum(int(((a.float() - b.float()).abs() > 1e-5).sum()) for a, b in zip(mine, ref))
-    total = sum(p.numel() for p in ps)
-    out.append({"check": f"deepspeed FusedLion vs the Lion update in torch, fp32, 20 steps ({off} of {total} elements "
-                         "off by more than 1e-5)", "max_abs_err": err, "ok": off <= max(2, total // 100_000)})
+    from porter.emulate import checks
+
+    out = checks.run_checks("cuda", 32, only=["deepspeed.fused_adam", "deepspeed.fused_lamb", "deepspeed.fused_lion"])
     # side by side: one optimizer step over 64 tensors of 1M floats
     big = [torch.nn.Parameter(torch.randn(1 << 20, device="cuda")) for _ in range(64)]
     for p in big:
@@ -159,97 +117,24 @@ def check_deepspeed() -> list[dict]:
     return out
 
 
-def _softmax_ref(x, scale: float, mask=None, causal: bool = False):  # noqa: ANN001, ANN202
-    import torch
-
-    s = x.float() * scale
-    if causal:
-        sq, sk = s.shape[-2:]
-        s = s.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-    if mask is not None:
-        s = s.masked_fill(mask, -10000.0)
-    return torch.softmax(s, dim=-1)
-
-
-def _softmax_bwd_ref(g, y, scale: float):  # noqa: ANN001, ANN202
-    g, y = g.float(), y.float()
-    return scale * y * (g - (g * y).sum(-1, keepdim=True))
-
-
 def check_megatron(label: str) -> list[dict]:
-    import importlib
-
+    """The shared checks of Megatron's fused kernels (softmax of both generations, the BLOOM-era layer norm) on the
+    GPU, each named with the tree; then the masked softmax forward timed side by side with torch's."""
     import torch
 
-    out = []
-    torch.manual_seed(0)
-    tol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
-    have = {}
-    for name in ("scaled_upper_triang_masked_softmax_cuda", "scaled_masked_softmax_cuda", "scaled_softmax_cuda",
-                 "fused_mix_prec_layer_norm_cuda"):
-        try:
-            have[name] = importlib.import_module(name)
-        except ImportError:
-            pass
-    scale = 0.125
-    for dtype in (torch.float16, torch.bfloat16):
-        dn = str(dtype).split(".")[1]
-        for sk in (256, 2048):
-            b, heads, sq = 2, 8, sk
-            if "scaled_upper_triang_masked_softmax_cuda" in have:
-                mod = have["scaled_upper_triang_masked_softmax_cuda"]
-                x = torch.randn(b * heads, sq, sk, device="cuda", dtype=dtype)
-                y = mod.forward(x, scale)
-                g = torch.randn_like(y)
-                dx = mod.backward(g.clone(), y, scale)  # in place: it writes the input grads over g
-                ef, eb = _err(y, _softmax_ref(x, scale, causal=True)), _err(dx, _softmax_bwd_ref(g, y, scale))
-                out.append({"check": f"{label} scaled_upper_triang_masked_softmax fwd+bwd {dn} sq=sk={sk}",
-                            "max_abs_err": max(ef, eb), "ok": ef < tol[dtype] and eb < tol[dtype]})
-            if "scaled_masked_softmax_cuda" in have:
-                mod = have["scaled_masked_softmax_cuda"]
-                x = torch.randn(b, heads, sq, sk, device="cuda", dtype=dtype)
-                mask = (torch.rand(b, 1, sq, sk, device="cuda") < 0.3)
-                mask &= ~torch.eye(sq, sk, dtype=torch.bool, device="cuda")  # no row wholly masked
-                y = mod.forward(x, mask, scale)
-                g = torch.randn_like(y)
-                dx = mod.backward(g.clone(), y, scale)  # in place: it writes the input grads over g
-                ef, eb = _err(y, _softmax_ref(x, scale, mask=mask)), _err(dx, _softmax_bwd_ref(g, y, scale))
-                out.append({"check": f"{label} scaled_masked_softmax fwd+bwd {dn} sq=sk={sk}",
-                            "max_abs_err": max(ef, eb), "ok": ef < tol[dtype] and eb < tol[dtype]})
-                if dtype == torch.float16 and sk == 2048:
-                    ref = lambda: torch.softmax((x.float() * scale).masked_fill(mask, -10000.0), -1).to(dtype)  # noqa: E731
-                    out.append({"timing": f"{label} masked softmax fwd fp16 {b}x{heads}x{sq}x{sk}",
-                                "kernel_ms": _timed(lambda: mod.forward(x, mask, scale)), "torch_ms": _timed(ref)})
-            if "scaled_softmax_cuda" in have:
-                mod = have["scaled_softmax_cuda"]
-                x = torch.randn(b, heads, sq, sk, device="cuda", dtype=dtype)
-                y = mod.forward(x, scale)
-                g = torch.randn_like(y)
-                dx = mod.backward(g.clone(), y, scale)  # in place: it writes the input grads over g
-                ef, eb = _err(y, _softmax_ref(x, scale)), _err(dx, _softmax_bwd_ref(g, y, scale))
-                out.append({"check": f"{label} scaled_softmax fwd+bwd {dn} sq=sk={sk}",
-                            "max_abs_err": max(ef, eb), "ok": ef < tol[dtype] and eb < tol[dtype]})
-    if "fused_mix_prec_layer_norm_cuda" in have:
-        mod = have["fused_mix_prec_layer_norm_cuda"]
-        for dtype, tol_ln in ((torch.float32, 1e-4), (torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)):
-            n = 1024
-            x = torch.randn(4096, n, device="cuda", dtype=dtype)
-            w = torch.randn(n, device="cuda", dtype=dtype)
-            bias = torch.randn(n, device="cuda", dtype=dtype)
-            y, mean, invvar = mod.forward_affine(x, [n], w, bias, 1e-5)
-            dy = torch.randn_like(y)
-            dx, dw, db = mod.backward_affine(dy, mean, invvar, x, [n], w, bias, 1e-5)
-            xr, wr, br = (t.float().requires_grad_() for t in (x, w, bias))
-            yr = torch.nn.functional.layer_norm(xr, [n], wr, br, 1e-5)
-            yr.backward(dy.float())
-            # errors relative to the largest value of each reference (outputs reach |15| and more; the weight's and
-            # bias's gradients sum 4096 rows)
-            errs = [_err(a, b) / max(1.0, float(b.abs().max()))
-                    for a, b in ((y, yr), (dx, xr.grad), (dw, wr.grad), (db, br.grad))]
-            dn = str(dtype).split(".")[1]
-            out.append({"check": f"{label} fused layer norm fwd+bwd (input, weight, bias grads) {dn} 4096x{n}",
-                        "max_rel_err": max(errs), "ok": max(errs) < max(tol_ln, 1e-3)})
-    if not have:
+    from porter.emulate import checks
+
+    out = [{**r, "check": f"{label} {r['kernel']} {r['check']}"}
+           for r in checks.run_checks("cuda", 32, only=[f for f in checks.FAMILIES if f.startswith("megatron.")])]
+    mod = checks.load("scaled_masked_softmax_cuda")
+    if mod is not None:
+        b, heads, sq, sk, scale = 2, 8, 2048, 2048, 0.125
+        x = torch.randn(b, heads, sq, sk, device="cuda", dtype=torch.float16)
+        mask = torch.rand(b, 1, sq, sk, device="cuda") < 0.3
+        ref = lambda: torch.softmax((x.float() * scale).masked_fill(mask, -10000.0), -1).to(x.dtype)  # noqa: E731
+        out.append({"timing": f"{label} masked softmax fwd fp16 {b}x{heads}x{sq}x{sk}",
+                    "kernel_ms": _timed(lambda: mod.forward(x, mask, scale)), "torch_ms": _timed(ref)})
+    if not out:
         out.append({"check": f"{label}: no Megatron kernel module imports", "ok": False})
     return out
 
@@ -320,7 +205,8 @@ def main() -> int:
     # the checks one project at a time (two Megatron trees ship the same distribution)
     builds: dict[str, tuple[str, ...]] = {}
     if args.sdist:
-        builds["deepspeed"] = ("ops", "build", "--source", str(args.sdist), "-t", tc, "--ops", "fused_adam,fused_lion",
+        builds["deepspeed"] = ("ops", "build", "--source", str(args.sdist), "-t", tc, "--ops",
+                               "fused_adam,fused_lamb,fused_lion",
                                "--python", py, "-o", str(work / "wheelhouse-deepspeed"))
     for tree in args.megatron:
         builds[tree.name] = ("port", "megatron-deepspeed", str(tree), "-t", tc, "--python", py,
@@ -352,9 +238,9 @@ def main() -> int:
             extra = f", torch fused {r['torch_fused_ms']:.3f} ms" if "torch_fused_ms" in r else ""
             print(f"time {r['timing']}: {mine:.3f} ms vs torch {base:.3f} ms (x{base / mine:.2f}){extra}")
         else:
-            err = f" max abs err {r['max_abs_err']:.2e}" if "max_abs_err" in r else \
+            err = f" max abs err {r['max_abs_err']:.2e}" if r.get("max_abs_err") is not None else \
                 f" max rel err {r['max_rel_err']:.2e}" if "max_rel_err" in r else ""
-            print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['check']}{err}" + (f" {r.get('error', '')[-800:]}"
+            print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['check']}{err}" + (f" {(r.get('error') or '')[-800:]}"
                                                                           if not r["ok"] else ""))
     return 0 if ok else 1
 

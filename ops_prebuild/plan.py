@@ -277,9 +277,10 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
             continue
         if tc.kind == "emulated" and op.device:  # the module's extern __shared__ arrays, defined at link time
             defs = odir / "porter-dynamic-shared.o"
-            argv = (sys.executable, "-m", "porter.emulate.shared", "--rev", emulate.revision(), "--lib",
-                    v(cat.torch.library_dir), "--out", v(defs), "--", *ex.argv(tc.compiler), "--", *(v(o) for o in objs))
-            plan.steps.append(Step(op.name, "compile", argv, str(defs), tuple(objs), str(defs) + ".d"))
+            link_step = (sys.executable, "-m", "porter.emulate.shared", "--rev", emulate.revision(), "--lib",
+                         v(cat.torch.library_dir), "--out", v(defs), "--", *ex.argv(tc.compiler), "--",
+                         *(v(o) for o in objs))
+            plan.steps.append(Step(op.name, "compile", link_step, str(defs), tuple(objs), str(defs) + ".d"))
             objs = [*objs, str(defs)]
         so = odir / f"{op.leaf}{cat.torch.ext_suffix}"
         inside = [v(o) for o in objs]
@@ -292,8 +293,10 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     if shareable:
         _share_torch_header(plan, shareable, v, [*cwd, *cache.prefix()] if cache is not None else [], at)
     if emulated:  # porter's prelude (torch's extension header and the HIP-on-CPU ones), parsed once per flag set
+        own_dir = f"-I{v(emulate.INCLUDE_DIR)}"  # the op's own include folders: no header of the prelude is there
         _share_torch_header(plan, emulated, v, [*cwd, *cache.prefix()] if cache is not None else [], at,
-                            text=f"#include <{emulate.PRELUDE}>\n", replaces=("-include", emulate.PRELUDE))
+                            text=f"#include <{emulate.PRELUDE}>\n", replaces=("-include", emulate.PRELUDE),
+                            ignore=lambda a: a.startswith("-I") and a != own_dir)
         if cache is not None and any(s.kind == "pch" for s in plan.steps):
             plan.env["CCACHE_SLOPPINESS"] = "pch_defines,time_macros"  # ccache's condition for caching PCH use
     return plan
@@ -321,16 +324,18 @@ PCH_HEADER = "torch_ext.h"
 
 def _share_torch_header(plan: Plan, units: list[tuple[int, list[str]]], v: Visible, cache: list[str],
                         at: int, *, text: str = "#include <torch/extension.h>\n",
-                        replaces: tuple[str, str] | None = None) -> None:
+                        replaces: tuple[str, str] | None = None, ignore: Callable[[str], bool] | None = None) -> None:
     """Most of a host unit's time is GCC parsing torch's headers (about half, with DeepSpeed's -O3 -g).
     Units whose flags are the same but for ``-DTORCH_EXTENSION_NAME`` (which no torch header reads, so a
     header compiled without it serves every op) share one precompiled ``<torch/extension.h>``, made once
     per build and taken in by ``-include`` before the unit's own text (whose include of it is then a
     no-op). Groups of one unit are left alone: a header costs about a unit. ``text``: what the header includes;
-    ``replaces``: a ``-include X`` pair of the units that the header stands in for (it must come first)."""
+    ``replaces``: a ``-include X`` pair of the units that the header stands in for (it must come first); ``ignore``:
+    flags that may differ between the units of one group (and that the header is made without)."""
     groups: dict[tuple[str, ...], list[int]] = {}
     for index, argv in units:
-        key = tuple(a for a in argv[:-_TAIL] if not a.startswith("-DTORCH_EXTENSION_NAME="))
+        key = tuple(a for a in argv[:-_TAIL] if not a.startswith("-DTORCH_EXTENSION_NAME=")
+                    and not (ignore is not None and ignore(a)))
         groups.setdefault(key, []).append(index)
     for key, indexes in groups.items():
         if len(indexes) < 2:

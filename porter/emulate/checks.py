@@ -19,12 +19,14 @@ and ``error`` when the kernel raised (on the emulated target: what it does not m
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.machinery
 import importlib.util
 import json
 import os
 import sys
 import sysconfig
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -74,6 +76,7 @@ class Checks:
 
     def run(self, kernel: str, check: str, tol: float, fn: Callable[[], float]) -> None:
         """One comparison; a kernel that raises fails it, with its message (never a made-up value)."""
+        start = time.monotonic()
         try:
             err = fn()
         except Exception as exc:  # noqa: BLE001 -- the kernel's own error is the finding
@@ -81,7 +84,7 @@ class Checks:
             self.rows.append({"kernel": kernel, "check": check, "wave": self.wave, "max_abs_err": None,
                               "tolerance": tol, "ok": False, "error": f"{type(exc).__name__}: {text}"[:2000]})
             return
-        self.add(kernel, check, err, tol)
+        self.add(kernel, check, err, tol, seconds=round(time.monotonic() - start, 3))
 
     def err(self, got: Any, want: Any) -> float:
         return float((got.float() - want.float()).abs().max())
@@ -133,7 +136,7 @@ class Checks:
             dn = str(dtype).split(".")[1]
             self.run(family, f"fwd+bwd (input, weight, bias grads) {dn} {rows}x{n} (the error of each is "
                              "relative to its largest reference value)", max(tol, 1e-3),
-                     lambda dtype=dtype: self._layer_norm_once(mod, dtype, rows, n))
+                     functools.partial(self._layer_norm_once, mod, dtype, rows, n))
 
     def _layer_norm_once(self, mod: Any, dtype: Any, rows: int, n: int) -> float:
         torch, dev = self.torch, self.device
@@ -158,7 +161,7 @@ class Checks:
     def fused_adam(self, family: str, mod: Any) -> None:
         for adam_w in (True, False):
             self.run(family, f"multi_tensor_adam ({'AdamW' if adam_w else 'Adam + L2'}) vs torch, fp32, 10 steps",
-                     1e-5, lambda adam_w=adam_w: self._adam_once(mod, adam_w))
+                     1e-5, functools.partial(self._adam_once, mod, adam_w))
 
     def _adam_once(self, mod: Any, adam_w: bool) -> float:
         torch = self.torch

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 CAPACITY = 160 * 1024
 """Bytes of dynamic shared memory each such array has: the LDS of an MI355X (gfx950); a launch that asks more is an
@@ -28,10 +29,11 @@ TORCH_LIBS = ("libc10.so", "libtorch_cpu.so", "libtorch_python.so", "libtorch.so
 
 def thread_locals(path: Path, *, section: str) -> tuple[set[str], set[str]]:
     """(used but not defined, defined) thread-local symbols of an ELF file's ``section``."""
-    used, defined = set(), set()
+    used: set[str] = set()
+    defined: set[str] = set()
     with path.open("rb") as f:
         table = ELFFile(f).get_section_by_name(section)
-        for sym in table.iter_symbols() if table is not None else ():
+        for sym in table.iter_symbols() if isinstance(table, SymbolTableSection) else ():
             if sym["st_info"]["type"] != "STT_TLS" or not sym.name:
                 continue
             (used if sym["st_shndx"] == "SHN_UNDEF" else defined).add(sym.name)
@@ -41,7 +43,8 @@ def thread_locals(path: Path, *, section: str) -> tuple[set[str], set[str]]:
 def undefined(path: Path) -> set[str]:
     with path.open("rb") as f:
         table = ELFFile(f).get_section_by_name(".symtab")
-        return {s.name for s in (table.iter_symbols() if table is not None else ()) if s["st_shndx"] == "SHN_UNDEF"}
+        symbols = table.iter_symbols() if isinstance(table, SymbolTableSection) else ()
+        return {s.name for s in symbols if s["st_shndx"] == "SHN_UNDEF"}
 
 
 def extern_shared(objects: list[Path], libs: list[Path]) -> list[str]:

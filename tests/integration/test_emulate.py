@@ -1,0 +1,129 @@
+"""porter's emulated HIP target, for real: g++ compiles the hipified kernels with porter's HIP-on-CPU headers, and the
+kernels run on the CPU with 64- and 32-lane wavefronts. What it must see: the BLOOM-era layer norm's 32-lane
+reduction is wrong at wave 64 and right at wave 32, and right at both with porter's patch; the other shipped kernel
+families are right at both; a divergent shuffle is an error, never a value."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from porter import emulate
+from tests.conftest import FIXTURES
+from tests.integration.conftest import run_porter
+
+pytestmark = pytest.mark.integration
+
+
+def _build_and_run(src: Path, wave: int, work: Path) -> subprocess.CompletedProcess[str]:
+    """A standalone program (no torch) through the emulated target: compile, the link step's shared memory, link."""
+    obj, defs, exe = work / f"prog{wave}.o", work / f"defs{wave}.o", work / f"prog{wave}"
+    subprocess.run(["g++", "-std=c++17", "-O1", "-Wall", "-Werror", *emulate.compile_flags(wave), "-c", str(src),
+                    "-o", str(obj)], check=True, capture_output=True, text=True)
+    subprocess.run([sys.executable, "-m", "porter.emulate.shared", "--lib", str(work), "--out", str(defs), "--", "g++",
+                    "--", str(obj)], check=True, capture_output=True, text=True)
+    subprocess.run(["g++", str(obj), str(defs), "-o", str(exe)], check=True, capture_output=True, text=True)
+    return subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("wave", [32, 64])
+def test_every_wave_operation_computes_what_hip_specifies(wave: int, tmp_path: Path) -> None:
+    """Shuffles (each width), votes, tiles, coalesced groups, barriers, static and dynamic shared memory, 3-D
+    indices, atomics; a 32-lane reduction's second row is wrong at 64 by exactly what a wavefront of 64 computes;
+    a divergent shuffle and a read of a lane no thread holds are errors naming the file and line."""
+    res = _build_and_run(FIXTURES / "emulate" / "wave_ops.cpp", wave, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"failed 0 (wave {wave})" in res.stdout, res.stdout
+
+
+def _port(tree: Path, toolchain: str, out: Path, *extra: str) -> Path:
+    wheelhouse = out / "wheelhouse"
+    res = run_porter("port", "megatron-deepspeed", str(tree), "-t", toolchain, "-o", str(wheelhouse),
+                     "--dest", str(out / "ported"), *extra)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return wheelhouse
+
+
+def _check(wheelhouse: Path) -> tuple[int, dict[tuple[str, int], bool], list[dict[str, object]]]:
+    res = run_porter("emulate", "check", str(wheelhouse), "--json")
+    assert res.returncode in (0, 1), res.stderr[-4000:]
+    rows = json.loads(res.stdout)
+    verdict: dict[tuple[str, int], bool] = {}
+    for r in rows:
+        key = (str(r["kernel"]), int(r["wave"]))  # type: ignore[call-overload]
+        verdict[key] = verdict.get(key, True) and bool(r["ok"])
+    return res.returncode, verdict, rows
+
+
+@pytest.mark.slow
+def test_bloom_layer_norm_fails_at_wave64_passes_at_wave32_and_passes_both_patched(tmp_path: Path) -> None:
+    """The older generation's fixture (the real kernel's launch geometry and shuffle pattern, WARP_SHFL from the HIP
+    view of ATen) unpatched: the emulated wave-64 check fails the layer norm and passes the softmax kernels; at wave
+    32 everything passes; with porter's layer-norm-wave-size patch the layer norm passes at wave 64 too."""
+    tree = FIXTURES / "megatron-older"
+    code, verdict, rows = _check(_port(tree, "emulate-wave64", tmp_path / "u64", "--skip", "layer-norm-wave-size"))
+    assert code == 1
+    assert verdict[("megatron.layer_norm", 64)] is False, rows
+    assert verdict[("megatron.scaled_masked_softmax", 64)] and verdict[("megatron.scaled_upper_triang_masked_softmax",
+                                                                         64)], rows
+    wrong = [r for r in rows if r["kernel"] == "megatron.layer_norm" and not r["ok"]]
+    assert wrong and all(r.get("max_abs_err") is not None for r in wrong), wrong  # a wrong value, not a crash
+
+    code, verdict, rows = _check(_port(tree, "emulate-wave64", tmp_path / "p64"))
+    assert code == 0 and all(verdict.values()) and ("megatron.layer_norm", 64) in verdict, rows
+
+    code, verdict, rows = _check(_port(tree, "emulate-wave32", tmp_path / "u32", "--skip", "layer-norm-wave-size"))
+    assert code == 0 and all(verdict.values()) and ("megatron.layer_norm", 32) in verdict, rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wave", [32, 64])
+def test_the_2023_softmax_kernels_pass_at_both_wave_sizes(wave: int, tmp_path: Path) -> None:
+    code, verdict, rows = _check(_port(FIXTURES / "megatron-kernels", f"emulate-wave{wave}", tmp_path))
+    assert code == 0, rows
+    assert set(verdict) == {(f"megatron.{k}", wave) for k in ("scaled_softmax", "scaled_masked_softmax",
+                                                               "scaled_upper_triang_masked_softmax")}, rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wave", [32, 64])
+def test_deepspeed_fused_optimizers_pass_at_both_wave_sizes(wave: int, deepspeed_sdist: Path, tmp_path: Path,
+                                                            ccache_remote: dict[str, str]) -> None:
+    """DeepSpeed 0.19.8's fused_adam, fused_lamb and fused_lion from the real sdist, built as for ROCm (its own
+    builders, porter's rocm-sources patches, hipified) for the emulated target, against torch's optimizers."""
+    wheelhouse = tmp_path / "wheelhouse"
+    res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "-t", f"emulate-wave{wave}", "--ops",
+                     "fused_adam,fused_lamb,fused_lion", "-o", str(wheelhouse), env=ccache_remote)
+    assert res.returncode == 0, res.stderr[-4000:]
+    code, verdict, rows = _check(wheelhouse)
+    assert code == 0, rows
+    assert set(verdict) == {(f"deepspeed.{k}", wave) for k in ("fused_adam", "fused_lamb", "fused_lion")}, rows
+
+
+def test_a_divergent_shuffle_in_an_extension_is_reported_not_passed(tmp_path: Path) -> None:
+    """A planted bug in a copy of the 2023+ fixture: the scaled softmax's rows reduced by a shuffle only half the
+    lanes reach. The check reports it as not modelled, naming file and line, and fails."""
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "megatron-kernels", tree)
+    kernel = tree / "megatron" / "fused_kernels" / "scaled_softmax_cuda.cu"
+    text = kernel.read_text()
+    marker = "// porter test: planted divergent shuffle"
+    planted = ("template <typename T> __global__ void porter_planted(T* p) {  " + marker + "\n"
+               "  float v = 1.f;\n  if (threadIdx.x % 2) v = __shfl_down_sync(0xffffffff, v, 1);\n"
+               "  if (v > 2.f) p[0] = T(0.f);\n}\n")
+    launch = "porter_planted<<<1, 64, 0, at::cuda::getCurrentCUDAStream()>>>("
+    anchor = "torch::Tensor fwd_cuda("
+    assert anchor in text, "the fixture's forward changed: update this test"
+    text = text.replace(anchor, planted + anchor, 1)
+    body = text.index("{", text.index(anchor)) + 1
+    text = text[:body] + f"\n  {launch}static_cast<float*>(nullptr));\n" + text[body:]
+    kernel.write_text(text)
+    code, verdict, rows = _check(_port(tree, "emulate-wave64", tmp_path / "out"))
+    assert code == 1 and verdict[("megatron.scaled_softmax", 64)] is False, rows
+    errors = [str(r.get("error")) for r in rows if r["kernel"] == "megatron.scaled_softmax" and not r["ok"]]
+    assert errors and all("not modelled" in e and "scaled_softmax_" in e for e in errors), errors
