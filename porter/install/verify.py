@@ -248,7 +248,11 @@ def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node
         archs = sorted({o.arch for o in objs if o.kind != "ptx"})
         mod["archs"] = archs
         mod["code_objects"] = sorted({o.target for o in objs})
-        claimed = sorted({str(a).split(":")[0] for a in e.get("archs") or []})
+        # an emulated build's arch names the wavefront it emulates (wave64): its modules carry no GPU code objects
+        claimed = [] if rep.kind == "emulated" else sorted({str(a).split(":")[0] for a in e.get("archs") or []})
+        if rep.kind == "emulated" and objs:
+            rep.problems.append(Problem(rep.component, abs_path, "emulated module", "no GPU code objects",
+                                        ",".join(archs)))
         if claimed and claimed != archs:
             rep.problems.append(Problem(rep.component, abs_path, "archs in file vs manifest",
                                         ",".join(claimed), ",".join(archs) or "none"))

@@ -74,8 +74,17 @@ def test_bloom_layer_norm_fails_at_wave64_passes_at_wave32_and_passes_both_patch
     wrong = [r for r in rows if r["kernel"] == "megatron.layer_norm" and not r["ok"]]
     assert wrong and all(r.get("max_abs_err") is not None for r in wrong), wrong  # a wrong value, not a crash
 
-    code, verdict, rows = _check(_port(tree, "emulate-wave64", tmp_path / "p64"))
+    patched = _port(tree, "emulate-wave64", tmp_path / "p64")
+    code, verdict, rows = _check(patched)
     assert code == 0 and all(verdict.values()) and ("megatron.layer_norm", 64) in verdict, rows
+    # the same install and verify as any other wheel: no code objects expected, the modules import
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "node")], check=True)
+    node = str(tmp_path / "node" / "bin" / "python")
+    subprocess.run([node, "-m", "pip", "install", "-q", "torch==2.13.0"], check=True, capture_output=True)
+    res = run_porter("install", str(patched), "--python", node)
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_porter("verify", "--python", node)
+    assert res.returncode == 0 and "emu.wave64" in res.stdout and "import ok" in res.stdout, res.stdout + res.stderr
 
     code, verdict, rows = _check(_port(tree, "emulate-wave32", tmp_path / "u32", "--skip", "layer-norm-wave-size"))
     assert code == 0 and all(verdict.values()) and ("megatron.layer_norm", 32) in verdict, rows
