@@ -35,7 +35,8 @@ def check_cmd(log: Logger, wheelhouse: Path, only: tuple[str, ...], python: str 
     size each wheel was built for.
 
     \b
-    One line per kernel family and wave size: its worst check's error and tolerance (-v: every check).
+    One line per kernel family and wave size: its worst check's error and tolerance (porter -v emulate check:
+    every check). The checks run in --python (it needs torch; default: porter's own python).
     --json: every check, with kernel, check, wave, max_abs_err, tolerance, ok (and error).
     Exit 1 when a check fails (a wrong result, or a kernel the emulator does not model, named by file and line),
     4 when WHEELHOUSE holds no emulated wheel. What the checks prove and what they cannot: docs/emulate.md.
