@@ -216,8 +216,8 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     ``compile_only``: the same compiles, each recording its time and peak memory, and no link.
     ``extra_includes`` come first on device ops' include path (the torch HIP view).
     ``cache``: every compile goes through ccache where the compiler runs (links are not cached), with
-    base_dir at the build folder's grandparent (porter's work folder) and the compiler started in the
-    build folder, so the cache key holds paths relative to it.
+    base_dir at the build folder's grandparent (porter's work folder; a port's: the tree it builds in) and the
+    compiler started in the build folder, so the cache key holds paths relative to it.
     ``tree``: where the sources are read (default the source tree; ``ops build`` passes its mirror inside
     the build folder, which makes those relative paths the same for every release).
     ``pch``: GCC host compiles that differ only in their op's name share one precompiled torch header
@@ -241,7 +241,10 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     plan.env = {k: v for k, v in tc.env.items()}
     measure = (sys.executable, "-m", "ops_prebuild.measure")
     if cache is not None:
-        plan.env.update(cache.env(tc, build_dir / CCACHE_STATS, base=build_dir.parent.parent))
+        # a port builds inside the tree it ports: from its top, so two ports of one tree in different folders (or
+        # with one patch more) hit each other's objects
+        inside = tree in build_dir.parents
+        plan.env.update(cache.env(tc, build_dir / CCACHE_STATS, base=tree if inside else build_dir.parent.parent))
     at = len(ex.prefix)
     shareable: list[tuple[int, list[str]]] = []  # (step index, argv before ccache) of GCC host compiles
     emulated: list[tuple[int, list[str]]] = []  # the same, of an emulated build's units (always shared)
