@@ -14,6 +14,11 @@ atomically after every target, so an interrupted run keeps what it finished.
 
 A row is "ok" when every step exited 0, printed no Python traceback and no op failed; "failed" otherwise,
 with the first error; "skipped" (with why) when its tree, its toolchain or its command is not available.
+
+The Megatron and DeepSpeed compile-only commands also build the same kernels for porter's emulated HIP target
+(``-t emulate-wave64``: the hipified sources compiled for the CPU, run with 64-lane wavefronts; docs/emulate.md)
+and run ``porter emulate check`` on them: the row's ``wave64`` says which kernel families were built, checked
+and passed, and a failed check fails the row. Nothing to check (the check's exit 4) is "0/0", not a failure.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import threading
 import time
 import tomllib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +74,15 @@ class Command:
 
 P = "{porter}"
 TC = ("-t", "{toolchain}", "{arch_args}")
+WAVE64 = "emulate-wave64"
+"""porter's emulated HIP target with 64-lane wavefronts (docs/emulate.md); its steps take no --arch."""
+WAVE64_SUFFIX = "-wave64"
+"""The names of the steps that build for WAVE64 and check what they built end with it; their JSON documents are
+not the row's ROCm build's (ops, patches, notes): they are read into the row's ``wave64`` alone."""
+WAVE64_CHECK = "check" + WAVE64_SUFFIX
+NOTHING_TO_CHECK = 4
+"""porter emulate check's exit code when the wheelhouse holds no kernel porter checks: "0/0", not a failure."""
+CHECK_WAVE64 = (WAVE64_CHECK, (P, "emulate", "check", "{work}/wheelhouse-wave64", "--json"))
 
 # The one table from a target's command to porter's argv. Every porter step prints one JSON document.
 COMMANDS: dict[str, Command] = {
@@ -80,13 +94,22 @@ COMMANDS: dict[str, Command] = {
     "port-compile-only": Command(
         "hipify + patch, then compile the fused kernels for every arch (not linked)", ("tree",),
         (("port", (P, "port", "megatron-deepspeed", "{src}", "--compile-only", *TC, "{jobs_args}",
-                   "--dest", "{work}/ported", "-o", "{work}/wheelhouse", "--json")),),
+                   "--dest", "{work}/ported", "-o", "{work}/wheelhouse", "--json")),
+         # the same kernels built for the emulated wave-64 target and checked on the CPU (no --arch: one target)
+         ("port" + WAVE64_SUFFIX, (P, "port", "megatron-deepspeed", "{src}", "-t", WAVE64, "{jobs_args}",
+                                   "--dest", "{work}/ported-wave64", "-o", "{work}/wheelhouse-wave64", "--json")),
+         CHECK_WAVE64),
         toolchain=True, paths=MEGATRON_PATHS),
     "ops-compile-only": Command(
         "every op DeepSpeed says the toolchain can build, compiled for every arch (not linked)", ("sdist", "tree"),
         (("list", (P, "ops", "list", "--source", "{src}", *TC, "--json")),
          ("build", (P, "ops", "build", "--source", "{src}", "--all-compatible", "--compile-only", *TC,
-                    "{jobs_args}", "-o", "{work}/wheelhouse", "--json"))),
+                    "{jobs_args}", "-o", "{work}/wheelhouse", "--json")),
+         # the fused optimizers porter checks, built for the emulated wave-64 target and checked on the CPU
+         ("build" + WAVE64_SUFFIX, (P, "ops", "build", "--source", "{src}", "-t", WAVE64, "--ops",
+                                    "fused_adam,fused_lamb,fused_lion", "{jobs_args}", "-o", "{work}/wheelhouse-wave64",
+                                    "--json")),
+         CHECK_WAVE64),
         toolchain=True),
     "ops-cpu-install-verify": Command(
         "every CPU op of the release into a wheel, installed offline into a fresh venv, verified (no JIT)",
@@ -453,13 +476,107 @@ class Step:
 
     @property
     def failed(self) -> bool:
-        return self.exit_code != 0 or self.timed_out or has_traceback(self.stdout + "\n" + self.stderr)
+        if self.timed_out or has_traceback(self.stdout + "\n" + self.stderr):
+            return True
+        if self.name == WAVE64_CHECK and self.exit_code == NOTHING_TO_CHECK:
+            return False  # no kernel porter checks was built: 0/0 checked, not a failure
+        return self.exit_code != 0
+
+
+def is_wave64(step: str) -> bool:
+    """A step of the emulated wave-64 target (its build or its check)."""
+    return step.endswith(WAVE64_SUFFIX)
+
+
+def has_wave64(command: str) -> bool:
+    """The command checks its kernels at wave 64 (its rows have a ``wave64`` field)."""
+    return any(name == WAVE64_CHECK for name, _ in COMMANDS[command].steps)
+
+
+def check_rows(doc: Any) -> list[dict[str, Any]] | None:
+    """porter emulate check --json's rows (a JSON list, one row per check); None when ``doc`` is not that."""
+    if isinstance(doc, list) and all(isinstance(r, dict) and isinstance(r.get("kernel"), str) for r in doc):
+        return doc
+    return None
+
+
+def _number(value: Any) -> float | str | None:
+    """A check's error or tolerance as the row keeps it (NaN and infinities as text: JSON has none)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    v = float(value)
+    return v if v == v and abs(v) != float("inf") else str(v)
+
+
+def _badness(row: Mapping[str, Any]) -> float:
+    """How far a check row is from passing: its error over its tolerance (no value, or NaN: infinite)."""
+    err, tol = row.get("max_abs_err"), row.get("tolerance")
+    if not isinstance(err, (int, float)) or not isinstance(tol, (int, float)) or not tol or err != err:
+        return float("inf")
+    return float(err) / float(tol)
+
+
+def check_failure(row: Mapping[str, Any]) -> str:
+    """One failed check: 'family: check: its error', or '...: max err E > tolerance T (wave W)'."""
+    what = f"{row.get('kernel')}: {row.get('check')}"
+    if row.get("error"):
+        return f"{what}: {row['error']}"
+    err, tol = _number(row.get("max_abs_err")), _number(row.get("tolerance"))
+    err_text = f"{err:.2e}" if isinstance(err, float) else str(err)
+    tol_text = f"{tol:.1e}" if isinstance(tol, float) else str(tol)
+    return f"{what}: max err {err_text} > tolerance {tol_text} (wave {row.get('wave', '?')})"
+
+
+def wave64_result(step: Step, scrub: Callable[[str], str] = str) -> dict[str, Any]:
+    """The row's ``wave64`` from the check step: the kernel families built (every family with a check row: one whose
+    check raised, or whose module did not load, was built all the same), those checked (at least one comparison came
+    out), those passed (every check ok), and per family its worst check. 'error' when the check gave no rows."""
+    out: dict[str, Any] = {"exit_code": step.exit_code, "built": 0, "checked": 0, "passed": 0, "families": {}}
+    rows = check_rows(step.doc)
+    if rows is None:
+        if not step.failed:  # nothing to check (exit 4): 0/0, with porter's words why
+            said = [ln[len("ERROR: "):].strip() for ln in step.stderr.splitlines() if ln.startswith("ERROR: ")]
+            if said:
+                out["note"] = scrub(said[0])[:300]
+        else:
+            out["error"] = "check timed out" if step.timed_out else f"check exited {step.exit_code}, no rows"
+        return out
+    families: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        fam = families.setdefault(r["kernel"], {"ok": True, "checks": 0, "failed": 0, "compared": False,
+                                                "worst": None})
+        fam["checks"] += 1
+        if not r.get("ok"):
+            fam["ok"] = False
+            fam["failed"] += 1
+        if not r.get("error") and r.get("max_abs_err") is not None:
+            fam["compared"] = True
+        if fam["worst"] is None or _badness(r) > _badness(fam["worst"]):
+            fam["worst"] = r
+    for name, fam in families.items():
+        worst = fam.pop("worst")
+        fam["check"] = scrub(str(worst.get("check") or ""))[:200]
+        fam["max_abs_err"] = _number(worst.get("max_abs_err"))
+        fam["tolerance"] = _number(worst.get("tolerance"))
+        if worst.get("error"):
+            fam["error"] = scrub(str(worst["error"]))[:300]
+    out["families"] = families
+    out["built"] = len(families)
+    out["checked"] = sum(f.pop("compared") for f in families.values())
+    out["passed"] = sum(f["ok"] for f in families.values())
+    return out
 
 
 def first_error(steps: Sequence[Step], ops: Sequence[Mapping[str, Any]]) -> str:
-    """The first thing that went wrong: a timeout, porter's ERROR line and / or a traceback's exception
-    line, a failed op's first error, a verify problem, else the last line the failing step printed."""
+    """The first thing that went wrong: a timeout, a failed kernel check (its first failing check), porter's ERROR
+    line and / or a traceback's exception line, a failed op's first error, a verify problem, else the last line the
+    failing step printed."""
     prefix = len(steps) > 1
+
+    def failed_check(s: Step) -> str:
+        bad = [r for r in check_rows(s.doc) or [] if not r.get("ok")] if s.name == WAVE64_CHECK else []
+        return check_failure(bad[0]) if bad else ""
+
     for s in steps:
         if not s.failed:
             continue
@@ -469,6 +586,8 @@ def first_error(steps: Sequence[Step], ops: Sequence[Mapping[str, Any]]) -> str:
         lines = s.stderr.splitlines()
         at = next((i for i, ln in enumerate(lines) if ln.startswith("ERROR: ")), None)
         tb = traceback_error(s.stdout + "\n" + s.stderr)
+        if not tb and failed_check(s):  # exit 1 of porter emulate check: a kernel computed the wrong thing
+            return tag + failed_check(s)
         parts = [lines[at][len("ERROR: "):].strip()] if at is not None else []
         if at is not None and not tb and "command failed" in parts[0]:  # what the command itself said last
             said = [ln.strip() for ln in lines[:at] if ln.strip() and not ln.startswith(("$ ", "==> ", " "))]
@@ -487,7 +606,9 @@ def first_error(steps: Sequence[Step], ops: Sequence[Mapping[str, Any]]) -> str:
         lines = [ln.strip() for ln in (s.stderr or s.stdout).splitlines() if ln.strip()]
         return tag + (lines[-1] if lines else f"exit code {s.exit_code}")
     bad = [o for o in ops if o["status"] == "failed"]
-    return f"{bad[0]['name']}: {bad[0].get('error') or 'failed'}" if bad else ""
+    if bad:
+        return f"{bad[0]['name']}: {bad[0].get('error') or 'failed'}"
+    return next((f"{s.name}: {failed_check(s)}" if prefix else failed_check(s) for s in steps if failed_check(s)), "")
 
 
 _PIP_NOISE = re.compile(r"^Location '.*' is ignored|^There was an error checking the latest version of pip")
@@ -527,13 +648,16 @@ def make_row(target: Target, steps: Sequence[Step], *, started: float, source: M
              scrub: Scrub | None = None) -> dict[str, Any]:
     """One result row from the steps a target ran (pure: no files, no processes)."""
     scrub = scrub or Scrub()
-    docs = [s.doc for s in steps]
+    docs = [s.doc for s in steps if not is_wave64(s.name)]  # the wave-64 steps' documents go to wave64 alone
     ops = collect_ops(docs)
     for o in ops:
         for key in ("error", "reason"):
             if o.get(key):
                 o[key] = scrub(str(o[key]))[:400]
-    failed = any(s.failed for s in steps) or any(o["status"] == "failed" for o in ops)
+    check = next((s for s in steps if s.name == WAVE64_CHECK), None)
+    wave64 = wave64_result(check, scrub) if check is not None else None
+    failed = any(s.failed for s in steps) or any(o["status"] == "failed" for o in ops) \
+        or bool(wave64 and (wave64["passed"] < wave64["built"] or wave64.get("error")))
     done, total, excluded, left_out = op_counts(ops)
     src = dict(source)
     version = source_version(docs)
@@ -559,6 +683,8 @@ def make_row(target: Target, steps: Sequence[Step], *, started: float, source: M
         "porter_notes": [scrub(str(n))[:300] for d in docs if isinstance(d, dict)
                          for n in d.get("notes") or [] if isinstance(n, str)][:8],
         "first_error": scrub(first_error(steps, ops))[:400] if failed else "",
+        # None: the command checks at wave 64, but the check did not run (an earlier step failed, a plan-only run)
+        **({"wave64": wave64} if has_wave64(target.command) else {}),
         "note": target.note,
     }
 
@@ -655,6 +781,20 @@ def tree_cell(row: Mapping[str, Any]) -> str:
     return _cell(text)
 
 
+def wave64_cell(row: Mapping[str, Any]) -> str:
+    """'3/3', '2/3 (layer_norm ✗)': the kernel families that passed their checks at wave 64 out of those the
+    emulated build produced; '—' for a command that checks nothing at wave 64, a row written before the column, or a
+    check that did not run."""
+    w = row.get("wave64")
+    if not isinstance(w, Mapping):
+        return "—"
+    if w.get("error"):
+        return f"✗ ({w['error']})"
+    bad = [str(name).split(".", 1)[-1] for name, f in (w.get("families") or {}).items()
+           if isinstance(f, Mapping) and not f.get("ok")]
+    return f"{w.get('passed', 0)}/{w.get('built', 0)}" + (f" ({', '.join(f'{b} ✗' for b in bad)})" if bad else "")
+
+
 def table_row(row: Mapping[str, Any]) -> str:
     """One line of the report's table."""
     done, total = row.get("ops_done", 0), row.get("ops_total", 0)
@@ -666,6 +806,7 @@ def table_row(row: Mapping[str, Any]) -> str:
     date = str(row.get("date", ""))[:10] + (f" ({row['porter']})" if row.get("porter") else "")
     cells = [f"`{row['id']}`", tree_cell(row), f"`{_cell(command_cell(row.get('argv', '')))}`",
              RESULT_MARK.get(row.get("result", ""), str(row.get("result", ""))), _cell(per_arch, 140), ops,
+             _cell(wave64_cell(row), 120),
              _duration(float(row.get("seconds") or 0)) if row.get("result") != "skipped" else "—", date,
              _cell(error, 220)]
     return "| " + " | ".join(cells) + " |"
@@ -680,11 +821,21 @@ ROCm FlashAttention and the RCCL network plugin. Each row is one porter command 
 by `benchmarks/real_trees.py` from the targets in `benchmarks/real_trees.toml`; the full rows (per op and per
 arch, every step's exit code) are in [real-trees.json](real-trees.json).
 
-A row is ✓ when every step exited 0, printed no Python traceback and no op failed. "per arch" counts, for each
-GPU arch, the kernels that compiled for it out of those with device code; "ops" counts the ops or kernels
-compiled (or built) out of those attempted, plus those the tree itself excludes for this toolchain and those
-porter's planner left out (both listed below the table, with the reason). Compiles
-are compile-only where no ROCm torch exists here: objects for every arch, nothing linked. Every porter step
+A row is ✓ when every step exited 0, printed no Python traceback, no op failed and every kernel checked at wave
+64 passed. "per arch" counts, for each GPU arch, the kernels that compiled for it out of those with device code;
+"ops" counts the ops or kernels compiled (or built) out of those attempted, plus those the tree itself excludes
+for this toolchain and those porter's planner left out (both listed below the table, with the reason). Compiles
+are compile-only where no ROCm torch exists here: objects for every arch, nothing linked.
+
+"checked at wave 64" is what no compile can show: whether the kernels compute the right thing on the 64-lane
+wavefronts of gfx90a, gfx942 and gfx950. The Megatron and DeepSpeed compile-only rows also build the same
+hipified kernels for porter's emulated wave-64 target (`-t emulate-wave64`: compiled for the CPU, wavefronts of
+64 lanes) and run `porter emulate check` on them against a float32 torch reference ([emulate.md](emulate.md)
+says what it models and what a pass cannot prove). The cell counts the kernel families that passed every check
+out of those the emulated build produced: the Megatron softmax kernels and the BLOOM-era layer norm, DeepSpeed's
+fused_adam, fused_lamb and fused_lion; a family that failed is named (`2/3 (layer_norm ✗)`) and makes the row ✗,
+with its first failing check as the first error. `0/0`: the tree has no kernel porter checks. `—`: the command
+checks nothing at wave 64, the row predates the column, or an earlier step failed. Every porter step
 runs with `--json` (left out of the table), and the rows are read from those documents. Paths in errors are
 shortened: TREE, WORK (the target's folder), ROOT (the toolchain's chroot), TMP, SITE (site-packages), `.`
 (porter's checkout). "date (porter)" names the porter commit a row ran with (`+dirty`: with changes not yet
@@ -718,7 +869,8 @@ with DeepSpeed's reason.
 `--rerun-failed` resume a long run, `-j N` runs N targets at once (each compile gets porter's own `-j`).
 
 How long: on a 2-core machine a Megatron port row takes under a second and its compile-only row 2 to 6 minutes,
-a DeepSpeed compile-only row 8 to 21 minutes, an apex branch 35 to 60 minutes, and a FlashAttention CK covering
+a DeepSpeed compile-only row 8 to 21 minutes (both before their wave-64 build and check, which a row's wall time
+includes), an apex branch 35 to 60 minutes, and a FlashAttention CK covering
 sample (7 generated instances and the extension's own sources, for every arch) 10 to 20 minutes. The
 FlashAttention rows leave out upstream's `-mllvm -amdgpu-early-inline-all=true` (`--drop-flag`, in the row's
 command). With it, Debian's clang 22 inlines every function of a kernel before simplifying any, and the loop
@@ -748,8 +900,9 @@ def render(rows: Mapping[str, Any], targets: Sequence[Target]) -> str:
     summary = ", ".join(f"{counts[k]} {w}" for k, w in (("ok", "✓"), ("failed", "✗"), ("skipped", "skipped"))
                         if counts[k]) + (f", {len(not_run)} not run yet" if not_run else "")
     lines = [INTRO, "## Results", "", f"{len(targets)} targets: {summary}.", "",
-             "| target | tree | command | result | per arch | ops | wall | date (porter) | first error |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| target | tree | command | result | per arch | ops | checked at wave 64 | wall | date (porter) "
+             "| first error |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     by_id = {t.id: t for t in targets}
     for rid in [t.id for t in targets] + [r for r in rows if r not in by_id]:
         if rid in rows:
@@ -757,7 +910,7 @@ def render(rows: Mapping[str, Any], targets: Sequence[Target]) -> str:
         else:
             t = by_id[rid]
             lines.append("| " + " | ".join([f"`{t.id}`", _cell(t.source_text), f"`{_cell(command_cell(display(t)))}`",
-                                             "not run", "—", "—", "—", "—", ""]) + " |")
+                                             "not run", "—", "—", "—", "—", "—", ""]) + " |")
     for status, title, words in (
             ("excluded", "Excluded by the tree itself",
              "Ops whose own builder says this toolchain cannot build them (DeepSpeed's `is_compatible()`), with "

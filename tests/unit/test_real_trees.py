@@ -97,13 +97,25 @@ def test_submodules_parse_to_sorted_path_and_repo_pairs() -> None:
 def test_command_mapping() -> None:
     (t,) = rt.parse_targets(MEGATRON)
     ctx = rt.context(t, src="/trees/x", work="/w/x", porter=["py", "-m", "porter"], jobs=2, python="python3")
-    ((name, argv),) = rt.argvs(t, ctx)
+    (name, argv), *wave64 = rt.argvs(t, ctx)
     assert name == "port"
     assert argv == ["py", "-m", "porter", "port", "megatron-deepspeed", "/trees/x", "--compile-only",
                     "-t", "debian-rocm7", "--arch", "gfx90a,gfx942,gfx950", "-j", "2", "--dest", "/w/x/ported",
                     "-o", "/w/x/wheelhouse", "--json"]
+    # then the same kernels for the emulated wave-64 target, and their check: no --arch (the row's archs are GPUs)
+    assert wave64 == [
+        ("port-wave64", ["py", "-m", "porter", "port", "megatron-deepspeed", "/trees/x", "-t", "emulate-wave64",
+                         "-j", "2", "--dest", "/w/x/ported-wave64", "-o", "/w/x/wheelhouse-wave64", "--json"]),
+        ("check-wave64", ["py", "-m", "porter", "emulate", "check", "/w/x/wheelhouse-wave64", "--json"])]
     assert rt.display(t, 2) == ("porter port megatron-deepspeed TREE --compile-only -t debian-rocm7 --arch "
-                                "gfx90a,gfx942,gfx950 -j 2 --dest WORK/ported -o WORK/wheelhouse --json")
+                                "gfx90a,gfx942,gfx950 -j 2 --dest WORK/ported -o WORK/wheelhouse --json && "
+                                "porter port megatron-deepspeed TREE -t emulate-wave64 -j 2 --dest WORK/ported-wave64 "
+                                "-o WORK/wheelhouse-wave64 --json && "
+                                "porter emulate check WORK/wheelhouse-wave64 --json")
+    # the report's command cell is still the ROCm compile
+    assert rt.command_cell(rt.display(t, 2)) == (
+        "porter port megatron-deepspeed TREE --compile-only -t debian-rocm7 --arch gfx90a,gfx942,gfx950 -j 2 "
+        "--dest WORK/ported -o WORK/wheelhouse (+2 steps)")
     # every porter step asks for JSON; a command without archs passes none
     for cmd in rt.COMMANDS.values():
         for _, tpl in cmd.steps:
@@ -117,6 +129,18 @@ def test_command_mapping() -> None:
     assert rt.plan_only(steps, ["porter"])[1][1][-1] == "--dry-run"
     assert steps[1][1][:4] == ["porter", "ops", "build", "--source"] and "--arch" not in steps[1][1]
     assert steps[-1][1] == ["porter", "verify", "--python", "/w/node/bin/python", "--json"]
+    (dsc,) = rt.parse_targets('[[target]]\nid = "dsc"\nsdist = "deepspeed==0.19.8"\ncommand = "ops-compile-only"'
+                              '\ntoolchain = "debian-rocm7"\narchs = ["gfx90a", "gfx942"]\n')
+    steps = rt.argvs(dsc, rt.context(dsc, src=dsc.sdist, work="/w", porter=["porter"], jobs=4, python="python3"))
+    assert [n for n, _ in steps] == ["list", "build", "build-wave64", "check-wave64"]
+    assert "--arch" in steps[1][1] and "-t" in steps[1][1] and "debian-rocm7" in steps[1][1]
+    assert steps[2][1] == ["porter", "ops", "build", "--source", "deepspeed==0.19.8", "-t", "emulate-wave64", "--ops",
+                           "fused_adam,fused_lamb,fused_lion", "-j", "4", "-o", "/w/wheelhouse-wave64", "--json"]
+    assert steps[3][1] == ["porter", "emulate", "check", "/w/wheelhouse-wave64", "--json"]
+    # porter's own plan of each build (the emulated one too); the check has no plan and is left out
+    assert [(n, a[-1]) for n, a in rt.plan_only(steps, ["porter"])] == [("list", "--json"), ("build", "--dry-run"),
+                                                                       ("build-wave64", "--dry-run")]
+    assert [c for c, cmd in rt.COMMANDS.items() if rt.has_wave64(c)] == ["port-compile-only", "ops-compile-only"]
     (fa,) = rt.parse_targets('[[target]]\nid = "fa"\nsdist = "flash-attn==2.8.3"\ncommand = "fa-ck-sample"\n'
                              'toolchain = "debian-rocm7"\nargs = ["--drop-flag=-amdgpu-early-inline-all"]\n')
     assert rt.display(fa) == ("porter wheel flash-attn --source flash-attn==2.8.3 --backend ck --compile-only "
@@ -263,10 +287,13 @@ def test_table_rendering_from_a_row() -> None:
     assert cells[2].startswith("`porter port megatron-deepspeed TREE --compile-only") and "--json" not in cells[2]
     assert cells[3] == "✗"
     assert cells[4] == "gfx90a 1/2, gfx942 1/2, gfx950 1/2, +1 host-only"
-    assert cells[5] == "2/3" and cells[6] == "2 min 05 s" and cells[7] == "2025-11-24 (abc1234)"
-    assert "redefinition of 'OrderedDict'" in cells[8]
+    assert cells[5] == "2/3" and cells[6] == "—" and cells[7] == "2 min 05 s" and cells[8] == "2025-11-24 (abc1234)"
+    assert row["wave64"] is None  # the port failed: its wave-64 steps did not run
+    assert "redefinition of 'OrderedDict'" in cells[9]
     text = rt.render({row["id"]: row}, [t])
-    assert line in text and "| target | tree | command | result |" in text and "## The trees" in text
+    assert line in text and "## The trees" in text
+    assert "| target | tree | command | result | per arch | ops | checked at wave 64 | wall | date (porter) | " \
+           "first error |\n|---|---|---|---|---|---|---|---|---|---|\n" in text
     assert "1 targets: 1 ✗." in text
     skipped = rt.skipped_row(t, "no clone of someone/Megatron-DeepSpeed under the mirrors", started=0.0)
     assert "| skipped |" in rt.table_row(skipped) and "no clone of" in rt.table_row(skipped)
@@ -278,3 +305,180 @@ def test_scrub_takes_out_machine_paths_and_hosts() -> None:
     assert scrub("fetch https://files.example.org/a.tar.gz failed") == "fetch <url> failed"
     assert scrub("/var/lib/porter/sid-rocm7/usr/include/x.h") == "ROOT/usr/include/x.h"
     assert scrub("/opt/v/lib/python3.11/site-packages/torch/x.py") == "SITE/torch/x.py"
+
+
+# What porter emulate check --json prints: one row per check (porter.emulate.checks).
+def _check(kernel: str, check: str, err: float | None, tol: float | None = 2e-3, **kw: object) -> dict[str, object]:
+    ok = err is not None and tol is not None and err <= tol
+    return {"kernel": kernel, "check": check, "wave": 64, "max_abs_err": err, "tolerance": tol, "ok": ok, **kw}
+
+
+SOFTMAX_OK = [_check(f"megatron.{k}", f"fwd+bwd fp16 sq=16 sk={n}", 4.9e-4) for k in
+              ("scaled_upper_triang_masked_softmax", "scaled_masked_softmax") for n in (32, 128)]
+LAYER_NORM_BAD = [_check("megatron.layer_norm", "fwd+bwd (input, weight, bias grads) float32 48x256", 0.41, 1e-3),
+                  _check("megatron.layer_norm", "fwd+bwd (input, weight, bias grads) float16 48x256", 0.52, 2e-3)]
+
+# porter port -t emulate-wave64 --json: patches, hipified files and notes as the ROCm port says them, and "built"
+PORT_WAVE64 = {"version": "0.2.0", "patches": [{"patch": "p", "state": "applied"}], "hipified": ["a.hip"],
+               "notes": ["a note of the emulated port"], "built": [{"name": "scaled_softmax_cuda", "status": "built"}],
+               "wheel": "/w/wheelhouse-wave64/megatron_kernels-0.2.0+emu.wave64-cp311-cp311-linux_x86_64.whl"}
+COMPILED = {"version": "0.2.0", "compile_only": True, "patches": [{"patch": "p", "state": "applied"}],
+            "compiled": [dict(REPORT["compiled"][0])]}
+
+
+def _wave64_steps(check: dict[str, object]) -> list[object]:
+    import json
+    return [_step(stdout=json.dumps(COMPILED)), _step(name="port-wave64", stdout=json.dumps(PORT_WAVE64)),
+            _step(name="check-wave64", **check)]
+
+
+def test_a_passed_check_at_wave_64() -> None:
+    import json
+    (t,) = rt.parse_targets(MEGATRON)
+    row = rt.make_row(t, _wave64_steps({"stdout": json.dumps(SOFTMAX_OK)}), started=0.0, source={})
+    assert row["result"] == "ok" and row["first_error"] == ""
+    w = row["wave64"]
+    assert (w["built"], w["checked"], w["passed"], w["exit_code"]) == (2, 2, 2, 0)
+    fam = w["families"]["megatron.scaled_masked_softmax"]
+    assert fam == {"ok": True, "checks": 2, "failed": 0, "check": "fwd+bwd fp16 sq=16 sk=32", "max_abs_err": 4.9e-4,
+                   "tolerance": 2e-3}
+    # the emulated port's document is not the ROCm compile's: ops, patches, notes and detail come from the latter
+    assert [(o["name"], o["status"]) for o in row["ops"]] == [("scaled_softmax", "compiled")]
+    assert row["patches"] == [{"patch": "p", "state": "applied"}] and row["porter_notes"] == []
+    assert row["detail"] == "patches 1 applied" and row["arch_summary"] == "gfx90a 1/1, gfx942 1/1, gfx950 1/1"
+    assert rt.wave64_cell(row) == "2/2"
+    cells = [c.strip() for c in rt.table_row(row).strip("|").split(" | ")]
+    assert cells[3] == "✓" and cells[6] == "2/2"
+
+
+def test_a_failed_check_at_wave_64_fails_the_row_with_its_first_failure() -> None:
+    import json
+    (t,) = rt.parse_targets(MEGATRON)
+    rows = SOFTMAX_OK + LAYER_NORM_BAD
+    err = "ERROR: 1 kernel family failed: megatron.layer_norm (wave 64)\n  hint: a kernel wrong at wave 64 ...\n"
+    row = rt.make_row(t, _wave64_steps({"exit_code": 1, "stdout": json.dumps(rows), "stderr": err}), started=0.0,
+                      source={})
+    assert row["result"] == "failed" and row["exit_code"] == 1 and row["traceback"] is False
+    # the check's first failure, not porter's ERROR line (which names the family alone)
+    assert row["first_error"] == ("check-wave64: megatron.layer_norm: fwd+bwd (input, weight, bias grads) float32 "
+                                  "48x256: max err 4.10e-01 > tolerance 1.0e-03 (wave 64)")
+    w = row["wave64"]
+    assert (w["built"], w["checked"], w["passed"]) == (3, 3, 2)
+    bad = w["families"]["megatron.layer_norm"]
+    # its worst check: the largest error against its tolerance (0.41 / 1e-3 > 0.52 / 2e-3)
+    assert (bad["ok"], bad["checks"], bad["failed"], bad["max_abs_err"], bad["tolerance"]) == (False, 2, 2, 0.41, 1e-3)
+    assert rt.wave64_cell(row) == "2/3 (layer_norm ✗)"
+    cells = [c.strip() for c in rt.table_row(row).strip("|").split(" | ")]
+    assert cells[3] == "✗" and cells[6] == "2/3 (layer_norm ✗)" and cells[9].startswith("check-wave64: megatron.")
+
+
+def test_a_kernel_that_raised_is_built_but_not_checked() -> None:
+    import json
+    (t,) = rt.parse_targets(MEGATRON)
+    raised = [_check("megatron.scaled_softmax", "fwd+bwd fp16 sq=16 sk=32", None,
+                     error="RuntimeError: __shfl_down at /tmp/porter-emulate-64-x/scaled_softmax_cuda.hip:57 reached "
+                           "by lanes 1,3 of wavefront 0 but not by lanes 0,2: a divergent wave operation is not "
+                           "modelled")]
+    row = rt.make_row(t, _wave64_steps({"exit_code": 1, "stdout": json.dumps(SOFTMAX_OK + raised)}), started=0.0,
+                      source={}, scrub=rt.Scrub())
+    w = row["wave64"]
+    assert (w["built"], w["checked"], w["passed"]) == (3, 2, 2)
+    fam = w["families"]["megatron.scaled_softmax"]
+    assert fam["ok"] is False and fam["max_abs_err"] is None
+    assert fam["error"].startswith("RuntimeError: __shfl_down at TMP/")
+    assert row["first_error"].startswith("check-wave64: megatron.scaled_softmax: fwd+bwd fp16 sq=16 sk=32: "
+                                         "RuntimeError: __shfl_down at TMP/scaled_softmax_cuda.hip:57")
+    assert rt.wave64_cell(row) == "2/3 (scaled_softmax ✗)"
+    # NaN is an error too, kept as text (JSON has no NaN)
+    nan = [_check("deepspeed.fused_adam", "multi_tensor_adam (AdamW) vs torch", float("nan"), 1e-5)]
+    w = rt.wave64_result(_step(name="check-wave64", exit_code=1, stdout=json.dumps(nan)))
+    assert w["families"]["deepspeed.fused_adam"]["max_abs_err"] == "nan" and w["passed"] == 0
+    assert json.loads(json.dumps(w, allow_nan=False)) == w
+
+
+def test_nothing_to_check_at_wave_64_is_0_of_0_and_not_a_failure() -> None:
+    (t,) = rt.parse_targets(MEGATRON)
+    err = ("ERROR: the emulated wheels in /home/me/w/mds-x-compile/wheelhouse-wave64 hold no kernel porter checks\n"
+           "  hint: build the Megatron kernels (porter port) or DeepSpeed's fused optimizers\n")
+    scrub = rt.Scrub([("/home/me/w/mds-x-compile", "WORK")])
+    row = rt.make_row(t, _wave64_steps({"exit_code": 4, "stdout": "", "stderr": err}), started=0.0, source={},
+                      scrub=scrub)
+    assert row["result"] == "ok" and row["first_error"] == "" and row["exit_code"] == 4
+    w = row["wave64"]
+    assert (w["built"], w["checked"], w["passed"], w["families"]) == (0, 0, 0, {})
+    assert w["note"] == "the emulated wheels in WORK/wheelhouse-wave64 hold no kernel porter checks"
+    assert rt.wave64_cell(row) == "0/0"
+    assert not _step(name="check-wave64", exit_code=4, stdout="").failed
+    assert _step(name="port", exit_code=4, stdout="").failed  # exit 4 is "nothing to check" for the check alone
+
+
+def test_a_check_that_gave_no_rows_fails_the_row() -> None:
+    (t,) = rt.parse_targets(MEGATRON)
+    err = "ERROR: wheelhouse not found: /w/wheelhouse-wave64\n"
+    row = rt.make_row(t, _wave64_steps({"exit_code": 2, "stdout": "", "stderr": err}), started=0.0, source={})
+    assert row["result"] == "failed"
+    assert row["first_error"] == "check-wave64: wheelhouse not found: /w/wheelhouse-wave64"
+    assert row["wave64"]["error"] == "check exited 2, no rows"
+    assert rt.wave64_cell(row) == "✗ (check exited 2, no rows)"
+    row = rt.make_row(t, _wave64_steps({"exit_code": None, "stdout": "", "timed_out": True, "seconds": 900.0}),
+                      started=0.0, source={})
+    assert row["first_error"] == "check-wave64: timed out after 900 s"
+    assert rt.wave64_cell(row) == "✗ (check timed out)"
+
+
+def test_the_wave_64_column_of_other_commands_and_older_rows() -> None:
+    import json
+    port_text = MEGATRON.replace("mds-x-compile", "mds-x-port").replace('command = "port-compile-only"',
+                                                                        'command = "port-no-kernels"')
+    targets = rt.parse_targets(MEGATRON + port_text + MEGATRON.replace("mds-x-compile", "mds-x-new"))
+    compile_t, port_t, new_t = targets
+    port = rt.make_row(port_t, [_step(stdout=json.dumps({"patches": []}))], started=0.0, source={})
+    assert "wave64" not in port and rt.wave64_cell(port) == "—"
+    # a row an older run wrote: no wave64 field; it renders as before, with "—" in the new column
+    old = {"id": "mds-x-compile", "command": "port-compile-only", "argv": rt.display(compile_t).split(" && ")[0],
+           "source": {"repo": compile_t.repo, "ref": "main"}, "result": "ok", "arch_summary": "gfx90a 3/3",
+           "ops_done": 3, "ops_total": 3, "seconds": 168.0, "date": "2026-11-27T10:00Z", "porter": "c6202c5"}
+    cells = [c.strip() for c in rt.table_row(old).strip("|").split(" | ")]
+    assert cells[3:] == ["✓", "gfx90a 3/3", "3/3", "—", "2 min 48 s", "2026-11-27 (c6202c5)", ""]
+    assert cells[2] == ("`porter port megatron-deepspeed TREE --compile-only -t debian-rocm7 --arch "
+                        "gfx90a,gfx942,gfx950 --dest WORK/ported -o WORK/wheelhouse`")
+    text = rt.render({"mds-x-compile": old, "mds-x-port": port}, targets)
+    lines = [ln for ln in text.splitlines() if ln.startswith("| `")]
+    assert len(lines) == 3 and all(ln.count(" | ") == 9 for ln in lines)  # ten cells, the not-run row's too
+    assert lines[2].startswith("| `mds-x-new` |") and "| not run | — | — | — | — | — |" in lines[2]
+    intro = " ".join(text.split("## Results")[0].split())
+    assert "every kernel checked at wave 64 passed" in intro and "[emulate.md](emulate.md)" in intro
+    assert "`0/0`: the tree has no kernel porter checks" in intro and "`2/3 (layer_norm ✗)`" in intro
+
+
+def test_deepspeed_fused_optimizers_at_wave_64() -> None:
+    """The emulated build's op list ("ops": built) is not the ROCm compile's: the row's ops and counts stay those of
+    the compile report and the op list."""
+    import json
+    (t,) = rt.parse_targets('[[target]]\nid = "ds"\nsdist = "deepspeed==0.19.8"\ncommand = "ops-compile-only"'
+                            '\ntoolchain = "debian-rocm7"\narchs = ["gfx90a"]\n')
+    listed = {"source": {"project": "deepspeed", "version": "0.19.8"},
+              "ops": [{"name": "fused_adam", "compatible": True}, {"name": "gds", "compatible": False,
+                                                                     "reason": "gds is not compatible with ROCM"}]}
+    compiled = {"compile_only": True, "ops": [], "compiled": [
+        {"name": "fused_adam", "status": "compiled", "archs": {"gfx90a": "compiled"}}]}
+    emulated = {"ops": [{"name": n, "status": "built", "error": ""}
+                        for n in ("fused_adam", "fused_lamb", "fused_lion")], "excluded": [],
+                "wheel": "/w/wheelhouse-wave64/deepspeed-0.19.8+emu.wave64-cp311-cp311-linux_x86_64.whl"}
+    rows = [_check(f"deepspeed.{n}", f"{n} vs torch, fp32, 10 steps", 1e-7, 1e-5)
+            for n in ("fused_adam", "fused_lamb", "fused_lion")]
+    steps = [_step(name="list", stdout=json.dumps(listed)), _step(name="build", stdout=json.dumps(compiled)),
+             _step(name="build-wave64", stdout=json.dumps(emulated)),
+             _step(name="check-wave64", stdout=json.dumps(rows))]
+    row = rt.make_row(t, steps, started=0.0, source={"sdist": t.sdist})
+    assert row["result"] == "ok" and row["source"]["version"] == "0.19.8"
+    assert [(o["name"], o["status"]) for o in row["ops"]] == [("gds", "excluded"), ("fused_adam", "compiled")]
+    assert (row["ops_done"], row["ops_total"], row["ops_excluded"]) == (1, 1, 1) and row["detail"] == ""
+    assert rt.wave64_cell(row) == "3/3" and sorted(row["wave64"]["families"]) == [
+        "deepspeed.fused_adam", "deepspeed.fused_lamb", "deepspeed.fused_lion"]
+    # the emulated build failed: the check did not run, the row fails with the build's error
+    steps[2] = _step(name="build-wave64", exit_code=3, stdout=json.dumps(emulated),
+                     stderr="ERROR: 1 op(s) failed: fused_lion\n")
+    row = rt.make_row(t, steps[:3], started=0.0, source={"sdist": t.sdist})
+    assert row["result"] == "failed" and row["first_error"] == "build-wave64: 1 op(s) failed: fused_lion"
+    assert row["wave64"] is None and rt.wave64_cell(row) == "—"
