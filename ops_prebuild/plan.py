@@ -426,7 +426,11 @@ def _emulated_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str
                  f"-march={tc.cpu_isa}", *rocm]
     else:
         flags = [*host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *rocm]
-    return tc.executor.argv(tc.compiler, *flags, *emu, *common, "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj)
+    # after the op's own -O: kernels type-pun freely (float4 loads of half data), and no host optimisation may
+    # change what such a load reads; -O1 also compiles the heavy template code in half the time of -O3
+    tail = ["-O1", "-fno-strict-aliasing"]
+    return tc.executor.argv(tc.compiler, *flags, *tail, *emu, *common, "-MMD", "-MF", f"{obj}.d", "-c", src, "-o",
+                            obj)
 
 
 def _link_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, objs: list[str], so: str, v: Visible) -> list[str]:

@@ -73,6 +73,7 @@ def test_the_plan_compiles_with_g_plus_plus_the_headers_and_links_against_cpu_to
         assert "-DPORTER_EMU_WAVE=64" in argv and "-DROCM_WAVEFRONT_SIZE=64" in argv and "-DUSE_ROCM=1" in argv
         assert f"-I{emulate.INCLUDE_DIR}" in argv and not any(a.startswith("--offload") for a in argv)
     assert device[:3] == ["g++", "-x", "c++"] and "-DBF16_AVAILABLE" in device
+    assert device.index("-O1") > device.index("-O3") and "-fno-strict-aliasing" in device  # the last -O wins
     # porter's prelude is precompiled once per flag set (the two ops' host units, their device units): the units
     # take the header standing in for it
     pch = [argv for kind, argv in steps if kind == "pch"]
