@@ -243,8 +243,8 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     if cache is not None:
         # a port builds inside the tree it ports: from its top, so two ports of one tree in different folders (or
         # with one patch more) hit each other's objects
-        inside = tree in build_dir.parents
-        plan.env.update(cache.env(tc, build_dir / CCACHE_STATS, base=tree if inside else build_dir.parent.parent))
+        in_tree = tree in build_dir.parents
+        plan.env.update(cache.env(tc, build_dir / CCACHE_STATS, base=tree if in_tree else build_dir.parent.parent))
     at = len(ex.prefix)
     shareable: list[tuple[int, list[str]]] = []  # (step index, argv before ccache) of GCC host compiles
     emulated: list[tuple[int, list[str]]] = []  # the same, of an emulated build's units (always shared)

@@ -41,6 +41,7 @@ def test_every_wave_operation_computes_what_hip_specifies(wave: int, tmp_path: P
 
 
 def _port(tree: Path, toolchain: str, out: Path, *extra: str) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
     wheelhouse = out / "wheelhouse"
     res = run_porter("port", "megatron-deepspeed", str(tree), "-t", toolchain, "-o", str(wheelhouse),
                      "--dest", str(out / "ported"), *extra)

@@ -40,7 +40,7 @@ def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] 
         result.notes = [n for sp in pp.sets for n in sp.notes]
         return result
     if not in_place:
-        ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest")
+        ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest", create=True)
     staging = None if in_place else owned_temp_dir(dest.parent, f".{dest.name}.")
     try:
         work = dest

@@ -72,7 +72,7 @@ def prepare_tree(tree: Path, out: Path | None, in_place: bool, toolchain: Toolch
     dest = output_dir(tree, out, in_place, toolchain)
     if in_place or dest.exists():
         return dest
-    ensure_writable_dir(dest.parent, what="parent folder of the ported tree")
+    ensure_writable_dir(dest.parent, what="parent folder of the ported tree", create=True)
     tmp = owned_temp_dir(dest.parent, f".{dest.name}.")
     try:
         shutil.copytree(tree.resolve(), tmp / "t", symlinks=True)
@@ -160,7 +160,7 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
                               hint="pass --wheelhouse ./wheelhouse, or --no-kernels to port the tree only")
         ensure_writable_dir(Path(wheelhouse), what="wheelhouse")
     if not dry_run and not in_place:
-        ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest")
+        ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest", create=True)
     if kernels:  # the torch rule first (bad input, exit 2), then the toolchain's readiness
         torch_info = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
         refused = None if compile_only else refusal(need_for(tc.kind), torch_info, python,
