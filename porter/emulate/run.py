@@ -38,13 +38,10 @@ class CheckRun:
         out: dict[tuple[str, int], dict[str, Any]] = {}
         for r in self.rows:
             key = (r["kernel"], r["wave"])
-            ratio = _ratio(r)
-            best = out.get(key)
-            n = (best or {}).get("checks", 0) + 1
-            if best is None or ratio > best["ratio"]:
-                out[key] = {**r, "ratio": ratio}
-            out[key]["checks"] = n
-            out[key]["ok"] = all(x["ok"] for x in self.rows if (x["kernel"], x["wave"]) == key)
+            seen = out.get(key)
+            worst = r if seen is None or _ratio(r) > seen["ratio"] else seen
+            out[key] = {**worst, "ratio": _ratio(worst), "checks": (seen or {}).get("checks", 0) + 1,
+                        "ok": (seen is None or seen["ok"]) and bool(r["ok"])}
         return [out[k] for k in sorted(out, key=lambda k: (k[1], k[0]))]
 
 

@@ -159,3 +159,7 @@ def test_the_port_hipifies_first_and_the_patch_still_applies(older: Path) -> Non
     assert "&31" not in text and "threads(32" not in text
     assert len(re.findall(r"WARP_SHFL\(\w+, srcLaneB, blockDim\.x\)", text)) == 6
     assert [p.state for p in res.patches if p.patch == PATCH] == ["applied"]
+    # hipify's six warp-size-32 findings in the file end fixed by the patch, none left to review
+    fixed = [g for g in res.hipify_groups if g.get("state") == "fixed"]
+    assert len(fixed) == 6 and {g["by"] for g in fixed} == {f"megatron-deepspeed/rocm:{PATCH}"}
+    assert not [g for g in res.hipify_groups if g.get("state") != "fixed" and g.get("warp32")]

@@ -32,6 +32,8 @@ from porter.components.megatron import (DIST, HELPERS_MODULE, HELPERS_SOURCE, KE
 from porter import faults
 from porter import torch_hip_view as hip_view
 from porter.errors import CheckFailed, ConfigError, PorterError
+from porter.hipify.engine import HipifyReport
+from porter.hipify.scan import Finding
 from porter.executor import HOST, Executor, build_python
 from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir, owned_temp, owned_temp_dir, publish_dir
 from porter.log import Logger, quiet_logger
@@ -271,19 +273,21 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
     return result
 
 
-def _report_findings(work: Path, report: Any, plan: PatchPlan, result: PortResult, log: Logger) -> None:
+def _report_findings(work: Path, report: HipifyReport, plan: PatchPlan, result: PortResult, log: Logger) -> None:
     """hipify's findings, each with its state once the patches are applied: a warp-size-32 assumption that a shipped
-    patch removed is *fixed* by it (the kernel folder is scanned again); the rest stay to review."""
+    patch removed is *fixed* by it (the kernel folder is scanned again, when a patch edited a file with one); the
+    rest stay to review."""
     from porter.hipify import engine as hip
 
-    after = hip.hipify_tree(work / KERNEL_DIR, in_place=True, check=True, log=quiet_logger(), use_cache=False)
-    left = {(f.path, f.identifier) for f in after.warp32}
     by_file = {r.file: f"{r.set}:{r.patch}" for sp in plan.sets for r in sp.results if r.status == "applied" and r.file}
-    fixed: dict[str, list[Any]] = {}
-    for f in report.warp32:
-        patch = by_file.get(f"{KERNEL_DIR}/{f.path}")
-        if patch is not None and (f.path, f.identifier) not in left:
-            fixed.setdefault(patch, []).append(f)
+    fixed: dict[str, list[Finding]] = {}
+    if any(f"{KERNEL_DIR}/{f.path}" in by_file for f in report.warp32):
+        after = hip.hipify_tree(work / KERNEL_DIR, in_place=True, check=True, log=quiet_logger(), use_cache=False)
+        left = {(f.path, f.identifier) for f in after.warp32}
+        for f in report.warp32:
+            patch = by_file.get(f"{KERNEL_DIR}/{f.path}")
+            if patch is not None and (f.path, f.identifier) not in left:
+                fixed.setdefault(patch, []).append(f)
     gone = {(f.path, f.line, f.identifier) for fs in fixed.values() for f in fs}
     for patch, fs in fixed.items():
         files = ", ".join(sorted({f"{KERNEL_DIR}/{f.path}" for f in fs}))
