@@ -71,6 +71,8 @@ class BuildResult:
     """--shard I/N: which shard ran and the objects it compiled."""
     source_patches: tuple[str, ...] = ()
     """The shipped sets (``set: patch, ...``) applied to porter's copy of the source for this toolchain kind."""
+    wave64: dict[str, Any] = field(default_factory=dict)
+    """A 64-lane target: each warp-size-32 finding in the built ops with its state (:mod:`porter.hipify.wave64`)."""
 
     @property
     def failed(self) -> list[OpResult]:
@@ -91,6 +93,7 @@ class BuildResult:
                 "ops": [o.__dict__ for o in self.ops], "excluded": self.excluded, "plan": self.plan.to_dict(),
                 "refusal": self.refusal.message if self.refusal else None,
                 "source_patches": list(self.source_patches),
+                **({"wave64": self.wave64} if self.wave64 else {}),
                 "cache": {**self.ccache.to_dict(), **self.cache_stats} if self.ccache else None,
                 **({"shard": self.shard} if self.shard else {}),
                 **({"compile_only": True, "linked": False, "note": "compiled, not linked: no ROCm torch to link "

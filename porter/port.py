@@ -85,6 +85,8 @@ class PortResult:
     compiled: list[dict[str, Any]] = field(default_factory=list)
     """--compile-only: per kernel, per arch, per translation unit (compiled, not linked)."""
     built: list[dict[str, Any]] = field(default_factory=list)
+    wave64: dict[str, Any] = field(default_factory=dict)
+    """A 64-lane build: each warp-size-32 finding in the kernels with its state (:mod:`porter.hipify.wave64`)."""
     wheel: Path | None = None
     manifest: Path | None = None
 
@@ -94,6 +96,7 @@ class PortResult:
                 "patch_results": self.patch_results, "sets": self.sets,
                 "patches": [p.to_dict() for p in self.patches], "notes": self.notes,
                 "hipify_findings": self.hipify_groups, "kernels": self.kernels,
+                **({"wave64": self.wave64} if self.wave64 else {}),
                 "refusal": self.refusal.message if self.refusal else None,
                 "plan": self.plan.to_dict() if self.plan is not None else None, "built": self.built,
                 **({"compile_only": True, "linked": False, "note": "compiled, not linked",

@@ -56,6 +56,7 @@ class Manifest(TypedDict):
     extensions: list[ExtensionEntry]
     ops: NotRequired[list[OpEntry]]
     build: NotRequired[dict[str, Any]]   # how it was built (compiler cache: identity, hits, misses)
+    wave64: NotRequired[dict[str, Any]]  # a 64-lane build: each warp-size-32 finding with its state (hipify/wave64)
 
 
 def target_of(tc: Toolchain, **extra: Any) -> dict[str, Any]:

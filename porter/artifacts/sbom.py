@@ -130,6 +130,7 @@ def _bom(m: Mapping[str, Any], name: str, version: str, epoch: int, serial: uuid
         properties=[*_props("porter:target", _dict(m.get("target"))),
                     *_props("porter", {"python_tag": m.get("python_tag"), "component": m.get("component")}),
                     *(p for r in records for p in _patch_props(r)),
+                    *_wave64_props(_dict(m.get("wave64"))),
                     *(p for o in _entries(m.get("ops")) if o.get("name")
                       for p in _props(f"porter:op:{o['name']}", {k: v for k, v in o.items() if k != "name"}))],
         components=[_file(e) for e in _entries(m.get("extensions")) if e.get("path")])
@@ -141,6 +142,16 @@ def _bom(m: Mapping[str, Any], name: str, version: str, epoch: int, serial: uuid
     for part in parts:
         bom.register_dependency(part)
     return bom
+
+
+def _wave64_props(w: Mapping[str, Any]) -> list[Property]:
+    """A 64-lane build's warp-size-32 findings: counts per state, the override, and each finding with its state."""
+    props = _props("porter:wave64", {"counts": _dict(w.get("counts")), "allowed": w.get("allowed")})
+    for i, f in enumerate(_entries(w.get("findings")), 1):
+        props.append(Property(name=f"porter:wave64:finding:{i}",
+                              value=f"{f.get('state')}: op {f.get('op')}: {f.get('file')}:{f.get('line')}: "
+                                    f"{f.get('rule')}" + (f" (by {f['by']})" if f.get("by") else "")))
+    return props
 
 
 def _file(entry: Mapping[str, Any]) -> Component:
@@ -345,6 +356,13 @@ def describe(doc: Mapping[str, Any]) -> list[str]:
     target = {k[len("porter:target:"):]: v for k, v in props.items() if k.startswith("porter:target:")}
     lines.append("target: " + ", ".join(f"{k} {target[k]}" for k in ("kind", "archs", "wavefront", "cpu_isa", "label")
                                         if target.get(k)))
+    counts = {k[len("porter:wave64:counts:"):]: v for k, v in props.items() if k.startswith("porter:wave64:counts:")}
+    if counts:
+        allowed = props.get("porter:wave64:allowed")
+        lines.append("wave 64: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+                     + " warp-size-32 finding(s)" + (f"; built by override (--allow-wave32 {allowed})" if allowed else ""))
+        lines += [f"  {v}" for k, v in props.items() if k.startswith("porter:wave64:finding:")
+                  and v.startswith("allowed")]
     torch = next((c for c in doc.get("components") or [] if c.get("bom-ref") == "torch"), None)
     if torch is not None:
         tp = _named(torch.get("properties"))

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (ToolchainChoice, cache_options, cache_request, dry_run_option,
+from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, cache_options, cache_request, dry_run_option,
                                 given_on_command_line, into, jobs_option, json_option, parse_shard, path_or_name,
                                 python_option, show_plan, show_shard_run, slurm_options, toolchain_options,
                                 wheelhouse_option)
@@ -99,6 +99,7 @@ class BuildOptions(ToolchainChoice):
     cache_dir: Path | None
     cache_remote: str
     python: str | None
+    allow_wave32: str | None = None
     slurm: dict[str, Any] = field(default_factory=dict)
     """The other Slurm settings (--partition, --account, ...)."""
 
@@ -145,6 +146,7 @@ class BuildOptions(ToolchainChoice):
               help="With --slurm: the folder for the job scripts, results and logs, on a filesystem every node "
                    "sees (default: shards/<build> in porter's cache, which must be shared too).")
 @click.option("--wait", is_flag=True, help="With --slurm: wait for the link job, then report its wheel.")
+@allow_wave32_option
 @slurm_options(task="shard", final="link")
 @cache_options
 @python_option
@@ -185,7 +187,8 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
     how = EngineRun(jobs=req.jobs, compile_only=req.compile_only, compiler_cache=req.cache(),
                     shard=parse_shard(req.shard), link_only=req.link_only, pch=req.pch, debug=req.debug_info)
     result = build_ops(req.source, tc, ops=names, all_compatible=req.all_compatible, wheelhouse=req.wheelhouse, how=how,
-                       dry_run=req.dry_run, python=req.python, with_deps=req.with_deps, log=log)
+                       dry_run=req.dry_run, python=req.python, with_deps=req.with_deps, log=log,
+                       allow_wave32=allowed(req.allow_wave32))
     if as_json:
         emit_json(result.to_dict())
     elif req.dry_run:
@@ -252,6 +255,7 @@ def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list
     args.append(f"--debug-info={req.debug_info}")
     args += ([f"--cache-dir={cache.dir}"] if cache.dir else []) + ([f"--cache-remote={cache.remote}"] if cache.remote else [])
     args += [f"--python={req.python}"] if req.python else []
+    args += [f"--allow-wave32={req.allow_wave32}"] if req.allow_wave32 else []
     shared = cache_dir().resolve()
     shard_req = sh.ShardRequest(build_args=tuple(args), link_args=("--with-deps",) if req.with_deps else (),
                                 shards=req.shards or 1, dir=req.shards_dir.resolve() if req.shards_dir else Path(),
@@ -261,7 +265,7 @@ def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list
     def planner() -> sh.BuildFacts:
         return sh.ops_build_facts(req.source, tc, ops=op_names, all_compatible=req.all_compatible,
                                   python=req.python, compiler_cache=cache, dry_run=req.dry_run, log=log,
-                                  runner=Runner(log, echo=log.verbose))
+                                  runner=Runner(log, echo=log.verbose), allow_wave32=allowed(req.allow_wave32))
 
     run = sh.submit_build(shard_req, planner, settings=settings, runner=runner, env=env,
                           dir_given=req.shards_dir is not None, dry_run=req.dry_run, wait=req.wait, log=log)

@@ -23,6 +23,19 @@ dry_run_option = click.option(
     help="Print the complete plan (every command, its environment) and what a real run here would refuse, "
          "then exit 0. Writes nothing: no cache, no tree, no output.")
 
+allow_wave32_option = click.option(
+    "--allow-wave32", "allow_wave32", default=None, metavar="A,B|all",
+    help="For a 64-lane target (gfx9 archs, emulate-wave64): build these ops or kernels although a warp-size-32 "
+         "assumption in their sources is neither fixed by a shipped patch nor proven safe by an emulated wave-64 "
+         "check (without it such code stops the build, exit 1). The plan, the manifest and the SBOM record each "
+         "such finding as allowed.")
+
+
+def allowed(value: str | None) -> list[str]:
+    """``--allow-wave32 A,B`` as a list of names."""
+    return [n.strip() for n in (value or "").split(",") if n.strip()]
+
+
 def _python_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A relative path to a python (``.venv/bin/python``) is made absolute here: porter runs it from other
     folders (pip in a temp folder, a probe in the build folder). A bare name (``python3``) stays a PATH lookup."""

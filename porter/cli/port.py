@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (ToolchainChoice, dry_run_option, into, jobs_option, json_option, python_option,
+from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, dry_run_option, into, jobs_option, json_option, python_option,
                                 toolchain_options, wheelhouse_option)
 from porter.errors import PartialSuccess, refusal_line
 from porter.log import Logger
@@ -68,6 +68,7 @@ class PortMegatronOptions(ToolchainChoice):
     sets: tuple[str, ...]
     skip: tuple[str, ...]
     dry_run: bool
+    allow_wave32: str | None = None
 
 
 @port.command("megatron-deepspeed")
@@ -92,6 +93,7 @@ class PortMegatronOptions(ToolchainChoice):
                    "(megatron-deepspeed/rocm), a project, or a set file of your own. Repeatable.")
 @click.option("--skip", multiple=True, metavar="PATCH",
               help="Leave this patch (by id, see 'porter patch list') out of the port. Repeatable.")
+@allow_wave32_option
 @dry_run_option
 @json_option
 @click.pass_obj
@@ -107,7 +109,8 @@ def megatron_deepspeed(log: Logger, /, req: PortMegatronOptions, as_json: bool) 
     res = port_megatron(req.tree, tc, out=req.dest, in_place=req.in_place, wheelhouse=req.wheelhouse,
                         python=req.python, jobs=req.jobs,
                         dry_run=req.dry_run, kernels=not req.no_kernels, compile_only=req.compile_only,
-                        target_version=req.target_version, sets=req.sets, skip=req.skip, log=log)
+                        target_version=req.target_version, sets=req.sets, skip=req.skip, log=log,
+                        allow_wave32=allowed(req.allow_wave32))
     failed = [r for r in res.compiled if r["status"] == "failed"]
     if as_json:
         emit_json(res.to_dict())

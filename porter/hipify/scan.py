@@ -8,6 +8,10 @@ Only names from CUDA's own headers are CUDA API (the map's ``[unsupported]`` pat
 say which): a name the tree defines itself -- a macro, a type, a function with a body, a variable
 -- never is, in the file that defines it or in any other (the caller drops it everywhere).
 
+A warp-size-32 assumption in a branch that is not compiled for ROCm (``#ifdef __HIP_PLATFORM_AMD__`` ...
+``#else`` here ``#endif``, ``#if !defined(USE_ROCM)``, a conjunction with such a term) is not a finding: no
+64-lane code is made from it. Other conditions count as compiled.
+
 A 32-bit full mask bound to a name (``unsigned mask = 0xffffffff`` as a parameter default or a
 variable, ``#define FULL_MASK 0xffffffff``) is flagged only while the name is still used after the
 translation: once porter's map has dropped the mask argument of every ``__shfl_*_sync`` call that
@@ -23,7 +27,7 @@ from dataclasses import dataclass, field
 from porter.hipify.maps import CompiledMap, Rule, left_boundary_ok
 
 # Part of the incremental cache key: bump when the scanners' results change for the same text.
-SCAN_VERSION = 2
+SCAN_VERSION = 3
 
 FULL_MASK_RULE = "full-mask"
 
@@ -114,6 +118,76 @@ def uses_view(masked: str) -> str:
         return " " * len(line)
 
     return _PREPROCESSOR_LINE.sub(repl, masked)
+
+
+# Macros every ROCm build of a torch extension defines (torch's cpp_extension, hipcc): a branch decided by one of
+# them alone is known to be compiled, or not, for ROCm.
+_HIP_MACROS = frozenset({"__HIP_PLATFORM_AMD__", "__HIP_PLATFORM_HCC__", "USE_ROCM"})
+_CONDITIONAL = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b([^\n]*)", re.MULTILINE)
+_TERM = re.compile(r"^(!?)\s*(?:defined\s*\(\s*(\w+)\s*\)|defined\s+(\w+)|(\w+))$")
+
+
+def _on_hip(directive: str, cond: str) -> bool | None:
+    """Whether a conditional's condition holds in a ROCm build: True, False, or None (not known here)."""
+    cond = cond.strip()
+    if directive in ("ifdef", "ifndef"):
+        name = cond.split()[0] if cond.split() else ""
+        return None if name not in _HIP_MACROS else directive == "ifdef"
+    for op, short in (("&&", False), ("||", True)):
+        if op in cond and ("&&" in cond) != ("||" in cond):
+            values = [_on_hip("if", term) for term in cond.split(op)]
+            return short if short in values else (not short if all(v is not None for v in values) else None)
+    while cond.startswith("(") and cond.endswith(")") and _balanced(cond[1:-1]):
+        cond = cond[1:-1].strip()
+    m = _TERM.match(cond)
+    if m is None or (m.group(2) or m.group(3) or m.group(4)) not in _HIP_MACROS:
+        return None
+    return not m.group(1)
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for c in text:
+        depth += (c == "(") - (c == ")")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def not_on_hip(masked: str) -> list[tuple[int, int]]:
+    """The spans of ``masked`` in a branch no ROCm build compiles (see the module docstring)."""
+    spans: list[tuple[int, int]] = []
+    frames: list[list[bool | None]] = []  # per open conditional: the value of each branch so far
+    dead_from: int | None = None
+
+    def dead() -> bool:
+        return any(f[-1] is False for f in frames)
+
+    for m in _CONDITIONAL.finditer(masked):
+        directive, cond = m.group(1), m.group(2)
+        was = dead()
+        if directive in ("if", "ifdef", "ifndef"):
+            frames.append([_on_hip(directive, cond)])
+        elif not frames:
+            continue
+        elif directive == "endif":
+            frames.pop()
+        else:
+            branches = frames[-1]
+            if True in branches:
+                branches.append(False)
+            elif directive == "else":
+                branches.append(True if all(b is False for b in branches) else None)
+            else:
+                branches.append(_on_hip("if", cond) if all(b is False for b in branches) else None)
+        now = dead()
+        if now and not was:
+            dead_from = m.end()
+        elif was and not now and dead_from is not None:
+            spans.append((dead_from, m.start()))
+    if dead() and dead_from is not None:
+        spans.append((dead_from, len(masked)))
+    return spans
 
 
 class _Lines:
@@ -327,7 +401,10 @@ def scan(text: str, path: str, cmap: CompiledMap, masked: str | None = None) -> 
                 pos -= 1  # a match inside a name (kWarpSize, WARP_SHFL) is reported at the name
             candidates.append((pos, r))
     code = uses_view(masked) if candidates else masked
+    skipped = not_on_hip(masked) if candidates else []
     for pos, r in sorted(candidates, key=lambda c: c[0]):
+        if any(a <= pos < b for a, b in skipped):
+            continue
         line, col, src = lines.locate(pos)
         finding = Finding("warp32", path, line, col, r.rule.id, r.rule.message, src)
         if r.rule.id == FULL_MASK_RULE:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -384,7 +384,8 @@ def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settin
 
 
 def ops_build_facts(source: str, tc: Toolchain, *, ops: list[str] | None, all_compatible: bool,
-                    python: str | None, compiler_cache: CacheRequest, dry_run: bool, log: Logger, runner: Runner) -> BuildFacts:
+                    python: str | None, compiler_cache: CacheRequest, dry_run: bool, log: Logger, runner: Runner,
+                    allow_wave32: Sequence[str] = ()) -> BuildFacts:
     """The plan of ``porter ops build`` (a dry run of it). A real submission first unpacks (or downloads)
     the source into the shared cache, so the shards all find it there and none races another to it."""
     from porter.components.deepspeed import DEEPSPEED
@@ -397,7 +398,8 @@ def ops_build_facts(source: str, tc: Toolchain, *, ops: list[str] | None, all_co
         with log.step("unpacking the source into the shared cache"):
             resolve_source(DEEPSPEED, source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
     res = build_ops(source, tc, ops=ops, all_compatible=all_compatible, wheelhouse=Path("."), dry_run=True,
-                    python=python, log=log, runner=runner, how=EngineRun(compiler_cache=compiler_cache))
+                    python=python, log=log, runner=runner, how=EngineRun(compiler_cache=compiler_cache),
+                    allow_wave32=allow_wave32)
     return BuildFacts(build_dir=res.plan.build_dir,
                       compile_steps=sum(1 for st in res.plan.steps if st.kind == "compile"),
                       refusal=res.refusal.message if res.refusal else None)

@@ -21,6 +21,7 @@ from porter.components.deepspeed.wheel import base_wheel, compose, dist_version,
 from porter.errors import CheckFailed, ConfigError
 from porter.executor import Executor, build_python
 from porter.fs import cache_dir, ensure_writable_dir, owned_temp
+from porter.hipify import wave64
 from porter.log import Logger, quiet_logger
 from porter.patching import plan as plan_patches
 from porter.run import Runner, make_env
@@ -30,13 +31,13 @@ from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import need_for, probe_torch, refusal
 from ops_prebuild.build import BuildResult, EngineRun, OpResult, compile_catalogue, key
 from ops_prebuild.catalogue import Catalogue, OpSpec
-from ops_prebuild.source import build_sets, cached_source, git_commit, patched_source, resolve_source
+from ops_prebuild.source import Source, build_sets, cached_source, git_commit, patched_source, resolve_source
 
 
 def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, all_compatible: bool = False,
               wheelhouse: Path, how: EngineRun = EngineRun(), dry_run: bool = False, python: str | None = None,
               with_deps: bool = False, log: Logger | None = None, runner: Runner | None = None,
-              cache: Path | None = None) -> BuildResult:
+              cache: Path | None = None, allow_wave32: Sequence[str] = ()) -> BuildResult:
     """source -> catalogue -> plan -> one ninja run -> one wheel + manifest.
 
     Everything is checked before any work (output folder writable, toolchain root ready, torch of the
@@ -47,6 +48,9 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     only shard i of n of the compile steps into the (shared) build folder and stops: n such runs (a Slurm job
     array) and then one ``link_only`` run (which compiles nothing, refuses when an object is missing, links and
     packages) give what one local run gives.
+
+    On a 64-lane target every warp-size-32 finding in the selected ops gets a state (:mod:`porter.hipify.wave64`);
+    a refused one stops the build (exit 1) unless its op is in ``allow_wave32`` (or that holds ``all``).
     """
     compile_only, shard = how.compile_only, how.shard
     log = log or quiet_logger()
@@ -101,6 +105,11 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                      "time (a node would compile it otherwise)")
         refused = None if compile_only else refusal(need_for(tc.kind), cat.torch, python,
                                                     what=f"building DeepSpeed ops for {tc.name}")
+        lanes = _wave64(source, unpatched, patched.applied, selected, tc, allow_wave32, log) \
+            if tc.wavefront == 64 else None
+        stop = lanes.error(f"DeepSpeed {source.version} for {tc.name}") if lanes is not None else None
+        if stop is not None and not dry_run:
+            raise stop
         build_dir = cache / "ops" / f"{source.project}-{source.version}-{tc.name}-" \
             f"{key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag, compile_only)}"
         base: Future[Path] | None = None
@@ -112,6 +121,13 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         result = compile_catalogue(cat, tc, selected, build_dir, python=python, py_ex=py_ex, runner=runner, log=log,
                                    cache=cache, how=how, compiler_version=compiler_version, dry_run=dry_run,
                                    refused=refused, source_patches=patched.applied)
+        if lanes is not None:
+            result.wave64 = lanes.to_dict()
+            if stop is not None:
+                result.refusal = result.refusal or stop
+                result.plan.notes.append(f"a real run here would stop: {stop.message}")
+            result.plan.notes.extend(f"built although wave-64 unproven (--allow-wave32): {s.format()}"
+                                     for s in lanes.of("allowed"))
         if dry_run or shard is not None or compile_only:
             result.seconds = time.monotonic() - start
             return result
@@ -129,7 +145,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             result.wheel, result.manifest = package(cat, tc, selected, result.ops, wheelhouse, python=python,
                                                     runner=runner, cache=cache, executor=py_ex,
                                                     base=base.result() if base is not None else None,
-                                                    patches=patches,
+                                                    patches=patches, wave64=result.wave64,
                                                     build={"cache": {**ccache.to_dict(), **result.cache_stats}
                                                            if ccache else None, "debug_info": how.debug, "pch": how.pch})
     if with_deps:
@@ -137,6 +153,23 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             download_dependencies(result.wheel, wheelhouse, python=sys.executable, runner=runner)
     result.seconds = time.monotonic() - start
     return result
+
+
+def _wave64(source: Source, unpatched: Source, applied: Sequence[str], selected: Sequence[OpSpec], tc: Toolchain,
+            allow: Sequence[str], log: Logger) -> wave64.Wave64:
+    """The state of each warp-size-32 finding in the selected device ops (hipify's scan of the tree as built; those
+    the patched copy lost are fixed by its patch sets)."""
+    with log.step("checking the ops' sources for warp-size-32 assumptions (a 64-lane target)"):
+        found = wave64.scan_tree(source.tree)
+        fixed = {} if source.tree == unpatched.tree else \
+            wave64.removed_by_patches(wave64.scan_tree(unpatched.tree), found,
+                                      "; ".join(a.split(":")[0] for a in applied))
+        files = {o.name: wave64.files_of(source.tree, o.sources, o.include_paths) for o in selected if o.device}
+        lanes = wave64.assess(found, files, wave64.load_ledger(source.project), fixed=fixed, allow=allow)
+    log.info(f"wave 64: {lanes.summary()} warp-size-32 finding(s) in the selected ops")
+    for s in lanes.of("allowed"):
+        log.warn(f"wave 64: built although unproven (--allow-wave32): {s.format()}")
+    return lanes
 
 
 def download_dependencies(wheel: Path, wheelhouse: Path, *, python: str, runner: Runner) -> list[str]:
@@ -172,7 +205,8 @@ def base_wheel_of(cat: Catalogue, cache: Path, *, python: str, runner: Runner, e
 
 def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list[OpResult], wheelhouse: Path,
             *, python: str, runner: Runner, cache: Path, executor: Executor, base: Path | None = None,
-            build: dict[str, Any] | None = None, patches: Sequence[dict[str, Any]] = ()) -> tuple[Path, Path]:
+            build: dict[str, Any] | None = None, patches: Sequence[dict[str, Any]] = (),
+            wave64: dict[str, Any] | None = None) -> tuple[Path, Path]:
     """The wheel (DeepSpeed's own, with the ops) and its manifest; ``patches``: those applied to the source
     (:meth:`porter.patching.engine.Plan.records`). The manifest also lists the patches made to the wheel's own
     copy of DeepSpeed's files (:func:`~porter.components.deepspeed.wheel.wheel_patches`)."""
@@ -205,6 +239,8 @@ def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list
         ops=[{"name": r.name, "status": r.status, "seconds": round(r.seconds, 2), "log": r.log} for r in results])
     if build:
         manifest["build"] = build
+    if wave64:
+        manifest["wave64"] = wave64
     # the wheel appears in the wheelhouse only by an atomic rename, after its manifest
     wheelhouse.mkdir(parents=True, exist_ok=True)
     with owned_temp(wheelhouse, ".porter-") as tmpdir:

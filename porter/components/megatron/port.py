@@ -16,6 +16,7 @@ applied, skipped by ``--skip``, failed): a fork without a patch's problem is not
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ from porter.components.megatron import (DIST, HELPERS_MODULE, HELPERS_SOURCE, KE
 from porter import faults
 from porter import torch_hip_view as hip_view
 from porter.errors import CheckFailed, ConfigError, PorterError
+from porter.hipify import wave64
 from porter.hipify.engine import HipifyReport
 from porter.hipify.scan import Finding
 from porter.executor import HOST, Executor, build_python
@@ -136,7 +138,11 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
                   python: str | None = None, jobs: int | None = None, dry_run: bool = False,
                   kernels: bool = True, compile_only: bool = False, target_version: str | None = None,
                   sets: Sequence[str] = (), skip: Sequence[str] = (),
-                  log: Logger | None = None, runner: Runner | None = None) -> PortResult:
+                  log: Logger | None = None, runner: Runner | None = None,
+                  allow_wave32: Sequence[str] = ()) -> PortResult:
+    """Port the tree (hipify, patch), then build its kernels. For a 64-lane target every warp-size-32 finding in a
+    kernel gets a state (:mod:`porter.hipify.wave64`); a refused one stops the port before any compile, unless its
+    kernel is in ``allow_wave32`` (or that holds ``all``)."""
     log = log or quiet_logger()
     runner = runner or Runner(log)
     src = check_tree(Path(tree))
@@ -198,7 +204,7 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     if in_place:
         work = dest
         return _port_into(work, src, dest, tc, psets, skipped, torch_info, wheelhouse, jobs, target_version, log,
-                          runner, compile_only=compile_only, python=python, py_ex=py_ex)
+                          runner, compile_only=compile_only, python=python, py_ex=py_ex, allow=allow_wave32)
     with log.step("copying the tree"):
         staging = owned_temp_dir(dest.parent, f".{dest.name}.")
     try:
@@ -206,7 +212,7 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         shutil.copytree(dest if dest.exists() else src, work, symlinks=True)
         atomic_write_json(work / PORT_RECORD, {"source": str(src), "porter_version": __version__})
         result = _port_into(work, src, dest, tc, psets, skipped, torch_info, wheelhouse, jobs, target_version, log,
-                            runner, compile_only=compile_only, python=python, py_ex=py_ex)
+                            runner, compile_only=compile_only, python=python, py_ex=py_ex, allow=allow_wave32)
         faults.reached("port")
         publish_dir(work, dest)  # a re-run: the earlier port is swapped out in one step, then removed
     finally:
@@ -218,7 +224,7 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
                skipped: Mapping[str, Sequence[str]], torch_info: TorchInfo | None,
                wheelhouse: str | os.PathLike[str] | None, jobs: int | None, target_version: str | None,
                log: Logger, runner: Runner, *, compile_only: bool = False, python: str = "",
-               py_ex: Executor = HOST) -> PortResult:
+               py_ex: Executor = HOST, allow: Sequence[str] = ()) -> PortResult:
     result = PortResult(src, dest, tc.name, "", kernels=torch_info is not None, compile_only=compile_only,
                         sets=[ps.ref for ps in psets])
     report = None
@@ -238,10 +244,20 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
     result.patch_results = [r.to_dict() for sp in done.plan.sets for r in sp.results]
     result.patches = summarize(done.plan, skipped)
     result.notes = _version_notes(src, done.plan)
-    if report is not None:
-        _report_findings(work, report, done.plan, result, log)
+    fixed = _report_findings(work, report, done.plan, result, log, assessed=torch_info is not None and
+                             tc.wavefront == 64) if report is not None else {}
     if torch_info is None:
         return result
+    if report is not None and tc.wavefront == 64:
+        lanes = _wave64(work, tc, report, fixed, allow)
+        result.wave64 = lanes.to_dict()
+        log.info(f"wave 64: {lanes.summary()} warp-size-32 finding(s) in the kernels")
+        stop = lanes.error(f"the fused kernels of {src.name} for {tc.name}",
+                           leave="apply the shipped patches that fix such code (no --skip of them)")
+        if stop is not None:
+            raise stop
+        for st in lanes.of("allowed"):
+            log.warn(f"wave 64: built although unproven (--allow-wave32): {st.format()}")
     cat, build_dir = _catalogue(work, tc, torch_info, result.version, stage=True, compile_only=compile_only,
                                 name=dest.name)
     from porter.resources import default_jobs
@@ -252,6 +268,8 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
                               hipify=(), mirror=False, torch_view=True,
                               what=f"building the fused kernels of {src.name} for {tc.name}")
     result.plan, ops = built.plan, built.ops
+    result.plan.notes.extend(f"built although wave-64 unproven (--allow-wave32): {f['file']}:{f['line']}: {f['rule']} "
+                             f"in {f['op']}" for f in result.wave64.get("findings", []) if f["state"] == "allowed")
     result.built = [o.__dict__ for o in ops]
     failed = [o for o in ops if o.status == "failed"]
     if compile_only:
@@ -269,14 +287,16 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
     with log.step("packaging the fused kernels"):
         result.wheel, result.manifest = package_kernels(ops, tc, torch_info, result.version, Path(wheelhouse),
                                                         source=str(src), specs=plan_specs(work, tc),
-                                                        patches=done.plan.records())
+                                                        patches=done.plan.records(), wave64=result.wave64)
     return result
 
 
-def _report_findings(work: Path, report: HipifyReport, plan: PatchPlan, result: PortResult, log: Logger) -> None:
+def _report_findings(work: Path, report: HipifyReport, plan: PatchPlan, result: PortResult,
+                     log: Logger, *, assessed: bool = False) -> dict[Finding, str]:
     """hipify's findings, each with its state once the patches are applied: a warp-size-32 assumption that a shipped
     patch removed is *fixed* by it (the kernel folder is scanned again, when a patch edited a file with one); the
-    rest stay to review."""
+    rest are to review, or, when the kernels are built for a 64-lane target (``assessed``), get their state from
+    :func:`_wave64`. Returns the fixed ones, with the patch."""
     from porter.hipify import engine as hip
 
     by_file = {r.file: f"{r.set}:{r.patch}" for sp in plan.sets for r in sp.results if r.status == "applied" and r.file}
@@ -298,11 +318,27 @@ def _report_findings(work: Path, report: HipifyReport, plan: PatchPlan, result: 
     result.hipify_groups += [{"name": f"{KERNEL_DIR}/{f.path}", "state": "fixed", "by": patch, **f.to_dict()}
                              for patch, fs in fixed.items() for f in fs]
     for g in groups:  # one line per group, not one per finding
+        if assessed and not g.unsupported:
+            continue
         counts = ", ".join(c for c in (f"{len(g.unsupported)} CUDA API use(s) without a HIP equivalent"
                                        if g.unsupported else "",
-                                       f"{len(g.warp32)} warp-size-32 assumption(s)" if g.warp32 else "") if c)
+                                       f"{len(g.warp32)} warp-size-32 assumption(s)" if g.warp32 and not assessed
+                                       else "") if c)
         log.warn(f"hipify: {KERNEL_DIR}/{g.name}: {counts}: {g.verdict} "
                  f"(porter hipify {KERNEL_DIR} --json lists each)")
+    return {f: patch for patch, fs in fixed.items() for f in fs}
+
+
+def _wave64(work: Path, tc: Toolchain, report: HipifyReport, fixed: Mapping[Finding, str],
+            allow: Sequence[str]) -> wave64.Wave64:
+    """The state of each warp-size-32 finding in the kernels a 64-lane build compiles (paths from the tree's root)."""
+    def rooted(f: Finding) -> Finding:
+        return dataclasses.replace(f, path=f"{KERNEL_DIR}/{f.path}")
+
+    left = [rooted(f) for f in report.warp32 if f not in fixed]
+    files = {o.name: wave64.files_of(work, o.sources, o.include_paths) for o in prebuilt_ops(tc, work) if o.device}
+    return wave64.assess(left, files, wave64.load_ledger(PATCH_PROJECT),
+                         fixed={rooted(f): by for f, by in fixed.items()}, allow=allow)
 
 
 def _view(tc: Toolchain, torch_info: TorchInfo, python: str, py_ex: Executor, log: Logger, *,
@@ -363,7 +399,8 @@ _PACKAGE_INIT = b'"""Modules prebuilt by porter for Megatron-DeepSpeed (the data
 
 def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, version: str, wheelhouse: Path, *,
                     source: str, specs: Mapping[str, OpSpec] | None = None,
-                    patches: Sequence[dict[str, Any]] | None = None) -> tuple[Path, Path]:
+                    patches: Sequence[dict[str, Any]] | None = None,
+                    wave64: dict[str, Any] | None = None) -> tuple[Path, Path]:
     """One wheel with the fused kernels (top-level modules, as Megatron imports them) and the dataset helpers
     (``megatron_fused_kernels.helpers``, host-only), and its porter manifest beside it. ``patches``: those the port
     applied (:meth:`porter.patching.engine.Plan.records`; None: not known, and the manifest says so)."""
@@ -394,6 +431,8 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
         component="megatron-deepspeed", version=full_version, tc=tc, torch=torch_info,
         python_tag=torch_info.python_tag, sources=sources, extensions=entries,
         ops=[{"name": o.name, "status": o.status, "seconds": round(o.seconds, 2), "log": o.log} for o in ops])
+    if wave64:
+        manifest["wave64"] = wave64
     files["{dist_info}/porter.json"] = carried(manifest)
     wheelhouse.mkdir(parents=True, exist_ok=True)
     with owned_temp(wheelhouse, ".porter-") as tmpdir:
