@@ -82,6 +82,9 @@ not the row's ROCm build's (ops, patches, notes): they are read into the row's `
 WAVE64_CHECK = "check" + WAVE64_SUFFIX
 NOTHING_TO_CHECK = 4
 """porter emulate check's exit code when the wheelhouse holds no kernel porter checks: "0/0", not a failure."""
+# A compile row compiles every kernel, refused at wave 64 or not: its row counts each warp-size-32 finding's state
+# (fixed, safe, allowed = would be refused without this) from the build's own report.
+ALLOW = ("--allow-wave32", "all")
 CHECK_WAVE64 = (WAVE64_CHECK, (P, "emulate", "check", "{work}/wheelhouse-wave64", "--json"))
 
 # The one table from a target's command to porter's argv. Every porter step prints one JSON document.
@@ -93,10 +96,10 @@ COMMANDS: dict[str, Command] = {
         paths=MEGATRON_PATHS),
     "port-compile-only": Command(
         "hipify + patch, then compile the fused kernels for every arch (not linked)", ("tree",),
-        (("port", (P, "port", "megatron-deepspeed", "{src}", "--compile-only", *TC, "{jobs_args}",
+        (("port", (P, "port", "megatron-deepspeed", "{src}", "--compile-only", *TC, "{jobs_args}", *ALLOW,
                    "--dest", "{work}/ported", "-o", "{work}/wheelhouse", "--json")),
          # the same kernels built for the emulated wave-64 target and checked on the CPU (no --arch: one target)
-         ("port" + WAVE64_SUFFIX, (P, "port", "megatron-deepspeed", "{src}", "-t", WAVE64, "{jobs_args}",
+         ("port" + WAVE64_SUFFIX, (P, "port", "megatron-deepspeed", "{src}", "-t", WAVE64, "{jobs_args}", *ALLOW,
                                    "--dest", "{work}/ported-wave64", "-o", "{work}/wheelhouse-wave64", "--json")),
          CHECK_WAVE64),
         toolchain=True, paths=MEGATRON_PATHS),
@@ -104,7 +107,7 @@ COMMANDS: dict[str, Command] = {
         "every op DeepSpeed says the toolchain can build, compiled for every arch (not linked)", ("sdist", "tree"),
         (("list", (P, "ops", "list", "--source", "{src}", *TC, "--json")),
          ("build", (P, "ops", "build", "--source", "{src}", "--all-compatible", "--compile-only", *TC,
-                    "{jobs_args}", "-o", "{work}/wheelhouse", "--json")),
+                    "{jobs_args}", *ALLOW, "-o", "{work}/wheelhouse", "--json")),
          # the fused optimizers porter checks, built for the emulated wave-64 target and checked on the CPU
          ("build" + WAVE64_SUFFIX, (P, "ops", "build", "--source", "{src}", "-t", WAVE64, "--ops",
                                     "fused_adam,fused_lamb,fused_lion", "{jobs_args}", "-o", "{work}/wheelhouse-wave64",
@@ -684,7 +687,7 @@ def make_row(target: Target, steps: Sequence[Step], *, started: float, source: M
                          for n in d.get("notes") or [] if isinstance(n, str)][:8],
         "first_error": scrub(first_error(steps, ops))[:400] if failed else "",
         # None: the command checks at wave 64, but the check did not run (an earlier step failed, a plan-only run)
-        **({"wave64": wave64} if has_wave64(target.command) else {}),
+        **({"wave64": wave64, "wave64_states": wave64_states(docs)} if has_wave64(target.command) else {}),
         "note": target.note,
     }
 
@@ -781,6 +784,16 @@ def tree_cell(row: Mapping[str, Any]) -> str:
     return _cell(text)
 
 
+def wave64_states(docs: Sequence[Any]) -> dict[str, int]:
+    """The warp-size-32 findings of the row's ROCm build per state (fixed, safe, allowed), from its own report."""
+    counts: Counter[str] = Counter()
+    for d in docs:
+        w = d.get("wave64") if isinstance(d, dict) else None
+        if isinstance(w, dict) and isinstance(w.get("counts"), dict):
+            counts.update({str(k): int(v) for k, v in w["counts"].items() if isinstance(v, int)})
+    return dict(sorted(counts.items()))
+
+
 def wave64_cell(row: Mapping[str, Any]) -> str:
     """'3/3', '2/3 (layer_norm ✗)': the kernel families that passed their checks at wave 64 out of those the
     emulated build produced; '—' for a command that checks nothing at wave 64, a row written before the column, or a
@@ -792,7 +805,10 @@ def wave64_cell(row: Mapping[str, Any]) -> str:
         return f"✗ ({w['error']})"
     bad = [str(name).split(".", 1)[-1] for name, f in (w.get("families") or {}).items()
            if isinstance(f, Mapping) and not f.get("ok")]
-    return f"{w.get('passed', 0)}/{w.get('built', 0)}" + (f" ({', '.join(f'{b} ✗' for b in bad)})" if bad else "")
+    states = row.get("wave64_states") or {}
+    found = f"; findings: {', '.join(f'{n} {k}' for k, n in states.items())}" if states else ""
+    return f"{w.get('passed', 0)}/{w.get('built', 0)}" + (f" ({', '.join(f'{b} ✗' for b in bad)})" if bad else "") \
+        + found
 
 
 def table_row(row: Mapping[str, Any]) -> str:

@@ -66,7 +66,20 @@ def test_bloom_layer_norm_fails_at_wave64_passes_at_wave32_and_passes_both_patch
     view of ATen) unpatched: the emulated wave-64 check fails the layer norm and passes the softmax kernels; at wave
     32 everything passes; with porter's layer-norm-wave-size patch the layer norm passes at wave 64 too."""
     tree = FIXTURES / "megatron-older"
-    code, verdict, rows = _check(_port(tree, "emulate-wave64", tmp_path / "u64", "--skip", "layer-norm-wave-size"))
+    # unpatched for a 64-lane target: refused before any compile, naming each finding, unless overridden
+    res = run_porter("port", "megatron-deepspeed", str(tree), "-t", "emulate-wave64", "-o", str(tmp_path / "r"),
+                     "--dest", str(tmp_path / "r" / "ported"), "--skip", "layer-norm-wave-size")
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "megatron/fused_kernels/layer_norm_cuda_kernel.cu:80: lane-arithmetic" in res.stderr
+    assert "--allow-wave32 fused_mix_prec_layer_norm_cuda" in res.stderr and not (tmp_path / "r" / "ported").exists()
+    unpatched = _port(tree, "emulate-wave64", tmp_path / "u64", "--skip", "layer-norm-wave-size",
+                      "--allow-wave32", "fused_mix_prec_layer_norm_cuda")
+    manifest = json.loads(next(unpatched.glob("*.porter.json")).read_text())
+    assert manifest["wave64"]["counts"] == {"allowed": 6} and manifest["wave64"]["allowed"] == [
+        "fused_mix_prec_layer_norm_cuda"], manifest["wave64"]
+    res = run_porter("sbom", str(next(unpatched.glob("*.whl"))))
+    assert "built by override (--allow-wave32 fused_mix_prec_layer_norm_cuda)" in res.stdout, res.stdout
+    code, verdict, rows = _check(unpatched)
     assert code == 1
     assert verdict[("megatron.layer_norm", 64)] is False, rows
     assert verdict[("megatron.scaled_masked_softmax", 64)] and verdict[("megatron.scaled_upper_triang_masked_softmax",
@@ -75,6 +88,9 @@ def test_bloom_layer_norm_fails_at_wave64_passes_at_wave32_and_passes_both_patch
     assert wrong and all(r.get("max_abs_err") is not None for r in wrong), wrong  # a wrong value, not a crash
 
     patched = _port(tree, "emulate-wave64", tmp_path / "p64")
+    states = json.loads(next(patched.glob("*.porter.json")).read_text())["wave64"]
+    assert states["counts"] == {"fixed": 6} and {f["by"] for f in states["findings"]} == {
+        "megatron-deepspeed/rocm:layer-norm-wave-size"}, states
     code, verdict, rows = _check(patched)
     assert code == 0 and all(verdict.values()) and ("megatron.layer_norm", 64) in verdict, rows
     # the same install and verify as any other wheel: no code objects expected, the modules import
@@ -112,3 +128,32 @@ def test_deepspeed_fused_optimizers_pass_at_both_wave_sizes(wave: int, deepspeed
     code, verdict, rows = _check(wheelhouse)
     assert code == 0, rows
     assert set(verdict) == {(f"deepspeed.{k}", wave) for k in ("fused_adam", "fused_lamb", "fused_lion")}, rows
+    manifest = json.loads(next(wheelhouse.glob("deepspeed-*.porter.json")).read_text())
+    if wave == 64:  # type_shim.h's 16-lane reduction: safe for these three, proven by the checks just run
+        safe = manifest["wave64"]["findings"]
+        assert manifest["wave64"]["counts"] == {"safe": 3} and {f["op"] for f in safe} == {"fused_adam",
+                                                                                         "fused_lamb", "fused_lion"}
+        assert all(f["file"] == "csrc/includes/type_shim.h" and f["by"].startswith("deepspeed.") for f in safe)
+    else:
+        assert "wave64" not in manifest
+
+
+def test_deepspeed_ops_with_unproven_wave32_code_are_refused_for_a_64_lane_target(deepspeed_sdist: Path,
+                                                                                  tmp_path: Path) -> None:
+    """The transformer and quantizer ops of DeepSpeed 0.19.8 (lane & 0x1f, WARP_SIZE 32): exit 1 before any compile,
+    each finding named; the dry run shows the same stop in its plan."""
+    argv = ("ops", "build", "--source", str(deepspeed_sdist), "-t", "emulate-wave64", "--ops",
+            "transformer,quantizer,fused_adam", "-o", str(tmp_path / "wh"))
+    res = run_porter(*argv)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "csrc/transformer/softmax_kernels.cu:56: lane-arithmetic (int lane = threadIdx.x & 0x1f;) in op " \
+           "transformer" in res.stderr
+    assert "csrc/includes/reduction_utils.h:452: full-mask" in res.stderr and "in op quantizer" in res.stderr
+    assert "--allow-wave32 quantizer,transformer" in res.stderr and not (tmp_path / "wh").exists()
+    res = run_porter(*argv, "--dry-run", "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    assert doc["wave64"]["counts"] == {"refused": 5, "safe": 1}, doc["wave64"]
+    assert any(n.startswith("a real run here would stop: DeepSpeed 0.19.8") for n in doc["plan"]["notes"])
+    res = run_porter(*argv[:-2], "--allow-wave32", "transformr", "--dry-run")
+    assert res.returncode == 2 and "does not build: transformr" in res.stderr, res.stderr[-2000:]

@@ -100,22 +100,24 @@ def test_command_mapping() -> None:
     (name, argv), *wave64 = rt.argvs(t, ctx)
     assert name == "port"
     assert argv == ["py", "-m", "porter", "port", "megatron-deepspeed", "/trees/x", "--compile-only",
-                    "-t", "debian-rocm7", "--arch", "gfx90a,gfx942,gfx950", "-j", "2", "--dest", "/w/x/ported",
-                    "-o", "/w/x/wheelhouse", "--json"]
+                    "-t", "debian-rocm7", "--arch", "gfx90a,gfx942,gfx950", "-j", "2", "--allow-wave32", "all",
+                    "--dest", "/w/x/ported", "-o", "/w/x/wheelhouse", "--json"]
     # then the same kernels for the emulated wave-64 target, and their check: no --arch (the row's archs are GPUs)
     assert wave64 == [
         ("port-wave64", ["py", "-m", "porter", "port", "megatron-deepspeed", "/trees/x", "-t", "emulate-wave64",
-                         "-j", "2", "--dest", "/w/x/ported-wave64", "-o", "/w/x/wheelhouse-wave64", "--json"]),
+                         "-j", "2", "--allow-wave32", "all", "--dest", "/w/x/ported-wave64", "-o",
+                         "/w/x/wheelhouse-wave64", "--json"]),
         ("check-wave64", ["py", "-m", "porter", "emulate", "check", "/w/x/wheelhouse-wave64", "--json"])]
     assert rt.display(t, 2) == ("porter port megatron-deepspeed TREE --compile-only -t debian-rocm7 --arch "
-                                "gfx90a,gfx942,gfx950 -j 2 --dest WORK/ported -o WORK/wheelhouse --json && "
-                                "porter port megatron-deepspeed TREE -t emulate-wave64 -j 2 --dest WORK/ported-wave64 "
+                                "gfx90a,gfx942,gfx950 -j 2 --allow-wave32 all --dest WORK/ported -o WORK/wheelhouse "
+                                "--json && porter port megatron-deepspeed TREE -t emulate-wave64 -j 2 --allow-wave32 all "
+                                "--dest WORK/ported-wave64 "
                                 "-o WORK/wheelhouse-wave64 --json && "
                                 "porter emulate check WORK/wheelhouse-wave64 --json")
     # the report's command cell is still the ROCm compile
     assert rt.command_cell(rt.display(t, 2)) == (
         "porter port megatron-deepspeed TREE --compile-only -t debian-rocm7 --arch gfx90a,gfx942,gfx950 -j 2 "
-        "--dest WORK/ported -o WORK/wheelhouse (+2 steps)")
+        "--allow-wave32 all --dest WORK/ported -o WORK/wheelhouse (+2 steps)")
     # every porter step asks for JSON; a command without archs passes none
     for cmd in rt.COMMANDS.values():
         for _, tpl in cmd.steps:
@@ -351,6 +353,18 @@ def test_a_passed_check_at_wave_64() -> None:
     assert cells[3] == "✓" and cells[6] == "2/2"
 
 
+def test_the_wave_64_cell_counts_the_rocm_builds_finding_states() -> None:
+    """A compile row builds every kernel (--allow-wave32 all): its cell says what each warp-size-32 finding is."""
+    import json
+    (t,) = rt.parse_targets(MEGATRON)
+    compiled = {**COMPILED, "wave64": {"counts": {"fixed": 6, "allowed": 2}, "allowed": ["all"], "findings": []}}
+    steps = [_step(stdout=json.dumps(compiled)), _step(name="port-wave64", stdout=json.dumps(
+        {**PORT_WAVE64, "wave64": {"counts": {"fixed": 99}}})), _step(name="check-wave64", stdout=json.dumps(SOFTMAX_OK))]
+    row = rt.make_row(t, steps, started=0.0, source={})
+    assert row["wave64_states"] == {"allowed": 2, "fixed": 6}  # the ROCm build's, not the emulated one's
+    assert rt.wave64_cell(row) == "2/2; findings: 2 allowed, 6 fixed"
+
+
 def test_a_failed_check_at_wave_64_fails_the_row_with_its_first_failure() -> None:
     import json
     (t,) = rt.parse_targets(MEGATRON)
@@ -441,7 +455,7 @@ def test_the_wave_64_column_of_other_commands_and_older_rows() -> None:
     cells = [c.strip() for c in rt.table_row(old).strip("|").split(" | ")]
     assert cells[3:] == ["✓", "gfx90a 3/3", "3/3", "—", "2 min 48 s", "2026-11-27 (c6202c5)", ""]
     assert cells[2] == ("`porter port megatron-deepspeed TREE --compile-only -t debian-rocm7 --arch "
-                        "gfx90a,gfx942,gfx950 --dest WORK/ported -o WORK/wheelhouse`")
+                        "gfx90a,gfx942,gfx950 --allow-wave32 all --dest WORK/ported -o WORK/wheelhouse`")
     text = rt.render({"mds-x-compile": old, "mds-x-port": port}, targets)
     lines = [ln for ln in text.splitlines() if ln.startswith("| `")]
     assert len(lines) == 3 and all(ln.count(" | ") == 9 for ln in lines)  # ten cells, the not-run row's too
