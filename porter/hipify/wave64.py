@@ -154,7 +154,7 @@ class Wave64:
 
     def summary(self) -> str:
         counts = Counter(s.state for s in self.states)
-        return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
+        return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no"
 
 
 def assess(findings: Sequence[Finding], op_files: Mapping[str, set[str]], ledger: Sequence[Proof], *,
