@@ -106,6 +106,35 @@ def test_bloom_layer_norm_fails_at_wave64_passes_at_wave32_and_passes_both_patch
     assert code == 0 and all(verdict.values()) and ("megatron.layer_norm", 32) in verdict, rows
 
 
+def _by_shape(rows: list[dict[str, object]], family: str) -> dict[str, bool]:
+    """Per key length of one family's checks: all dtypes ok."""
+    out: dict[str, bool] = {}
+    for r in rows:
+        if r["kernel"] == family:
+            sk = str(r["check"]).rsplit("sk=", 1)[1]
+            out[sk] = out.get(sk, True) and bool(r["ok"])
+    return out
+
+
+@pytest.mark.slow
+def test_the_older_forks_softmax_is_wrong_for_short_keys_and_more_of_them_at_wave64(tmp_path: Path) -> None:
+    """kojimano/Megatron-DeepSpeed-ABCI and the CSC LUMI branch load four elements per lane at every key length:
+    wrong where a lane keeps fewer than four (keys up to 64 on 32 lanes, up to 128 on 64). The fork form of the
+    older fixture (tests/unit/test_patch_softmax_short_keys.py), its layer norm left out (checked above)."""
+    from tests.unit.test_patch_softmax_short_keys import fork_form
+
+    tree = fork_form(tmp_path / "fork")
+    for name in ("layer_norm_cuda.cpp", "layer_norm_cuda_kernel.cu"):
+        (tree / "megatron" / "fused_kernels" / name).unlink()
+    families = ("megatron.scaled_masked_softmax", "megatron.scaled_upper_triang_masked_softmax")
+    code, _, rows = _check(_port(tree, "emulate-wave32", tmp_path / "u32", "--skip", "softmax-short-keys"))
+    assert code == 1 and all(_by_shape(rows, f) == {"32": False, "128": True} for f in families), rows
+    code, _, rows = _check(_port(tree, "emulate-wave64", tmp_path / "u64", "--skip", "softmax-short-keys"))
+    assert code == 1 and all(_by_shape(rows, f) == {"32": False, "128": False} for f in families), rows
+    code, _, rows = _check(_port(tree, "emulate-wave64", tmp_path / "p64"))
+    assert code == 0 and all(_by_shape(rows, f) == {"32": True, "128": True} for f in families), rows
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("wave", [32, 64])
 def test_the_2023_softmax_kernels_pass_at_both_wave_sizes(wave: int, tmp_path: Path) -> None:
