@@ -1,8 +1,8 @@
-"""Ahead-of-time DeepSpeed ops: read the op catalogue from a DeepSpeed tree, plan one ninja graph for
-all selected ops with flags from an explicit toolchain profile, compile, and package one DeepSpeed
-wheel whose ``installed_ops`` make DeepSpeed load the prebuilt modules with no JIT.
+"""The one ahead-of-time engine: any project's op catalogue (its translation units, flags and modules) compiled
+for an explicit toolchain profile in one ninja graph, then linked per op; it knows no project (DeepSpeed's,
+Megatron's, APEX's and FlashAttention's catalogues come from their components under ``porter/components/``).
 
-Library entry points: :func:`ops_prebuild.source.resolve_source`,
-:func:`ops_prebuild.catalogue.read_catalogue`, :func:`ops_prebuild.plan.make_plan`,
-:func:`ops_prebuild.build.build_ops`.
+Library entry points: :func:`ops_prebuild.source.resolve_source` (an sdist, tree or ``NAME==X``, and porter's
+patched copy of it), :class:`ops_prebuild.catalogue.Catalogue`, :func:`ops_prebuild.plan.make_plan`,
+:func:`ops_prebuild.build.compile_catalogue`.
 """

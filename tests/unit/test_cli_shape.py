@@ -103,3 +103,44 @@ def test_a_relative_python_path_is_made_absolute_and_a_bare_name_is_left_to_path
                              ("/opt/venv/bin/python", "/opt/venv/bin/python")):
             ctx = cmds[name].make_context(name, [*argv, "--python", python])
             assert ctx.params["python"] == want, (name, python, ctx.params["python"])
+
+
+# The most click options one command declares today ('ops build'); a new option on the fattest command, or any
+# command growing past it, fails here. Declaring each option once (and one build request) is to lower it.
+MAX_OPTIONS = 34
+
+
+def options(cmd: click.Command) -> list[str]:
+    """The command's own click options, however its function receives them (a request object counts each)."""
+    return [p.name or "" for p in cmd.params if isinstance(p, click.Option)]
+
+
+def fat_commands(cmds: dict[str, click.Command], limit: int = MAX_OPTIONS) -> dict[str, int]:
+    return {name: len(options(cmd)) for name, cmd in cmds.items() if len(options(cmd)) > limit}
+
+
+def test_no_command_declares_more_click_options_than_the_ceiling() -> None:
+    assert fat_commands(commands()) == {}
+    assert max(len(options(c)) for c in commands().values()) == MAX_OPTIONS  # lower the ceiling as commands shrink
+
+
+def test_a_command_with_options_behind_one_request_is_still_counted() -> None:
+    from dataclasses import dataclass
+
+    from porter.cli.options import into
+
+    @dataclass(frozen=True)
+    class Many:
+        a: str | None
+        b: str | None
+        c: str | None
+
+    @click.command()
+    @click.option("--a")
+    @click.option("--b")
+    @click.option("--c")
+    @click.pass_obj
+    @into(Many)
+    def thin(log: object, /, req: Many) -> None: ...
+
+    assert own_parameters(thin) == ["log", "req"] and fat_commands({"thin": thin}, limit=2) == {"thin": 3}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,11 +115,27 @@ def test_the_cycle_check_sees_late_and_type_checking_imports(tmp_path: Path) -> 
     assert cycles(g) == [["planted.a", "planted.b"]]
 
 
-def test_ops_prebuild_imports_no_flow_or_command() -> None:
-    for mod, deps in project().items():
-        if mod.startswith("ops_prebuild"):
-            assert not [d for d in deps if d.startswith(("porter.cli", "porter.port", "porter.wheels",
-                                                         "porter.install", "porter.cluster"))], (mod, deps)
+# What the AOT engine never imports: a command, a flow, or a component (it knows no project).
+ENGINE_NEVER = ("porter.cli", "porter.port", "porter.wheels", "porter.install", "porter.cluster", "porter.image",
+                "porter.components", "porter.emulate.run")
+
+
+def engine_breaks(g: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} -> {d}" for m, deps in g.items() if m.startswith("ops_prebuild")
+                  for d in deps if d.startswith(ENGINE_NEVER))
+
+
+def test_ops_prebuild_imports_no_flow_command_or_component() -> None:
+    assert engine_breaks(project()) == []
+
+
+def test_the_engine_rule_sees_a_component_import(tmp_path: Path) -> None:
+    """A planted engine module importing a component's package (not a module of it) is caught."""
+    for pkg in ("ops_prebuild", "porter", "porter/components", "porter/components/thing"):
+        (tmp_path / pkg).mkdir(parents=True, exist_ok=True)
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "ops_prebuild" / "plan.py").write_text("import porter.components.thing\n")
+    assert engine_breaks(graph(tmp_path, PACKAGES)) == ["ops_prebuild.plan -> porter.components.thing"]
 
 
 def test_components_never_import_their_registry() -> None:
@@ -151,16 +168,19 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("artifacts and toolchain", ("porter.artifacts", "porter.toolchain", "porter.emulate")),
     ("core", ("porter.errors", "porter.log", "porter.run", "porter.executor", "porter.fs", "porter.locks", "porter.faults",
               "porter.probe", "porter.probes", "porter.torch_facts", "porter.torch_hip_view", "porter.codeobjects",
-              "porter.resources", "porter")),
+              "porter.resources", "porter.userdata", "porter")),
 )
+ROOTS = ("porter",)
+"""Package roots listed for their own ``__init__`` alone: a root is never a catch-all for its modules."""
 
 
-def layer_of(mod: str) -> int:
-    """The index of the module's layer (the longest matching prefix decides; every module has one)."""
+def layer_of(mod: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS) -> int:
+    """The index of the module's layer (the longest matching prefix decides; -1: none). A root package matches
+    only itself, so a new module of ``porter`` has no layer until the table names it."""
     best, rank = -1, -1
-    for i, (_, prefixes) in enumerate(LAYERS):
+    for i, (_, prefixes) in enumerate(layers):
         for p in prefixes:
-            if (mod == p or mod.startswith(p + ".")) and len(p) > best:
+            if (mod == p or (p not in ROOTS and mod.startswith(p + "."))) and len(p) > best:
                 best, rank = len(p), i
     return rank
 
@@ -172,6 +192,44 @@ def upward(g: dict[str, set[str]]) -> list[str]:
 
 def test_every_module_has_a_layer() -> None:
     assert [m for m in project() if layer_of(m) < 0] == []
+
+
+def test_a_new_module_has_no_layer_until_the_table_names_it(tmp_path: Path) -> None:
+    (tmp_path / "porter").mkdir()
+    (tmp_path / "porter" / "__init__.py").write_text("")
+    (tmp_path / "porter" / "newthing.py").write_text("")
+    g = graph(tmp_path, ("porter",))
+    assert [m for m in g if layer_of(m) < 0] == ["porter.newthing"]
+
+
+def doc_layers(text: str) -> set[tuple[str, str]]:
+    """(module prefix, layer) from docs/architecture.md's layer table: each backticked path of a row
+    (``porter/cli/`` -> porter.cli, ``porter/port.py`` -> porter.port)."""
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    out: set[tuple[str, str]] = set()
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or cells[0] in ("layer", "") or set(cells[0]) <= {"-"}:
+            continue
+        for path in re.findall(r"`([^`]+)`", cells[1]):
+            mod = path.rstrip("/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+            out.add((mod, cells[0].lower()))
+    return out
+
+
+def code_layers() -> set[tuple[str, str]]:
+    return {(p, name.lower()) for name, prefixes in LAYERS for p in prefixes
+            if not p.startswith("porter.__main__") and p not in ROOTS}
+
+
+def test_the_documented_layer_table_is_the_one_the_code_holds() -> None:
+    doc = doc_layers((ROOT / "docs" / "architecture.md").read_text())
+    assert doc == code_layers()
+
+
+def test_a_module_missing_from_the_documented_table_is_caught() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text().replace("`porter/image/`, ", "")
+    assert code_layers() - doc_layers(text) == {("porter.image", "components and flows")}
 
 
 def test_no_import_points_up_the_layers() -> None:
@@ -188,3 +246,14 @@ def test_the_layer_check_sees_an_upward_late_import(tmp_path: Path) -> None:
                                                          "    return X\n")
     g = graph(tmp_path, PACKAGES)
     assert upward(g) == ["ops_prebuild.engine (engines) -> porter.components.thing (components and flows)"]
+
+
+def test_the_packages_name_entry_points_that_exist() -> None:
+    """The entry points a package's docstring names are where it says (they moved once, and the text did not)."""
+    import importlib
+
+    for pkg in PACKAGES:
+        doc = importlib.import_module(pkg).__doc__ or ""
+        for ref in re.findall(r":(?:func|class):`([\w.]+)`", doc):
+            mod, _, name = ref.rpartition(".")
+            assert hasattr(importlib.import_module(mod), name), ref
