@@ -692,6 +692,30 @@ def make_row(target: Target, steps: Sequence[Step], *, started: float, source: M
     }
 
 
+def with_wave64(earlier: Mapping[str, Any] | None, target: Target, steps: Sequence[Step], *, started: float,
+                source: Mapping[str, Any], porter_rev: str = "", scrub: Scrub | None = None) -> dict[str, Any]:
+    """--wave64-only: the target's earlier row with its wave-64 steps run again (the ROCm steps are not), the
+    ``wave64`` field carrying that run's own date, porter and tree commit; a failed check fails the row. Without an
+    earlier row, the row is made from these steps alone."""
+    scrub = scrub or Scrub()
+    check = next((s for s in steps if s.name == WAVE64_CHECK), None)
+    if earlier is None or earlier.get("result") == "skipped":
+        return make_row(target, steps, started=started, source=source, porter_rev=porter_rev, scrub=scrub)
+    row = dict(earlier)
+    w = wave64_result(check, scrub) if check is not None else None
+    failed = [s for s in steps if s.failed]
+    if w is None and failed:
+        w = {"error": f"{failed[0].name} exited {failed[0].exit_code}", "built": 0, "checked": 0, "passed": 0}
+    if w is not None:
+        w.update(date=dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+                 porter=porter_rev, commit=source.get("commit", ""))
+    row["wave64"] = w
+    if w is not None and (w["passed"] < w["built"] or w.get("error")):
+        row["result"] = "failed"
+        row["first_error"] = scrub(first_error(steps, []))[:400]
+    return row
+
+
 def skipped_row(target: Target, reason: str, *, started: float, source: Mapping[str, Any] | None = None,
                 porter_rev: str = "") -> dict[str, Any]:
     return {"id": target.id, "command": target.command, "argv": display(target), "toolchain": target.toolchain,
@@ -807,6 +831,10 @@ def wave64_cell(row: Mapping[str, Any]) -> str:
            if isinstance(f, Mapping) and not f.get("ok")]
     states = row.get("wave64_states") or {}
     found = f"; findings: {', '.join(f'{n} {k}' for k, n in states.items())}" if states else ""
+    own_run = w.get("date") and (str(w["date"])[:10] != str(row.get("date", ""))[:10]
+                                 or w.get("porter") != row.get("porter"))
+    if own_run:  # --wave64-only: checked later than the row's ROCm run
+        found += f" (checked {str(w['date'])[:10]}, porter {w.get('porter') or '?'})"
     return f"{w.get('passed', 0)}/{w.get('built', 0)}" + (f" ({', '.join(f'{b} ✗' for b in bad)})" if bad else "") \
         + found
 
@@ -1097,6 +1125,7 @@ class Runner:
     report: Path
     porter_rev: str = ""
     porter_dry_run: bool = False
+    wave64_only: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _toolchains: dict[str, str] = field(default_factory=dict)
 
@@ -1190,6 +1219,8 @@ class Runner:
         steps_argv = argvs(target, ctx)
         if self.porter_dry_run:
             steps_argv = plan_only(steps_argv, self.porter)
+        if self.wave64_only:
+            steps_argv = [(n, a) for n, a in steps_argv if is_wave64(n)]
         for name, argv in steps_argv:
             step = run_step(name, argv, env=self.env, cwd=folder, timeout=deadline - time.monotonic())
             (folder / f"{name}.stdout").write_text(step.stdout)
@@ -1197,6 +1228,11 @@ class Runner:
             steps.append(step)
             if step.failed:
                 break
+        if self.wave64_only:
+            with self._lock:
+                earlier = load_rows(self.results).get(target.id)
+            return with_wave64(earlier, target, steps, started=started, source=source, porter_rev=self.porter_rev,
+                               scrub=self.scrub(target))
         generation = megatron_generation(folder / "tree") if target.repo else ""
         return make_row(target, steps, started=started, source=source, generation=generation,
                         porter_rev=self.porter_rev, jobs=self.jobs if command.toolchain else None,
@@ -1212,7 +1248,12 @@ class Runner:
         return row
 
     def record(self, row: Mapping[str, Any]) -> None:
-        with self._lock:
+        """Merge the row into the results and rewrite the report, under a lock file beside the results: two runs
+        of the gauntlet (a full one, a --wave64-only one) may record into the same files."""
+        import fcntl
+
+        with self._lock, open(str(self.results) + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
             rows = ordered(merge_rows(load_rows(self.results), [row]), self.targets)
             write_atomic(self.results, results_text(rows))
             write_atomic(self.report, render(rows, self.targets))
@@ -1324,6 +1365,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--porter-dry-run", action="store_true",
                     help="run porter's own --dry-run of each step instead (plans: cheap, catches what fails "
                          "before compiling); give --results / --report elsewhere to keep the real rows apart")
+    ap.add_argument("--wave64-only", action="store_true",
+                    help="run only the wave-64 steps (emulated build and check) of the chosen Megatron and DeepSpeed "
+                         "compile targets, into their earlier rows: the row keeps its ROCm run's date and porter, "
+                         "its wave64 field gets this run's")
     ap.add_argument("--list", action="store_true", help="list the targets and their last results")
     ap.add_argument("--render-only", action="store_true", help="rewrite the report from the JSON rows")
     args = ap.parse_args(argv)
@@ -1338,6 +1383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_atomic(args.report, render(ordered(rows, targets), targets))
         return 0
     chosen = select(targets, rows, args.only, args.skip_done, args.rerun_failed)
+    if args.wave64_only:
+        chosen = [t for t in chosen if has_wave64(t.command)]
     if args.list:
         for t in chosen:
             r = rows.get(t.id) or {}
@@ -1353,7 +1400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     work=args.work.resolve(), porter=shlex.split(args.porter) or [sys.executable, "-m", "porter"],
                     env=env, jobs=args.jobs or max(1, cores // parallel), timeout=args.timeout,
                     results=args.results, report=args.report, porter_rev=porter_revision(),
-                    porter_dry_run=args.porter_dry_run)
+                    porter_dry_run=args.porter_dry_run, wave64_only=args.wave64_only)
     if args.dry_run:
         runner.dry_run(chosen)
         return 0

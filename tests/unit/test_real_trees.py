@@ -365,6 +365,25 @@ def test_the_wave_64_cell_counts_the_rocm_builds_finding_states() -> None:
     assert rt.wave64_cell(row) == "2/2; findings: 2 allowed, 6 fixed"
 
 
+def test_wave64_only_keeps_the_rocm_row_and_dates_its_own_check() -> None:
+    import json
+    (t,) = rt.parse_targets(MEGATRON)
+    earlier = rt.make_row(t, [_step(stdout=json.dumps(COMPILED))], started=0.0, source={}, porter_rev="aaa")
+    assert earlier["result"] == "ok" and earlier["wave64"] is None
+    steps = [_step(name="port-wave64", stdout=json.dumps(PORT_WAVE64)),
+             _step(name="check-wave64", stdout=json.dumps(SOFTMAX_OK))]
+    row = rt.with_wave64(earlier, t, steps, started=86400.0 * 3, source={"commit": "c0ffee"}, porter_rev="bbb")
+    assert row["result"] == "ok" and row["porter"] == "aaa" and row["ops"] == earlier["ops"]
+    assert (row["wave64"]["passed"], row["wave64"]["porter"], row["wave64"]["commit"]) == (2, "bbb", "c0ffee")
+    assert rt.wave64_cell(row) == "2/2 (checked 1970-01-04, porter bbb)"
+    bad = [_step(name="port-wave64", stdout=json.dumps(PORT_WAVE64)),
+           _step(name="check-wave64", stdout=json.dumps(SOFTMAX_OK + LAYER_NORM_BAD), exit_code=1)]
+    row = rt.with_wave64(earlier, t, bad, started=0.0, source={}, porter_rev="aaa")
+    assert row["result"] == "failed" and rt.wave64_cell(row).startswith("2/3 (layer_norm ✗)")
+    broken = rt.with_wave64(earlier, t, [_step(name="port-wave64", exit_code=1)], started=0.0, source={})
+    assert broken["result"] == "failed" and broken["wave64"]["error"] == "port-wave64 exited 1"
+
+
 def test_a_failed_check_at_wave_64_fails_the_row_with_its_first_failure() -> None:
     import json
     (t,) = rt.parse_targets(MEGATRON)
