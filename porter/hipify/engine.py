@@ -69,8 +69,9 @@ class FileResult:
 
 
 UNMAPPED_VERDICT = ("unmapped", "CUDA names without a HIP mapping: port them by hand or add them with --map")
-WARP32_VERDICT = ("warp32", "translates; warp-size-32 assumptions to review for 64-lane wavefronts (every CDNA "
-                              "Instinct arch: gfx90a, gfx942, gfx950)")
+WARP32_VERDICT = ("warp32", "translates; warp-size-32 assumptions for 64-lane wavefronts (every CDNA Instinct arch: "
+                              "gfx90a, gfx942, gfx950): a build for one fixes, proves safe or refuses each "
+                              "(docs/emulate.md)")
 # More files than this directly in one folder (a flat folder of kernel instantiations) are grouped
 # by verdict instead of one group each.
 MAX_FILE_GROUPS = 8

@@ -54,10 +54,10 @@ def test_port_fork_applies_what_it_needs_and_says_the_rest_is_not_needed(tmp_pat
     res = port_megatron(tree, load_toolchain("cuda-h100"), out=tmp_path / "out", kernels=False)
     st = states(res)
     assert st["fused-kernels-prebuilt"] == "applied" and st["apex-layer-norm-clear-error"] == "applied"
-    # the fork stand-ins have no optimizer / data / vision files, nor the older generation's layer norm: those
+    # the fork stand-ins have no optimizer / data / vision files, nor the older generation's layer norm or the older forks' softmax: those
     # patches are not needed there
     absent = {"apex-multi-tensor-clear-error", "apex-optimizers-clear-error", "apex-vision-clear-error",
-              "dataset-helpers-module", "dataset-helpers-prebuilt", "layer-norm-wave-size"}
+              "dataset-helpers-module", "dataset-helpers-prebuilt", "layer-norm-wave-size", "softmax-short-keys"}
     assert {p for p, s in st.items() if s == "not-needed"} == not_needed | absent
     assert snapshot(tree) == original and (tmp_path / "out" / ".porter/port.json").is_file()
     lines = "\n".join(summary_lines(res.patches))
