@@ -60,8 +60,8 @@ MEGATRON_FORKS = [
 # files the small fork stand-ins do not have (the training tree has them all)
 ONLY_IN_TRAINING = {"apex-multi-tensor-clear-error", "apex-optimizers-clear-error", "apex-vision-clear-error",
                     "dataset-helpers-module", "dataset-helpers-prebuilt"}
-# the older (BLOOM-era) generation's fused layer norm: none of these trees has it
-ONLY_IN_OLDER = {"layer-norm-wave-size"}
+# the older (BLOOM-era) generation's fused layer norm and the older forks' softmax: none of these trees has them
+ONLY_IN_OLDER = {"layer-norm-wave-size", "softmax-short-keys"}
 
 
 def test_port_each_fork_then_the_audit_passes(tmp_path: Path) -> None:
