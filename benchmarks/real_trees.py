@@ -879,7 +879,10 @@ says what it models and what a pass cannot prove). The cell counts the kernel fa
 out of those the emulated build produced: the Megatron softmax kernels and the BLOOM-era layer norm, DeepSpeed's
 fused_adam, fused_lamb and fused_lion; a family that failed is named (`2/3 (layer_norm ✗)`) and makes the row ✗,
 with its first failing check as the first error. `0/0`: the tree has no kernel porter checks. `—`: the command
-checks nothing at wave 64, the row predates the column, or an earlier step failed. Every porter step
+checks nothing at wave 64, the row predates the column, or an earlier step failed. "findings: 3 safe, 27
+allowed": the states the ROCm build gave its warp-size-32 findings (a compile row builds every kernel with
+`--allow-wave32 all`; without it the allowed ones are refused). "(checked DATE, porter REV)": the check ran
+later than the row's ROCm build (`--wave64-only`), on the same tree commit. Every porter step
 runs with `--json` (left out of the table), and the rows are read from those documents. Paths in errors are
 shortened: TREE, WORK (the target's folder), ROOT (the toolchain's chroot), TMP, SITE (site-packages), `.`
 (porter's checkout). "date (porter)" names the porter commit a row ran with (`+dirty`: with changes not yet
