@@ -61,6 +61,14 @@ def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
     rows: list[dict[str, Any]] = [{"name": o.name, "compatible": o.compatible, "reason": o.reason, "device": o.device,
              "module": o.module, "build_var": o.build_var, "sources": list(o.sources),
              "loads": list(o.loads)} for o in cat.ops]
+    if tc.wavefront == 64:  # what a build would do with each op's warp-size-32 findings (the source as given)
+        from porter.hipify import wave64
+
+        files = {o.name: wave64.files_of(src.tree, o.sources, o.include_paths) for o in cat.ops if o.device}
+        lanes = wave64.assess(wave64.scan_tree(src.tree), files, wave64.load_ledger(src.project))
+        for r in rows:
+            states = [st.state for st in lanes.states if st.op == r["name"]]
+            r["wave64"] = {"refused": states.count("refused"), "safe": states.count("safe")}
     if as_json:
         emit_json({"source": {"project": src.project, "version": src.version, "tree": str(src.tree)},
                    "toolchain": tc.name, "torch": cat.torch.version, "accelerator": cat.accelerator, "ops": rows})
@@ -71,6 +79,8 @@ def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
         mark = "yes" if r["compatible"] else "no "
         click.echo(f"  {r['name']:<26} {mark} {len(r['sources']):>3} sources"
                    + (f"  (loads {', '.join(r['loads'])} first)" if r["loads"] else "")
+                   + (f"  [wave 64: refused: {r['wave64']['refused']} unproven warp-size-32 finding(s), "
+                      "see --allow-wave32]" if r["compatible"] and r.get("wave64", {}).get("refused") else "")
                    + (f"  ({r['reason'][:110]})" if r["reason"] else ""))
 
 

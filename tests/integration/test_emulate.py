@@ -185,3 +185,7 @@ def test_deepspeed_ops_with_unproven_wave32_code_are_refused_for_a_64_lane_targe
     assert any(n.startswith("a real run here would stop: DeepSpeed 0.19.8") for n in doc["plan"]["notes"])
     res = run_porter(*argv[:-2], "--allow-wave32", "transformr", "--dry-run")
     assert res.returncode == 2 and "does not build: transformr" in res.stderr, res.stderr[-2000:]
+    res = run_porter("ops", "list", "--source", str(deepspeed_sdist), "-t", "emulate-wave64", "--json")
+    ops = {o["name"]: o for o in json.loads(res.stdout)["ops"]}
+    assert ops["transformer"]["wave64"] == {"refused": 4, "safe": 0} and ops["fused_adam"]["wave64"] == {
+        "refused": 0, "safe": 1}, ops["transformer"]
