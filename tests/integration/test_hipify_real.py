@@ -68,9 +68,11 @@ def test_deepspeed_csrc(deepspeed_sdist: Path, tmp_path: Path) -> None:
     assert "cuFileRead" in names and any(n.startswith("cutlass::") for n in names)
     u = next(u for u in report.unsupported if u.identifier == "cuFileRead")
     assert (out / u.path).read_text().splitlines()[u.line - 1][u.column - 1:].startswith("cuFileRead")
-    # DeepSpeed's hard-coded warp size is flagged where it is, not rewritten.
-    flag = next(w for w in report.warp32 if w.path == "includes/ds_kernel_utils.h")
-    assert "hw_warp_size = 32" in flag.text
+    # A hard-coded warp size is flagged where it is, not rewritten; DeepSpeed's hw_warp_size = 32 is the CUDA arm of
+    # an #ifdef __HIP_PLATFORM_AMD__ (ROCm builds take ROCM_WAVEFRONT_SIZE), so no ROCm build compiles it: no finding.
+    flag = next(w for w in report.warp32 if w.path == "includes/context.h")
+    assert "#define WARP_SIZE 32" in flag.text and "#define WARP_SIZE 32" in (out / "includes/context.h").read_text()
+    assert not [w for w in report.warp32 if w.path == "includes/ds_kernel_utils.h"]
     assert "hw_warp_size = 32" in (out / "includes/ds_kernel_utils.h").read_text()
 
     # Only CUDA's own names: DeepSpeed's own cuFileGetErrorString (a template in gds/) is not CUDA API.
