@@ -64,22 +64,9 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     py_ex, python = build_python(ex, tc.python, python)
     cache = cache or ex.work_dir(cache_dir(), make=not dry_run)
     start = time.monotonic()
-    compiler_version = ""
-    if not dry_run:
-        if not compile_only and shard is None:
-            ensure_writable_dir(wheelhouse, what="wheelhouse")
-        if not compile_only:  # compiling needs no torch of the profile's kind: linking does
-            torch = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
-            refused = refusal(need_for(tc.kind), torch, python, what=f"building DeepSpeed ops for {tc.name}")
-            if refused is not None:
-                raise refused
-        ex.preflight()
-        if tc.kind != "cpu":  # a compiler that rejects an arch stops the build in seconds, not after hipify
-            with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
-                compiler_version = require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log).compiler.version
-        else:
-            compiler_version = probe(tc.compiler, Runner(log, echo=log.verbose), launcher=ex.prefix,
-                                     env=toolchain_env(tc)).version
+    packs = not compile_only and shard is None  # this run writes the wheel
+    compiler_version = "" if dry_run else _preflight(tc, python, py_ex, wheelhouse if packs else None,
+                                                     link=not compile_only, log=log)
     with ExitStack() as stack:
         with log.step("reading the source and its op catalogue"):
             source = cached_source(DEEPSPEED, source_spec, cache) if dry_run else None
@@ -122,12 +109,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                                    cache=cache, how=how, compiler_version=compiler_version, dry_run=dry_run,
                                    refused=refused, source_patches=patched.applied)
         if lanes is not None:
-            result.wave64 = lanes.to_dict()
-            if stop is not None:
-                result.refusal = result.refusal or stop
-                result.plan.notes.append(f"a real run here would stop: {stop.message}")
-            result.plan.notes.extend(f"built although wave-64 unproven (--allow-wave32): {s.format()}"
-                                     for s in lanes.of("allowed"))
+            _record_wave64(result, lanes, stop)
         if dry_run or shard is not None or compile_only:
             result.seconds = time.monotonic() - start
             return result
@@ -153,6 +135,37 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             download_dependencies(result.wheel, wheelhouse, python=sys.executable, runner=runner)
     result.seconds = time.monotonic() - start
     return result
+
+
+def _preflight(tc: Toolchain, python: str, py_ex: Executor, wheelhouse: Path | None, *, link: bool,
+               log: Logger) -> str:
+    """Everything a real build checks before any work: the wheelhouse writable, a torch of the profile's kind in
+    the build python (linking needs it; compiling does not), the toolchain's root ready and its compiler taking
+    every arch (seconds, not after hipify). The compiler's version."""
+    if wheelhouse is not None:
+        ensure_writable_dir(wheelhouse, what="wheelhouse")
+    if link:
+        torch = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
+        refused = refusal(need_for(tc.kind), torch, python, what=f"building DeepSpeed ops for {tc.name}")
+        if refused is not None:
+            raise refused
+    tc.executor.preflight()
+    if tc.kind == "cpu":
+        return probe(tc.compiler, Runner(log, echo=log.verbose), launcher=tc.executor.prefix,
+                     env=toolchain_env(tc)).version
+    with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
+        return require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log).compiler.version
+
+
+def _record_wave64(result: BuildResult, lanes: wave64.Wave64, stop: CheckFailed | None) -> None:
+    """The states into the build's document, and into its plan: the stop a real run would make (a dry run), the
+    findings built by the override."""
+    result.wave64 = lanes.to_dict()
+    if stop is not None:
+        result.refusal = result.refusal or stop
+        result.plan.notes.append(f"a real run here would stop: {stop.message}")
+    result.plan.notes.extend(f"built although wave-64 unproven (--allow-wave32): {s.format()}"
+                             for s in lanes.of("allowed"))
 
 
 def _wave64(source: Source, unpatched: Source, applied: Sequence[str], selected: Sequence[OpSpec], tc: Toolchain,
