@@ -104,7 +104,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             # DeepSpeed's own pure-Python wheel (one pip process) is built while ninja compiles: the compile's
             # last round leaves cores idle, and the wheel is ready when packaging needs it
             pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="base-wheel"))
-            base = pool.submit(base_wheel_of, cat, cache, python=python, runner=runner, executor=py_ex)
+            base = pool.submit(base_wheel_of, cat, cache, python=python, runner=runner, executor=py_ex, tc=tc)
         result = compile_catalogue(cat, tc, selected, build_dir, python=python, py_ex=py_ex, runner=runner, log=log,
                                    cache=cache, how=how, compiler_version=compiler_version, dry_run=dry_run,
                                    refused=refused, source_patches=patched.applied)
@@ -207,12 +207,16 @@ def download_dependencies(wheel: Path, wheelhouse: Path, *, python: str, runner:
     return wanted
 
 
-def base_wheel_of(cat: Catalogue, cache: Path, *, python: str, runner: Runner, executor: Executor) -> Path:
-    """DeepSpeed's own pure-Python wheel of the catalogue's source (a cache entry)."""
+def base_wheel_of(cat: Catalogue, cache: Path, *, python: str, runner: Runner, executor: Executor,
+                  tc: Toolchain) -> Path:
+    """DeepSpeed's own pure-Python wheel of the catalogue's source (a cache entry). For porter's emulated target
+    its setup.py runs for the CPU accelerator: the modules run on a CPU torch, with which setup.py for "cuda" looks
+    for a CUDA toolkit (DeepSpeed 0.18.9: 'CUDA_HOME does not exist'); its ops are answered as for ROCm."""
     src = cat.source
+    accelerator = "cpu" if tc.kind == "emulated" else cat.accelerator
     return base_wheel(src.tree, cache / "base" / f"{src.project}-{src.version}-"
-                      f"{key(str(src.tree), cat.accelerator, cat.torch.version)}",
-                      python=python, accelerator=cat.accelerator, runner=Runner(runner.log, echo=runner.echo),
+                      f"{key(str(src.tree), accelerator, cat.torch.version)}",
+                      python=python, accelerator=accelerator, runner=Runner(runner.log, echo=runner.echo),
                       executor=executor)
 
 
@@ -224,7 +228,7 @@ def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list
     (:meth:`porter.patching.engine.Plan.records`). The manifest also lists the patches made to the wheel's own
     copy of DeepSpeed's files (:func:`~porter.components.deepspeed.wheel.wheel_patches`)."""
     src = cat.source
-    base = base or base_wheel_of(cat, cache, python=python, runner=runner, executor=executor)
+    base = base or base_wheel_of(cat, cache, python=python, runner=runner, executor=executor, tc=tc)
     _dist, base_version = dist_version(base)
     version = with_label(base_version, labels.make(tc))
     tag = cat.torch.wheel_tag
