@@ -713,7 +713,18 @@ def with_wave64(earlier: Mapping[str, Any] | None, target: Target, steps: Sequen
     if w is not None and (w["passed"] < w["built"] or w.get("error")):
         row["result"] = "failed"
         row["first_error"] = scrub(first_error(steps, []))[:400]
+    elif earlier.get("result") == "failed" and _failed_at_wave64_only(earlier):
+        row.update(result="ok", first_error="", traceback=any(has_traceback(s.stdout + "\n" + s.stderr)
+                                                               for s in steps))
     return row
+
+
+def _failed_at_wave64_only(row: Mapping[str, Any]) -> bool:
+    """The row failed in its wave-64 steps alone: every other step exited 0, no op failed, and the first error is a
+    wave-64 step's (so a passing --wave64-only rerun makes it ok)."""
+    others_ok = all(s.get("exit_code") == 0 for s in row.get("steps") or [] if not is_wave64(str(s.get("name"))))
+    return others_ok and not [o for o in row.get("ops") or [] if o.get("status") == "failed"] \
+        and any(str(row.get("first_error", "")).startswith(n + ":") for n in ("build-wave64", "port-wave64"))
 
 
 def skipped_row(target: Target, reason: str, *, started: float, source: Mapping[str, Any] | None = None,

@@ -382,6 +382,15 @@ def test_wave64_only_keeps_the_rocm_row_and_dates_its_own_check() -> None:
     assert row["result"] == "failed" and rt.wave64_cell(row).startswith("2/3 (layer_norm ✗)")
     broken = rt.with_wave64(earlier, t, [_step(name="port-wave64", exit_code=1)], started=0.0, source={})
     assert broken["result"] == "failed" and broken["wave64"]["error"] == "port-wave64 exited 1"
+    # a row that failed only in its wave-64 build becomes ok when the rerun passes; one that failed elsewhere not
+    mended = rt.with_wave64({**broken, "steps": [{"name": "port", "exit_code": 0}, {"name": "port-wave64",
+                                                                                   "exit_code": 1}],
+                             "first_error": "port-wave64: command failed with exit code 1"}, t, steps, started=0.0,
+                            source={})
+    assert mended["result"] == "ok" and mended["first_error"] == "" and not mended["traceback"]
+    still = rt.with_wave64({**broken, "steps": [{"name": "port", "exit_code": 1}], "first_error": "port: x"}, t, steps,
+                           started=0.0, source={})
+    assert still["result"] == "failed"
 
 
 def test_a_failed_check_at_wave_64_fails_the_row_with_its_first_failure() -> None:
