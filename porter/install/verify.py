@@ -98,12 +98,17 @@ class ComponentReport:
     import_env: dict[str, str] = field(default_factory=dict)      # what the import probe needs (component's)
     problems: list[Problem] = field(default_factory=list)
     feature_probes: list[str] = field(default_factory=list)        # trapped feature-probe calls (not builds)
+    wave64_allowed: list[str] = field(default_factory=list)        # unproven findings built by --allow-wave32
 
     @property
     def notes(self) -> list[str]:
+        allowed = [f"{self.component}: built for 64-lane wavefronts with {len(self.wave64_allowed)} warp-size-32 "
+                   f"finding(s) nothing proves safe (--allow-wave32): {'; '.join(self.wave64_allowed[:3])}"
+                   + (" ..." if len(self.wave64_allowed) > 3 else "") + " (porter sbom WHEEL lists each)"] \
+            if self.wave64_allowed else []
         if not self.feature_probes:
-            return []
-        return [f"{self.component}: {len(self.feature_probes)} load-time feature probe call(s), not a JIT build: "
+            return allowed
+        return allowed + [f"{self.component}: {len(self.feature_probes)} load-time feature probe call(s), not a JIT build: "
                 f"{'; '.join(self.feature_probes[:3])}. Nothing is built, but a node without a compiler answers "
                 "'feature absent' where the build host may have said present: rebuild the wheel with 'porter ops "
                 "build' (its copy of the op builder carries deepspeed/no-jit and answers from the answers recorded "
@@ -190,6 +195,8 @@ def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
             continue
         target = dict(manifest.get("target") or {})
         rep.kind = str(target.get("kind", "cpu"))
+        rep.wave64_allowed = [f"{f.get('op')}: {f.get('file')}:{f.get('line')} {f.get('rule')}"
+                              for f in (manifest.get("wave64") or {}).get("findings", []) if f.get("state") == "allowed"]
         rep.label = manifest["version"].partition("+")[2] or None
         if not same_version(manifest["version"], dist.version):
             rep.problems.append(Problem(comp, str(rf.path) if rf else dist.location, "version",

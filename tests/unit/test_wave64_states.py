@@ -158,3 +158,15 @@ def test_the_emulated_targets_deepspeed_python_side_is_built_for_the_cpu_acceler
         build.base_wheel_of(cat, tmp_path, python="python3", runner=Runner(quiet_logger()), executor=HOST,
                             tc=load_toolchain(name))
     assert asked == ["cpu", "cuda"]
+
+
+def test_verify_notes_a_wheel_built_with_unproven_wave32_code() -> None:
+    from porter.install.verify import ComponentReport
+
+    rep = ComponentReport("megatron-deepspeed", "megatron-fused-kernels", "0+emu.wave64", None)
+    assert rep.notes == []
+    rep.wave64_allowed = [f"fused_mix_prec_layer_norm_cuda: k.cu:{n} lane-arithmetic" for n in (80, 109, 258, 271)]
+    (note,) = rep.notes
+    assert note.startswith("megatron-deepspeed: built for 64-lane wavefronts with 4 warp-size-32 finding(s) nothing "
+                           "proves safe (--allow-wave32): fused_mix_prec_layer_norm_cuda: k.cu:80 lane-arithmetic")
+    assert note.endswith(" ... (porter sbom WHEEL lists each)")
