@@ -24,6 +24,7 @@ from typing import Any
 
 from porter.errors import CheckFailed, ConfigError
 from porter.hipify.scan import Finding
+from porter.log import Logger
 from porter.userdata import check_keys, parse_toml
 
 LEDGER = "wave64.toml"
@@ -156,6 +157,16 @@ class Wave64:
         counts = Counter(s.state for s in self.states)
         return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no"
 
+    def allowed_notes(self) -> list[str]:
+        """One line per finding built by the override (the plan's notes, the log's warnings)."""
+        return [f"built although wave-64 unproven (--allow-wave32): {s.format()}" for s in self.of("allowed")]
+
+    def say(self, log: Logger, where: str) -> None:
+        """The counts per state, then each finding built by the override as a warning."""
+        log.info(f"wave 64: {self.summary()} warp-size-32 finding(s) in {where}")
+        for line in self.allowed_notes():
+            log.warn(f"wave 64: {line}")
+
 
 def assess(findings: Sequence[Finding], op_files: Mapping[str, set[str]], ledger: Sequence[Proof], *,
            fixed: Mapping[Finding, str] | None = None, allow: Sequence[str] = ()) -> Wave64:
@@ -203,7 +214,3 @@ def removed_by_patches(before: Sequence[Finding], after: Sequence[Finding], by: 
         else:
             out[f] = by
     return out
-
-
-def sixty_four_lanes(wavefront: int | None) -> bool:
-    return wavefront == 64

@@ -164,8 +164,7 @@ def _record_wave64(result: BuildResult, lanes: wave64.Wave64, stop: CheckFailed 
     if stop is not None:
         result.refusal = result.refusal or stop
         result.plan.notes.append(f"a real run here would stop: {stop.message}")
-    result.plan.notes.extend(f"built although wave-64 unproven (--allow-wave32): {s.format()}"
-                             for s in lanes.of("allowed"))
+    result.plan.notes.extend(lanes.allowed_notes())
 
 
 def _wave64(source: Source, unpatched: Source, applied: Sequence[str], selected: Sequence[OpSpec], tc: Toolchain,
@@ -179,9 +178,7 @@ def _wave64(source: Source, unpatched: Source, applied: Sequence[str], selected:
                                       "; ".join(a.split(":")[0] for a in applied))
         files = {o.name: wave64.files_of(source.tree, o.sources, o.include_paths) for o in selected if o.device}
         lanes = wave64.assess(found, files, wave64.load_ledger(source.project), fixed=fixed, allow=allow)
-    log.info(f"wave 64: {lanes.summary()} warp-size-32 finding(s) in the selected ops")
-    for s in lanes.of("allowed"):
-        log.warn(f"wave 64: built although unproven (--allow-wave32): {s.format()}")
+    lanes.say(log, "the selected ops")
     return lanes
 
 

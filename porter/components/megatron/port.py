@@ -248,16 +248,14 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
                              tc.wavefront == 64) if report is not None else {}
     if torch_info is None:
         return result
-    if report is not None and tc.wavefront == 64:
-        lanes = _wave64(work, tc, report, fixed, allow)
+    lanes = _wave64(work, tc, report, fixed, allow) if report is not None and tc.wavefront == 64 else None
+    if lanes is not None:
         result.wave64 = lanes.to_dict()
-        log.info(f"wave 64: {lanes.summary()} warp-size-32 finding(s) in the kernels")
+        lanes.say(log, "the kernels")
         stop = lanes.error(f"the fused kernels of {src.name} for {tc.name}",
                            leave="apply the shipped patches that fix such code (no --skip of them)")
         if stop is not None:
             raise stop
-        for st in lanes.of("allowed"):
-            log.warn(f"wave 64: built although unproven (--allow-wave32): {st.format()}")
     cat, build_dir = _catalogue(work, tc, torch_info, result.version, stage=True, compile_only=compile_only,
                                 name=dest.name)
     from porter.resources import default_jobs
@@ -268,8 +266,7 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
                               hipify=(), mirror=False, torch_view=True,
                               what=f"building the fused kernels of {src.name} for {tc.name}")
     result.plan, ops = built.plan, built.ops
-    result.plan.notes.extend(f"built although wave-64 unproven (--allow-wave32): {f['file']}:{f['line']}: {f['rule']} "
-                             f"in {f['op']}" for f in result.wave64.get("findings", []) if f["state"] == "allowed")
+    result.plan.notes.extend(lanes.allowed_notes() if lanes is not None else [])
     result.built = [o.__dict__ for o in ops]
     failed = [o for o in ops if o.status == "failed"]
     if compile_only:
