@@ -86,6 +86,8 @@ NOTHING_TO_CHECK = 4
 # (fixed, safe, allowed = would be refused without this) from the build's own report.
 ALLOW = ("--allow-wave32", "all")
 CHECK_WAVE64 = (WAVE64_CHECK, (P, "emulate", "check", "{work}/wheelhouse-wave64", "--json"))
+WAVE64_STATES = "states" + WAVE64_SUFFIX
+"""A dry run of the row's ROCm build: the states of its warp-size-32 findings, which --wave64-only records."""
 
 # The one table from a target's command to porter's argv. Every porter step prints one JSON document.
 COMMANDS: dict[str, Command] = {
@@ -127,15 +129,24 @@ COMMANDS: dict[str, Command] = {
         toolchain=True),
     "apex-compile-only": Command(
         "every apex op compiled for every arch (not linked)", ("tree", "sdist"),
-        (("compile", (P, "wheel", "apex", "--source", "{src}", "--compile-only", *TC, "{jobs_args}",
-                      "-o", "{work}/wheelhouse", "--json")),),
+        (("compile", (P, "wheel", "apex", "--source", "{src}", "--compile-only", *TC, "{jobs_args}", *ALLOW,
+                      "-o", "{work}/wheelhouse", "--json")),
+         # every op's warp-size-32 findings with their state, as the compile above gives them (for --wave64-only)
+         (WAVE64_STATES, (P, "wheel", "apex", "--source", "{src}", "--compile-only", *TC, *ALLOW, "--dry-run",
+                          "-o", "{work}/wheelhouse", "--json")),
+         # the ops porter checks, built for the emulated wave-64 target and checked on the CPU
+         ("build" + WAVE64_SUFFIX, (P, "wheel", "apex", "--source", "{src}", "-t", WAVE64, "--ops",
+                                    "amp_C,fused_layer_norm_cuda,syncbn", "{jobs_args}", "-o",
+                                    "{work}/wheelhouse-wave64", "--json")),
+         CHECK_WAVE64),
         toolchain=True),
     "fa-ck-sample": Command(
         "FlashAttention CK: a covering sample (every family, head-dim bucket and dtype) and the extension's own "
         "sources, every arch",
         ("tree", "sdist"),
         (("compile", (P, "wheel", "flash-attn", "--source", "{src}", "--backend", "ck", "--compile-only",
-                      "--sample", "cover", *TC, "{jobs_args}", "{extra_args}", "-o", "{work}/wheelhouse", "--json")),),
+                      "--sample", "cover", *TC, "{jobs_args}", "{extra_args}", *ALLOW, "-o", "{work}/wheelhouse",
+                      "--json")),),
         toolchain=True),
     "fa-triton-wheel": Command(
         "FlashAttention's Triton backend as a wheel (no extension compiled)", ("tree", "sdist"),
@@ -710,6 +721,9 @@ def with_wave64(earlier: Mapping[str, Any] | None, target: Target, steps: Sequen
         w.update(date=dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
                  porter=porter_rev, commit=source.get("commit", ""))
     row["wave64"] = w
+    states = next((s for s in steps if s.name == WAVE64_STATES and not s.failed), None)
+    if states is not None:
+        row["wave64_states"] = wave64_states([states.doc])
     if w is not None and (w["passed"] < w["built"] or w.get("error")):
         row["result"] = "failed"
         row["first_error"] = scrub(first_error(steps, []))[:400]

@@ -13,8 +13,8 @@ import re
 import shutil
 import sys
 import tarfile
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -288,6 +288,13 @@ class Patched:
     """``set: patch, patch`` for each set that changed a file."""
     warning: str = ""
     """Why a set could not be applied (the build then uses the unpatched source)."""
+    changed: Mapping[str, bytes] = field(default_factory=dict)
+    """The files the sets change, as they are after (also in a dry run, which writes nothing)."""
+
+    def after(self, rel: str) -> str | None:
+        """A file as the build compiles it, when a set changes it (None: as it is in the source)."""
+        data = self.changed.get(rel)
+        return None if data is None else data.decode("utf-8", errors="replace")
 
 
 def build_sets(project: str, kind: str, tree: Path | None = None) -> list[PatchSet]:
@@ -320,15 +327,16 @@ def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, dry_run
                     for s in planned.sets if any(r.status == "would-apply" for r in s.results))
     if not changes:
         return Patched(source)
+    changed = {path: after for path, after, _ in changes}
     patched = [f"{path}\0".encode() + after for path, after, _ in sorted(changes)]
     digest = hashlib.sha256(b"\0".join([_fingerprint(source.tree), *patched])).hexdigest()[:12]
     dest = cache / "sources" / f"{source.tree.name}+{'+'.join(s.name for s in sets)}-{digest}"
     if dry_run or (dest / ".porter-patched").is_file():
-        return Patched(replace(source, tree=dest), applied)
+        return Patched(replace(source, tree=dest), applied, changed=changed)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with hold(dest, f"patching {source.tree.name}"):
         if (dest / ".porter-patched").is_file():  # another build published it while this one waited
-            return Patched(replace(source, tree=dest), applied)
+            return Patched(replace(source, tree=dest), applied, changed=changed)
         tmp = owned_temp_dir(dest.parent, ".patch-")
         try:
             work = tmp / "tree"
@@ -346,7 +354,7 @@ def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, dry_run
             os.replace(work, dest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return Patched(replace(source, tree=dest), applied)
+    return Patched(replace(source, tree=dest), applied, changed=changed)
 
 
 def _fingerprint(tree: Path) -> bytes:

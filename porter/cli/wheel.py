@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (ToolchainChoice, dry_run_option, given_on_command_line, into, jobs_option,
+from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, dry_run_option, given_on_command_line, into, jobs_option,
                                 json_option, parse_shard, path_or_name, python_option, show_plan, show_shard_run,
                                 slurm_options, toolchain_options, wheelhouse_option)
 from porter.errors import PartialSuccess
@@ -38,6 +38,7 @@ def wheel() -> None:
 
 
 def _common(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = allow_wave32_option(f)
     f = dry_run_option(f)
     f = json_option(f)
     f = click.option("--no-torch-check", "no_torch_check", is_flag=True,
@@ -88,6 +89,7 @@ class WheelOptions(ToolchainChoice):
     no_torch_check: bool
     dry_run: bool
     compile_only: bool
+    allow_wave32: str | None
 
     def project_fields(self) -> dict[str, Any]:
         """The project's own fields of :class:`WheelRequest` (apex: ops, regime; flash-attn: backend, units...)."""
@@ -96,7 +98,8 @@ class WheelOptions(ToolchainChoice):
     def request(self, tc: Toolchain) -> WheelRequest:
         return WheelRequest(source=Path(self.source), toolchain=tc, output=self.wheelhouse.resolve(),
                             python=self.python, jobs=self.jobs, patch_set=self.patch_set,
-                            torch_check=not self.no_torch_check, **self.project_fields())
+                            torch_check=not self.no_torch_check, allow_wave32=tuple(allowed(self.allow_wave32)),
+                            **self.project_fields())
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,8 @@ def _show_compiled(res: CompileOnlyResult, as_json: bool) -> None:
 @click.option("--source", required=True, metavar="DIR|SDIST", help="ROCm apex tree (a checkout) or sdist.")
 @click.option("--ops", multiple=True, metavar="OPS",
               help="Ops to prebuild: names (amp_C, fused_adam_cuda), groups (cpp, cuda) or all; repeat or "
-                   "comma-separate. Default: all the profile can build (cpp only for a cpu profile).")
+                   "comma-separate; -NAME leaves an op out (all,-fast_multihead_attn). Default: all the profile can "
+                   "build (cpp only for a cpu profile).")
 @click.option("--regime", type=click.Choice(["env", "flags"]), default=None,
               help="Force the build regime instead of reading it from the tree (APEX_BUILD_* env or "
                    "--cpp_ext/--cuda_ext flags).")
@@ -292,7 +296,8 @@ def _submit_fa_shards(log: Logger, req: FlashAttnOptions, as_json: bool) -> None
             *([f"--cpu-isa={req.cpu_isa}"] if req.cpu_isa else []), *[f"--units={u}" for u in req.units],
             *([f"--sample={req.sample}"] if req.sample is not None else []),
             *([f"--instances={req.instances}"] if req.instances is not None else []),
-            *[f"--drop-flag={d}" for d in req.drop_flags]]
+            *[f"--drop-flag={d}" for d in req.drop_flags],
+            *([f"--allow-wave32={req.allow_wave32}"] if req.allow_wave32 else [])]
     per_task = req.jobs or settings.cpus_per_task
     args += [f"-j{per_task}"] if per_task else []
     args += [f"--python={req.python}"] if req.python else []

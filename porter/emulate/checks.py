@@ -39,6 +39,9 @@ FAMILIES: dict[str, str] = {
     "deepspeed.fused_adam": "deepspeed.ops.adam.fused_adam_op",
     "deepspeed.fused_lamb": "deepspeed.ops.lamb.fused_lamb_op",
     "deepspeed.fused_lion": "deepspeed.ops.lion.fused_lion_op",
+    "apex.amp_C": "apex.amp_C",
+    "apex.fused_layer_norm": "apex.fused_layer_norm_cuda",
+    "apex.syncbn": "apex.syncbn",
 }
 
 
@@ -147,7 +150,10 @@ class Checks:
         bias = torch.randn(n, device=dev, dtype=dtype)
         y, mean, invvar = mod.forward_affine(x, [n], w, bias, 1e-5)
         dy = torch.randn_like(y)
-        dx, dw, db = mod.backward_affine(dy, mean, invvar, x, [n], w, bias, 1e-5)
+        try:  # Megatron's binding; apex's takes memory_efficient (False: the input is kept, as here) last
+            dx, dw, db = mod.backward_affine(dy, mean, invvar, x, [n], w, bias, 1e-5)
+        except TypeError:
+            dx, dw, db = mod.backward_affine(dy, mean, invvar, x, [n], w, bias, 1e-5, False)
         xr, wr, br = (t.float().requires_grad_() for t in (x, w, bias))
         yr = torch.nn.functional.layer_norm(xr, [n], wr, br, 1e-5)
         yr.backward(dy.float())
@@ -240,6 +246,73 @@ class Checks:
             worst = max(worst, self.err(p, rp))
         return worst
 
+    # -- apex -------------------------------------------------------------------------------------------------
+    def _norm_grads(self) -> list[Any]:
+        """Random tensors, and one per lane of a 64-lane wavefront with a single spike in that lane: a reduction that
+        leaves out part of a wavefront misses some spike, whatever the seed."""
+        spikes = [self.torch.zeros(512, device=self.device) for _ in range(0, 64, 4)]
+        for lane, t in zip(range(0, 64, 4), spikes):
+            t[lane] = 3.0 + lane / 64
+        return self._params() + spikes
+
+    def amp_c(self, family: str, mod: Any) -> None:
+        for norm_type, what in ((0, "L-inf"), (2, "L2")):
+            self.run(family, f"multi_tensor_novograd's per-tensor {what} grad norm (blended with beta2) vs torch, fp32 "
+                             "(error relative to each norm)", 1e-5, functools.partial(self._novograd_norm, mod, norm_type))
+        self.run(family, "multi_tensor_l2norm, whole list and per tensor, vs torch, fp32 (error relative to each "
+                         "norm)", 1e-5, lambda: self._l2norm(mod))
+
+    def _novograd_norm(self, mod: Any, norm_type: int) -> float:
+        torch = self.torch
+        grads = self._norm_grads()
+        norms = torch.zeros(len(grads), device=self.device)
+        noop = torch.zeros(1, dtype=torch.int, device=self.device)
+        b2 = 0.75
+        # (chunk size, noop flag, [grads, params, moments], grad norms, lr, beta1, beta2, eps, step, bias correction,
+        # weight decay, grad averaging, moment mode, norm type): the norms are blended as b2 * old + (1 - b2) * new
+        # (L-inf) or sqrt(b2 * old^2 + (1 - b2) * new^2) (L2)
+        mod.multi_tensor_novograd(2048 * 32, noop, [grads, [torch.randn_like(g) for g in grads],
+                                                    [torch.zeros_like(g) for g in grads]],
+                                  norms, 1e-3, 0.9, b2, 1e-8, 1, 1, 0.0, 1, 0, norm_type)
+        want = torch.stack([(1 - b2) * g.abs().max() if norm_type == 0 else ((1 - b2) * g.pow(2).sum()).sqrt()
+                            for g in grads])
+        return float(((norms - want).abs() / want.clamp(min=1.0)).max())
+
+    def _l2norm(self, mod: Any) -> float:
+        torch = self.torch
+        grads = self._norm_grads()
+        noop = torch.zeros(1, dtype=torch.int, device=self.device)
+        total, per = mod.multi_tensor_l2norm(2048 * 32, noop, [grads], True)
+        want = torch.stack([g.norm() for g in grads])
+        whole = torch.cat([g.flatten() for g in grads]).norm()
+        return max(float(((per.flatten() - want).abs() / want.clamp(min=1.0)).max()),
+                   float((total.flatten()[0] - whole).abs() / whole.clamp(min=1.0)))
+
+    def syncbn(self, family: str, mod: Any) -> None:
+        shape = (4, 8, 6, 10) if self.small else (16, 64, 28, 28)
+        self.run(family, f"welford_mean_var (NCHW) and welford_mean_var_c_last (NHWC) vs torch's mean and biased "
+                         f"variance per channel, fp32 {'x'.join(map(str, shape))}", 1e-5,
+                 lambda: self._welford(mod, shape))
+        self.run(family, "batchnorm_forward vs torch, fp32", 1e-5, lambda: self._batchnorm(mod, shape))
+
+    def _welford(self, mod: Any, shape: tuple[int, ...]) -> float:
+        torch = self.torch
+        x = torch.randn(shape, device=self.device) * 2 + 1
+        mean, var = x.mean((0, 2, 3)), x.var((0, 2, 3), unbiased=False)
+        m1, v1 = mod.welford_mean_var(x)
+        m2, v2 = mod.welford_mean_var_c_last(x.permute(0, 2, 3, 1).contiguous())
+        return max(self.err(m1, mean), self.err(v1, var), self.err(m2, mean), self.err(v2, var))
+
+    def _batchnorm(self, mod: Any, shape: tuple[int, ...]) -> float:
+        torch = self.torch
+        x = torch.randn(shape, device=self.device)
+        c = shape[1]
+        mean, inv_std = torch.randn(c, device=self.device), torch.rand(c, device=self.device) + 0.5
+        w, b = torch.randn(c, device=self.device), torch.randn(c, device=self.device)
+        y = mod.batchnorm_forward(x, mean, inv_std, w, b)
+        view = (1, c, 1, 1)
+        return self.err(y, (x - mean.view(view)) * inv_std.view(view) * w.view(view) + b.view(view))
+
 
 def softmax_ref(torch: Any, x: Any, scale: float, mask: Any = None, causal: bool = False) -> Any:
     s = x.float() * scale
@@ -259,7 +332,8 @@ def softmax_bwd_ref(g: Any, y: Any, scale: float) -> Any:
 RUNNERS: dict[str, str] = {
     "megatron.scaled_upper_triang_masked_softmax": "softmax", "megatron.scaled_masked_softmax": "softmax",
     "megatron.scaled_softmax": "softmax", "megatron.layer_norm": "layer_norm", "deepspeed.fused_adam": "fused_adam",
-    "deepspeed.fused_lamb": "fused_lamb", "deepspeed.fused_lion": "fused_lion",
+    "deepspeed.fused_lamb": "fused_lamb", "deepspeed.fused_lion": "fused_lion", "apex.amp_C": "amp_c",
+    "apex.fused_layer_norm": "layer_norm", "apex.syncbn": "syncbn",
 }
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -149,7 +149,7 @@ class Wave64:
         return CheckFailed(
             f"{what}: {len(refused)} warp-size-32 assumption(s) in {len(ops)} op(s) for a 64-lane wavefront, "
             f"neither fixed by a shipped patch nor proven safe by an emulated wave-64 check:\n{lines}{more}",
-            hint=leave.format(ops=", ".join(ops)) + f", or build anyway with --allow-wave32 {','.join(ops)} "
+            hint=leave.format(ops=", ".join(ops), minus=",".join(f"-{o}" for o in ops)) + f", or build anyway with --allow-wave32 {','.join(ops)} "
                  "(the manifest and the SBOM then record each finding as allowed); docs/emulate.md lists the "
                  "states")
 
@@ -203,14 +203,38 @@ def scan_tree(tree: Path) -> list[Finding]:
     return list(hipify_tree(tree, check=True, log=quiet_logger(), use_cache=False).warp32)
 
 
-def removed_by_patches(before: Sequence[Finding], after: Sequence[Finding], by: str) -> dict[Finding, str]:
-    """The findings of the source that its patched copy no longer has (matched by file, rule and line text)."""
-    left = Counter((f.path, f.identifier, f.text) for f in after)
+def lost_lines(found: Sequence[Finding], tree: Path, after: Callable[[str], str | None],
+               by: str) -> dict[Finding, str]:
+    """The findings a patch removed: ``after(path)`` (the file as the build compiles it; None: as it is in ``tree``)
+    no longer holds the finding's line as many times as the source does. A line hipify rewrote (the scanner's text
+    is not the source's) is never taken as removed."""
+    left: dict[str, tuple[Counter[str], Counter[str]] | None] = {}
     out: dict[Finding, str] = {}
-    for f in before:
-        k = (f.path, f.identifier, f.text)
-        if left[k]:
-            left[k] -= 1
+    for f in found:
+        if f.path not in left:
+            text = after(f.path)
+            left[f.path] = None if text is None else (
+                Counter(line.strip() for line in text.splitlines()),
+                Counter(line.strip() for line in (tree / f.path).read_text(errors="replace").splitlines()))
+        lines = left[f.path]
+        if lines is None or not lines[1][f.text]:
+            continue
+        if lines[0][f.text]:
+            lines[0][f.text] -= 1
         else:
             out[f] = by
     return out
+
+
+def gate(project: str, tree: Path, after: Callable[[str], str | None], by: str,
+         ops: Mapping[str, tuple[Sequence[str], Sequence[str]]], allow: Sequence[str], log: Logger) -> Wave64:
+    """A build's wave-64 step: the state of each warp-size-32 finding in ``ops`` (name -> sources and include paths,
+    relative to ``tree``, the source as it is); ``after``: a file as the build compiles it, when patched (``by``
+    names the patches)."""
+    with log.step("checking the ops' sources for warp-size-32 assumptions (a 64-lane target)"):
+        found = scan_tree(tree)
+        fixed = lost_lines(found, tree, after, by)
+        files = {name: files_of(tree, sources, includes) for name, (sources, includes) in ops.items()}
+        lanes = assess([f for f in found if f not in fixed], files, load_ledger(project), fixed=fixed, allow=allow)
+    lanes.say(log, "the selected ops")
+    return lanes

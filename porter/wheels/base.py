@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from porter.errors import ConfigError
 from porter.executor import Executor
@@ -122,6 +122,8 @@ class WheelRequest:
     """``--compile-only``: fnmatch patterns on unit names (CK instance file stems, op names); empty = all."""
     drop_flags: tuple[str, ...] = ()
     """``--compile-only`` of flash-attn: compiler flags of upstream's to leave out (:func:`drop_flags`)."""
+    allow_wave32: tuple[str, ...] = ()
+    """Ops built for a 64-lane target despite unproven warp-size-32 code (``all``: every op; :mod:`porter.hipify.wave64`)."""
 
 
 def drop_flags(flags: Sequence[str], drops: Sequence[str], *, what: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -230,6 +232,17 @@ class WheelDriver(Protocol):
         """``--compile-only``: the translation units of what :meth:`plan` would build, as the ops of
         porter's own planner, with sources relative to ``ctx.tree`` (a work copy the driver may add
         generated files to, through ``ctx``). No setup.py runs."""
+        ...
+
+
+@runtime_checkable
+class DeviceSources(Protocol):
+    """A driver that names what its device ops compile, for the wave-64 step of a 64-lane build."""
+
+    def device_sources(self, info: SourceInfo, plan: BuildPlan,
+                       request: WheelRequest) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """Each device op of ``plan``: its sources and include paths, relative to the tree (generated sources left
+        out: the headers the tree's own sources include stand for them)."""
         ...
 
 

@@ -34,7 +34,8 @@ from porter.toolchain.check import require_toolchain
 from porter.toolchain.profile import Toolchain
 from porter.torch_facts import TorchInfo, need_for, probe_torch, refusal
 from porter.wheels import costs as costs_mod
-from porter.wheels.base import BuildPlan, KernelContext, Machine, WheelDriver, WheelRequest
+from porter.hipify import wave64
+from porter.wheels.base import BuildPlan, DeviceSources, KernelContext, Machine, WheelDriver, WheelRequest
 from porter.wheels.source import detect, resolve_source
 from ops_prebuild.build import EngineRun, OpResult, compile_catalogue, key
 from ops_prebuild.catalogue import Catalogue
@@ -55,6 +56,8 @@ class CompileOnlyResult:
     hip_view: str = ""
     dry_run: bool = False
     refusal: PorterError | None = None
+    wave64: dict[str, Any] | None = None
+    """A 64-lane target: the state of each warp-size-32 finding (:mod:`porter.hipify.wave64`)."""
     selected_units: int = 0
     total_units: int = 0
     costs: str = ""
@@ -76,7 +79,7 @@ class CompileOnlyResult:
                 "per_job_bytes": self.wheel_plan.per_job_bytes, "per_job_source": self.wheel_plan.per_job_source,
                 "units": {"selected": self.selected_units, "total": self.total_units},
                 "ops": [o.__dict__ for o in self.ops], "plan": self.plan.to_dict(), "notes": self.notes,
-                "refusal": self.refusal.message if self.refusal else None,
+                "refusal": self.refusal.message if self.refusal else None, "wave64": self.wave64,
                 "compile_only": not self.linked, "linked": self.linked,
                 "note": "compiled and linked" if self.linked
                         else "compiled, not linked: no ROCm torch to link against here" if self.hip_view
@@ -139,6 +142,14 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         if request.measured is None:
             request = replace(request, measured=costs_mod.load(driver.name, info.version, tc, costs_root))
         wplan = driver.plan(info, request, machine)
+        lanes = None  # a wheel build (link) has checked its own patched copy
+        if not link and tc.wavefront == 64 and isinstance(driver, DeviceSources):
+            lanes = wave64.gate(driver.name, info.root, patched.after, "; ".join(a.split(":")[0] for a in patched.applied),
+                                driver.device_sources(info, wplan, request), request.allow_wave32, log)
+        stop = lanes.error(f"{info.project} {info.version} for {tc.name}", "leave {ops} out (apex: --ops all,{minus})") \
+            if lanes else None
+        if stop is not None and not dry_run:
+            raise stop
         quiet = replace(runner, echo=log.verbose)
         torch = torch_info or probe_torch(python, quiet, executor=py_ex)
         refused = refusal(need_for(tc.kind), torch, python, what=f"linking {info.project} {info.version}'s ops for "
@@ -174,7 +185,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         cat = Catalogue(source=Source(info.project, info.version, tree, source), torch=torch, accelerator="cuda",
                         ops=kset.ops)
         notes = [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned),
-                 *(f"patched: {a}" for a in patched.applied)]
+                 *(f"patched: {a}" for a in patched.applied), *(lanes.allowed_notes() if lanes else []),
+                 *([f"a real run here would stop: {stop.message}"] if stop else [])]
         built = compile_catalogue(cat, tc, list(kset.ops), build_dir, python=python, py_ex=py_ex, runner=runner,
                                   log=log, cache=work_root,
                                   how=EngineRun(jobs=wplan.jobs, compile_only=not link, shard=shard,
@@ -185,7 +197,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         result = CompileOnlyResult(info.project, info.version, tc.name, built.plan, wplan, jobs=wplan.jobs,
                                    dry_run=dry_run, hip_view=built.hip_view, selected_units=units,
                                    total_units=kset.total_units or units, notes=list(built.plan.notes),
-                                   refusal=built.refusal, ops=built.ops, compiled=built.compiled)
+                                   refusal=built.refusal or stop, ops=built.ops, compiled=built.compiled,
+                                   wave64=lanes.to_dict() if lanes else None)
         result.shard = built.shard
         if dry_run or shard is not None:  # a shard's units are reported by the run after every shard
             result.seconds = time.monotonic() - start

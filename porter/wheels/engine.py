@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -29,7 +29,8 @@ from porter.run import RecordingRunner, Runner, env_changes
 from porter.toolchain.profile import toolchain_env
 from porter.torch_facts import TorchInfo, probe_torch, refusal
 from porter.wheels import costs
-from porter.wheels.base import BuildPlan, Machine, SourceInfo, WheelDriver, WheelRequest
+from porter.hipify import wave64
+from porter.wheels.base import BuildPlan, DeviceSources, Machine, SourceInfo, WheelDriver, WheelRequest
 from porter.wheels.source import detect, resolve_source
 from porter.wheels.verify import relabel, verify_wheel
 from ops_prebuild.build import OpResult
@@ -54,9 +55,12 @@ class WheelResult:
     dry_run: bool = False
     refusal: PorterError | None = None
     """Dry run only: why a real build here would be refused before any work (the torch check, ...)."""
+    wave64: dict[str, Any] | None = None
+    """A 64-lane build: each warp-size-32 finding in its device ops, with its state (:mod:`porter.hipify.wave64`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"dry_run": self.dry_run, "plan": self.plan.to_dict(), "command": self.argv, "env": self.env,
+                "wave64": self.wave64,
                 "torch": self.torch.to_dict() if self.torch else None,
                 "wheel": str(self.wheel) if self.wheel else None,
                 "manifest": str(self.manifest) if self.manifest else None,
@@ -182,11 +186,18 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         changes = env_changes(env)
         kind_sets = [s.ref for s in build_sets(driver.name, tc.kind, root)  # for every build of this kind (ck-rocm7)
                      if s.ref != request.patch_set]
+        refs = ([request.patch_set] if request.patch_set is not None else []) + kind_sets
         if dry_run:
-            for ref in ([request.patch_set] if request.patch_set is not None else []) + kind_sets:
+            for ref in refs:
                 patch_hook(root, ref, info.version, log, dry_run=True)
+            lanes = _wave64(driver, info, plan, request, root, _planned(root, refs), refs, log)
+            stop = lanes.error(f"{plan.project} {plan.version} for {tc.name}", _LEAVE) if lanes else None
+            if lanes is not None:
+                plan = replace(plan, notes=(*plan.notes, *([f"a real run here would stop: {stop.message}"] if stop
+                                                           else []), *lanes.allowed_notes()))
             RecordingRunner(log).run(argv, env=env, cwd=tree)
-            return WheelResult(plan, argv, changes, torch, dry_run=True, refusal=refused)
+            return WheelResult(plan, argv, changes, torch, dry_run=True, refusal=refused or stop,
+                               wave64=lanes.to_dict() if lanes else None)
         with log.step(f"copying {root} to a work tree"):
             shutil.copytree(root, tree, ignore=_IGNORE, symlinks=True)
             out.mkdir()
@@ -198,6 +209,10 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
             with log.step(f"applying patch set {ref} (every {tc.kind} build of {driver.title})"):
                 got = patch_hook(tree, ref, info.version, log)
             patches = None if patches is None or got is None else [*patches, *got]
+        lanes = _wave64(driver, info, plan, request, root, lambda rel: _text(tree / rel), refs, log)
+        stop = lanes.error(f"{plan.project} {plan.version} for {tc.name}", _LEAVE) if lanes else None
+        if stop is not None:
+            raise stop
         linked = None
         if engine is not None:
             from porter.wheels.compile import compile_only as engine_build
@@ -214,11 +229,15 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
                                   + failures(linked.failed, str(root), tc),
                                   hint=f"read the logs, e.g. {linked.failed[0].log or 'above'}; or leave the op out "
                                        "with --ops")
-        with log.step(f"building {plan.project} {plan.version} for +{plan.label} "
-                      + ("(the Python side)" if engine is not None else f"(MAX_JOBS={plan.jobs})")):
-            runner.run(argv, env=env, cwd=tree,
-                       hint=f"the {plan.project} build failed; the output above is upstream's. "
-                            "Run with --dry-run to see the exact command and environment")
+        if engine is not None and tc.kind == "emulated":  # no setup.py: it would ask the CPU torch for ROCm
+            with log.step(f"packaging {plan.project} {plan.version}'s Python side as the tree has it"):
+                python_side(tree, driver.name, info.version, out)
+        else:
+            with log.step(f"building {plan.project} {plan.version} for +{plan.label} "
+                          + ("(the Python side)" if engine is not None else f"(MAX_JOBS={plan.jobs})")):
+                runner.run(argv, env=env, cwd=tree,
+                           hint=f"the {plan.project} build failed; the output above is upstream's. "
+                                "Run with --dry-run to see the exact command and environment")
         built = sorted(out.glob("*.whl"))
         if len(built) != 1:
             raise CheckFailed(f"pip wheel produced {len(built)} wheels in {out}, expected one")
@@ -230,9 +249,38 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
             entries = verify_wheel(built[0], plan.expect)
         with log.step(f"labelling +{plan.label}"):
             manifest = _manifest(plan, request, built[0], entries, torch, info, patches)
+            if lanes is not None:
+                manifest["wave64"] = lanes.to_dict()
             final, mpath = relabel(built[0], plan.label, request.output, manifest)
         log.info(f"wrote {final} ({len(entries)} extension module(s)) and {mpath.name}")
-        return WheelResult(plan, argv, changes, torch, wheel=final, manifest=mpath)
+        return WheelResult(plan, argv, changes, torch, wheel=final, manifest=mpath,
+                           wave64=lanes.to_dict() if lanes else None)
+
+
+_LEAVE = "leave {ops} out (apex: --ops all,{minus})"
+
+
+def _wave64(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request: WheelRequest, root: Path,
+            after: Callable[[str], str | None], refs: Sequence[str], log: Logger) -> wave64.Wave64 | None:
+    """A 64-lane build's wave-64 step (None: another target, or a driver without device sources); ``after``: a file
+    as the patch sets ``refs`` leave it."""
+    if request.toolchain.wavefront != 64 or not isinstance(driver, DeviceSources):
+        return None
+    return wave64.gate(driver.name, root, after, "; ".join(refs), driver.device_sources(info, plan, request),
+                       request.allow_wave32, log)
+
+
+def _text(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+
+
+def _planned(root: Path, refs: Sequence[str]) -> Callable[[str], str | None]:
+    """The files the patch sets ``refs`` would change, as they would be (a dry run writes none)."""
+    from porter.patching import plan as plan_patches, resolve_sets
+
+    sets = [s for ref in refs for s in resolve_sets(ref)]
+    changed = {c.path: c.after for c in plan_patches(root, sets).changes if c.after is not None} if sets else {}
+    return lambda rel: changed[rel].decode("utf-8", errors="replace") if rel in changed else None
 
 
 @runtime_checkable
@@ -264,6 +312,17 @@ def with_prebuilt(base: Path, dest: Path, results: list[OpResult], plan: BuildPl
                                           installed).encode()
     dest.mkdir(parents=True, exist_ok=True)
     return rewrite_wheel(base, dest, version=w.version, tag=torch.wheel_tag, purelib=False, add=add)
+
+
+def python_side(tree: Path, package: str, version: str, out: Path) -> Path:
+    """A pure-Python wheel of the tree's package ``package`` (its .py files as they are), for the emulated target,
+    whose CPU torch upstream's setup.py may not accept."""
+    from porter.artifacts.wheelfile import WheelSpec, write_wheel
+
+    files: dict[str, Payload] = {p.relative_to(tree).as_posix(): p for p in sorted((tree / package).rglob("*.py"))}
+    if not files:
+        raise CheckFailed(f"{tree} has no Python package {package}/", hint="is the source tree complete?")
+    return write_wheel(out, WheelSpec(package, version, "py3-none-any", purelib=True), files)
 
 
 def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, entries: list[ExtensionEntry],

@@ -189,3 +189,69 @@ def test_deepspeed_ops_with_unproven_wave32_code_are_refused_for_a_64_lane_targe
     ops = {o["name"]: o for o in json.loads(res.stdout)["ops"]}
     assert ops["transformer"]["wave64"] == {"refused": 4, "safe": 0} and ops["fused_adam"]["wave64"] == {
         "refused": 0, "safe": 1}, ops["transformer"]
+
+
+def _apex(tree: Path, wave: int, out: Path, *extra: str) -> Path:
+    res = run_porter("wheel", "apex", "--source", str(tree), "-t", f"emulate-wave{wave}", "-o", str(out), *extra)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return out
+
+
+@pytest.mark.slow
+def test_apex_max_norm_is_wrong_at_wave64_right_at_wave32_and_right_patched(tmp_path: Path) -> None:
+    """ROCm apex's reduce_block_into_lanes_max_op (found on every release branch): the L-inf grad norm of
+    multi_tensor_novograd leaves out lanes 32..63 at wave 64. The fixture's copy with the loop spelled so that
+    neither the scanner nor the patch sees it fails at wave 64 and passes at 32; as shipped, the build applies
+    apex/rocm (the finding fixed, in the manifest) and the check passes at both."""
+    import shutil
+
+    hidden = tmp_path / "apex"
+    shutil.copytree(FIXTURES / "apex-rocm", hidden)
+    shim = hidden / "csrc" / "type_shim.h"
+    shim.write_text(shim.read_text().replace("for(int i = 16; i >= lanes", "for(int i = (16); i >= lanes"))
+    for wave in (32, 64):
+        _apex(hidden, wave, tmp_path / "unpatched", "--ops", "amp_C")
+    code, verdict, rows = _check(tmp_path / "unpatched")
+    assert code == 1 and verdict == {("apex.amp_C", 32): True, ("apex.amp_C", 64): False}, rows
+    bad = [r for r in rows if not r["ok"]]
+    assert len(bad) == 1 and "L-inf" in str(bad[0]["check"]) and float(bad[0]["max_abs_err"]) > 0.1, bad
+    for wave in (32, 64):
+        _apex(FIXTURES / "apex-rocm", wave, tmp_path / "patched", "--ops", "amp_C")
+    code, verdict, rows = _check(tmp_path / "patched")
+    assert code == 0 and verdict == {("apex.amp_C", 32): True, ("apex.amp_C", 64): True}, rows
+    (whl,) = (tmp_path / "patched").glob("*wave64*.whl")
+    manifest = json.loads(Path(f"{whl}.porter.json").read_text())
+    assert [(f["file"], f["rule"], f["state"], f["by"]) for f in manifest["wave64"]["findings"]] == [
+        ("csrc/type_shim.h", "reduction-from-16", "fixed", "apex/rocm")]
+    assert [p["id"] for p in manifest["sources"]["patches"]] == ["max-norm-wave-size"]
+
+
+def test_apex_ops_with_unproven_wave32_code_are_refused_and_can_be_left_out(tmp_path: Path) -> None:
+    """A device op with a 32-lane shuffle no patch fixes and no check proves: the wheel build and --compile-only stop
+    (exit 1) naming it, before anything is compiled, and the dry run says so; --ops all,-OP leaves it out and
+    --allow-wave32 OP builds it with the finding recorded as allowed."""
+    import shutil
+
+    tree = tmp_path / "apex"
+    shutil.copytree(FIXTURES / "apex-rocm", tree)
+    kernel = tree / "csrc" / "fused_scale_kernel.cu"
+    kernel.write_text(kernel.read_text() + "\n// a planted 32-lane shuffle\n__device__ float lane_sum(float v) {\n"
+                      "  for (int i = 1; i < 32; i *= 2) v += __shfl_xor(v, i, 32);\n  return v;\n}\n")
+    argv = ("wheel", "apex", "--source", str(tree), "-t", "emulate-wave64", "-o", str(tmp_path / "wh"))
+    for extra in ((), ("--compile-only", "-t", "debian-rocm7")):
+        res = run_porter(*argv, *extra)
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+        assert "csrc/fused_scale_kernel.cu:" in res.stderr and "shfl-width-32" in res.stderr, res.stderr[-3000:]
+        assert "in op fused_scale_cuda" in res.stderr and "--ops all,-fused_scale_cuda" in res.stderr, res.stderr[-3000:]
+        assert "ninja" not in res.stderr and not (tmp_path / "wh").exists()
+    res = run_porter(*argv, "--dry-run", "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    assert doc["wave64"]["counts"] == {"refused": 1, "fixed": 1}, doc["wave64"]
+    assert doc["refusal"].startswith("apex 1.16.0a0 for emulate-wave64: 1 warp-size-32")
+    res = run_porter(*argv, "--ops", "all,-fused_scale_cuda", "--dry-run", "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["refusal"] is None, res.stderr[-3000:]
+    res = run_porter(*argv, "--allow-wave32", "fused_scale_cuda", "--dry-run", "--json")
+    doc = json.loads(res.stdout)
+    assert doc["refusal"] is None and doc["wave64"]["counts"] == {"allowed": 1, "fixed": 1}, doc["wave64"]
+    assert any("built although wave-64 unproven" in n for n in doc["plan"]["notes"])

@@ -142,12 +142,18 @@ def test_command_mapping() -> None:
     # porter's own plan of each build (the emulated one too); the check has no plan and is left out
     assert [(n, a[-1]) for n, a in rt.plan_only(steps, ["porter"])] == [("list", "--json"), ("build", "--dry-run"),
                                                                        ("build-wave64", "--dry-run")]
-    assert [c for c, cmd in rt.COMMANDS.items() if rt.has_wave64(c)] == ["port-compile-only", "ops-compile-only"]
+    assert [c for c, cmd in rt.COMMANDS.items() if rt.has_wave64(c)] == ["port-compile-only", "ops-compile-only",
+                                                                          "apex-compile-only"]
+    (ax,) = rt.parse_targets('[[target]]\nid = "ax"\nrepo = "ROCm/apex"\nref = "master"\n'
+                             'command = "apex-compile-only"\ntoolchain = "debian-rocm7"\n')
+    steps = rt.argvs(ax, rt.context(ax, src="/t", work="/w", porter=["porter"], jobs=None, python="python3"))
+    assert [n for n, _ in steps] == ["compile", "states-wave64", "build-wave64", "check-wave64"]
+    assert steps[1][1][-4:] == ["--dry-run", "-o", "/w/wheelhouse", "--json"] and "--allow-wave32" in steps[1][1]
     (fa,) = rt.parse_targets('[[target]]\nid = "fa"\nsdist = "flash-attn==2.8.3"\ncommand = "fa-ck-sample"\n'
                              'toolchain = "debian-rocm7"\nargs = ["--drop-flag=-amdgpu-early-inline-all"]\n')
     assert rt.display(fa) == ("porter wheel flash-attn --source flash-attn==2.8.3 --backend ck --compile-only "
                               "--sample cover -t debian-rocm7 --drop-flag=-amdgpu-early-inline-all "
-                              "-o WORK/wheelhouse --json")
+                              "--allow-wave32 all -o WORK/wheelhouse --json")
 
 
 def test_per_arch_summary_from_a_compile_report() -> None:
@@ -391,6 +397,12 @@ def test_wave64_only_keeps_the_rocm_row_and_dates_its_own_check() -> None:
     still = rt.with_wave64({**broken, "steps": [{"name": "port", "exit_code": 1}], "first_error": "port: x"}, t, steps,
                            started=0.0, source={})
     assert still["result"] == "failed"
+    # a dry run of the ROCm build among the steps (apex's states-wave64) gives the row its findings' states
+    plan = {"dry_run": True, "wave64": {"counts": {"fixed": 16, "safe": 12, "allowed": 34}}}
+    counted = rt.with_wave64(earlier, t, [_step(name="states-wave64", stdout=json.dumps(plan)), *steps], started=0.0,
+                             source={})
+    assert counted["wave64_states"] == {"allowed": 34, "fixed": 16, "safe": 12}
+    assert rt.wave64_cell(counted) == "2/2; findings: 34 allowed, 16 fixed, 12 safe (checked 1970-01-01, porter ?)"
 
 
 def test_a_failed_check_at_wave_64_fails_the_row_with_its_first_failure() -> None:

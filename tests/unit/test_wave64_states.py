@@ -170,3 +170,19 @@ def test_verify_notes_a_wheel_built_with_unproven_wave32_code() -> None:
     assert note.startswith("megatron-deepspeed: built for 64-lane wavefronts with 4 warp-size-32 finding(s) nothing "
                            "proves safe (--allow-wave32): fused_mix_prec_layer_norm_cuda: k.cu:80 lane-arithmetic")
     assert note.endswith(" ... (porter sbom WHEEL lists each)")
+
+
+def test_a_finding_is_fixed_only_where_the_patched_file_lost_its_line(tmp_path: Path) -> None:
+    """Counted per line text: a patch that rewrites one of two equal lines fixes one finding; a line hipify rewrote
+    (the scanner's text is not in the source) is never taken as fixed; a file no patch changes keeps all."""
+    loop = "for(int i = 16; i >= lanes; i >>= 1) {"
+    (tmp_path / "shim.h").write_text(f"{loop}\n{loop}\nint lane = threadIdx.x & 0x1f;\n")
+    (tmp_path / "other.cu").write_text(f"{loop}\n")
+    found = [finding("shim.h", 1, "reduction-from-16", loop), finding("shim.h", 2, "reduction-from-16", loop),
+             finding("shim.h", 3, "lane-arithmetic", "int lane = __lane_id() & 0x1f;"),  # as hipify wrote it
+             finding("other.cu", 1, "reduction-from-16", loop)]
+    patched = {"shim.h": f"for(int i = warpSize / 2; i >= lanes; i >>= 1) {{\n{loop}\n"}
+    got = wave64.lost_lines(found, tmp_path, patched.get, "apex/rocm")
+    assert got == {found[1]: "apex/rocm"} or got == {found[0]: "apex/rocm"}, got
+    assert len(got) == 1
+    assert wave64.lost_lines(found, tmp_path, lambda rel: None, "x") == {}

@@ -126,7 +126,8 @@ def test_static_guards_and_known_comparisons() -> None:
 def test_apex_builder_methods_are_read_on_the_rocm_branch() -> None:
     specs = builder_specs(APEX_ROCM / "op_builder", "7.2")
     amp = specs["amp_C"]
-    assert amp.sources == ("csrc/amp_C_frontend.cpp", "csrc/multi_tensor_scale_kernel.cu")
+    assert amp.sources == ("csrc/amp_C_frontend.cpp", "csrc/multi_tensor_scale_kernel.cu",
+                           "csrc/multi_tensor_l2norm_kernel.cu")
     assert amp.include_paths == ("csrc",) and amp.nvcc_args == ("-O3",) and amp.version_macros
     assert "--use_fast_math" not in amp.nvcc_args  # the CUDA-only branch is not taken on ROCm
     assert specs["apex_C"].sources == ("csrc/flatten_unflatten.cpp",)
@@ -436,7 +437,7 @@ def test_apex_compile_only_hipifies_device_ops_and_plans_host_ops_with_gxx(tmp_p
     # it for real: host-only)
     alloc = next(argv for name, argv in by_src.items() if name.startswith("allocator"))
     assert any("torch-hip-view" in a for a in alloc)
-    assert res.hip_view and res.selected_units == 6
+    assert res.hip_view and res.selected_units == 7
 
 
 def test_an_op_porter_cannot_read_is_reported_and_the_others_still_planned(tmp_path: Path) -> None:

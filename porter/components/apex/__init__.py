@@ -100,6 +100,11 @@ class ApexDriver:
                     f"(apex {info.version})")
         else:
             note = f"regime {regime!r} detected from the tree (apex {info.version})"
+        if tc.kind == "emulated" and regime != "env":
+            raise ConfigError(f"apex {info.version} builds its device ops through setup.py (--cuda_ext), which cannot "
+                              f"target porter's emulated HIP target {tc.name}",
+                              hint="the emulated target builds apex trees with op_builder/ (APEX_BUILD_*) on "
+                                   "porter's engine")
         selected = select_ops(info, request.ops, tc.kind)
         notes = [note]
         core = next((op for op in info.ops if op.name == CORE_OP), None)
@@ -153,7 +158,10 @@ class ApexDriver:
         needs_torch = "rocm" if tc.kind == "rocm" else None
         why = ""
         line = reads_hip_at_import(info.root / "setup.py")
-        if line and needs_torch is None:
+        if tc.kind == "emulated":  # setup.py is not run: the engine builds the ops, the tree's package is the rest
+            notes.append("the emulated target's Python side is the tree's apex package as it is (apex's setup.py "
+                         "needs a ROCm torch at import)")
+        elif line and needs_torch is None:
             needs_torch = "rocm"
             why = (f"its setup.py reads torch.version.hip at import (setup.py line {line}), so even the host-only "
                    "ops fail there without a ROCm torch")
@@ -173,11 +181,7 @@ class ApexDriver:
         from ops_prebuild.catalogue import OpSpec as KernelOp
 
         selected = self.plan(info, request, _NO_MACHINE).ops
-        rocm = request.toolchain.toolkit_version or "6.0"
-        if info.regime == "env":
-            specs = builder_specs(info.root / "op_builder", rocm)
-        else:
-            specs = flag_specs((info.root / "setup.py").read_text(errors="replace"), str(info.root / "setup.py"), rocm)
+        specs = _specs(info, request.toolchain.toolkit_version)
         ops: list[KernelOp] = []
         notes: list[str] = []
         dirs: set[str] = set()
@@ -209,7 +213,22 @@ class ApexDriver:
                          unplanned=tuple(unplanned))
 
 
+    def device_sources(self, info: SourceInfo, plan: BuildPlan,
+                       request: WheelRequest) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """The device ops' sources and include paths as the tree declares them (:meth:`kernel_ops`)."""
+        specs = _specs(info, request.toolchain.toolkit_version)
+        return {op.name: (tuple(spec.sources), tuple(spec.include_paths)) for op in plan.ops
+                if op.group == "cuda" and (spec := specs.get(op.name)) is not None}
+
+
 _NO_MACHINE = Machine(cores=1, free_bytes=0)
+
+
+def _specs(info: SourceInfo, rocm: str | None) -> dict[str, BuildSpec]:
+    """Each op's translation units as the tree declares them (op_builder classes, or an old setup.py's extensions)."""
+    if info.regime == "env":
+        return builder_specs(info.root / "op_builder", rocm or "6.0")
+    return flag_specs((info.root / "setup.py").read_text(errors="replace"), str(info.root / "setup.py"), rocm or "6.0")
 
 
 def _env_switches(info: SourceInfo, selected: tuple[OpSpec, ...]) -> dict[str, str | None]:
@@ -227,11 +246,16 @@ def _env_switches(info: SourceInfo, selected: tuple[OpSpec, ...]) -> dict[str, s
 
 def select_ops(info: SourceInfo, wanted: Iterable[str], kind: str) -> tuple[OpSpec, ...]:
     """Resolve ``--ops``: names, groups (cpp, cuda) or ``all``; default: all the profile can build."""
-    names = [w for spec in wanted for w in re.split(r"[,\s]+", spec) if w]
-    allowed_groups = ("cpp", "cuda") if kind == "rocm" else ("cpp",)
-    if not names:
-        names = ["all"]
+    words = [w for spec in wanted for w in re.split(r"[,\s]+", spec) if w]
+    drop = [w[1:] for w in words if w.startswith("-")]  # all,-NAME: every op but NAME
+    names = [w for w in words if not w.startswith("-")] or ["all"]
+    allowed_groups = ("cpp", "cuda") if kind in ("rocm", "emulated") else ("cpp",)
     by_name = {op.name: op for op in info.ops}
+    for d in drop:
+        if d not in by_name or info.regime == "flags":
+            raise ConfigError(f"--ops -{d}: apex {info.version} has no op {d!r} to leave out"
+                              + (" (it builds ops in groups only)" if info.regime == "flags" else ""),
+                              hint=f"ops in this tree: {', '.join(sorted(by_name))}")
     picked: dict[str, OpSpec] = {}
     for n in names:
         if n == "all":
@@ -259,6 +283,8 @@ def select_ops(info: SourceInfo, wanted: Iterable[str], kind: str) -> tuple[OpSp
             picked.update({o.name: o for o in info.ops if o.group == op.group})
         else:
             picked[op.name] = op
+    for d in drop:
+        picked.pop(d, None)
     if not picked:
         raise ConfigError(f"no apex op selected (asked: {', '.join(names)}; profile kind {kind})",
                           hint="the cpu profile can build only the cpp ops (apex_C); use a rocm profile for the rest")

@@ -31,7 +31,8 @@ from porter.toolchain.profile import Toolchain, toolchain_env
 from porter.torch_facts import need_for, probe_torch, refusal
 from ops_prebuild.build import BuildResult, EngineRun, OpResult, compile_catalogue, key
 from ops_prebuild.catalogue import Catalogue, OpSpec
-from ops_prebuild.source import Source, build_sets, cached_source, git_commit, patched_source, resolve_source
+from ops_prebuild.source import (Patched, Source, build_sets, cached_source, git_commit, patched_source,
+                                 resolve_source)
 
 
 def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, all_compatible: bool = False,
@@ -92,8 +93,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                      "time (a node would compile it otherwise)")
         refused = None if compile_only else refusal(need_for(tc.kind), cat.torch, python,
                                                     what=f"building DeepSpeed ops for {tc.name}")
-        lanes = _wave64(source, unpatched, patched.applied, selected, tc, allow_wave32, log) \
-            if tc.wavefront == 64 else None
+        lanes = _wave64(unpatched, patched, selected, allow_wave32, log) if tc.wavefront == 64 else None
         stop = lanes.error(f"DeepSpeed {source.version} for {tc.name}") if lanes is not None else None
         if stop is not None and not dry_run:
             raise stop
@@ -167,19 +167,11 @@ def _record_wave64(result: BuildResult, lanes: wave64.Wave64, stop: CheckFailed 
     result.plan.notes.extend(lanes.allowed_notes())
 
 
-def _wave64(source: Source, unpatched: Source, applied: Sequence[str], selected: Sequence[OpSpec], tc: Toolchain,
-            allow: Sequence[str], log: Logger) -> wave64.Wave64:
-    """The state of each warp-size-32 finding in the selected device ops (hipify's scan of the tree as built; those
-    the patched copy lost are fixed by its patch sets)."""
-    with log.step("checking the ops' sources for warp-size-32 assumptions (a 64-lane target)"):
-        found = wave64.scan_tree(source.tree)
-        fixed = {} if source.tree == unpatched.tree else \
-            wave64.removed_by_patches(wave64.scan_tree(unpatched.tree), found,
-                                      "; ".join(a.split(":")[0] for a in applied))
-        files = {o.name: wave64.files_of(source.tree, o.sources, o.include_paths) for o in selected if o.device}
-        lanes = wave64.assess(found, files, wave64.load_ledger(source.project), fixed=fixed, allow=allow)
-    lanes.say(log, "the selected ops")
-    return lanes
+def _wave64(unpatched: Source, patched: Patched, selected: Sequence[OpSpec], allow: Sequence[str],
+            log: Logger) -> wave64.Wave64:
+    """The state of each warp-size-32 finding in the selected device ops (those the patch sets remove are fixed)."""
+    return wave64.gate(unpatched.project, unpatched.tree, patched.after, "; ".join(a.split(":")[0] for a in patched.applied),
+                       {o.name: (o.sources, o.include_paths) for o in selected if o.device}, allow, log)
 
 
 def download_dependencies(wheel: Path, wheelhouse: Path, *, python: str, runner: Runner) -> list[str]:

@@ -233,6 +233,17 @@ class FlashAttnDriver:
                          per_job_source=source,
                          needs_torch="rocm" if backend == "ck" else None, expect=expect, notes=tuple(notes))
 
+    def device_sources(self, info: SourceInfo, plan: BuildPlan,
+                       request: WheelRequest) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """The CK backend's extension: its own sources (CUDA code, hipified) and their headers. composable_kernel's
+        headers are not followed: they are AMD's own HIP code, written for the arch's wavefront (ck_tile's
+        get_warp_size()), not CUDA code ported; the Triton backend compiles nothing."""
+        if plan.backend != "ck":
+            return {}
+        ck = read_ck_build((info.root / "setup.py").read_text(errors="replace"), str(info.root / "setup.py"),
+                           request.toolchain.toolkit_version)
+        return {EXTENSION: (ck.sources, ("csrc/flash_attn_ck",))}
+
     # -- compile only ----------------------------------------------------------------------------
     def kernel_ops(self, info: SourceInfo, request: WheelRequest, ctx: KernelContext) -> KernelSet:
         """The CK backend's translation units: the tree's own generator (run in the build python, as
