@@ -235,6 +235,10 @@ class WheelDriver(Protocol):
         ...
 
 
+LEAVE = "leave {ops} out (apex: --ops all,{minus})"
+"""The hint of a wave-64 refusal (:meth:`porter.hipify.wave64.Wave64.error`) in a wheel build."""
+
+
 @runtime_checkable
 class DeviceSources(Protocol):
     """A driver that names what its device ops compile, for the wave-64 step of a 64-lane build."""

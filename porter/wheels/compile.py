@@ -35,12 +35,13 @@ from porter.toolchain.profile import Toolchain
 from porter.torch_facts import TorchInfo, need_for, probe_torch, refusal
 from porter.wheels import costs as costs_mod
 from porter.hipify import wave64
-from porter.wheels.base import BuildPlan, DeviceSources, KernelContext, Machine, WheelDriver, WheelRequest
+from porter.wheels.base import (LEAVE, BuildPlan, DeviceSources, KernelContext, KernelSet, Machine, SourceInfo, WheelDriver,
+                                WheelRequest)
 from porter.wheels.source import detect, resolve_source
 from ops_prebuild.build import EngineRun, OpResult, compile_catalogue, key
 from ops_prebuild.catalogue import Catalogue
 from ops_prebuild.plan import Plan
-from ops_prebuild.source import Source, build_sets, patched_source
+from ops_prebuild.source import Patched, Source, build_sets, patched_source
 
 @dataclass
 class CompileOnlyResult:
@@ -108,78 +109,47 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
     """
     log = log or quiet_logger()
     tc = request.toolchain
-    if tc.kind != "rocm" and not link:
-        raise ConfigError(f"--compile-only compiles GPU code for every arch of a rocm profile; toolchain {tc.name} "
-                          f"is a {tc.kind} profile",
-                          hint="pick a rocm profile (-t debian-rocm7, -t mi300x, ...), or drop --compile-only")
+    _preflight(tc, link=link, dry_run=dry_run, log=log)
     ex = tc.executor
     py_ex, python = build_python(ex, tc.python, request.python)
     machine = machine or Machine.current()
     start = time.monotonic()
-    if not dry_run:
-        ex.preflight()
-        if not link:  # a compiler that rejects an arch stops the build in seconds
-            _check_device_compiler(tc, log)
     work_root = ex.work_dir(cache_dir())
     with ExitStack() as stack:
         # scratch files (an unpacked sdist, the generator's output) where the build python sees them
-        tmp_parent = work_root / "tmp" if py_ex.kind != "host" else None
-        if tmp_parent is not None:
-            tmp_parent.mkdir(parents=True, exist_ok=True)
-        tmp = stack.enter_context(owned_temp(tmp_parent, "porter-compile-"))
+        tmp = stack.enter_context(owned_temp(_made(work_root / "tmp") if py_ex.kind != "host" else None,
+                                             "porter-compile-"))
         with log.step(f"reading {driver.title} source {source}"):
             root, provenance = resolve_source(source, driver, tmp if dry_run else work_root, runner)
             info = detect(driver, root, others or {})
         origin = origin or provenance.get("sdist_sha256") or str(root)
-        # the project's patch sets for every build of this kind (FlashAttention's ck-rocm7), on a copy of its own
-        patched = patched_source(Source(info.project, info.version, root, str(source)),
-                                 build_sets(driver.name, tc.kind, root), work_root, dry_run=dry_run)
-        if patched.warning:
-            log.warn(patched.warning)
-        elif patched.applied:
-            log.info(f"compiling a patched copy of the source ({'; '.join(patched.applied)})")
-            root = root if dry_run else patched.source.tree  # a dry run plans the patch and writes nothing
+        patched = _patched(Source(info.project, info.version, root, str(source)), tc, work_root, log, dry_run=dry_run)
+        root = root if dry_run else patched.source.tree  # a dry run plans the patch and writes nothing
         if request.measured is None:
             request = replace(request, measured=costs_mod.load(driver.name, info.version, tc, costs_root))
         wplan = driver.plan(info, request, machine)
-        lanes = None  # a wheel build (link) has checked its own patched copy
-        if not link and tc.wavefront == 64 and isinstance(driver, DeviceSources):
-            lanes = wave64.gate(driver.name, info.root, patched.after, "; ".join(a.split(":")[0] for a in patched.applied),
-                                driver.device_sources(info, wplan, request), request.allow_wave32, log)
-        stop = lanes.error(f"{info.project} {info.version} for {tc.name}", "leave {ops} out (apex: --ops all,{minus})") \
-            if lanes else None
+        # the wave-64 step (a wheel build, link, has checked its own patched copy)
+        lanes = None if link else _wave64(driver, info, wplan, request, patched, log)
+        stop = lanes.error(f"{info.project} {info.version} for {tc.name}", LEAVE) if lanes else None
         if stop is not None and not dry_run:
             raise stop
         quiet = replace(runner, echo=log.verbose)
         torch = torch_info or probe_torch(python, quiet, executor=py_ex)
-        refused = refusal(need_for(tc.kind), torch, python, what=f"linking {info.project} {info.version}'s ops for "
-                          f"{tc.name}") if link and request.torch_check else None
+        refused = _refused(torch, python, info, tc) if link and request.torch_check else None
         if refused is not None and not dry_run:
             raise refused
         base = work_root / "wheels" / f"{driver.name}-{info.version}-{tc.name}-" \
             f"{key(origin, tc.to_dict(), torch.version, torch.python_tag, *(['linked'] if link else []))}"
         tree = base / "src"
-        build_dir = base / "build"
-        base_lock = None
-        if not dry_run:  # two runs of the same target take turns, from the work copy on (shards: until set up)
-            base_lock = stack.enter_context(hold(base, f"compiling {driver.title} {info.version} for {tc.name}",
-                                                 say=log.info))
+        # two runs of the same target take turns, from the work copy on (shards: until set up)
+        base_lock = None if dry_run else stack.enter_context(
+            hold(base, f"compiling {driver.title} {info.version} for {tc.name}", say=log.info))
         scratch = tmp / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         ctx = KernelContext(source=root, tree=tmp / "tree" if dry_run else tree, plan_tree=tree, toolchain=tc,
                             python=python, py_ex=py_ex, runner=quiet, log=log, dry_run=dry_run, scratch=scratch,
                             torch=torch)
-        with log.step(f"reading the translation units of {wplan.project} {wplan.version} from the tree"):
-            kset = driver.kernel_ops(info, request, ctx)
-        if not kset.ops:
-            if kset.unplanned:
-                raise ConfigError(f"{info.project} {info.version}: no selected op can be planned: "
-                                  + "; ".join(why for _, why in kset.unplanned),
-                                  hint="name the ops' sources in a patch set, or pick other ops with --ops")
-            raise NothingToDo(f"nothing to compile: no translation unit of {info.project} {info.version} is selected",
-                              hint="widen --units / --instances, or drop them")
-        for name, why in kset.unplanned:
-            log.warn(f"{name}: not planned: {why}")
+        kset = _kernel_set(driver, info, request, ctx, log)
         if link and not dry_run and tc.kind != "cpu" and any(o.device for o in kset.ops):
             _check_device_compiler(tc, log)  # a wheel of host-only ops needs no device compiler
         cat = Catalogue(source=Source(info.project, info.version, tree, source), torch=torch, accelerator="cuda",
@@ -187,30 +157,118 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         notes = [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned),
                  *(f"patched: {a}" for a in patched.applied), *(lanes.allowed_notes() if lanes else []),
                  *([f"a real run here would stop: {stop.message}"] if stop else [])]
-        built = compile_catalogue(cat, tc, list(kset.ops), build_dir, python=python, py_ex=py_ex, runner=runner,
-                                  log=log, cache=work_root,
-                                  how=EngineRun(jobs=wplan.jobs, compile_only=not link, shard=shard,
-                                                link_only=report_only),
-                                  dry_run=dry_run, refused=refused, hipify=tuple(kset.hipify), mirror=False, hipify_from=ctx.tree,
-                                  notes=notes, on_shard_setup=base_lock.release if base_lock is not None else None)
-        units = sum(len(o.sources) for o in kset.ops)
-        result = CompileOnlyResult(info.project, info.version, tc.name, built.plan, wplan, jobs=wplan.jobs,
-                                   dry_run=dry_run, hip_view=built.hip_view, selected_units=units,
-                                   total_units=kset.total_units or units, notes=list(built.plan.notes),
-                                   refusal=built.refusal or stop, ops=built.ops, compiled=built.compiled,
-                                   wave64=lanes.to_dict() if lanes else None)
-        result.shard = built.shard
+        built = compile_catalogue(cat, tc, list(kset.ops), base / "build", python=python, py_ex=py_ex, runner=runner,
+                                  log=log, cache=work_root, how=EngineRun(jobs=wplan.jobs, compile_only=not link,
+                                                                          shard=shard, link_only=report_only),
+                                  dry_run=dry_run, refused=refused, hipify=tuple(kset.hipify), mirror=False,
+                                  hipify_from=ctx.tree, notes=notes,
+                                  on_shard_setup=base_lock.release if base_lock is not None else None)
+        result = _result(info, tc, built, wplan, kset, dry_run=dry_run, stop=stop, lanes=lanes)
         if dry_run or shard is not None:  # a shard's units are reported by the run after every shard
             result.seconds = time.monotonic() - start
             return result
-    if link:  # a failed op is the caller's to report (no wheel is written with a hole in it)
+    return _finish(result, kset, driver.name, request, costs_root, log, start=start, link=link)
+
+
+def _finish(result: CompileOnlyResult, kset: KernelSet, project: str, request: WheelRequest, costs_root: Path | None,
+            log: Logger, *, start: float, link: bool) -> CompileOnlyResult:
+    """A whole compile-only run's report: the ops porter could not plan as failed, the costs measured; nothing
+    compiled at all is an error. A linking run (a wheel build) reports as it is: a failed op is its caller's."""
+    if link:  # (no wheel is written with a hole in it)
         result.linked = True
         result.seconds = time.monotonic() - start
         return result
     for name, why in kset.unplanned:  # per-op isolation from the first step: reported, not fatal
         result.ops.append(OpResult(name, "failed", error=why))
         result.compiled.append({"name": name, "status": "failed", "error": why, "log": "", "tus": [],
-                                "archs": {a: "failed" for a in tc.arch_names}, "seconds": 0.0})
+                                "archs": {a: "failed" for a in request.toolchain.arch_names}, "seconds": 0.0})
+    _record_costs(result, project, request, costs_root, log)
+    result.seconds = time.monotonic() - start
+    if result.ops and len(result.failed) == len(result.ops):
+        first = result.failed[0]
+        raise CheckFailed(f"nothing compiled ({len(result.failed)} op(s) failed); first error: {first.error}",
+                          hint=f"read the logs, e.g. {first.log}")
+    return result
+
+
+
+def _preflight(tc: Toolchain, *, link: bool, dry_run: bool, log: Logger) -> None:
+    """A compile-only build needs a rocm profile; a real run, the toolchain's root ready and (compile only) a
+    compiler that takes every arch (an arch it rejects stops the build in seconds)."""
+    if tc.kind != "rocm" and not link:
+        raise ConfigError(f"--compile-only compiles GPU code for every arch of a rocm profile; toolchain {tc.name} "
+                          f"is a {tc.kind} profile",
+                          hint="pick a rocm profile (-t debian-rocm7, -t mi300x, ...), or drop --compile-only")
+    if not dry_run:
+        tc.executor.preflight()
+        if not link:
+            _check_device_compiler(tc, log)
+
+
+def _made(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _result(info: SourceInfo, tc: Toolchain, built: Any, wplan: BuildPlan, kset: KernelSet, *, dry_run: bool,
+            stop: PorterError | None, lanes: wave64.Wave64 | None) -> CompileOnlyResult:
+    units = sum(len(o.sources) for o in kset.ops)
+    result = CompileOnlyResult(info.project, info.version, tc.name, built.plan, wplan, jobs=wplan.jobs,
+                               dry_run=dry_run, hip_view=built.hip_view, selected_units=units,
+                               total_units=kset.total_units or units, notes=list(built.plan.notes),
+                               refusal=built.refusal or stop, ops=built.ops, compiled=built.compiled,
+                               wave64=lanes.to_dict() if lanes else None)
+    result.shard = built.shard
+    return result
+
+
+def _patched(source: Source, tc: Toolchain, cache: Path, log: Logger, *, dry_run: bool) -> Patched:
+    """The project's patch sets for every build of this kind (FlashAttention's ck-rocm7) applied to a copy of the
+    source of its own (the source as it is when none applies)."""
+    patched = patched_source(source, build_sets(source.project, tc.kind, source.tree), cache, dry_run=dry_run)
+    if patched.warning:
+        log.warn(patched.warning)
+    elif patched.applied:
+        log.info(f"compiling a patched copy of the source ({'; '.join(patched.applied)})")
+    return patched
+
+
+def _refused(torch: TorchInfo, python: str, info: SourceInfo, tc: Toolchain) -> PorterError | None:
+    return refusal(need_for(tc.kind), torch, python, what=f"linking {info.project} {info.version}'s ops for {tc.name}")
+
+
+def _wave64(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request: WheelRequest, patched: Patched,
+            log: Logger) -> wave64.Wave64 | None:
+    """A 64-lane build's wave-64 step on the source and what the kind's patch sets make of it (None: another target,
+    or a driver that names no device sources)."""
+    if request.toolchain.wavefront != 64 or not isinstance(driver, DeviceSources):
+        return None
+    return wave64.gate(driver.name, info.root, patched.after, "; ".join(a.split(":")[0] for a in patched.applied),
+                       driver.device_sources(info, plan, request), request.allow_wave32, log)
+
+
+def _kernel_set(driver: WheelDriver, info: SourceInfo, request: WheelRequest, ctx: KernelContext,
+                log: Logger) -> KernelSet:
+    """The driver's translation units; none at all is an error (no op could be planned, or none is selected)."""
+    with log.step(f"reading the translation units of {info.project} {info.version} from the tree"):
+        kset = driver.kernel_ops(info, request, ctx)
+    if not kset.ops:
+        if kset.unplanned:
+            raise ConfigError(f"{info.project} {info.version}: no selected op can be planned: "
+                              + "; ".join(why for _, why in kset.unplanned),
+                              hint="name the ops' sources in a patch set, or pick other ops with --ops")
+        raise NothingToDo(f"nothing to compile: no translation unit of {info.project} {info.version} is selected",
+                          hint="widen --units / --instances, or drop them")
+    for name, why in kset.unplanned:
+        log.warn(f"{name}: not planned: {why}")
+    return kset
+
+
+def _record_costs(result: CompileOnlyResult, project: str, request: WheelRequest, costs_root: Path | None,
+                  log: Logger) -> None:
+    """Each compiled unit's time and peak memory, kept for later MAX_JOBS choices (not when upstream's flags were
+    changed)."""
+    tc = request.toolchain
     measured = [(tu_name(rec["name"], tu["source"], len(rec["tus"])), float(tu["seconds"]),
                  int(tu["peak_rss_mib"] * 1024))
                 for rec in result.compiled for tu in rec["tus"]
@@ -219,19 +277,13 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         log.info("compile costs not recorded: upstream's flags were changed "
                  f"(--drop-flag {' '.join(request.drop_flags)})")
         measured = []
-    path = costs_mod.record(driver.name, info.version, tc, measured, costs_root)
+    path = costs_mod.record(project, result.version, tc, measured, costs_root)
     if path is not None:
         result.costs = str(path)
-        after = costs_mod.load(driver.name, info.version, tc, costs_root)
+        after = costs_mod.load(project, result.version, tc, costs_root)
         result.measured = after.to_dict() if after else None
         if after is not None:
             log.info(f"measured compile costs: {after.describe()}")
-    result.seconds = time.monotonic() - start
-    if result.ops and len(result.failed) == len(result.ops):
-        first = result.failed[0]
-        raise CheckFailed(f"nothing compiled ({len(result.failed)} op(s) failed); first error: {first.error}",
-                          hint=f"read the logs, e.g. {first.log}")
-    return result
 
 
 def _check_device_compiler(tc: Toolchain, log: Logger) -> None:

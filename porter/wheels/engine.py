@@ -30,7 +30,7 @@ from porter.toolchain.profile import toolchain_env
 from porter.torch_facts import TorchInfo, probe_torch, refusal
 from porter.wheels import costs
 from porter.hipify import wave64
-from porter.wheels.base import BuildPlan, DeviceSources, Machine, SourceInfo, WheelDriver, WheelRequest
+from porter.wheels.base import LEAVE, BuildPlan, DeviceSources, Machine, SourceInfo, WheelDriver, WheelRequest
 from porter.wheels.source import detect, resolve_source
 from porter.wheels.verify import relabel, verify_wheel
 from ops_prebuild.build import OpResult
@@ -131,16 +131,10 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
     tc = request.toolchain
     ex = tc.executor
     py_ex, python = build_python(ex, tc.python, request.python)
-    machine = machine or Machine.current()
     if not dry_run:
         ensure_writable_dir(request.output, what="wheelhouse")
         ex.preflight()
-    scratch = ex.work_dir(Path(tempfile.gettempdir()), make=not dry_run) if ex.kind != "host" else None
-    if scratch is not None and not dry_run:
-        scratch.mkdir(parents=True, exist_ok=True)
-    elif scratch is not None and not scratch.is_dir():
-        scratch = None
-    with owned_temp(scratch, "porter-wheel-") as work:
+    with owned_temp(_scratch(ex, dry_run), "porter-wheel-") as work:
         with log.step(f"reading {driver.title} source {source}"):
             # the shared cache (an sdist unpacked once, under a lock); a dry run writes only into its temp folder
             root, provenance = resolve_source(source, driver, work if dry_run else ex.work_dir(cache_dir()), runner)
@@ -148,87 +142,39 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         request = replace(request, source=root, sources={**provenance, **request.sources})
         if request.measured is None:  # what a --compile-only run measured sizes MAX_JOBS (porter.wheels.costs)
             request = replace(request, measured=costs.load(driver.name, info.version, tc))
-        plan = driver.plan(info, request, machine)
-        engine = driver if isinstance(driver, EngineDriver) and driver.on_engine(info, plan) else None
-        if engine is not None:  # the ops compile and link on porter's engine; upstream's setup.py writes the Python side
-            plan = replace(plan, env={**plan.env, **engine.python_only_env(info)},
-                           notes=(*plan.notes, f"{len(plan.ops)} op(s) compiled and linked by porter's AOT engine "
-                                  "(compiler cache, per-op errors); setup.py below builds only the Python side"))
-        refused: PorterError | None = None
-        torch: TorchInfo | None
-        if request.torch_check:
-            torch = torch_info or probe_torch(python, replace(runner, echo=False), executor=py_ex)
-            refused = refusal(plan.needs_torch, torch, python,
-                              what=f"{plan.project} {plan.version} ({plan.backend or plan.regime} build for "
-                                   f"+{plan.label}" + (f"; {plan.needs_torch_why}" if plan.needs_torch_why else "")
-                                   + ")")
-            if refused is not None and not dry_run:
-                raise refused
-        else:
-            torch = torch_info
-            if plan.needs_torch:
-                log.warn(f"torch check skipped: this build needs a {plan.needs_torch} torch; "
-                         "upstream's setup.py fails late if the build python has another")
-        if dry_run and refused is None:
-            try:
-                ex.preflight()
-            except PorterError as exc:
-                refused = exc
-        tree = work / "tree"
-        out = work / "out"
+        engine, plan = _on_engine(driver, info, driver.plan(info, request, machine or Machine.current()))
+        torch, refused = _torch_step(plan, request, torch_info, python, py_ex, runner, log, dry_run=dry_run)
+        tree, out = work / "tree", work / "out"
         # setup.py runs where the build python runs: the toolchain's root when --python names one there, else the
         # host (a backend that compiles nothing, FlashAttention's Triton one, needs no more; one that compiles is
         # refused above unless the build python has the profile's torch, which lives where its compiler does)
-        argv = py_ex.argv(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                          "--disable-pip-version-check", "-w", py_ex.visible(out, stage=False),
-                          py_ex.visible(tree, stage=False), *plan.pip_args)
+        argv = py_ex.argv(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--disable-pip-version-"
+                          "check", "-w", py_ex.visible(out, stage=False), py_ex.visible(tree, stage=False), *plan.pip_args)
         env = toolchain_env(tc, plan.env)
-        changes = env_changes(env)
-        kind_sets = [s.ref for s in build_sets(driver.name, tc.kind, root)  # for every build of this kind (ck-rocm7)
-                     if s.ref != request.patch_set]
-        refs = ([request.patch_set] if request.patch_set is not None else []) + kind_sets
+        refs = ([request.patch_set] if request.patch_set is not None else []) + [
+            s.ref for s in build_sets(driver.name, tc.kind, root) if s.ref != request.patch_set]  # ck-rocm7, ...
         if dry_run:
             for ref in refs:
                 patch_hook(root, ref, info.version, log, dry_run=True)
             lanes = _wave64(driver, info, plan, request, root, _planned(root, refs), refs, log)
-            stop = lanes.error(f"{plan.project} {plan.version} for {tc.name}", _LEAVE) if lanes else None
-            if lanes is not None:
-                plan = replace(plan, notes=(*plan.notes, *([f"a real run here would stop: {stop.message}"] if stop
-                                                           else []), *lanes.allowed_notes()))
+            plan, stop = _gated(plan, lanes, tc.name)
+            refused = refused or _preflight_refusal(ex)
             RecordingRunner(log).run(argv, env=env, cwd=tree)
-            return WheelResult(plan, argv, changes, torch, dry_run=True, refusal=refused or stop,
+            return WheelResult(plan, argv, env_changes(env), torch, dry_run=True, refusal=refused or stop,
                                wave64=lanes.to_dict() if lanes else None)
         with log.step(f"copying {root} to a work tree"):
             shutil.copytree(root, tree, ignore=_IGNORE, symlinks=True)
             out.mkdir()
-        patches: list[dict[str, Any]] | None = []
-        if request.patch_set is not None:
-            with log.step(f"applying patch set {request.patch_set}"):
-                patches = patch_hook(tree, request.patch_set, info.version, log)
-        for ref in kind_sets:
-            with log.step(f"applying patch set {ref} (every {tc.kind} build of {driver.title})"):
-                got = patch_hook(tree, ref, info.version, log)
-            patches = None if patches is None or got is None else [*patches, *got]
+        patches = _patch(tree, refs, request.patch_set, info.version, patch_hook, log, what=f"every {tc.kind} build "
+                         f"of {driver.title}")
         lanes = _wave64(driver, info, plan, request, root, lambda rel: _text(tree / rel), refs, log)
-        stop = lanes.error(f"{plan.project} {plan.version} for {tc.name}", _LEAVE) if lanes else None
+        plan, stop = _gated(plan, lanes, tc.name)
         if stop is not None:
             raise stop
-        linked = None
         if engine is not None:
-            from porter.wheels.compile import compile_only as engine_build
-
             torch = torch or probe_torch(python, replace(runner, echo=False), executor=py_ex)  # the modules' ABI
-            linked = engine_build(driver, str(tree), request, runner=runner, log=log, machine=machine,
-                                  others=others, torch_info=torch, link=True,
-                                  origin=f"{request.sources.get('sdist_sha256') or root} {request.patch_set or ''}")
-            if linked.failed:
-                from ops_prebuild.build import failures
-
-                raise CheckFailed(f"{len(linked.failed)} of {len(linked.ops)} op(s) of {plan.project} {plan.version} "
-                                  "failed to build, so no wheel was written, "
-                                  + failures(linked.failed, str(root), tc),
-                                  hint=f"read the logs, e.g. {linked.failed[0].log or 'above'}; or leave the op out "
-                                       "with --ops")
+            linked = _engine_ops(driver, tree, request, plan, root, runner=runner, log=log, machine=machine,
+                                 others=others, torch=torch)
         if engine is not None and tc.kind == "emulated":  # no setup.py: it would ask the CPU torch for ROCm
             with log.step(f"packaging {plan.project} {plan.version}'s Python side as the tree has it"):
                 python_side(tree, driver.name, info.version, out)
@@ -238,13 +184,11 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
                 runner.run(argv, env=env, cwd=tree,
                            hint=f"the {plan.project} build failed; the output above is upstream's. "
                                 "Run with --dry-run to see the exact command and environment")
-        built = sorted(out.glob("*.whl"))
-        if len(built) != 1:
+        if len(built := sorted(out.glob("*.whl"))) != 1:
             raise CheckFailed(f"pip wheel produced {len(built)} wheels in {out}, expected one")
-        if engine is not None and linked is not None and torch is not None:  # (set above)
-            with log.step(f"adding the {len(linked.ops)} module(s) the engine built"):
-                built = [with_prebuilt(built[0], work / "composed", linked.ops, plan, info, torch,
-                                       engine.version_info)]
+        if engine is not None and torch is not None:  # (set above)
+            with log.step(f"adding the {len(linked)} module(s) the engine built"):
+                built = [with_prebuilt(built[0], work / "composed", linked, plan, info, torch, engine.version_info)]
         with log.step(f"verifying {built[0].name}"):
             entries = verify_wheel(built[0], plan.expect)
         with log.step(f"labelling +{plan.label}"):
@@ -253,11 +197,98 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
                 manifest["wave64"] = lanes.to_dict()
             final, mpath = relabel(built[0], plan.label, request.output, manifest)
         log.info(f"wrote {final} ({len(entries)} extension module(s)) and {mpath.name}")
-        return WheelResult(plan, argv, changes, torch, wheel=final, manifest=mpath,
+        return WheelResult(plan, argv, env_changes(env), torch, wheel=final, manifest=mpath,
                            wave64=lanes.to_dict() if lanes else None)
 
 
-_LEAVE = "leave {ops} out (apex: --ops all,{minus})"
+def _scratch(ex: Any, dry_run: bool) -> Path | None:
+    """Where the work folder goes: under the toolchain's root when it has one (its python sees it), else the host's
+    temp folder (None)."""
+    if ex.kind == "host":
+        return None
+    scratch: Path = ex.work_dir(Path(tempfile.gettempdir()), make=not dry_run)
+    if not dry_run:
+        scratch.mkdir(parents=True, exist_ok=True)
+        return scratch
+    return scratch if scratch.is_dir() else None
+
+
+def _on_engine(driver: WheelDriver, info: SourceInfo, plan: BuildPlan) -> tuple[EngineDriver | None, BuildPlan]:
+    """The driver when porter's engine compiles and links the plan's ops (upstream's setup.py then writes only the
+    Python side), with the plan saying so."""
+    if not (isinstance(driver, EngineDriver) and driver.on_engine(info, plan)):
+        return None, plan
+    return driver, replace(plan, env={**plan.env, **driver.python_only_env(info)},
+                           notes=(*plan.notes, f"{len(plan.ops)} op(s) compiled and linked by porter's AOT engine "
+                                  "(compiler cache, per-op errors); setup.py below builds only the Python side"))
+
+
+def _torch_step(plan: BuildPlan, request: WheelRequest, known: TorchInfo | None, python: str, py_ex: Any,
+                runner: Runner, log: Logger, *, dry_run: bool) -> tuple[TorchInfo | None, PorterError | None]:
+    """The build python's torch and, when it is not what the plan needs, the refusal (raised in a real run)."""
+    if not request.torch_check:
+        if plan.needs_torch:
+            log.warn(f"torch check skipped: this build needs a {plan.needs_torch} torch; "
+                     "upstream's setup.py fails late if the build python has another")
+        return known, None
+    torch = known or probe_torch(python, replace(runner, echo=False), executor=py_ex)
+    refused = refusal(plan.needs_torch, torch, python,
+                      what=f"{plan.project} {plan.version} ({plan.backend or plan.regime} build for +{plan.label}"
+                           + (f"; {plan.needs_torch_why}" if plan.needs_torch_why else "") + ")")
+    if refused is not None and not dry_run:
+        raise refused
+    return torch, refused
+
+
+def _preflight_refusal(ex: Any) -> PorterError | None:
+    try:
+        ex.preflight()
+    except PorterError as exc:
+        return exc
+    return None
+
+
+def _patch(tree: Path, refs: Sequence[str], asked: str | None, version: str, hook: PatchHook, log: Logger, *,
+           what: str) -> list[dict[str, Any]] | None:
+    """Apply the patch sets to the work copy: the one asked for, then the kind's; the patches, as the manifest lists
+    them (None: not known)."""
+    patches: list[dict[str, Any]] | None = []
+    for ref in refs:
+        with log.step(f"applying patch set {ref}" + ("" if ref == asked else f" ({what})")):
+            got = hook(tree, ref, version, log)
+        patches = None if patches is None or got is None else [*patches, *got]
+    return patches
+
+
+def _gated(plan: BuildPlan, lanes: wave64.Wave64 | None, target: str) -> tuple[BuildPlan, CheckFailed | None]:
+    """The plan with the wave-64 step's notes, and the stop a refused finding makes."""
+    if lanes is None:
+        return plan, None
+    stop = lanes.error(f"{plan.project} {plan.version} for {target}", LEAVE)
+    return replace(plan, notes=(*plan.notes, *([f"a real run here would stop: {stop.message}"] if stop else []),
+                                *lanes.allowed_notes())), stop
+
+
+def _engine_ops(driver: WheelDriver, tree: Path, request: WheelRequest, plan: BuildPlan, root: Path, *,
+                runner: Runner, log: Logger, machine: Machine | None, others: Mapping[str, WheelDriver] | None,
+                torch: TorchInfo) -> list[OpResult]:
+    """The plan's ops compiled and linked by porter's engine from the patched work copy; any failure stops the build
+    (no wheel with a hole in it)."""
+    from porter.wheels.compile import compile_only as engine_build
+
+    linked = engine_build(driver, str(tree), request, runner=runner, log=log, machine=machine, others=others,
+                          torch_info=torch, link=True,
+                          origin=f"{request.sources.get('sdist_sha256') or root} {request.patch_set or ''}")
+    if linked.failed:
+        from ops_prebuild.build import failures
+
+        raise CheckFailed(f"{len(linked.failed)} of {len(linked.ops)} op(s) of {plan.project} {plan.version} "
+                          "failed to build, so no wheel was written, " + failures(linked.failed, str(root),
+                                                                                 request.toolchain),
+                          hint=f"read the logs, e.g. {linked.failed[0].log or 'above'}; or leave the op out with --ops")
+    return linked.ops
+
+
 
 
 def _wave64(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request: WheelRequest, root: Path,
