@@ -897,18 +897,18 @@ for this toolchain and those porter's planner left out (both listed below the ta
 are compile-only where no ROCm torch exists here: objects for every arch, nothing linked.
 
 "checked at wave 64" is what no compile can show: whether the kernels compute the right thing on the 64-lane
-wavefronts of gfx90a, gfx942 and gfx950. The Megatron and DeepSpeed compile-only rows also build the same
+wavefronts of gfx90a, gfx942 and gfx950. The Megatron, DeepSpeed and apex compile-only rows also build the same
 hipified kernels for porter's emulated wave-64 target (`-t emulate-wave64`: compiled for the CPU, wavefronts of
 64 lanes) and run `porter emulate check` on them against a float32 torch reference ([emulate.md](emulate.md)
 says what it models and what a pass cannot prove). The cell counts the kernel families that passed every check
 out of those the emulated build produced: the Megatron softmax kernels and the BLOOM-era layer norm, DeepSpeed's
-fused_adam, fused_lamb and fused_lion; a family that failed is named (`2/3 (layer_norm ✗)`) and makes the row ✗,
-with its first failing check as the first error. `0/0`: the tree has no kernel porter checks. `—`: the command
-checks nothing at wave 64, the row predates the column, or an earlier step failed. "findings: 3 safe, 27
-allowed": the states the ROCm build gave its warp-size-32 findings (a compile row builds every kernel with
-`--allow-wave32 all`; without it the allowed ones are refused). "(checked DATE, porter REV)": the check ran
-later than the row's ROCm build (`--wave64-only`), on the same tree commit. Every porter step
-runs with `--json` (left out of the table), and the rows are read from those documents. Paths in errors are
+fused_adam, fused_lamb and fused_lion, apex's amp_C, fused_layer_norm_cuda and syncbn; a family that failed is
+named (`2/3 (layer_norm ✗)`) and makes the row ✗, with its first failing check as the first error. `0/0`: the
+tree has no kernel porter checks. `—`: the command checks nothing at wave 64, the row predates the column, or an
+earlier step failed. "findings: 3 safe, 27 allowed": the states the ROCm build gave its warp-size-32 findings (a
+compile row builds every kernel with `--allow-wave32 all`; without it the allowed ones are refused; `--wave64-only`
+counts them with a dry run of that build). "(checked DATE, porter REV)": the check ran later than the row's ROCm
+build (`--wave64-only`), on the same tree commit. Every porter step runs with `--json` (left out of the table), and the rows are read from those documents. Paths in errors are
 shortened: TREE, WORK (the target's folder), ROOT (the toolchain's chroot), TMP, SITE (site-packages), `.`
 (porter's checkout). "date (porter)" names the porter commit a row ran with (`+dirty`: with changes not yet
 committed).
