@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from porter import __version__
 from porter.artifacts import labels
 from porter.errors import ConfigError, from_os_error
-from porter.fs import atomic_write_json, sha256_file
+from porter.fs import atomic_write_json, owned_temp, sha256_file
 
 if TYPE_CHECKING:
     from porter.toolchain.profile import Toolchain
@@ -109,6 +110,27 @@ def write_beside(wheel: Path, manifest: Manifest) -> Path:
     path = manifest_path(wheel)
     atomic_write_json(path, manifest)
     return path
+
+
+def publish(dest_dir: Path, write: Callable[[Path, bytes], Path], *, extra: Mapping[str, Any] | None = None,
+            **fields: Any) -> tuple[Path, Path, Manifest]:
+    """The one way an artifact (a wheel, a plugin package) reaches porter's output folder, with its manifest.
+
+    The manifest is made of ``fields`` (:func:`build_manifest`) and the sections ``extra`` adds (``wave64``,
+    ``build``); ``write(folder, carried)`` writes the artifact, carrying the manifest's bytes, into a temp folder
+    beside ``dest_dir``. The manifest is written beside it, then both are renamed in, the artifact last: it never
+    appears without its manifest, and nothing half-written is left. Returns the artifact, its manifest's path and
+    the manifest."""
+    manifest = build_manifest(**fields)
+    manifest.update(extra or {})  # type: ignore[typeddict-item]
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    with owned_temp(dest_dir, ".porter-") as tmp:
+        out = write(tmp, carried(manifest))
+        final = dest_dir / out.name
+        mpath = write_beside(out, manifest)
+        os.replace(mpath, manifest_path(final))
+        os.replace(out, final)
+    return final, manifest_path(final), manifest
 
 
 def manifest_path(wheel: str | os.PathLike[str]) -> Path:

@@ -407,35 +407,7 @@ def _process_file(s: _State, rel: str, path: Path) -> None:
         return
 
     counts: Counter[str] = Counter()
-    reason = ""
-    out_data = data
-    scan_text: str | None = None
-    if not rel.endswith(torch_engine.SOURCE_EXTENSIONS):
-        status = COPIED
-    else:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            status, reason = SKIPPED, f"not UTF-8 (byte {exc.start}); copied unchanged"
-        else:
-            # torch reads with universal newlines; so does porter, to produce the same text.
-            norm = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
-            if norm.startswith(s.breadcrumb):
-                status, reason = SKIPPED, ALREADY_HIPIFIED
-                scan_text = norm
-            else:
-                new = torch_engine.transform_text(norm, rel, counts)
-                new = s.cmap.apply(new, counts)
-                if new == norm:
-                    status = UNCHANGED
-                    scan_text = norm
-                else:
-                    status = CHANGED
-                    if rel.endswith(torch_engine.BREADCRUMB_EXTENSIONS):
-                        new = s.breadcrumb + new
-                    scan_text = new
-                    out_data = new.encode("utf-8")
-
+    status, reason, out_data, scan_text = _translated(s, rel, data, counts)
     unsupported: list[Finding] = []
     warp: list[Finding] = []
     defines: list[str] = []
@@ -477,6 +449,27 @@ def _process_file(s: _State, rel: str, path: Path) -> None:
                             "unsupported": [f.to_dict() for f in unsupported],
                             "warp32": [f.to_dict() for f in warp], "defines": defines,
                             "pending_masks": [[n, f.to_dict()] for n, f in pending]}
+
+
+def _translated(s: _State, rel: str, data: bytes, counts: Counter[str]) -> tuple[str, str, bytes, str | None]:
+    """One file through torch's hipify and porter's map: its status, why, the bytes to write and the text to scan
+    (None: not source, or not UTF-8)."""
+    if not rel.endswith(torch_engine.SOURCE_EXTENSIONS):
+        return COPIED, "", data, None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return SKIPPED, f"not UTF-8 (byte {exc.start}); copied unchanged", data, None
+    # torch reads with universal newlines; so does porter, to produce the same text.
+    norm = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+    if norm.startswith(s.breadcrumb):
+        return SKIPPED, ALREADY_HIPIFIED, data, norm
+    new = s.cmap.apply(torch_engine.transform_text(norm, rel, counts), counts)
+    if new == norm:
+        return UNCHANGED, "", data, norm
+    if rel.endswith(torch_engine.BREADCRUMB_EXTENSIONS):
+        new = s.breadcrumb + new
+    return CHANGED, "", new.encode("utf-8"), new
 
 
 def _hipified_text(s: _State, rel: str, data: bytes) -> str | None:

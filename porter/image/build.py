@@ -291,17 +291,7 @@ def run_inside(root: Path, line: str, runner: Runner, log: Logger, what: str) ->
 
 def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
     start = time.monotonic()
-    kind = base_kind(req.base)
-    if not req.base.exists():
-        raise ConfigError(f"base {req.base} does not exist", hint="pass a .sif, a Docker/OCI archive or a root folder")
-    if not kind:
-        raise ConfigError(f"base {req.base} is not a .sif, a Docker/OCI archive (.tar) or a root folder",
-                          hint=f"porter image takes one of: {', '.join(BASE_KINDS)}")
-    if req.output.suffix != ".sif":
-        raise ConfigError(f"the image {req.output} should end in .sif", hint="name it IMAGE.sif")
-    if req.compression not in COMPRESSION:
-        raise ConfigError(f"compression {req.compression!r} is not one of {', '.join(COMPRESSION)}",
-                          hint="gzip (read everywhere) or zstd (packs faster)")
+    kind = _checked(req)
     recipe = _recipe(req)
     output = req.output.resolve()
     definition = output.with_suffix(".def")
@@ -327,16 +317,7 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
         if not (root / req.python.lstrip("/")).exists():
             raise ConfigError(f"the base has no {req.python}", hint="pass --python with the interpreter of the "
                                                                     "image's training environment")
-        for src, dest in ((req.wheelhouse, WHEELHOUSE), (tools, TOOLS)):
-            target = root / dest.lstrip("/")
-            shutil.rmtree(target, ignore_errors=True)
-            if src is not None:
-                shutil.copytree(src.resolve(), target)
-        if req.net_plugin is not None:
-            target = root / NET_PLUGIN.lstrip("/")
-            shutil.rmtree(target, ignore_errors=True)
-            target.mkdir(parents=True)
-            shutil.copyfile(req.net_plugin, target / req.net_plugin.name)
+        _put_inputs(root, req, tools)
         checks = recipe.test()
         for what, line in recipe.post():
             said = run_inside(root, line, runner, log, what)
@@ -372,6 +353,36 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
         shutil.rmtree(scratch, ignore_errors=True)
     result.seconds = time.monotonic() - start
     return result
+
+
+def _checked(req: ImageRequest) -> str:
+    """The base's kind, once the request is one porter can build (else a ConfigError naming what is wrong)."""
+    kind = base_kind(req.base)
+    if not req.base.exists():
+        raise ConfigError(f"base {req.base} does not exist", hint="pass a .sif, a Docker/OCI archive or a root folder")
+    if not kind:
+        raise ConfigError(f"base {req.base} is not a .sif, a Docker/OCI archive (.tar) or a root folder",
+                          hint=f"porter image takes one of: {', '.join(BASE_KINDS)}")
+    if req.output.suffix != ".sif":
+        raise ConfigError(f"the image {req.output} should end in .sif", hint="name it IMAGE.sif")
+    if req.compression not in COMPRESSION:
+        raise ConfigError(f"compression {req.compression!r} is not one of {', '.join(COMPRESSION)}",
+                          hint="gzip (read everywhere) or zstd (packs faster)")
+    return kind
+
+
+def _put_inputs(root: Path, req: ImageRequest, tools: Path) -> None:
+    """The wheelhouse, porter's tools and the network plugin package where the image's recipe installs them from."""
+    for src, dest in ((req.wheelhouse, WHEELHOUSE), (tools, TOOLS)):
+        target = root / dest.lstrip("/")
+        shutil.rmtree(target, ignore_errors=True)
+        if src is not None:
+            shutil.copytree(src.resolve(), target)
+    if req.net_plugin is not None:
+        target = root / NET_PLUGIN.lstrip("/")
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        shutil.copyfile(req.net_plugin, target / req.net_plugin.name)
 
 
 SQUASH_ARGS = {"zstd": "-comp zstd -Xcompression-level 3"}

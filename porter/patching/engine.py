@@ -408,64 +408,44 @@ def _glob_evidence(work: _Work, patch: Patch, pattern: re.Pattern[str], where: s
     return None
 
 
-def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None = None) -> list[PatchResult]:
-    """One patch on the in-memory tree. ``only``: restrict it to these files (re-applying on a revert)."""
-    results: list[PatchResult] = []
-    where = f"{pset.ref} patch {patch.id}"
-    need = patch.needed_if
-    pattern = need.pattern() if need is not None else None
-    patch_evidence = ""
-    if need is not None and pattern is not None and not need.per_file:
-        patch_evidence = _glob_evidence(work, patch, pattern, where) or ""
+class _Need:
+    """A patch's ``needed_if`` as its plan asks it, per file: is the problem there, and what each outcome reads."""
 
-    def needed_in(data: bytes | None) -> tuple[bool, str]:
+    def __init__(self, work: _Work, pset: PatchSet, patch: Patch, where: str) -> None:
+        self.pset, self.patch = pset, patch
+        self.need = patch.needed_if
+        self.pattern = self.need.pattern() if self.need is not None else None
+        self.patch_evidence = ""
+        if self.need is not None and self.pattern is not None and not self.need.per_file:
+            self.patch_evidence = _glob_evidence(work, patch, self.pattern, where) or ""
+
+    def needed_in(self, data: bytes | None) -> tuple[bool, str]:
         """(is the problem present for this file, where it was seen)."""
-        if need is None or pattern is None:
+        if self.need is None or self.pattern is None:
             return True, ""
-        if not need.per_file:
-            return bool(patch_evidence), patch_evidence
-        ev = _evidence(pattern, data) if data is not None else None
+        if not self.need.per_file:
+            return bool(self.patch_evidence), self.patch_evidence
+        ev = _evidence(self.pattern, data) if data is not None else None
         return ev is not None, ev or ""
 
-    def absent(data: bytes | None) -> str:
-        assert need is not None
-        if need.per_file and data is None:
-            return "file absent, so the problem is too"
-        return f"problem not present: no match for {need.describe()}"
+    def absent(self, rel: str, data: bytes | None, n: int = 0) -> PatchResult:
+        assert self.need is not None
+        why = "file absent, so the problem is too" if self.need.per_file and data is None else \
+            f"problem not present: no match for {self.need.describe()}"
+        return PatchResult(self.pset.ref, self.patch.id, rel, "not-needed", edit=n, reason=why)
 
-    def failed(rel: str, n: int, exc: EditFailed, evidence: str) -> PatchResult:
-        return PatchResult(pset.ref, patch.id, rel, "failed", edit=n, reason=exc.reason, anchor=exc.anchor,
+    def failed(self, rel: str, n: int, exc: EditFailed, evidence: str) -> PatchResult:
+        return PatchResult(self.pset.ref, self.patch.id, rel, "failed", edit=n, reason=exc.reason, anchor=exc.anchor,
                            closest=exc.closest, closest_line=exc.closest_line, evidence=evidence)
 
-    if patch.kind == "diff":
-        try:
-            files = udiff.parse(patch.diff, patch.strip)
-        except udiff.DiffError as exc:
-            return [PatchResult(pset.ref, patch.id, patch.diff_name, "failed", reason=f"bad diff: {exc}")]
-        for n, fd in enumerate(files, 1):
-            rel, real = safe_path(work.root, fd.path, where)
-            if only is not None and rel not in only:
-                continue
-            data = work.read(rel, real)
-            lines = _decode(data) if data is not None else None
-            if udiff.already_applied(fd, lines):
-                results.append(PatchResult(pset.ref, patch.id, rel, "already", edit=n))
-                continue
-            needed, evidence = needed_in(data)
-            if not needed:
-                results.append(PatchResult(pset.ref, patch.id, rel, "not-needed", edit=n, reason=absent(data)))
-                continue
-            try:
-                new, _ = udiff.apply_file(fd, lines)
-            except EditFailed as exc:
-                results.append(failed(rel, n, exc, evidence))
-                continue
-            work.state[rel] = _encode(new) if new is not None else None
-            if work.modes.get(rel) is None and new is not None:
-                work.modes[rel] = 0o644
-            results.append(PatchResult(pset.ref, patch.id, rel, "would-apply", edit=n, evidence=evidence))
-        return results
 
+def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None = None) -> list[PatchResult]:
+    """One patch on the in-memory tree. ``only``: restrict it to these files (re-applying on a revert)."""
+    where = f"{pset.ref} patch {patch.id}"
+    need = _Need(work, pset, patch, where)
+    if patch.kind == "diff":
+        return _plan_diff(work, need, only, where)
+    results: list[PatchResult] = []
     seen: set[str] = set()
     for name in patch.files:
         rel, real = safe_path(work.root, name, where)
@@ -475,13 +455,10 @@ def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None
         if only is not None and rel not in only:
             continue
         data = work.read(rel, real)
-        needed, evidence = needed_in(data)
+        needed, evidence = need.needed_in(data)
         if data is None:
-            if needed:
-                results.append(PatchResult(pset.ref, patch.id, rel, "failed", reason="file not found",
-                                           evidence=evidence))
-            else:
-                results.append(PatchResult(pset.ref, patch.id, rel, "not-needed", reason=absent(data)))
+            results.append(PatchResult(pset.ref, patch.id, rel, "failed", reason="file not found", evidence=evidence)
+                           if needed else need.absent(rel, data))
             continue
         lines = _decode(data)
         trial: list[PatchResult] = []
@@ -490,18 +467,51 @@ def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None
             try:
                 did = apply_edit(edit, lines)
             except EditFailed as exc:
-                trial.append(failed(rel, n, exc, evidence))
+                trial.append(need.failed(rel, n, exc, evidence))
                 continue
             changed = changed or did
             trial.append(PatchResult(pset.ref, patch.id, rel, "would-apply" if did else "already", edit=n,
                                      evidence=evidence if did else ""))
         if not needed and not all(r.status == "already" for r in trial):
             # the problem is absent (and the fix is not what removed it): leave the file alone
-            results.append(PatchResult(pset.ref, patch.id, rel, "not-needed", reason=absent(data)))
+            results.append(need.absent(rel, data))
             continue
         results.extend(trial)
         if changed:
             work.state[rel] = _encode(lines)
+    return results
+
+
+def _plan_diff(work: _Work, need: _Need, only: set[str] | None, where: str) -> list[PatchResult]:
+    """A unified-diff patch on the in-memory tree, file by file."""
+    pset, patch = need.pset, need.patch
+    try:
+        files = udiff.parse(patch.diff, patch.strip)
+    except udiff.DiffError as exc:
+        return [PatchResult(pset.ref, patch.id, patch.diff_name, "failed", reason=f"bad diff: {exc}")]
+    results: list[PatchResult] = []
+    for n, fd in enumerate(files, 1):
+        rel, real = safe_path(work.root, fd.path, where)
+        if only is not None and rel not in only:
+            continue
+        data = work.read(rel, real)
+        lines = _decode(data) if data is not None else None
+        if udiff.already_applied(fd, lines):
+            results.append(PatchResult(pset.ref, patch.id, rel, "already", edit=n))
+            continue
+        needed, evidence = need.needed_in(data)
+        if not needed:
+            results.append(need.absent(rel, data, n))
+            continue
+        try:
+            new, _ = udiff.apply_file(fd, lines)
+        except EditFailed as exc:
+            results.append(need.failed(rel, n, exc, evidence))
+            continue
+        work.state[rel] = _encode(new) if new is not None else None
+        if work.modes.get(rel) is None and new is not None:
+            work.modes[rel] = 0o644
+        results.append(PatchResult(pset.ref, patch.id, rel, "would-apply", edit=n, evidence=evidence))
     return results
 
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from packaging.utils import parse_wheel_filename
 
-from porter.artifacts.manifest import ExtensionEntry, Manifest, OpEntry, build_manifest
+from porter.artifacts.manifest import ExtensionEntry, OpEntry
 from porter.artifacts.wheelfile import Payload, read_wheel, rewrite_wheel
 from porter.errors import CheckFailed, PorterError, refusal_line
 from porter.executor import build_python
@@ -192,10 +192,9 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         with log.step(f"verifying {built[0].name}"):
             entries = verify_wheel(built[0], plan.expect)
         with log.step(f"labelling +{plan.label}"):
-            manifest = _manifest(plan, request, built[0], entries, torch, info, patches)
-            if lanes is not None:
-                manifest["wave64"] = lanes.to_dict()
-            final, mpath = relabel(built[0], plan.label, request.output, manifest)
+            final, mpath = relabel(built[0], plan.label, request.output,
+                                   _manifest(plan, request, built[0], entries, torch, info, patches),
+                                   extra={"wave64": lanes.to_dict()} if lanes else None)
         log.info(f"wrote {final} ({len(entries)} extension module(s)) and {mpath.name}")
         return WheelResult(plan, argv, env_changes(env), torch, wheel=final, manifest=mpath,
                            wave64=lanes.to_dict() if lanes else None)
@@ -357,9 +356,9 @@ def python_side(tree: Path, package: str, version: str, out: Path) -> Path:
 
 
 def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, entries: list[ExtensionEntry],
-              torch: TorchInfo | None, info: SourceInfo, patches: list[dict[str, Any]] | None = None) -> Manifest:
-    """The manifest of the labelled wheel (its version and wheel section are set by :func:`relabel`); ``patches``:
-    those applied to the work copy (None: not known)."""
+              torch: TorchInfo | None, info: SourceInfo, patches: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The manifest's fields for the labelled wheel (its version and wheel section are set by :func:`relabel`);
+    ``patches``: those applied to the work copy (None: not known)."""
     tc = request.toolchain
     tags = parse_wheel_filename(wheel.name)[3]
     python_tag = ".".join(sorted({t.interpreter for t in tags}))
@@ -383,6 +382,6 @@ def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, entries: list
             if o.module not in have:
                 op_entry["reason"] = "optional: upstream built it only under further conditions"
             ops.append(op_entry)
-    return build_manifest(component=plan.project, version="", tc=tc, torch=torch, python_tag=python_tag,
-                          sources=sources, extensions=entries, ops=ops,
-                          target={"regime": plan.regime, "backend": plan.backend})
+    return {"component": plan.project, "version": "", "tc": tc, "torch": torch, "python_tag": python_tag,
+            "sources": sources, "extensions": entries, "ops": ops,
+            "target": {"regime": plan.regime, "backend": plan.backend}}

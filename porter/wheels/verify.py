@@ -7,16 +7,17 @@ anew with porter's one wheel writer (:mod:`porter.artifacts.wheelfile`).
 
 from __future__ import annotations
 
-import os
 import re
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import parse_wheel_filename
 
 from porter.artifacts.labels import with_label
-from porter.artifacts.manifest import Manifest, carried, manifest_path, write_beside
+from porter.artifacts.manifest import publish
 from porter.artifacts.wheelfile import module_name, rewrite_wheel
 from porter.codeobjects import archs_in
 from porter.errors import CheckFailed, ConfigError
@@ -84,24 +85,19 @@ def verify_wheel(wheel: Path, expect: Expectation) -> list[ExtensionEntry]:
 
 # -- labelling ----------------------------------------------------------------------------------
 
-def relabel(wheel: Path, label: str, dest_dir: Path, manifest: Manifest) -> tuple[Path, Path]:
-    """Write ``wheel`` with the local version ``+label`` (and the manifest it carries) into ``dest_dir``;
-    the manifest is written beside it first, then the wheel appears by an atomic rename."""
-    name, version, _build, tags = parse_wheel_filename(wheel.name)
+def relabel(wheel: Path, label: str, dest_dir: Path, fields: Mapping[str, Any],
+            extra: Mapping[str, Any] | None = None) -> tuple[Path, Path]:
+    """Write ``wheel`` with the local version ``+label`` into ``dest_dir``, carrying the manifest of ``fields``
+    (:func:`porter.artifacts.manifest.publish`: the manifest beside it first, then the wheel by an atomic rename)."""
+    _name, version, _build, _tags = parse_wheel_filename(wheel.name)
     new_version = with_label(str(version), label)
     tag = wheel.name[:-len(".whl")].split("-", 2)[2]
     if tag.count("-") > 2:  # a build tag sits before the python tag
         tag = tag.split("-", 1)[1]
-    manifest["version"] = new_version
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    with owned_temp(Path(dest_dir), ".porter-label-") as tmp:
-        out = rewrite_wheel(wheel, tmp, version=new_version, tag=tag, purelib=_purelib(wheel),
-                            add={"{dist_info}/porter.json": carried(manifest)})
-        final = dest_dir / out.name
-        mpath = write_beside(out, manifest)
-        os.replace(mpath, manifest_path(final))
-        os.replace(out, final)
-    return final, manifest_path(final)
+    final, mpath, _ = publish(dest_dir, lambda tmp, data: rewrite_wheel(
+        wheel, tmp, version=new_version, tag=tag, purelib=_purelib(wheel), add={"{dist_info}/porter.json": data}),
+        extra=extra, **{**fields, "version": new_version})
+    return final, mpath
 
 
 def _purelib(wheel: Path) -> bool:

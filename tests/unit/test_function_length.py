@@ -17,13 +17,7 @@ STILL_LONG = {  # to be split by the one-build-flow restructure (#39)
     "porter/cli/ops.py:build_cmd": 122,
     "porter/components/flash_attn/__init__.py:kernel_ops": 101,
     "porter/patching/engine.py:revert": 100,
-    "porter/components/deepspeed/build.py:build_ops": 100,
     "ops_prebuild/plan.py:make_plan": 99,
-    "porter/patching/engine.py:_plan_patch": 95,
-    "porter/hipify/engine.py:_process_file": 86,
-    "porter/components/apex/__init__.py:plan": 86,
-    "porter/components/megatron/port.py:port_megatron": 85,
-    "porter/image/build.py:build_image": 83,
 }
 
 
@@ -65,3 +59,27 @@ def test_the_length_rule_sees_a_new_long_function_and_a_grown_one(tmp_path: Path
         f"porter/m.py:long_one: grew from {LIMIT + 1} to {LIMIT + 2} lines"]
     assert ratchet({}, {"porter/m.py:long_one": 90}) == [
         f"porter/m.py:long_one: now {LIMIT} lines or fewer: take it off STILL_LONG"]
+
+
+def calls_of(root: Path, name: str, packages: tuple[str, ...] = ("porter", "ops_prebuild")) -> list[str]:
+    """``path`` of each call of a function named ``name`` (plain or attribute call)."""
+    out = []
+    for pkg in packages:
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Call) and name in (getattr(node.func, "id", None),
+                                                           getattr(node.func, "attr", None)):
+                    out.append(path.relative_to(root).as_posix())
+    return out
+
+
+def test_every_manifest_is_made_in_one_place() -> None:
+    """#39: wheels and plugin packages get their manifest from porter.artifacts.manifest.publish alone."""
+    assert calls_of(ROOT, "build_manifest") == ["porter/artifacts/manifest.py"]
+
+
+def test_the_one_place_rule_sees_a_second_caller(tmp_path: Path) -> None:
+    (tmp_path / "porter").mkdir()
+    (tmp_path / "porter" / "a.py").write_text("from m import build_manifest\nbuild_manifest(x=1)\n")
+    (tmp_path / "porter" / "b.py").write_text("import m\nm.build_manifest(x=2)\n")
+    assert calls_of(tmp_path, "build_manifest", ("porter",)) == ["porter/a.py", "porter/b.py"]

@@ -205,8 +205,9 @@ def test_relabel_sets_the_local_version_in_name_metadata_and_manifest(tmp_path: 
     whl = make_wheel(tmp_path / "apex-1.14.0a0-cp311-cp311-linux_x86_64.whl",
                      {"apex/__init__.py": b"x = 1\n"}, version="1.14.0a0")
     (tmp_path / "house").mkdir()
-    manifest: Any = {"schema": "porter.manifest/1", "component": "apex", "version": "", "wheel": {}}
-    out, mpath = relabel(whl, "rocm6.2.gfx942", tmp_path / "house", manifest)
+    manifest: Any = {"component": "apex", "version": "", "tc": load_toolchain("cpu"), "torch": None,
+                     "python_tag": "cp311", "sources": {}, "extensions": []}
+    out, mpath = relabel(whl, "rocm6.2.gfx942", tmp_path / "house", manifest, extra={"wave64": {"counts": {}}})
     assert out.name == "apex-1.14.0a0+rocm6.2.gfx942-cp311-cp311-linux_x86_64.whl"
     assert json.loads(mpath.read_text())["wheel"]["filename"] == out.name
     with zipfile.ZipFile(out) as zf:
@@ -215,11 +216,36 @@ def test_relabel_sets_the_local_version_in_name_metadata_and_manifest(tmp_path: 
         assert zf.read("apex/__init__.py") == b"x = 1\n"
         carried = json.loads(zf.read("apex-1.14.0a0+rocm6.2.gfx942.dist-info/porter.json"))
         assert carried["version"] == "1.14.0a0+rocm6.2.gfx942" and "wheel" not in carried
+        assert carried["wave64"] == {"counts": {}} and carried["schema"].startswith("porter")
     # a second label replaces the first, in normal form
     (tmp_path / "house2").mkdir()
     again, _ = relabel(out, "cpu.x86.64.v2", tmp_path / "house2", dict(manifest))
     assert again.name.startswith("apex-1.14.0a0+cpu.x86.64.v2-")
-    assert not list((tmp_path / "house").glob(".porter-label-*"))
+    assert not list((tmp_path / "house").glob(".porter-*"))
+
+
+def test_publish_leaves_nothing_when_the_artifact_cannot_be_written(tmp_path: Path) -> None:
+    """The one output step: a writer that fails leaves neither the artifact, nor its manifest, nor a temp folder."""
+    from porter.artifacts.manifest import publish
+
+    def broken(folder: Path, data: bytes) -> Path:
+        (folder / "x.whl").write_bytes(data[:10])
+        raise OSError("disk full")
+
+    fields: Any = {"component": "x", "version": "1", "tc": load_toolchain("cpu"), "torch": None, "python_tag": "py3",
+                   "sources": {}, "extensions": []}
+    with pytest.raises(OSError, match="disk full"):
+        publish(tmp_path / "house", broken, **fields)
+    assert list((tmp_path / "house").iterdir()) == []
+    dest, mpath, manifest = publish(tmp_path / "house", lambda folder, data: _put(folder / "x.whl", data), **fields)
+    assert sorted(p.name for p in (tmp_path / "house").iterdir()) == ["x.whl", "x.whl.porter.json"]
+    assert json.loads(dest.read_bytes())["component"] == "x" and manifest["wheel"]["filename"] == "x.whl"
+    assert json.loads(mpath.read_text())["wheel"]["sha256"] == manifest["wheel"]["sha256"]
+
+
+def _put(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
 
 
 def test_triton_wheel_with_a_chroot_profile_runs_the_host_build_python_on_the_host(tmp_path: Path) -> None:

@@ -139,14 +139,7 @@ class ApexDriver:
         else:
             modules = tuple(op.module for op in selected if op.required)
             optional = tuple(op.module for op in selected if not op.required)
-        if regime == "flags" and info.regime == "env":
-            empty_hint = (f"apex {info.version} reads APEX_BUILD_* environment variables and silently drops "
-                          "--cpp_ext/--cuda_ext; drop --regime and let porter use the tree's own regime")
-        elif regime == "env" and info.regime == "flags":
-            empty_hint = (f"apex {info.version} predates APEX_BUILD_* and only builds with --cpp_ext/--cuda_ext; "
-                          "drop --regime and let porter use the tree's own regime")
-        else:
-            empty_hint = "upstream skipped every requested op; look for 'Skip pre-compile' in the build output"
+        empty_hint = _empty_hint(info, regime)
         if cost_note:
             notes.append(cost_note)
         if any(op.group == "cpp" for op in selected) and regime == "env":
@@ -155,16 +148,10 @@ class ApexDriver:
         elif any(op.group == "cpp" for op in selected):
             notes.append("apex's host-only ops are compiled with upstream's own -march choice (native on most "
                          "hosts); a patch set can pin it to the profile's cpu_isa")
-        needs_torch = "rocm" if tc.kind == "rocm" else None
-        why = ""
-        line = reads_hip_at_import(info.root / "setup.py")
+        needs_torch, why = _needs_torch(info, tc.kind)
         if tc.kind == "emulated":  # setup.py is not run: the engine builds the ops, the tree's package is the rest
             notes.append("the emulated target's Python side is the tree's apex package as it is (apex's setup.py "
                          "needs a ROCm torch at import)")
-        elif line and needs_torch is None:
-            needs_torch = "rocm"
-            why = (f"its setup.py reads torch.version.hip at import (setup.py line {line}), so even the host-only "
-                   "ops fail there without a ROCm torch")
         return BuildPlan(
             project="apex", version=info.version, regime=regime, backend=None, label=labels.make(tc),
             pip_args=tuple(pip_args), env=env, jobs=jobs, per_job_bytes=per_job_bytes, per_job_source=source,
@@ -222,6 +209,29 @@ class ApexDriver:
 
 
 _NO_MACHINE = Machine(cores=1, free_bytes=0)
+
+
+def _empty_hint(info: SourceInfo, regime: str) -> str:
+    """What to say when the wheel holds no extension at all."""
+    if regime == "flags" and info.regime == "env":
+        return (f"apex {info.version} reads APEX_BUILD_* environment variables and silently drops "
+                "--cpp_ext/--cuda_ext; drop --regime and let porter use the tree's own regime")
+    if regime == "env" and info.regime == "flags":
+        return (f"apex {info.version} predates APEX_BUILD_* and only builds with --cpp_ext/--cuda_ext; "
+                "drop --regime and let porter use the tree's own regime")
+    return "upstream skipped every requested op; look for 'Skip pre-compile' in the build output"
+
+
+def _needs_torch(info: SourceInfo, kind: str) -> tuple[str | None, str]:
+    """The torch setup.py needs (a ROCm one to link device ops, or whenever setup.py asks torch for its HIP version at
+    import; none on the emulated target, where setup.py is not run), and why when it is not the obvious."""
+    if kind == "rocm":
+        return "rocm", ""
+    line = reads_hip_at_import(info.root / "setup.py")
+    if kind == "emulated" or not line:
+        return None, ""
+    return "rocm", (f"its setup.py reads torch.version.hip at import (setup.py line {line}), so even the host-only "
+                    "ops fail there without a ROCm torch")
 
 
 def _specs(info: SourceInfo, rocm: str | None) -> dict[str, BuildSpec]:

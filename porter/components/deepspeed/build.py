@@ -3,7 +3,6 @@ DeepSpeed's own wheel with the prebuilt modules and a manifest (+ its dependenci
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -14,7 +13,7 @@ from typing import Any
 
 from porter.artifacts import labels
 from porter.artifacts.labels import with_label
-from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, manifest_path, write_beside
+from porter.artifacts.manifest import ExtensionEntry, publish
 from porter.components.deepspeed import DEEPSPEED
 from porter.components.deepspeed.catalogue import read_catalogue
 from porter.components.deepspeed.wheel import base_wheel, compose, dist_version, wheel_patches
@@ -39,28 +38,23 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
               wheelhouse: Path, how: EngineRun = EngineRun(), dry_run: bool = False, python: str | None = None,
               with_deps: bool = False, log: Logger | None = None, runner: Runner | None = None,
               cache: Path | None = None, allow_wave32: Sequence[str] = ()) -> BuildResult:
-    """source -> catalogue -> plan -> one ninja run -> one wheel + manifest.
-
-    Everything is checked before any work (output folder writable, toolchain root ready, torch of the
-    right kind); a dry run returns the complete plan with ``refusal`` set instead of raising, and
-    writes nothing into caches or trees.
+    """source -> catalogue -> plan -> one ninja run -> one wheel + manifest. Everything is checked before any work
+    (output folder writable, toolchain root ready, torch of the right kind); a dry run returns the complete plan
+    with ``refusal`` set instead of raising, and writes nothing into caches or trees.
 
     ``how`` is the engine's part (:class:`ops_prebuild.build.EngineRun`): with ``shard=(i, n)`` a run compiles
     only shard i of n of the compile steps into the (shared) build folder and stops: n such runs (a Slurm job
     array) and then one ``link_only`` run (which compiles nothing, refuses when an object is missing, links and
-    packages) give what one local run gives.
-
-    On a 64-lane target every warp-size-32 finding in the selected ops gets a state (:mod:`porter.hipify.wave64`);
-    a refused one stops the build (exit 1) unless its op is in ``allow_wave32`` (or that holds ``all``).
-    """
+    packages) give what one local run gives. On a 64-lane target every warp-size-32 finding in the selected ops
+    gets a state (:mod:`porter.hipify.wave64`); a refused one stops the build (exit 1) unless ``allow_wave32``
+    names its op (or ``all``)."""
     compile_only, shard = how.compile_only, how.shard
     log = log or quiet_logger()
     runner = runner or Runner(log)
     if compile_only and tc.kind == "cpu":
-        raise ConfigError(f"--compile-only compiles GPU code for every arch of a rocm or cuda profile; "
-                          f"toolchain {tc.name} is a cpu profile",
-                          hint="pick a GPU profile (-t debian-rocm7, -t cuda-h100, ...), or drop --compile-only "
-                               "to build the CPU ops into a wheel")
+        raise ConfigError(f"--compile-only compiles GPU code for every arch of a rocm or cuda profile; toolchain "
+                          f"{tc.name} is a cpu profile", hint="pick a GPU profile (-t debian-rocm7, -t cuda-h100, "
+                          "...), or drop --compile-only to build the CPU ops into a wheel")
     ex = tc.executor
     py_ex, python = build_python(ex, tc.python, python)
     cache = cache or ex.work_dir(cache_dir(), make=not dry_run)
@@ -70,13 +64,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                                                      link=not compile_only, log=log)
     with ExitStack() as stack:
         with log.step("reading the source and its op catalogue"):
-            source = cached_source(DEEPSPEED, source_spec, cache) if dry_run else None
-            if source is None:
-                scratch = cache
-                if dry_run:  # a dry run downloads and unpacks into a temp folder, never into the cache
-                    parent = cache if py_ex.kind != "host" and cache.is_dir() else None  # its python sees it
-                    scratch = stack.enter_context(owned_temp(parent, "porter-dry-"))
-                source = resolve_source(DEEPSPEED, source_spec, runner=runner, cache=scratch)
+            source = _source(source_spec, cache, py_ex, runner, stack, dry_run=dry_run)
             sets = build_sets(source.project, tc.kind)
             patched = patched_source(source, sets, cache, dry_run=dry_run)
             if patched.warning:
@@ -86,11 +74,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             unpatched = source
             source = patched.source if not dry_run else source
             cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose), executor=py_ex)
-        selected = cat.select(ops, all_compatible)
-        for dep in (o for o in selected if not all_compatible and o.name not in (ops or ())):
-            users = [o.name for o in selected if dep.name in o.loads]
-            log.info(f"also building {dep.name}: {', '.join(users)} load{'s' if len(users) == 1 else ''} it at run "
-                     "time (a node would compile it otherwise)")
+        selected = _selected(cat, ops, all_compatible, log)
         refused = None if compile_only else refusal(need_for(tc.kind), cat.torch, python,
                                                     what=f"building DeepSpeed ops for {tc.name}")
         lanes = _wave64(unpatched, patched, selected, allow_wave32, log) if tc.wavefront == 64 else None
@@ -99,12 +83,11 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             raise stop
         build_dir = cache / "ops" / f"{source.project}-{source.version}-{tc.name}-" \
             f"{key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag, compile_only)}"
-        base: Future[Path] | None = None
-        if not (dry_run or shard is not None or compile_only or refused is not None):
-            # DeepSpeed's own pure-Python wheel (one pip process) is built while ninja compiles: the compile's
-            # last round leaves cores idle, and the wheel is ready when packaging needs it
-            pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="base-wheel"))
-            base = pool.submit(base_wheel_of, cat, cache, python=python, runner=runner, executor=py_ex, tc=tc)
+        # DeepSpeed's own pure-Python wheel (one pip process) is built while ninja compiles: the compile's last
+        # round leaves cores idle, and the wheel is ready when packaging needs it
+        base: Future[Path] | None = None if dry_run or not packs or refused is not None else stack.enter_context(
+            ThreadPoolExecutor(1, thread_name_prefix="base-wheel")).submit(
+            base_wheel_of, cat, cache, python=python, runner=runner, executor=py_ex, tc=tc)
         result = compile_catalogue(cat, tc, selected, build_dir, python=python, py_ex=py_ex, runner=runner, log=log,
                                    cache=cache, how=how, compiler_version=compiler_version, dry_run=dry_run,
                                    refused=refused, source_patches=patched.applied)
@@ -113,11 +96,9 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         if dry_run or shard is not None or compile_only:
             result.seconds = time.monotonic() - start
             return result
-        ccache = result.ccache
-        built = [o for o in result.ops if o.status != "failed"]
         for o in result.failed:
             log.error(f"op {o.name} failed to build; log: {o.log}")
-        if not built:
+        if len(result.failed) == len(result.ops):
             raise CheckFailed(f"no op built ({', '.join(o.name for o in result.failed)} failed)",
                               hint=f"read the logs under {build_dir}")
         # the patches as the manifest lists them: patched_source's plan made again on the same source (in memory,
@@ -127,14 +108,42 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             result.wheel, result.manifest = package(cat, tc, selected, result.ops, wheelhouse, python=python,
                                                     runner=runner, cache=cache, executor=py_ex,
                                                     base=base.result() if base is not None else None,
-                                                    patches=patches, wave64=result.wave64,
-                                                    build={"cache": {**ccache.to_dict(), **result.cache_stats}
-                                                           if ccache else None, "debug_info": how.debug, "pch": how.pch})
+                                                    patches=patches, wave64=result.wave64, build=_build_facts(result, how))
     if with_deps:
         with log.step("downloading the wheel's dependencies (all but torch) into the wheelhouse"):
             download_dependencies(result.wheel, wheelhouse, python=sys.executable, runner=runner)
     result.seconds = time.monotonic() - start
     return result
+
+
+def _build_facts(result: BuildResult, how: EngineRun) -> dict[str, Any]:
+    """The manifest's ``build`` section: the compiler cache's numbers, debug info, precompiled headers."""
+    ccache = result.ccache
+    return {"cache": {**ccache.to_dict(), **result.cache_stats} if ccache else None, "debug_info": how.debug,
+            "pch": how.pch}
+
+
+def _selected(cat: Catalogue, ops: list[str] | None, all_compatible: bool, log: Logger) -> list[OpSpec]:
+    """The ops asked for, with the ops they load at run time (said: a node would compile those otherwise)."""
+    selected = cat.select(ops, all_compatible)
+    for dep in (o for o in selected if not all_compatible and o.name not in (ops or ())):
+        users = [o.name for o in selected if dep.name in o.loads]
+        log.info(f"also building {dep.name}: {', '.join(users)} load{'s' if len(users) == 1 else ''} it at run "
+                 "time (a node would compile it otherwise)")
+    return selected
+
+
+def _source(spec: str, cache: Path, py_ex: Executor, runner: Runner, stack: ExitStack, *, dry_run: bool) -> Source:
+    """The source, unpacked once into the shared cache; a dry run uses what the cache has or unpacks into a temp
+    folder (where the build python sees it), never into the cache."""
+    source = cached_source(DEEPSPEED, spec, cache) if dry_run else None
+    if source is not None:
+        return source
+    scratch = cache
+    if dry_run:
+        parent = cache if py_ex.kind != "host" and cache.is_dir() else None
+        scratch = stack.enter_context(owned_temp(parent, "porter-dry-"))
+    return resolve_source(DEEPSPEED, spec, runner=runner, cache=scratch)
 
 
 def _preflight(tc: Toolchain, python: str, py_ex: Executor, wheelhouse: Path | None, *, link: bool,
@@ -238,23 +247,12 @@ def package(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], results: list
     if commit:
         sources["git_commit"] = commit
     sources["patches"] = [*patches, *wheel_patches(base)]
-    manifest = build_manifest(
+    dest, mpath, _ = publish(
+        wheelhouse, lambda tmp, data: compose(base, tmp, version=version, tag=tag, extensions=extensions,
+                                              installed_ops=installed, extra_files={"{dist_info}/porter.json": data},
+                                              feature_probes=dict(cat.feature_probes)),
+        extra={**({"build": build} if build else {}), **({"wave64": wave64} if wave64 else {})},
         component=src.project, version=version, tc=tc, torch=cat.torch, python_tag=cat.torch.python_tag,
-        sources=sources,
-        extensions=entries, target={"accelerator": cat.accelerator},
+        sources=sources, extensions=entries, target={"accelerator": cat.accelerator},
         ops=[{"name": r.name, "status": r.status, "seconds": round(r.seconds, 2), "log": r.log} for r in results])
-    if build:
-        manifest["build"] = build
-    if wave64:
-        manifest["wave64"] = wave64
-    # the wheel appears in the wheelhouse only by an atomic rename, after its manifest
-    wheelhouse.mkdir(parents=True, exist_ok=True)
-    with owned_temp(wheelhouse, ".porter-") as tmpdir:
-        tmp = compose(base, Path(tmpdir), version=version, tag=tag, extensions=extensions, installed_ops=installed,
-                      extra_files={"{dist_info}/porter.json": carried(manifest)},
-                      feature_probes=dict(cat.feature_probes))
-        dest = wheelhouse / tmp.name
-        mpath = write_beside(tmp, manifest)
-        os.replace(mpath, manifest_path(dest))
-        os.replace(tmp, dest)
-    return dest, manifest_path(dest)
+    return dest, mpath

@@ -26,7 +26,7 @@ from typing import Any
 from porter import __version__
 from porter.artifacts import labels
 from porter.artifacts.labels import with_label
-from porter.artifacts.manifest import ExtensionEntry, build_manifest, carried, manifest_path, write_beside
+from porter.artifacts.manifest import ExtensionEntry, publish
 from porter.artifacts.wheelfile import Payload, WheelSpec, write_wheel
 from porter.components.megatron import (DIST, HELPERS_MODULE, HELPERS_SOURCE, KERNEL_DIR, PACKAGE_INFO,
                                         PATCH_PROJECT, is_tree, kernels)
@@ -37,7 +37,7 @@ from porter.hipify import wave64
 from porter.hipify.engine import HipifyReport
 from porter.hipify.scan import Finding
 from porter.executor import HOST, Executor, build_python
-from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir, owned_temp, owned_temp_dir, publish_dir
+from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir, owned_temp_dir, publish_dir
 from porter.log import Logger, quiet_logger
 from porter.patching import apply
 from porter.patching.model import PatchSet
@@ -146,22 +146,13 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     log = log or quiet_logger()
     runner = runner or Runner(log)
     src = check_tree(Path(tree))
-    if not tc.gpu and kernels and not (src / HELPERS_SOURCE).is_file():
-        raise ConfigError(f"toolchain {tc.name} is a {tc.kind} profile; the fused kernels are GPU code and {src} "
-                          f"has no {HELPERS_SOURCE} (the host-only part a {tc.kind} profile builds)",
-                          hint="pass a rocm profile (frontier, lumi-g, mi300x, debian-rocm, ...) or a cuda one, "
-                               "or --no-kernels to port the tree only")
-    if compile_only and tc.kind not in ("rocm", "cuda"):
-        raise ConfigError(f"--compile-only compiles GPU code for every arch; {tc.name} is a {tc.kind} profile",
-                          hint="pass a rocm or cuda profile, or drop --compile-only")
+    _check_request(src, tc, kernels=kernels, compile_only=compile_only)
     dest = output_dir(src, Path(out) if out is not None else None, in_place, tc)
     psets, skipped = patch_sets(sets, skip, project=PATCH_PROJECT)
     ex = tc.executor
     py_ex, python = build_python(ex, tc.python, python)
     torch_info: TorchInfo | None = None
     refused: PorterError | None = None
-    if compile_only and not kernels:
-        raise ConfigError("--compile-only compiles the kernels; --no-kernels skips them", hint="drop one of them")
     if kernels and not dry_run and not compile_only:
         if wheelhouse is None:
             raise ConfigError("building the fused kernels needs --wheelhouse DIR",
@@ -218,6 +209,20 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+def _check_request(src: Path, tc: Toolchain, *, kernels: bool, compile_only: bool) -> None:
+    """What the profile can build of this tree, and options that contradict each other: ConfigErrors."""
+    if not tc.gpu and kernels and not (src / HELPERS_SOURCE).is_file():
+        raise ConfigError(f"toolchain {tc.name} is a {tc.kind} profile; the fused kernels are GPU code and {src} "
+                          f"has no {HELPERS_SOURCE} (the host-only part a {tc.kind} profile builds)",
+                          hint="pass a rocm profile (frontier, lumi-g, mi300x, debian-rocm, ...) or a cuda one, "
+                               "or --no-kernels to port the tree only")
+    if compile_only and tc.kind not in ("rocm", "cuda"):
+        raise ConfigError(f"--compile-only compiles GPU code for every arch; {tc.name} is a {tc.kind} profile",
+                          hint="pass a rocm or cuda profile, or drop --compile-only")
+    if compile_only and not kernels:
+        raise ConfigError("--compile-only compiles the kernels; --no-kernels skips them", hint="drop one of them")
 
 
 def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[PatchSet],
@@ -424,22 +429,15 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
         sources["git_commit"] = commit
     if patches is not None:
         sources["patches"] = list(patches)
-    manifest = build_manifest(
+    dest, mpath, _ = publish(
+        wheelhouse, lambda tmp, data: write_wheel(tmp, WheelSpec(DIST, full_version, tag),
+                                                  {**files, "{dist_info}/porter.json": data},
+                                                  summary="Megatron-DeepSpeed fused softmax kernels, prebuilt by porter"),
+        extra={"wave64": wave64} if wave64 else None,
         component="megatron-deepspeed", version=full_version, tc=tc, torch=torch_info,
         python_tag=torch_info.python_tag, sources=sources, extensions=entries,
         ops=[{"name": o.name, "status": o.status, "seconds": round(o.seconds, 2), "log": o.log} for o in ops])
-    if wave64:
-        manifest["wave64"] = wave64
-    files["{dist_info}/porter.json"] = carried(manifest)
-    wheelhouse.mkdir(parents=True, exist_ok=True)
-    with owned_temp(wheelhouse, ".porter-") as tmpdir:
-        tmp = write_wheel(tmpdir, WheelSpec(DIST, full_version, tag), files,
-                          summary="Megatron-DeepSpeed fused softmax kernels, prebuilt by porter")
-        dest = wheelhouse / tmp.name
-        mpath = write_beside(tmp, manifest)
-        os.replace(mpath, manifest_path(dest))
-        os.replace(tmp, dest)
-    return dest, manifest_path(dest)
+    return dest, mpath
 
 
 __all__ = ["HELPERS_OP", "helpers_op", "kernel_ops", "output_dir", "package_kernels", "port_megatron", "prebuilt_ops",

@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from porter.artifacts import labels
-from porter.artifacts.manifest import ExtensionEntry, Manifest, build_manifest, carried, write_beside
+from porter.artifacts.manifest import ExtensionEntry, Manifest, publish
 from porter.artifacts.sbom import NAME as SBOM_NAME
 from porter.artifacts.wheelfile import sbom_of
 from porter.cluster.site.profiles import Site
 from porter.errors import CheckFailed, ConfigError, PorterError, ToolError
 from porter.executor import Executor
-from porter.fs import atomic_path, atomic_write_text, cache_dir, ensure_writable_dir, sha256_file
+from porter.fs import atomic_write_text, cache_dir, ensure_writable_dir, sha256_file
 from porter.log import Logger
 from porter.components.netplugin.checks import is_rocm_site, site_refusals
 from porter.components.netplugin.projects import Tree, device_of, recognise
@@ -306,21 +306,21 @@ def _package(plan: BuildPlan, libs: list[Path], loaded: list[dict[str, Any]], fa
         "libraries": libraries,
         "configure": next(s.argv for s in plan.steps if s.what == "configure"),
     }
-    manifest = build_manifest(component=tree.project.name, version=tree.version, tc=tc, torch=None,
-                              python_tag="none", sources={"tree": tree_digest(tree.root), "version": tree.version,
-                                                          "patches": []},  # porter patches no plugin source
-                              extensions=extensions, target={"net_plugin": net_plugin})
-    dest = req.out_dir / plan.package
-    with log.step(f"writing {dest}"):
-        with atomic_path(dest) as tmp:
-            with tarfile.open(tmp, "w:gz") as tar:
-                for lib in libs:  # the file a link names, under the link's name
-                    tar.add(lib.resolve(), arcname=f"{top}/lib/{lib.name}", recursive=False)
-                data = carried(manifest)
-                sbom = sbom_of(data, tree.project.name, tree.version, purl_type="generic")
-                for name, payload in ((MANIFEST_MEMBER, data), (SBOM_NAME, sbom)):  # the SBOM beside the manifest
-                    member = tarfile.TarInfo(f"{top}/{name}")
-                    member.size, member.mode = len(payload), 0o644
-                    tar.addfile(member, io.BytesIO(payload))
-        mpath = write_beside(dest, manifest)
+    def write(folder: Path, data: bytes) -> Path:
+        with tarfile.open(folder / plan.package, "w:gz") as tar:
+            for lib in libs:  # the file a link names, under the link's name
+                tar.add(lib.resolve(), arcname=f"{top}/lib/{lib.name}", recursive=False)
+            sbom = sbom_of(data, tree.project.name, tree.version, purl_type="generic")
+            for name, payload in ((MANIFEST_MEMBER, data), (SBOM_NAME, sbom)):  # the SBOM beside the manifest
+                member = tarfile.TarInfo(f"{top}/{name}")
+                member.size, member.mode = len(payload), 0o644
+                tar.addfile(member, io.BytesIO(payload))
+        return folder / plan.package
+
+    with log.step(f"writing {req.out_dir / plan.package}"):
+        dest, mpath, manifest = publish(
+            req.out_dir, write, component=tree.project.name, version=tree.version, tc=tc, torch=None,
+            python_tag="none", sources={"tree": tree_digest(tree.root), "version": tree.version,
+                                        "patches": []},  # porter patches no plugin source
+            extensions=extensions, target={"net_plugin": net_plugin})
     return BuildResult(plan, dest, mpath, manifest, [dict(i) for i in loaded])
