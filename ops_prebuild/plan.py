@@ -209,30 +209,26 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
               compile_only: bool = False, extra_includes: tuple[Path, ...] = (),
               cache: CompilerCache | None = None, tree: Path | None = None, pch: bool = False,
               debug: str = "full") -> Plan:
-    """Plan every command. ``sources`` maps op -> {original: hipified path} for ROCm builds.
+    """Plan every command. ``sources`` maps op -> {original: hipified path} for ROCm builds. Commands run through
+    the toolchain's executor: every path in them is one its programs see (files outside a chroot are staged into
+    it; ``stage=False`` only names where: dry runs write nothing).
 
-    Commands run through the toolchain's executor: every path in them is one its programs see
-    (files outside a chroot are staged into it; ``stage=False`` only names where: dry runs write nothing).
-    ``compile_only``: the same compiles, each recording its time and peak memory, and no link.
-    ``extra_includes`` come first on device ops' include path (the torch HIP view).
-    ``cache``: every compile goes through ccache where the compiler runs (links are not cached), with
-    base_dir at the build folder's grandparent (porter's work folder; a port's: the tree it builds in) and the
-    compiler started in the build folder, so the cache key holds paths relative to it.
-    ``tree``: where the sources are read (default the source tree; ``ops build`` passes its mirror inside
-    the build folder, which makes those relative paths the same for every release).
-    ``pch``: GCC host compiles that differ only in their op's name share one precompiled torch header
-    (see :func:`_share_torch_header`); not with ``compile_only``, whose costs are per unit.
-    ``debug``: what the builders' ``-g`` becomes (:data:`DEBUG_INFO`): ``full`` keeps it; ``lines`` (line
-    tables and function names: backtraces keep file:line) and ``none`` compile faster and make smaller
-    objects. nvcc's own ``-g`` is left alone.
-    """
+    ``compile_only``: the same compiles, each recording its time and peak memory, and no link. ``extra_includes``
+    come first on device ops' include path (the torch HIP view). ``cache``: every compile goes through ccache where
+    the compiler runs (links are not cached), with base_dir at the build folder's grandparent (porter's work
+    folder; a port's: the tree it builds in) and the compiler started in the build folder, so the cache key holds
+    paths relative to it. ``tree``: where the sources are read (default the source tree; ``ops build`` passes its
+    mirror inside the build folder, which makes those relative paths the same for every release). ``pch``: GCC
+    host compiles that differ only in their op's name share one precompiled torch header
+    (:func:`_share_torch_header`); not with ``compile_only``, whose costs are per unit. ``debug``: what the
+    builders' ``-g`` becomes (:data:`DEBUG_INFO`): ``full`` keeps it; ``lines`` (line tables and function names:
+    backtraces keep file:line) and ``none`` compile faster and make smaller objects. nvcc's own ``-g`` stays."""
     if debug not in DEBUG_INFO:
         raise ConfigError(f"debug info {debug!r} is not one of {', '.join(DEBUG_INFO)}")
     tree = tree or cat.source.tree
     ex = tc.executor
 
-    # torch's include folders nest (include/torch/csrc/api/include is inside include/): staged as one copy
-    within = (*cat.torch.include_dirs, *cat.torch.cuda_include_dirs)
+    within = (*cat.torch.include_dirs, *cat.torch.cuda_include_dirs)  # nested (csrc/api/include): staged as one
 
     def v(path: str | Path) -> str:
         return ex.visible(path, stage=stage, within=within)
@@ -276,33 +272,39 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
                                        wrapper, arch=arch))
                 objs.append(str(out))
         plan.objects[op.name] = objs
-        if compile_only:
-            continue
-        if tc.kind == "emulated" and op.device:  # the module's extern __shared__ arrays, defined at link time
-            defs = odir / "porter-dynamic-shared.o"
-            link_step = (sys.executable, "-m", "porter.emulate.shared", "--rev", emulate.revision(), "--lib",
-                         v(cat.torch.library_dir), "--out", v(defs), "--", *ex.argv(tc.compiler), "--",
-                         *(v(o) for o in objs))
-            plan.steps.append(Step(op.name, "compile", link_step, str(defs), tuple(objs), str(defs) + ".d"))
-            objs = [*objs, str(defs)]
-        so = odir / f"{op.leaf}{cat.torch.ext_suffix}"
-        inside = [v(o) for o in objs]
-        rsp: tuple[str, ...] = ()
-        if sum(len(o) + 1 for o in inside) > RSP_OVER:
-            rsp, inside = tuple(inside), [f"@{v(str(so) + '.rsp')}"]
-        plan.steps.append(Step(op.name, "link", tuple(_link_argv(op, cat, tc, inside, v(so), v)),
-                               str(so), tuple(objs), rsp=rsp))
-        plan.outputs[op.name] = str(so)
+        if not compile_only:
+            _link(plan, op, cat, tc, objs, odir, v)
+    before = [*cwd, *cache.prefix()] if cache is not None else []
     if shareable:
-        _share_torch_header(plan, shareable, v, [*cwd, *cache.prefix()] if cache is not None else [], at)
+        _share_torch_header(plan, shareable, v, before, at)
     if emulated:  # porter's prelude (torch's extension header and the HIP-on-CPU ones), parsed once per flag set
         own_dir = f"-I{v(emulate.INCLUDE_DIR)}"  # the op's own include folders: no header of the prelude is there
-        _share_torch_header(plan, emulated, v, [*cwd, *cache.prefix()] if cache is not None else [], at,
-                            text=f"#include <{emulate.PRELUDE}>\n", replaces=("-include", emulate.PRELUDE),
-                            ignore=lambda a: a.startswith("-I") and a != own_dir)
+        _share_torch_header(plan, emulated, v, before, at, text=f"#include <{emulate.PRELUDE}>\n",
+                            replaces=("-include", emulate.PRELUDE), ignore=lambda a: a.startswith("-I") and a != own_dir)
         if cache is not None and any(s.kind == "pch" for s in plan.steps):
             plan.env["CCACHE_SLOPPINESS"] = "pch_defines,time_macros"  # ccache's condition for caching PCH use
     return plan
+
+
+def _link(plan: Plan, op: OpSpec, cat: Catalogue, tc: Toolchain, objs: list[str], odir: Path,
+          v: Callable[[str | Path], str]) -> None:
+    """The op's link step into its module (after, on the emulated target, the step that defines the module's
+    extern __shared__ arrays)."""
+    if tc.kind == "emulated" and op.device:
+        defs = odir / "porter-dynamic-shared.o"
+        link_step = (sys.executable, "-m", "porter.emulate.shared", "--rev", emulate.revision(), "--lib",
+                     v(cat.torch.library_dir), "--out", v(defs), "--", *tc.executor.argv(tc.compiler), "--",
+                     *(v(o) for o in objs))
+        plan.steps.append(Step(op.name, "compile", link_step, str(defs), tuple(objs), str(defs) + ".d"))
+        objs = [*objs, str(defs)]
+    so = odir / f"{op.leaf}{cat.torch.ext_suffix}"
+    inside = [v(o) for o in objs]
+    rsp: tuple[str, ...] = ()
+    if sum(len(o) + 1 for o in inside) > RSP_OVER:
+        rsp, inside = tuple(inside), [f"@{v(str(so) + '.rsp')}"]
+    plan.steps.append(Step(op.name, "link", tuple(_link_argv(op, cat, tc, inside, v(so), v)), str(so), tuple(objs),
+                           rsp=rsp))
+    plan.outputs[op.name] = str(so)
 
 
 def _parts(obj: Path, split: bool, tc: Toolchain) -> list[tuple[Path, str, str]]:

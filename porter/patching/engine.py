@@ -918,23 +918,8 @@ def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, f
     """
     root = tree_root(tree)
     _check_journal_dir(root)
-    journal = read_journal(root)
-    entries: list[dict[str, Any]] = journal["sets"]
-    if refs:
-        names = [e["set"] for e in entries]
-
-        def hit(name: str, ref: str) -> bool:  # a project name selects all its sets
-            return name == ref or name.startswith(ref.rstrip("/") + "/")
-
-        missing = [r for r in refs if not any(hit(n, r) for n in names)]
-        if missing:
-            raise ConfigError(f"set {missing[0]} is not applied to {root}",
-                              hint=f"applied sets: {', '.join(names) or '(none)'}")
-        chosen = [e for e in entries if any(hit(e["set"], r) for r in refs)]
-    else:
-        chosen = list(entries)
-    if not chosen:
-        raise NothingToDo(f"no patch sets are applied to {root}", hint="nothing to revert")
+    entries: list[dict[str, Any]] = read_journal(root)["sets"]
+    chosen = _chosen(root, entries, refs)
     chosen_ids = {id(e) for e in chosen}
     chosen_names = ", ".join(e["set"] for e in chosen)
     layers = _layers(entries)
@@ -983,17 +968,7 @@ def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, f
         for rel, (data, mode) in restore.items():
             txn.write(root / rel, data, mode)
         for entry, rec, before, after in upper:
-            if before == after:  # no longer changes this file: it is not a layer there any more
-                entry["files"].remove(rec)
-                if rec.get("backup"):
-                    dropped.append(root / rec["backup"])
-                continue
-            backup = f"{ORIGINALS}/{_slug(entry['set'])}/{rec['path']}" if before is not None else None
-            if backup is not None:
-                txn.write(root / backup, before, 0o644)
-            elif rec.get("backup"):
-                dropped.append(root / rec["backup"])
-            rec.update({"before": _sha(before), "after": _sha(after), "backup": backup})
+            dropped += _relayer(root, txn, entry, rec, before, after)
         if keep:
             txn.undo.append((root / JOURNAL, _read(root / JOURNAL), 0o644))
             atomic_write_json(root / JOURNAL, {"schema": SCHEMA, "sets": keep})
@@ -1008,6 +983,41 @@ def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, f
         path.unlink(missing_ok=True)
     _cleanup_journal_dir(root)
     return result
+
+
+def _chosen(root: Path, entries: list[dict[str, Any]], refs: Sequence[str] | None) -> list[dict[str, Any]]:
+    """The journal's entries of the sets ``refs`` names (a project name: all its sets; none: every set)."""
+    if not refs:
+        chosen = list(entries)
+    else:
+        names = [e["set"] for e in entries]
+
+        def hit(name: str, ref: str) -> bool:
+            return name == ref or name.startswith(ref.rstrip("/") + "/")
+
+        missing = [r for r in refs if not any(hit(n, r) for n in names)]
+        if missing:
+            raise ConfigError(f"set {missing[0]} is not applied to {root}",
+                              hint=f"applied sets: {', '.join(names) or '(none)'}")
+        chosen = [e for e in entries if any(hit(e["set"], r) for r in refs)]
+    if not chosen:
+        raise NothingToDo(f"no patch sets are applied to {root}", hint="nothing to revert")
+    return chosen
+
+
+def _relayer(root: Path, txn: _Txn, entry: dict[str, Any], rec: dict[str, Any], before: bytes | None,
+             after: bytes | None) -> list[Path]:
+    """A set applied on top of a reverted one, re-applied: its journal record and backup follow the new bytes. The
+    backups it no longer needs."""
+    if before == after:  # no longer changes this file: it is not a layer there any more
+        entry["files"].remove(rec)
+        return [root / rec["backup"]] if rec.get("backup") else []
+    backup = f"{ORIGINALS}/{_slug(entry['set'])}/{rec['path']}" if before is not None else None
+    dropped = [root / rec["backup"]] if backup is None and rec.get("backup") else []
+    if backup is not None:
+        txn.write(root / backup, before, 0o644)
+    rec.update({"before": _sha(before), "after": _sha(after), "backup": backup})
+    return dropped
 
 
 def _reapply(root: Path, rel: str, entry: dict[str, Any], data: bytes | None, mode: int | None,

@@ -15,9 +15,6 @@ STILL_LONG = {  # to be split by the one-build-flow restructure (#39)
     "porter/cluster/slurm/matrix.py:load_matrix": 171,
     "ops_prebuild/build.py:compile_catalogue": 145,
     "porter/cli/ops.py:build_cmd": 122,
-    "porter/components/flash_attn/__init__.py:kernel_ops": 101,
-    "porter/patching/engine.py:revert": 100,
-    "ops_prebuild/plan.py:make_plan": 99,
 }
 
 

@@ -278,23 +278,7 @@ class FlashAttnDriver:
         api = [g for g in generated if g.stem.endswith("_api")]
         instances = [g for g in generated if not g.stem.endswith("_api")]
         pats = [u for spec in request.units for u in re.split(r"[,\s]+", spec) if u]
-        chosen = [g for g in instances if not pats or any(fnmatch.fnmatch(g.stem, pt) for pt in pats)]
-        if isinstance(request.sample, str):  # a covering sample (cover, pairs)
-            keep = set(ck_cover([g.stem for g in chosen], request.sample))
-            chosen = [g for g in chosen if g.stem in keep]
-        elif request.sample is not None:  # the first N of each family x head-dim bucket x dtype
-            seen: dict[str, int] = {}
-            kept = []
-            for g in chosen:
-                stratum = ck_stratum(g.stem)
-                if seen.get(stratum, 0) < request.sample:
-                    seen[stratum] = seen.get(stratum, 0) + 1
-                    kept.append(g)
-            chosen = kept
-        if request.instances is not None:
-            if request.instances < 0:
-                raise ConfigError(f"--instances must be 0 or more, not {request.instances}")
-            chosen = chosen[:request.instances]
+        chosen = _chosen_instances(instances, pats, request)
         narrowed = bool(pats) or request.instances is not None
         frontend = not narrowed or any(fnmatch.fnmatch(FRONTEND, pt) for pt in pats)
         if not chosen and not frontend:
@@ -334,18 +318,46 @@ class FlashAttnDriver:
             hipify = (FRONTEND,)
         notes = [f"CK fmha instances: {len(chosen)} of {len(instances)} generated (receipt {ck.receipt or 'none'}, "
                  f"optdim {ck.optdim or 'none'}, directions {', '.join(ck.directions)})"
-                 + (f", plus {FRONTEND} ({len(ck.sources)} sources + {len(api)} API dispatchers)" if frontend else "")]
-        if ck.skipped:
-            notes.append("not read from setup.py (left out): " + "; ".join(ck.skipped[:4]))
-        if dropped:
-            notes.append(f"upstream's flags left out (--drop-flag): {shlex.join(dropped)}; the objects are not "
-                         "what upstream's build makes")
-        if EARLY_INLINE in flags and any(ck_family(g.stem) == "fmha_bwd" for g in chosen):
-            notes.append(f"{EARLY_INLINE} (upstream's, for HIP > 6.2): with Debian's clang 22 one CK backward "
-                         "instance ran over 70 min per arch with it and 35 s without (docs/wheels.md); "
-                         f"--drop-flag={EARLY_INLINE.split('=')[0]} leaves it out")
+                 + (f", plus {FRONTEND} ({len(ck.sources)} sources + {len(api)} API dispatchers)" if frontend else ""),
+                 *_flag_notes(ck, dropped, flags, chosen)]
         return KernelSet(ops=tuple(ops), hipify=hipify, total_units=len(instances) + len(api) + len(ck.sources),
                          notes=tuple(notes))
+
+
+def _flag_notes(ck: CkBuild, dropped: Sequence[str], flags: Sequence[str], chosen: list[Path]) -> list[str]:
+    """What the plan says of the flags: what setup.py gave porter nothing to read from, what --drop-flag left out,
+    and the flag that makes one backward instance take over an hour."""
+    notes = ["not read from setup.py (left out): " + "; ".join(ck.skipped[:4])] if ck.skipped else []
+    if dropped:
+        notes.append(f"upstream's flags left out (--drop-flag): {shlex.join(dropped)}; the objects are not "
+                     "what upstream's build makes")
+    if EARLY_INLINE in flags and any(ck_family(g.stem) == "fmha_bwd" for g in chosen):
+        notes.append(f"{EARLY_INLINE} (upstream's, for HIP > 6.2): with Debian's clang 22 one CK backward "
+                     "instance ran over 70 min per arch with it and 35 s without (docs/wheels.md); "
+                     f"--drop-flag={EARLY_INLINE.split('=')[0]} leaves it out")
+    return notes
+
+
+def _chosen_instances(instances: list[Path], pats: list[str], request: WheelRequest) -> list[Path]:
+    """The generated CK instances ``--units`` patterns, ``--sample`` and ``--instances`` select, in that order."""
+    chosen = [g for g in instances if not pats or any(fnmatch.fnmatch(g.stem, pt) for pt in pats)]
+    if isinstance(request.sample, str):  # a covering sample (cover, pairs)
+        keep = set(ck_cover([g.stem for g in chosen], request.sample))
+        chosen = [g for g in chosen if g.stem in keep]
+    elif request.sample is not None:  # the first N of each family x head-dim bucket x dtype
+        seen: dict[str, int] = {}
+        kept = []
+        for g in chosen:
+            stratum = ck_stratum(g.stem)
+            if seen.get(stratum, 0) < request.sample:
+                seen[stratum] = seen.get(stratum, 0) + 1
+                kept.append(g)
+        chosen = kept
+    if request.instances is not None:
+        if request.instances < 0:
+            raise ConfigError(f"--instances must be 0 or more, not {request.instances}")
+        chosen = chosen[:request.instances]
+    return chosen
 
 
 @dataclass(frozen=True)
