@@ -141,21 +141,17 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
     none with ``link_only``) -> link unless ``compile_only`` -> per op result and, compile-only, per op x arch
     report. The build folder is held under a lock while it is set up (the shards of one build then compile at
     once, each with its own ninja file); what was built is recorded with its sha256, and anything that no longer
-    matches is built again. A dry run plans and returns with ``refusal`` set instead of raising.
+    matches is built again. A dry run plans and returns with ``refusal`` set instead of raising. The caller owns
+    what comes before (its source, its catalogue, its checks) and after (its wheel).
 
-    The caller owns what comes before (its source, its catalogue, its checks) and after (its wheel).
-
-    ``hipify``: the ops whose CUDA sources the engine hipifies on a rocm profile (torch's hipify, into a copy
-    under the build folder; default: every device op; ``()``: the sources are HIP already). ``mirror``: compile
-    from a hard-linked mirror of the source tree inside the build folder (the same relative paths for every
-    release, so the compiler cache hits across them); else from ``cat.source.tree`` where it is. ``torch_view``:
-    a compile-only run without a ROCm torch sees torch's headers through a generated HIP view (default: when an
-    op was hipified here). ``hipify_from``: where hipify reads the sources when they are not at
-    ``cat.source.tree`` yet (a dry run's temporary copy). ``notes`` go first in the plan's notes.
-    ``on_shard_setup``: called once a shard run has set up (when it lets go of the build folder's lock), for the
-    caller's own locks."""
-    jobs, compile_only, compiler_cache, shard, link_only, pch, debug = (
-        how.jobs, how.compile_only, how.compiler_cache, how.shard, how.link_only, how.pch, how.debug)
+    ``hipify``: the ops whose CUDA sources the engine hipifies on a rocm profile (into a copy under the build
+    folder; default: every device op; ``()``: the sources are HIP already). ``mirror``: compile from a hard-linked
+    mirror of the source tree inside the build folder (the same relative paths for every release: the compiler
+    cache hits across them). ``torch_view``: a compile-only run without a ROCm torch sees torch's headers through a
+    generated HIP view (default: when an op was hipified here). ``hipify_from``: where hipify reads the sources
+    when they are not at ``cat.source.tree`` yet (a dry run's copy). ``notes`` go first in the plan's notes.
+    ``on_shard_setup``: called once a shard run lets go of the build folder's lock, for the caller's own locks."""
+    compile_only, compiler_cache, shard, link_only = how.compile_only, how.compiler_cache, how.shard, how.link_only
     ex = tc.executor
     start = time.monotonic()
     with ExitStack() as stack:
@@ -168,66 +164,30 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
         quiet = replace(runner, echo=log.verbose)
         hip_map = hipify_for_rocm(hipify_from or cat.source.tree, to_hipify, build_dir, python=python, log=log,
                                   runner=quiet, executor=py_ex, dry_run=dry_run) if to_hipify else None
-        view: tuple[Path, ...] = ()
-        wants_view = bool(to_hipify) if torch_view is None else torch_view
         emulated = tc.kind == "emulated" and any(o.device for o in selected)
-        if (compile_only and tc.kind == "rocm" and wants_view or emulated) and hip_view.needed(cat.torch):
-            with log.step(f"a HIP view of torch {cat.torch.version}'s headers"
-                          + (" (compile checks only)" if not emulated else "")):
-                view = (hip_view.make_view(cat.torch, cache, python=python, runner=quiet,
-                                           executor=py_ex, dry_run=dry_run),)
+        wants_view = (bool(to_hipify) if torch_view is None else torch_view) and compile_only and tc.kind == "rocm"
+        view = _torch_view(cat, cache, python, quiet, py_ex, log, emulated=emulated,
+                           dry_run=dry_run) if wants_view or emulated else ()
         # --compile-only measures each unit's time and memory (what later plans' jobs are sized by): a
         # cache hit would record a copy, not a compile, so those runs never go through the cache
         ccache = setup_cache(tc, work=cache_dir(), compiler_version_text=compiler_version,
                              enabled=compiler_cache.enabled and not compile_only, cache_dir=compiler_cache.dir,
                              remote="" if compile_only else compiler_cache.remote, log=log, dry_run=dry_run)
-        plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not dry_run,
-                         compile_only=compile_only, extra_includes=view, cache=ccache,
-                         tree=build_dir / "src" if mirror else None,
-                         pch=pch, debug=debug)
-        plan.notes[:0] = list(notes)
-        if view and not emulated:
-            plan.notes.append(f"torch {cat.torch.version} is a {cat.torch.kind} build: its headers are seen through "
-                              f"a generated HIP view ({view[0]}); objects are compiled, never linked")
+        plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not dry_run, compile_only=compile_only,
+                         extra_includes=view, cache=ccache, tree=build_dir / "src" if mirror else None,
+                         pch=how.pch, debug=how.debug)
+        plan.notes[:] = [*notes, *plan.notes, *_notes(cat, view, source_patches, emulated=emulated, dry_run=dry_run)]
         per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]
-        n_jobs = jobs or default_jobs(per_job, spare=1)  # one spare: no core idles while the last units compile
+        n_jobs = how.jobs or default_jobs(per_job, spare=1)  # one spare: no core idles while the last units compile
         result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, compile_only=compile_only, ccache=ccache,
                              hip_view=str(view[0]) if view else "", source_patches=source_patches)
-        if source_patches:
-            plan.notes.append(f"{'built' if not dry_run else 'a real run builds'} from porter's patched copy of the "
-                              f"source: {'; '.join(source_patches)}")
         if dry_run:
-            try:
-                ex.preflight()
-            except PorterError as exc:
-                result.refusal = result.refusal or exc
-            if result.refusal is not None:
-                plan.notes.append(f"a real run here would be refused: {result.refusal.message}")
-            result.seconds = time.monotonic() - start
-            return result
-        build_dir.mkdir(parents=True, exist_ok=True)
-        left = remove_stale_outputs(build_dir)  # the private files of compiles killed mid-write
-        if left:
-            log.info(f"removed {len(left)} half-written output(s) of killed compiles, e.g. {left[0].name}")
-        if mirror:
-            mirror_tree(cat.source.tree, build_dir / "src", source_tops(selected))
-        for path, text in plan.files.items():
-            if not Path(path).is_file() or Path(path).read_text() != text:  # an unchanged file keeps its time
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_text(Path(path), text)
-        atomic_write_text(build_dir / "build.ninja", plan.ninja())
-        stats = build_dir / CCACHE_STATS
-        part: list[Step] | None = None
-        ninja_file, log_name = "build.ninja", "build.log"
+            return _dry(result, ex, start)
+        _write_build_dir(plan, cat, selected, build_dir, log, mirror=mirror)
+        stats, part, ninja_file, log_name = build_dir / CCACHE_STATS, None, "build.ninja", "build.log"
         if shard is not None:
             part, tag = plan.shard(*shard), f"shard-{shard[0]}-of-{shard[1]}"
-            ninja_file, log_name = f"build.{tag}.ninja", f"build.{tag}.log"
-            atomic_write_text(build_dir / ninja_file, plan.ninja(part, builddir=f".ninja-{tag}", publish=True))
-            stats = build_dir / f"ccache-stats.{tag}.log"
-            if ccache is not None:
-                plan.env["CCACHE_STATSLOG"] = ex.inside(stats)
-            # its own objects only: the other shards' may be half-written by their compilers right now
-            _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in part if s.kind == "compile"]))
+            ninja_file, log_name, stats = _shard_files(plan, part, tag, build_dir, log, cached=ccache is not None)
             lock.release()  # each shard has its own ninja file, ninja log and stats: they compile at once
             if on_shard_setup is not None:
                 on_shard_setup()
@@ -235,17 +195,8 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             # (a resubmission, another user's job) waits, then finds its objects built
             stack.enter_context(hold(build_dir.parent / f"{build_dir.name}.{tag}",
                                      f"compiling shard {shard[0]} of {shard[1]}", say=log.info))
-        elif link_only:  # a damaged object is a missing one: the shard that compiled it runs again
-            _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in plan.steps]), again=False)
-            missing = [s for s in plan.steps if s.kind == "compile" and not Path(s.output).is_file()]
-            if missing:
-                compiles = [s.output for s in plan.steps if s.kind == "compile"]
-                raise CheckFailed(f"{len(missing)} object(s) are missing, e.g. {missing[0].output} "
-                                  f"(compile step {compiles.index(missing[0].output)} of {len(compiles)})",
-                                  hint="a shard did not finish: rerun it (--shard I/N), then "
-                                       + ("--report-only" if compile_only else "--link-only"))
-            part, ninja_file = plan.links(), "build.link.ninja"
-            atomic_write_text(build_dir / ninja_file, plan.ninja(part, builddir=".ninja-link"))
+        elif link_only:
+            part, ninja_file = _links_only(plan, build_dir, log, compile_only=compile_only)
         else:
             _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in plan.steps]))
         stats.unlink(missing_ok=True)
@@ -255,27 +206,107 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
                                ninja_file=ninja_file, log_name=log_name,
                                times=unit_times_path(cat.source.project, cat.source.version, tc),
                                stats=stats if ccache is not None else None)
-        if shard is None:
-            record_outputs(build_dir, [s.output for s in plan.steps])
-        else:  # the shards of one build compile at once: each adds its own objects to the record, in turn
-            with hold(build_dir, f"recording shard {shard[0]} of {shard[1]}'s objects", say=log.info):
-                record_outputs(build_dir, targets or [], merge=True)
-        if shard is not None:
-            result.shard = {"index": shard[0], "count": shard[1], "objects": targets or []}
-            if ccache is not None:
-                result.cache_stats = read_stats(stats)
-            result.seconds = time.monotonic() - start
-            return result
-        if ccache is not None:
-            result.cache_stats = read_stats(build_dir / CCACHE_STATS)
-            log.info(f"compiler cache: {result.cache_stats['hits']} hit(s), {result.cache_stats['misses']} miss(es)"
-                     f" ({ccache.dir})")
-        if compile_only:
+        _record(result, build_dir, plan, shard, targets, stats, log)
+        if compile_only and shard is None:
             result.compiled = compile_report(plan, result.ops, tc)
-            result.seconds = time.monotonic() - start
-            return result
         result.seconds = time.monotonic() - start
         return result
+
+
+def _notes(cat: Catalogue, view: tuple[Path, ...], source_patches: Sequence[str], *, emulated: bool,
+           dry_run: bool) -> list[str]:
+    """What the plan says of torch's HIP view and of porter's patched copy of the source."""
+    notes = [f"torch {cat.torch.version} is a {cat.torch.kind} build: its headers are seen through a generated HIP "
+             f"view ({view[0]}); objects are compiled, never linked"] if view and not emulated else []
+    if source_patches:
+        notes.append(f"{'built' if not dry_run else 'a real run builds'} from porter's patched copy of the source: "
+                     f"{'; '.join(source_patches)}")
+    return notes
+
+
+def _dry(result: BuildResult, ex: Executor, start: float) -> BuildResult:
+    """A dry run's result: the plan, and what a real run here would refuse (the toolchain's root not ready, ...)."""
+    try:
+        ex.preflight()
+    except PorterError as exc:
+        result.refusal = result.refusal or exc
+    if result.refusal is not None:
+        result.plan.notes.append(f"a real run here would be refused: {result.refusal.message}")
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _shard_files(plan: Plan, part: list[Step], tag: str, build_dir: Path, log: Logger, *,
+                 cached: bool) -> tuple[str, str, Path]:
+    """A shard's own ninja file, ninja log and cache stats (its objects checked: the other shards' may be
+    half-written by their compilers right now)."""
+    ninja_file, log_name = f"build.{tag}.ninja", f"build.{tag}.log"
+    atomic_write_text(build_dir / ninja_file, plan.ninja(part, builddir=f".ninja-{tag}", publish=True))
+    stats = build_dir / f"ccache-stats.{tag}.log"
+    if cached:
+        plan.env["CCACHE_STATSLOG"] = plan.toolchain.executor.inside(stats)
+    _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in part if s.kind == "compile"]))
+    return ninja_file, log_name, stats
+
+
+def _torch_view(cat: Catalogue, cache: Path, python: str, runner: Runner, py_ex: Executor, log: Logger, *,
+                emulated: bool, dry_run: bool) -> tuple[Path, ...]:
+    """torch's headers as a HIP build sees them, generated, when torch is not a ROCm build (none otherwise)."""
+    if not hip_view.needed(cat.torch):
+        return ()
+    with log.step(f"a HIP view of torch {cat.torch.version}'s headers" + (" (compile checks only)" if not emulated
+                                                                            else "")):
+        return (hip_view.make_view(cat.torch, cache, python=python, runner=runner, executor=py_ex, dry_run=dry_run),)
+
+
+def _write_build_dir(plan: Plan, cat: Catalogue, selected: list[OpSpec], build_dir: Path, log: Logger, *,
+                     mirror: bool) -> None:
+    """The build folder as the plan needs it: killed compiles' leftovers gone, the source mirror, the plan's files
+    (an unchanged one keeps its time) and build.ninja."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    left = remove_stale_outputs(build_dir)  # the private files of compiles killed mid-write
+    if left:
+        log.info(f"removed {len(left)} half-written output(s) of killed compiles, e.g. {left[0].name}")
+    if mirror:
+        mirror_tree(cat.source.tree, build_dir / "src", source_tops(selected))
+    for path, text in plan.files.items():
+        if not Path(path).is_file() or Path(path).read_text() != text:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(Path(path), text)
+    atomic_write_text(build_dir / "build.ninja", plan.ninja())
+
+
+def _links_only(plan: Plan, build_dir: Path, log: Logger, *, compile_only: bool) -> tuple[list[Step], str]:
+    """The run after every shard: refuses when an object is missing (a damaged one is a missing one: the shard that
+    compiled it runs again); its ninja file links only."""
+    _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in plan.steps]), again=False)
+    missing = [s for s in plan.steps if s.kind == "compile" and not Path(s.output).is_file()]
+    if missing:
+        compiles = [s.output for s in plan.steps if s.kind == "compile"]
+        raise CheckFailed(f"{len(missing)} object(s) are missing, e.g. {missing[0].output} "
+                          f"(compile step {compiles.index(missing[0].output)} of {len(compiles)})",
+                          hint="a shard did not finish: rerun it (--shard I/N), then "
+                               + ("--report-only" if compile_only else "--link-only"))
+    part = plan.links()
+    atomic_write_text(build_dir / "build.link.ninja", plan.ninja(part, builddir=".ninja-link"))
+    return part, "build.link.ninja"
+
+
+def _record(result: BuildResult, build_dir: Path, plan: Plan, shard: tuple[int, int] | None,
+            targets: list[str] | None, stats: Path, log: Logger) -> None:
+    """What was built, recorded with its sha256 (a shard adds its own objects, in turn with the others), and the
+    compiler cache's numbers."""
+    if shard is None:
+        record_outputs(build_dir, [s.output for s in plan.steps])
+    else:
+        with hold(build_dir, f"recording shard {shard[0]} of {shard[1]}'s objects", say=log.info):
+            record_outputs(build_dir, targets or [], merge=True)
+        result.shard = {"index": shard[0], "count": shard[1], "objects": targets or []}
+    if result.ccache is not None:
+        result.cache_stats = read_stats(stats)
+        if shard is None:
+            log.info(f"compiler cache: {result.cache_stats['hits']} hit(s), {result.cache_stats['misses']} miss(es)"
+                     f" ({result.ccache.dir})")
 
 
 def _say_discarded(log: Logger, build_dir: Path, discarded: list[str], *, again: bool = True) -> None:

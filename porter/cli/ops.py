@@ -172,8 +172,39 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
     from porter.components.deepspeed.build import build_ops
     from ops_prebuild.build import EngineRun, failures
 
+    _check_build_options(req)
+    tc = req.toolchain()
+    names = [n.strip() for n in req.op_names.split(",") if n.strip()] if req.op_names else None
+    if req.shards is not None:
+        _submit_shards(log, tc, req, names, as_json)
+        return
+    how = EngineRun(jobs=req.jobs, compile_only=req.compile_only, compiler_cache=req.cache(),
+                    shard=parse_shard(req.shard), link_only=req.link_only, pch=req.pch, debug=req.debug_info)
+    result = build_ops(req.source, tc, ops=names, all_compatible=req.all_compatible, wheelhouse=req.wheelhouse, how=how,
+                       dry_run=req.dry_run, python=req.python, with_deps=req.with_deps, log=log,
+                       allow_wave32=allowed(req.allow_wave32))
+    _show_build(result, req, tc, as_json)
+    if req.compile_only and not req.dry_run and result.failed and len(result.failed) == len(result.ops):
+        src = result.catalogue.source
+        failed_archs = {r["name"]: [a for a, v in r["archs"].items() if v == "failed"] for r in result.compiled}
+        raise CheckFailed("no op compiled " + failures(result.failed, f"{src.project} {src.version} ({src.origin})", tc,
+                                                       failed_archs),
+                          hint="fix the first error of each op (its file and line are named), or leave the op out "
+                               "with --ops; 'porter ops list' shows what DeepSpeed itself declares incompatible")
+    if result.failed:
+        raise PartialSuccess(f"{len(result.failed)} op(s) failed"
+                             + (" to compile: " if req.compile_only else " and were left out of the wheel: ")
+                             + ", ".join(o.name for o in result.failed),
+                             hint="the other ops " + ("compiled" if req.compile_only else "shipped")
+                                  + "; read the failed ops' logs")
+
+
+def _check_build_options(req: BuildOptions) -> None:
+    """Options of ``ops build`` that contradict each other: a usage error."""
     if req.op_names and req.all_compatible:
         raise click.UsageError("--ops and --all-compatible exclude each other")
+    if req.compile_only and req.with_deps:
+        raise click.UsageError("--with-deps downloads a wheel's dependencies; --compile-only makes no wheel")
     if req.shards is not None or req.use_slurm:
         if req.shards is None or not req.use_slurm:
             raise click.UsageError("--shards N and --slurm go together: N array tasks, then a link job; to build "
@@ -187,18 +218,10 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
         given = given_on_command_line("wait", "shards_dir", "time_limit", *req.slurm)
         if given:
             raise click.UsageError(f"{', '.join(given)}: only with --shards N --slurm")
-    tc = req.toolchain()
-    names = [n.strip() for n in req.op_names.split(",") if n.strip()] if req.op_names else None
-    if req.compile_only and req.with_deps:
-        raise click.UsageError("--with-deps downloads a wheel's dependencies; --compile-only makes no wheel")
-    if req.shards is not None:
-        _submit_shards(log, tc, req, names, as_json)
-        return
-    how = EngineRun(jobs=req.jobs, compile_only=req.compile_only, compiler_cache=req.cache(),
-                    shard=parse_shard(req.shard), link_only=req.link_only, pch=req.pch, debug=req.debug_info)
-    result = build_ops(req.source, tc, ops=names, all_compatible=req.all_compatible, wheelhouse=req.wheelhouse, how=how,
-                       dry_run=req.dry_run, python=req.python, with_deps=req.with_deps, log=log,
-                       allow_wave32=allowed(req.allow_wave32))
+
+
+def _show_build(result: Any, req: BuildOptions, tc: Toolchain, as_json: bool) -> None:
+    """What ``ops build`` printed: the JSON document, the plan, the shard, the compile table or the wheel."""
     if as_json:
         emit_json(result.to_dict())
     elif req.dry_run:
@@ -226,19 +249,6 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
             click.echo(f"  {ex['name']:<28} {ex['reason'] or '(no reason given)'}")
     if result.cache_stats and not as_json:
         click.echo(f"compiler cache: {result.cache_stats['hits']} hit(s), {result.cache_stats['misses']} miss(es)")
-    if req.compile_only and not req.dry_run and result.failed and len(result.failed) == len(result.ops):
-        src = result.catalogue.source
-        failed_archs = {r["name"]: [a for a, v in r["archs"].items() if v == "failed"] for r in result.compiled}
-        raise CheckFailed("no op compiled " + failures(result.failed, f"{src.project} {src.version} ({src.origin})", tc,
-                                                       failed_archs),
-                          hint="fix the first error of each op (its file and line are named), or leave the op out "
-                               "with --ops; 'porter ops list' shows what DeepSpeed itself declares incompatible")
-    if result.failed:
-        raise PartialSuccess(f"{len(result.failed)} op(s) failed"
-                             + (" to compile: " if req.compile_only else " and were left out of the wheel: ")
-                             + ", ".join(o.name for o in result.failed),
-                             hint="the other ops " + ("compiled" if req.compile_only else "shipped")
-                                  + "; read the failed ops' logs")
 
 
 def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list[str] | None, as_json: bool) -> None:
