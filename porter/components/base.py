@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest
@@ -35,6 +35,16 @@ class InstalledCheck:
     """Environment the import probe needs (DS_ACCELERATOR=cpu for a CPU build)."""
     facts: dict[str, object] = field(default_factory=dict)
     """Reported as is (DeepSpeed: installed_ops)."""
+
+
+@runtime_checkable
+class MatrixBuild(Protocol):
+    """A component a build matrix (``porter matrix``) can build: its ``build_command`` makes a wheel of a release."""
+
+    fetches: bool
+    """A release can be given as ``NAME==VERSION`` (its sdist is downloaded)."""
+    takes_ops: bool
+    """Its build command takes ``--ops``."""
 
 
 class Component(Protocol):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,24 +51,6 @@ ENTRY_KEYS = ("name", "versions", "sources", "toolchains", "ops", "args", "tag")
 OWNED_OPTIONS = ("--source", "-t", "--toolchain", "-o", "--wheelhouse", "--json", "--dry-run", "--python",
                  "-j", "--jobs", "--arch", "--cpu-isa", "-q", "--quiet")
 _SDIST = re.compile(r"(\.tar\.gz|\.tgz|\.zip|\.tar\.bz2)$")
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """How a matrix cell builds one component: the porter command (the component's own
-    ``build_command``), whether a version can be fetched as ``NAME==VERSION``, whether ``--ops`` applies."""
-
-    fetch: bool
-    ops: bool
-
-
-# Components built by `porter ops build` / `porter wheel NAME`. megatron-deepspeed is a port of a training
-# tree (porter port), not a wheel of a release, so it is not a matrix component.
-RECIPES: Mapping[str, Recipe] = {
-    "deepspeed": Recipe(fetch=True, ops=True),
-    "apex": Recipe(fetch=False, ops=True),
-    "flash-attn": Recipe(fetch=True, ops=False),
-}
 
 
 @dataclass(frozen=True)
@@ -154,12 +136,11 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
                           unreadable_hint="pass the path of a readable matrix TOML file")
     data = parse_toml(text, where)
     check_keys(data, TOP_KEYS, where)
-    base = file.parent
 
     def here(p: str) -> Path:
         if "\0" in p:  # expanduser and resolve raise ValueError on it
             raise ConfigError(f"{where}: path {p!r} holds a NUL byte", hint="no path can contain NUL; remove it")
-        return (base / os.path.expanduser(p)).resolve()
+        return (file.parent / os.path.expanduser(p)).resolve()
 
     name = data.get("name", file.stem)
     if not isinstance(name, str) or not name:
@@ -173,19 +154,10 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
                                                               "or set dir = \"...\" in the matrix file")
     if wheelhouse is not None:
         house = Path(wheelhouse).resolve()
-    elif isinstance(data.get("wheelhouse"), str):
-        house = here(data["wheelhouse"])
     else:
-        house = folder / "wheelhouse"
+        house = here(data["wheelhouse"]) if isinstance(data.get("wheelhouse"), str) else folder / "wheelhouse"
     default_tcs = _strings(data.get("toolchains"), where, "toolchains")
-    build_python = data.get("python")
-    if build_python is not None and (not isinstance(build_python, str) or "\0" in build_python):
-        raise ConfigError(f"{where}: 'python' must be a string (the build python, as --python takes it)",
-                          hint="e.g. python = \"/opt/venv/bin/python\"")
-    jobs = data.get("jobs")
-    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs < 2 ** 63):
-        raise ConfigError(f"{where}: 'jobs' must be a whole number >= 1, not {shown(jobs)}",
-                          hint="the parallel compile jobs of each cell (--jobs), e.g. jobs = 16")
+    build_python, jobs = _python_and_jobs(data, where)
     slurm_table = data.get("slurm", {})
     if not isinstance(slurm_table, dict):
         raise ConfigError(f"{where}: [slurm] must be a table")
@@ -194,54 +166,92 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise ConfigError(f"{where}: no [[component]] entries",
                           hint="add at least one [[component]] table with a name and versions or sources")
-
-    # 1. the cells, named from the file alone, so every later problem can name the cells it concerns
-    planned: list[dict[str, Any]] = []
     problems: list[str] = []
-    for n, entry in enumerate(entries, start=1):
-        ewhere = f"{where}: [[component]] #{n}"
-        check_keys(entry, ENTRY_KEYS, ewhere)
-        comp = entry.get("name")
-        if not isinstance(comp, str) or not comp:
-            raise ConfigError(f"{ewhere}: 'name' (the component) is required")
-        tag = entry.get("tag")
-        if tag is not None and not isinstance(tag, str):
-            raise ConfigError(f"{ewhere}: 'tag' must be a string")
-        versions = _strings(entry.get("versions"), ewhere, "versions")
-        sources = _strings(entry.get("sources"), ewhere, "sources")
-        tcs = _strings(entry.get("toolchains"), ewhere, "toolchains") if "toolchains" in entry else default_tcs
-        if not versions and not sources:
-            raise ConfigError(f"{ewhere} ({comp}): no 'versions' and no 'sources'",
-                              hint="list the releases to build (versions) or trees/sdists (sources)")
-        if not tcs:
-            raise ConfigError(f"{ewhere} ({comp}): no toolchains",
-                              hint="set toolchains = [...] at the top of the file or in this entry")
-        ops = _strings(entry.get("ops"), ewhere, "ops")
-        args = _strings(entry.get("args"), ewhere, "args")
-        owned = [a for a in args if a.split("=", 1)[0] in OWNED_OPTIONS]
-        if owned:
-            raise ConfigError(f"{ewhere} ({comp}): 'args' may not set {', '.join(owned)}",
-                              hint="each cell sets its source, toolchain, output and python itself")
-        for v in versions:
-            try:
-                Version(v)
-            except ValueError as exc:  # InvalidVersion, or a release number past Python's int-from-string limit
-                why = "" if isinstance(exc, InvalidVersion) else " (a number in it is too long)"
-                problems.append(f"{ewhere} ({comp}): {v!r} is not a version{why}")
-        items: list[tuple[str, str, str | None]] = [(v, f"{comp}=={v}", None) for v in versions]
-        for s in sources:
-            p = s if "==" in s else str(here(s))
-            items.append((_source_stem(p), p, s))
-        for stem, source, given in items:
-            for ref in tcs:
-                tc_ref = str(here(ref)) if _is_file_ref(ref) else ref
-                tc_name = Path(ref).stem if _is_file_ref(ref) else ref
-                cell_id = _safe("-".join(x for x in (comp, tag, stem, tc_name) if x))
-                planned.append({"id": cell_id, "component": comp, "source": source, "given": given,
-                                "toolchain": tc_ref, "ref": ref, "toolchain_name": tc_name,
-                                "ops": ops, "args": args, "where": ewhere})
-
+    # 1. the cells, named from the file alone, so every later problem can name the cells it concerns
+    planned = [c for n, entry in enumerate(entries, start=1)
+               for c in _entry_cells(entry, f"{where}: [[component]] #{n}", default_tcs, here, problems)]
     # 2. validate the whole matrix; report every problem at once, naming the cells
+    _check_cells(planned, environ, problems)
+    if problems:
+        raise ConfigError(f"{where}: {len(problems)} problem(s) in the matrix; nothing was submitted:\n  "
+                          + "\n  ".join(problems),
+                          hint="fix the matrix file; porter toolchain list shows the presets")
+    cells: list[Cell] = []
+    for index, c in enumerate(planned):
+        argv = [*c["command"], "--source", c["source"], "--toolchain", c["toolchain"]]
+        argv += ["--ops", ",".join(c["ops"])] if c["ops"] else []
+        argv += ["--python", build_python] if build_python else []
+        argv += [*(["--jobs", str(jobs)] if jobs else []), *c["args"]]
+        cells.append(Cell(index=index, id=c["id"], component=c["component"], source=c["source"],
+                          toolchain=c["toolchain"], toolchain_name=c["toolchain_name"], label=c["label"],
+                          args=tuple(argv)))
+    return Matrix(name=_safe(name), file=file, dir=folder, wheelhouse=house, python=python or sys.executable,
+                  cells=tuple(cells), slurm=slurm)
+
+
+def _python_and_jobs(data: Mapping[str, Any], where: str) -> tuple[str | None, int | None]:
+    """The file's build ``python`` and compile ``jobs`` for every cell."""
+    build_python = data.get("python")
+    if build_python is not None and (not isinstance(build_python, str) or "\0" in build_python):
+        raise ConfigError(f"{where}: 'python' must be a string (the build python, as --python takes it)",
+                          hint="e.g. python = \"/opt/venv/bin/python\"")
+    jobs = data.get("jobs")
+    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs < 2 ** 63):
+        raise ConfigError(f"{where}: 'jobs' must be a whole number >= 1, not {shown(jobs)}",
+                          hint="the parallel compile jobs of each cell (--jobs), e.g. jobs = 16")
+    return build_python, jobs
+
+
+def _entry_cells(entry: dict[str, Any], ewhere: str, default_tcs: list[str], here: Callable[[str], Path],
+                 problems: list[str]) -> list[dict[str, Any]]:
+    """One [[component]] entry's cells: each version or source with each toolchain. A malformed entry is a
+    ConfigError; a version that is not one is a problem (reported with the others)."""
+    check_keys(entry, ENTRY_KEYS, ewhere)
+    comp = entry.get("name")
+    if not isinstance(comp, str) or not comp:
+        raise ConfigError(f"{ewhere}: 'name' (the component) is required")
+    tag = entry.get("tag")
+    if tag is not None and not isinstance(tag, str):
+        raise ConfigError(f"{ewhere}: 'tag' must be a string")
+    versions = _strings(entry.get("versions"), ewhere, "versions")
+    sources = _strings(entry.get("sources"), ewhere, "sources")
+    tcs = _strings(entry.get("toolchains"), ewhere, "toolchains") if "toolchains" in entry else default_tcs
+    if not versions and not sources:
+        raise ConfigError(f"{ewhere} ({comp}): no 'versions' and no 'sources'",
+                          hint="list the releases to build (versions) or trees/sdists (sources)")
+    if not tcs:
+        raise ConfigError(f"{ewhere} ({comp}): no toolchains",
+                          hint="set toolchains = [...] at the top of the file or in this entry")
+    ops = _strings(entry.get("ops"), ewhere, "ops")
+    args = _strings(entry.get("args"), ewhere, "args")
+    owned = [a for a in args if a.split("=", 1)[0] in OWNED_OPTIONS]
+    if owned:
+        raise ConfigError(f"{ewhere} ({comp}): 'args' may not set {', '.join(owned)}",
+                          hint="each cell sets its source, toolchain, output and python itself")
+    for v in versions:
+        try:
+            Version(v)
+        except ValueError as exc:  # InvalidVersion, or a release number past Python's int-from-string limit
+            why = "" if isinstance(exc, InvalidVersion) else " (a number in it is too long)"
+            problems.append(f"{ewhere} ({comp}): {v!r} is not a version{why}")
+    items: list[tuple[str, str, str | None]] = [(v, f"{comp}=={v}", None) for v in versions]
+    for s in sources:
+        p = s if "==" in s else str(here(s))
+        items.append((_source_stem(p), p, s))
+    cells = []
+    for stem, source, given in items:
+        for ref in tcs:
+            tc_name = Path(ref).stem if _is_file_ref(ref) else ref
+            cells.append({"id": _safe("-".join(x for x in (comp, tag, stem, tc_name) if x)), "component": comp,
+                          "source": source, "given": given, "toolchain": str(here(ref)) if _is_file_ref(ref) else ref,
+                          "ref": ref, "toolchain_name": tc_name, "ops": ops, "args": args, "where": ewhere})
+    return cells
+
+
+def _check_cells(planned: list[dict[str, Any]], environ: Mapping[str, str] | None, problems: list[str]) -> None:
+    """Every problem of the matrix as a whole, naming its cells: a cell twice, a toolchain or component that does
+    not load or cannot be built so, a source that is not there, two cells writing one wheel. Each cell gets its
+    command and label."""
     seen: dict[str, str] = {}
     for c in planned:
         if c["id"] in seen:
@@ -250,34 +260,12 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
         seen.setdefault(c["id"], c["where"])
     toolchains: dict[str, Toolchain] = {}
     for ref in dict.fromkeys(c["toolchain"] for c in planned):
-        users = [c["id"] for c in planned if c["toolchain"] == ref]
         try:
             toolchains[ref] = load_toolchain(ref, environ=environ)
         except ConfigError as exc:
+            users = [c["id"] for c in planned if c["toolchain"] == ref]
             problems.append(f"cell {', '.join(users)}: toolchain {ref!r}: {exc.message}")
-    from porter.components import get as get_component
-
-    for comp in dict.fromkeys(c["component"] for c in planned):
-        users = [c["id"] for c in planned if c["component"] == comp]
-        try:
-            component = get_component(comp)
-        except ConfigError as exc:
-            problems.append(f"cell {', '.join(users)}: {exc.message}")
-            continue
-        recipe = RECIPES.get(comp)
-        if recipe is None:
-            problems.append(f"cell {', '.join(users)}: {comp} is built by '{component.build_command}', "
-                            f"which is not a matrix build (matrix components: {', '.join(RECIPES)})")
-            continue
-        for c in planned:
-            if c["component"] != comp:
-                continue
-            if "==" in c["source"] and not recipe.fetch:
-                problems.append(f"cell {c['id']}: {comp} cannot be fetched as {c['source']}: "
-                                "give its tree or sdist in 'sources'")
-            if c["ops"] and not recipe.ops:
-                problems.append(f"cell {c['id']}: {component.build_command} takes no --ops")
-            c["command"] = component.build_command.split()[1:]
+    _check_components(planned, problems)
     for c in planned:
         if c["given"] is not None and not exists(Path(c["source"])):
             problems.append(f"cell {c['id']}: source {c['given']!r} not found ({c['source']})")
@@ -292,23 +280,30 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
             problems.append(f"cells {wheels[key]} and {c['id']}: both would write the same wheel "
                             f"({c['component']} from {c['source']} labelled +{labels.make(tc)})")
         wheels.setdefault(key, c["id"])
-    if problems:
-        raise ConfigError(f"{where}: {len(problems)} problem(s) in the matrix; nothing was submitted:\n  "
-                          + "\n  ".join(problems),
-                          hint="fix the matrix file; porter toolchain list shows the presets")
 
-    cells: list[Cell] = []
-    for index, c in enumerate(planned):
-        argv = [*c["command"], "--source", c["source"], "--toolchain", c["toolchain"]]
-        if c["ops"]:
-            argv += ["--ops", ",".join(c["ops"])]
-        if build_python:
-            argv += ["--python", build_python]
-        if jobs:
-            argv += ["--jobs", str(jobs)]
-        argv += c["args"]
-        cells.append(Cell(index=index, id=c["id"], component=c["component"], source=c["source"],
-                          toolchain=c["toolchain"], toolchain_name=c["toolchain_name"], label=c["label"],
-                          args=tuple(argv)))
-    return Matrix(name=_safe(name), file=file, dir=folder, wheelhouse=house, python=python or sys.executable,
-                  cells=tuple(cells), slurm=slurm)
+
+def _check_components(planned: list[dict[str, Any]], problems: list[str]) -> None:
+    """Each cell's component: one porter knows, that a matrix can build (``MatrixBuild``: its build command makes
+    a wheel of a release), from what it can fetch, with --ops only where its command takes them."""
+    from porter.components import get as get_component, registry
+    from porter.components.base import MatrixBuild
+
+    buildable = [n for n, c in registry().items() if isinstance(c, MatrixBuild)]
+    for comp in dict.fromkeys(c["component"] for c in planned):
+        users = [c["id"] for c in planned if c["component"] == comp]
+        try:
+            component = get_component(comp)
+        except ConfigError as exc:
+            problems.append(f"cell {', '.join(users)}: {exc.message}")
+            continue
+        if not isinstance(component, MatrixBuild):
+            problems.append(f"cell {', '.join(users)}: {comp} is built by '{component.build_command}', "
+                            f"which is not a matrix build (matrix components: {', '.join(buildable)})")
+            continue
+        for c in (c for c in planned if c["component"] == comp):
+            if "==" in c["source"] and not component.fetches:
+                problems.append(f"cell {c['id']}: {comp} cannot be fetched as {c['source']}: "
+                                "give its tree or sdist in 'sources'")
+            if c["ops"] and not component.takes_ops:
+                problems.append(f"cell {c['id']}: {component.build_command} takes no --ops")
+            c["command"] = component.build_command.split()[1:]

@@ -627,6 +627,8 @@ class ApexComponent:
     dists: tuple[str, ...] = ("apex",)
     patch_project = ""
     build_command = "porter wheel apex"
+    fetches = False
+    takes_ops = True
     driver = ApexDriver()
 
     def recognise(self, tree: Path) -> Recognised | None:

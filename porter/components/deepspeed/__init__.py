@@ -66,6 +66,8 @@ class DeepSpeedComponent:
     dists: tuple[str, ...] = ("deepspeed",)
     patch_project = "deepspeed"
     build_command = "porter ops build"
+    fetches = True  # (MatrixBuild) a matrix cell may name a release: NAME==VERSION
+    takes_ops = True
 
     def is_tree(self, tree: Path) -> bool:
         return is_tree(tree)

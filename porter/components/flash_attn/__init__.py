@@ -514,6 +514,8 @@ class FlashAttnComponent:
     dists: tuple[str, ...] = ("flash-attn",)
     patch_project = ""
     build_command = "porter wheel flash-attn"
+    fetches = True
+    takes_ops = False
     driver = FlashAttnDriver()
 
     def recognise(self, tree: Path) -> Recognised | None:
