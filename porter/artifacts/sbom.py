@@ -146,7 +146,8 @@ def _bom(m: Mapping[str, Any], name: str, version: str, epoch: int, serial: uuid
 
 def _wave64_props(w: Mapping[str, Any]) -> list[Property]:
     """A 64-lane build's warp-size-32 findings: counts per state, the override, and each finding with its state."""
-    props = _props("porter:wave64", {"counts": _dict(w.get("counts")), "allowed": w.get("allowed")})
+    props = _props("porter:wave64", {"counts": _dict(w.get("counts")), "allowed": w.get("allowed"),
+                                     "unscanned": w.get("unscanned")})
     for i, f in enumerate(_entries(w.get("findings")), 1):
         props.append(Property(name=f"porter:wave64:finding:{i}",
                               value=f"{f.get('state')}: op {f.get('op')}: {f.get('file')}:{f.get('line')}: "

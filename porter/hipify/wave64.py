@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from porter.errors import CheckFailed, ConfigError
+from porter.errors import CheckFailed, ConfigError, ToolError
 from porter.hipify.scan import Finding
 from porter.log import Logger
 from porter.userdata import check_keys, parse_toml
@@ -131,15 +131,24 @@ class Wave64:
 
     states: tuple[State, ...] = ()
     allowed: tuple[str, ...] = ()
+    unscanned: str = ""
+    """Why the sources could not be scanned (porter's hipify needs torch in porter's own environment)."""
 
     def of(self, state: str) -> list[State]:
         return [s for s in self.states if s.state == state]
 
     def to_dict(self) -> dict[str, Any]:
         return {"counts": dict(Counter(s.state for s in self.states)), "allowed": list(self.allowed),
-                "findings": [s.to_dict() for s in self.states]}
+                "findings": [s.to_dict() for s in self.states], **({"unscanned": self.unscanned}
+                                                                  if self.unscanned else {})}
 
     def error(self, what: str, leave: str = "leave {ops} out") -> CheckFailed | None:
+        if self.unscanned and ALL not in self.allowed:
+            return CheckFailed(f"{what}: porter cannot check the sources for warp-size-32 code for a 64-lane "
+                               f"wavefront: {self.unscanned}",
+                               hint="install torch (the CPU wheel is enough) in the environment that runs porter, "
+                                    "or build without the check with --allow-wave32 all (the manifest and the SBOM "
+                                    "record it)")
         refused = self.of("refused")
         if not refused:
             return None
@@ -159,7 +168,10 @@ class Wave64:
 
     def allowed_notes(self) -> list[str]:
         """One line per finding built by the override (the plan's notes, the log's warnings)."""
-        return [f"built although wave-64 unproven (--allow-wave32): {s.format()}" for s in self.of("allowed")]
+        unchecked = [f"built without the wave-64 check (--allow-wave32 all): {self.unscanned}"] if self.unscanned \
+            else []
+        return unchecked + [f"built although wave-64 unproven (--allow-wave32): {s.format()}"
+                            for s in self.of("allowed")]
 
     def say(self, log: Logger, where: str) -> None:
         """The counts per state, then each finding built by the override as a warning."""
@@ -231,8 +243,13 @@ def gate(project: str, tree: Path, after: Callable[[str], str | None], by: str,
     """A build's wave-64 step: the state of each warp-size-32 finding in ``ops`` (name -> sources and include paths,
     relative to ``tree``, the source as it is); ``after``: a file as the build compiles it, when patched (``by``
     names the patches)."""
+    if not ops:  # nothing compiled for the device (FlashAttention's Triton backend)
+        return Wave64(allowed=tuple(allow))
     with log.step("checking the ops' sources for warp-size-32 assumptions (a 64-lane target)"):
-        found = scan_tree(tree)
+        try:
+            found = scan_tree(tree)
+        except ToolError as exc:  # no torch next to porter: nothing is known, so nothing is proven
+            return Wave64(allowed=tuple(allow), unscanned=exc.message)
         fixed = lost_lines(found, tree, after, by)
         files = {name: files_of(tree, sources, includes) for name, (sources, includes) in ops.items()}
         lanes = assess([f for f in found if f not in fixed], files, load_ledger(project), fixed=fixed, allow=allow)

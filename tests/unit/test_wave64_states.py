@@ -186,3 +186,26 @@ def test_a_finding_is_fixed_only_where_the_patched_file_lost_its_line(tmp_path: 
     assert got == {found[1]: "apex/rocm"} or got == {found[0]: "apex/rocm"}, got
     assert len(got) == 1
     assert wave64.lost_lines(found, tmp_path, lambda rel: None, "x") == {}
+
+
+def test_sources_porter_cannot_scan_are_refused_unless_all_is_allowed(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without torch next to porter its hipify cannot run: nothing is known, so nothing is proven. The build stops
+    naming why, unless --allow-wave32 all, which the plan notes; a build with no device sources needs no scan."""
+    from porter.errors import ToolError
+    from porter.log import quiet_logger
+
+    def no_torch(tree: Path) -> list[Finding]:
+        raise ToolError("torch.utils.hipify cannot be imported: No module named 'torch'")
+
+    monkeypatch.setattr(wave64, "scan_tree", no_torch)
+    ops = {"k": (("k.cu",), ())}
+    lanes = wave64.gate("x", tmp_path, lambda rel: None, "", ops, (), quiet_logger())
+    stop = lanes.error("x 1.0 for mi300x")
+    assert stop is not None and "cannot check the sources" in stop.message and "No module named" in stop.message
+    assert "--allow-wave32 all" in (stop.hint or "")
+    allowed = wave64.gate("x", tmp_path, lambda rel: None, "", ops, ("all",), quiet_logger())
+    assert allowed.error("x") is None and allowed.to_dict()["unscanned"].startswith("torch.utils.hipify")
+    assert allowed.allowed_notes() == ["built without the wave-64 check (--allow-wave32 all): torch.utils.hipify "
+                                       "cannot be imported: No module named 'torch'"]
+    assert wave64.gate("x", tmp_path, lambda rel: None, "", {}, (), quiet_logger()).error("x") is None

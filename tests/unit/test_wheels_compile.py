@@ -75,7 +75,10 @@ class FakeRunner(Runner):
 
 
 def request(source: Path, tc: str = "debian-rocm7", **kw: Any) -> WheelRequest:
+    """A request whose wave-64 step never stops the plan (its states are tested in test_wave64_states and the
+    integration tier; without torch next to porter it cannot scan, which would refuse every 64-lane plan here)."""
     archs = kw.pop("archs", ())
+    kw.setdefault("allow_wave32", ("all",))
     return WheelRequest(source=source, toolchain=load_toolchain(tc, overrides={"archs": archs}),
                         output=Path("/nonexistent"), **kw)
 

@@ -53,6 +53,8 @@ HOUSE = tempfile.TemporaryDirectory(prefix="porter-test-house-")
 
 
 def req(source: Path, tc: str, **kw: Any) -> WheelRequest:
+    """(The wave-64 step allowed: see test_wheels_compile.request.)"""
+    kw.setdefault("allow_wave32", ("all",))
     return WheelRequest(source=source, toolchain=load_toolchain(tc), output=Path(HOUSE.name) / "house", **kw)
 
 
