@@ -18,7 +18,7 @@ profile), keyed to the source and the toolchain, so a second run compiles only w
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -129,7 +129,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
             request = replace(request, measured=costs_mod.load(driver.name, info.version, tc, costs_root))
         wplan = driver.plan(info, request, machine)
         # the wave-64 step (a wheel build, link, has checked its own patched copy)
-        lanes = None if link else _wave64(driver, info, wplan, request, patched, log)
+        lanes = None if link else wave64_step(driver, info, wplan, request, patched.after,
+                                              "; ".join(a.split(":")[0] for a in patched.applied), log)
         stop = lanes.error(f"{info.project} {info.version} for {tc.name}", LEAVE) if lanes else None
         if stop is not None and not dry_run:
             raise stop
@@ -237,14 +238,14 @@ def _refused(torch: TorchInfo, python: str, info: SourceInfo, tc: Toolchain) -> 
     return refusal(need_for(tc.kind), torch, python, what=f"linking {info.project} {info.version}'s ops for {tc.name}")
 
 
-def _wave64(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request: WheelRequest, patched: Patched,
-            log: Logger) -> wave64.Wave64 | None:
-    """A 64-lane build's wave-64 step on the source and what the kind's patch sets make of it (None: another target,
-    or a driver that names no device sources)."""
+def wave64_step(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request: WheelRequest,
+                after: Callable[[str], str | None], by: str, log: Logger) -> wave64.Wave64 | None:
+    """A 64-lane wheel build's wave-64 step on the source (``after``: a file as the patch sets ``by`` leave it;
+    None: another target, or a driver that names no device sources)."""
     if request.toolchain.wavefront != 64 or not isinstance(driver, DeviceSources):
         return None
-    return wave64.gate(driver.name, info.root, patched.after, "; ".join(a.split(":")[0] for a in patched.applied),
-                       driver.device_sources(info, plan, request), request.allow_wave32, log)
+    return wave64.gate(driver.name, info.root, after, by, driver.device_sources(info, plan, request),
+                       request.allow_wave32, log)
 
 
 def _kernel_set(driver: WheelDriver, info: SourceInfo, request: WheelRequest, ctx: KernelContext,

@@ -30,7 +30,8 @@ from porter.toolchain.profile import toolchain_env
 from porter.torch_facts import TorchInfo, probe_torch, refusal
 from porter.wheels import costs
 from porter.hipify import wave64
-from porter.wheels.base import LEAVE, BuildPlan, DeviceSources, Machine, SourceInfo, WheelDriver, WheelRequest
+from porter.wheels.base import LEAVE, BuildPlan, Machine, SourceInfo, WheelDriver, WheelRequest
+from porter.wheels.compile import wave64_step
 from porter.wheels.source import detect, resolve_source
 from porter.wheels.verify import relabel, verify_wheel
 from ops_prebuild.build import OpResult
@@ -156,7 +157,7 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         if dry_run:
             for ref in refs:
                 patch_hook(root, ref, info.version, log, dry_run=True)
-            lanes = _wave64(driver, info, plan, request, root, _planned(root, refs), refs, log)
+            lanes = wave64_step(driver, info, plan, request, _planned(root, refs), "; ".join(refs), log)
             plan, stop = _gated(plan, lanes, tc.name)
             refused = refused or _preflight_refusal(ex)
             RecordingRunner(log).run(argv, env=env, cwd=tree)
@@ -167,7 +168,7 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
             out.mkdir()
         patches = _patch(tree, refs, request.patch_set, info.version, patch_hook, log, what=f"every {tc.kind} build "
                          f"of {driver.title}")
-        lanes = _wave64(driver, info, plan, request, root, lambda rel: _text(tree / rel), refs, log)
+        lanes = wave64_step(driver, info, plan, request, lambda rel: _text(tree / rel), "; ".join(refs), log)
         plan, stop = _gated(plan, lanes, tc.name)
         if stop is not None:
             raise stop
@@ -288,16 +289,6 @@ def _engine_ops(driver: WheelDriver, tree: Path, request: WheelRequest, plan: Bu
     return linked.ops
 
 
-
-
-def _wave64(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request: WheelRequest, root: Path,
-            after: Callable[[str], str | None], refs: Sequence[str], log: Logger) -> wave64.Wave64 | None:
-    """A 64-lane build's wave-64 step (None: another target, or a driver without device sources); ``after``: a file
-    as the patch sets ``refs`` leave it."""
-    if request.toolchain.wavefront != 64 or not isinstance(driver, DeviceSources):
-        return None
-    return wave64.gate(driver.name, root, after, "; ".join(refs), driver.device_sources(info, plan, request),
-                       request.allow_wave32, log)
 
 
 def _text(path: Path) -> str | None:
