@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "toolchain": "porter.cli.toolchain:toolchain",
     "hipify": "porter.cli.hipify:hipify",
     "ops": "porter.cli.ops:ops",
+    "build": "porter.cli.build:build_cmd",
     "install": "porter.cli.install:install_cmd",
     "verify": "porter.cli.install:verify_cmd",
     "report": "porter.cli.install:report_cmd",

@@ -9,11 +9,12 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, cache_options, cache_request, dry_run_option,
-                                given_on_command_line, into, jobs_option, json_option, parse_shard, path_or_name,
-                                python_option, show_plan, show_shard_run, slurm_options, toolchain_options,
-                                wheelhouse_option)
+from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, builds, cache_options, cache_request,
+                                dry_run_option, given_on_command_line, into, jobs_option, json_option, parse_shard,
+                                python_option, show_plan, show_shard_run, slurm_options, submitted_request,
+                                toolchain_options, wheelhouse_option)
 from porter.ccache import CacheRequest
+from porter.cluster.slurm.shards import BuildFacts
 from porter.errors import CheckFailed, PartialSuccess
 from porter.log import Logger
 from porter.run import Runner
@@ -89,7 +90,7 @@ class BuildOptions(ToolchainChoice):
     """``porter ops build`` as typed: every option, parsed once (see ``--help`` for each)."""
 
     source: str
-    op_names: str | None
+    ops: tuple[str, ...]
     all_compatible: bool
     wheelhouse: Path
     jobs: int | None
@@ -117,10 +118,11 @@ class BuildOptions(ToolchainChoice):
         return cache_request(self.no_cache, self.cache_dir, self.cache_remote)
 
 
+@builds("deepspeed", ops)
 @ops.command("build")
 @source_option
 @toolchain_options
-@click.option("--ops", "op_names", default=None, metavar="A,B", help="Ops to build, comma-separated.")
+@click.option("--ops", "ops", multiple=True, metavar="OPS", help="Ops to build: repeat or comma-separate.")
 @click.option("--all-compatible", is_flag=True, help="Build every op this toolchain can build.")
 @wheelhouse_option
 @jobs_option
@@ -170,11 +172,11 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
     With --shards N --slurm the build runs as Slurm jobs instead: N array tasks (--shard I/N) and a link
     job after them (porter ops status DIR follows it)."""
     from porter.components.deepspeed.build import build_ops
-    from ops_prebuild.build import EngineRun, failures
+    from ops_prebuild.build import EngineRun
 
     _check_build_options(req)
     tc = req.toolchain()
-    names = [n.strip() for n in req.op_names.split(",") if n.strip()] if req.op_names else None
+    names = [n.strip() for spec in req.ops for n in spec.split(",") if n.strip()] or None
     if req.shards is not None:
         _submit_shards(log, tc, req, names, as_json)
         return
@@ -184,6 +186,13 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
                        dry_run=req.dry_run, python=req.python, with_deps=req.with_deps, log=log,
                        allow_wave32=allowed(req.allow_wave32))
     _show_build(result, req, tc, as_json)
+    _failures(result, req, tc)
+
+
+def _failures(result: Any, req: BuildOptions, tc: Toolchain) -> None:
+    """Nothing compiled (exit 1), or some ops failed (exit 3: the others shipped)."""
+    from ops_prebuild.build import failures
+
     if req.compile_only and not req.dry_run and result.failed and len(result.failed) == len(result.ops):
         src = result.catalogue.source
         failed_archs = {r["name"]: [a for a, v in r["archs"].items() if v == "failed"] for r in result.compiled}
@@ -201,7 +210,7 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
 
 def _check_build_options(req: BuildOptions) -> None:
     """Options of ``ops build`` that contradict each other: a usage error."""
-    if req.op_names and req.all_compatible:
+    if req.ops and req.all_compatible:
         raise click.UsageError("--ops and --all-compatible exclude each other")
     if req.compile_only and req.with_deps:
         raise click.UsageError("--with-deps downloads a wheel's dependencies; --compile-only makes no wheel")
@@ -252,7 +261,7 @@ def _show_build(result: Any, req: BuildOptions, tc: Toolchain, as_json: bool) ->
 
 
 def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list[str] | None, as_json: bool) -> None:
-    """--shards N --slurm: the same build's arguments for every job, then porter.cluster.slurm.shards."""
+    """--shards N --slurm: this build as a request every job runs, then porter.cluster.slurm.shards."""
     import sys
 
     from porter.cluster.slurm import shards as sh
@@ -261,35 +270,42 @@ def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list
     from porter.run import make_env
 
     env = make_env()
-    cache = req.cache()
     settings = SlurmSettings(max_parallel=req.shards or 1).merged({**req.slurm, "time": req.time_limit})
-    ref = req.toolchain_ref or env.get("PORTER_TOOLCHAIN")
-    args = ["--source", path_or_name(req.source), *(["-t", path_or_name(ref)] if ref else [])]
-    args += [f"--arch={a}" for a in req.archs] + ([f"--cpu-isa={req.cpu_isa}"] if req.cpu_isa else [])
-    args += ["--ops", ",".join(op_names)] if op_names else (["--all-compatible"] if req.all_compatible else [])
-    per_task = req.jobs or settings.cpus_per_task
-    args += [f"-j{per_task}"] if per_task else []
-    if not cache.enabled:
-        args.append("--no-cache")
-    args += ["--pch"] if req.pch else []
-    args.append(f"--debug-info={req.debug_info}")
-    args += ([f"--cache-dir={cache.dir}"] if cache.dir else []) + ([f"--cache-remote={cache.remote}"] if cache.remote else [])
-    args += [f"--python={req.python}"] if req.python else []
-    args += [f"--allow-wave32={req.allow_wave32}"] if req.allow_wave32 else []
-    shared = cache_dir().resolve()
-    shard_req = sh.ShardRequest(build_args=tuple(args), link_args=("--with-deps",) if req.with_deps else (),
-                                shards=req.shards or 1, dir=req.shards_dir.resolve() if req.shards_dir else Path(),
-                                wheelhouse=req.wheelhouse.resolve(), cache=shared, python=sys.executable)
+    build = submitted_request("deepspeed", req.toolchain_ref or env.get("PORTER_TOOLCHAIN"), req.source,
+                              jobs=req.jobs or settings.cpus_per_task, last={"link_only": True, "with_deps": req.with_deps})
+    shard_req = sh.ShardRequest(build=build, shards=req.shards or 1,
+                                dir=req.shards_dir.resolve() if req.shards_dir else Path(),
+                                wheelhouse=req.wheelhouse.resolve(), cache=cache_dir().resolve(), python=sys.executable)
     runner = Runner(log, echo=not req.dry_run)
 
     def planner() -> sh.BuildFacts:
-        return sh.ops_build_facts(req.source, tc, ops=op_names, all_compatible=req.all_compatible,
-                                  python=req.python, compiler_cache=cache, dry_run=req.dry_run, log=log,
-                                  runner=Runner(log, echo=log.verbose), allow_wave32=allowed(req.allow_wave32))
+        return _facts(req.source, tc, ops=op_names, all_compatible=req.all_compatible, python=req.python,
+                      compiler_cache=req.cache(), dry_run=req.dry_run, log=log, runner=Runner(log, echo=log.verbose),
+                      allow_wave32=allowed(req.allow_wave32))
 
     run = sh.submit_build(shard_req, planner, settings=settings, runner=runner, env=env,
                           dir_given=req.shards_dir is not None, dry_run=req.dry_run, wait=req.wait, log=log)
     show_shard_run(log, run, as_json, f"link job {{}}; the wheel will land in {run.request.wheelhouse}")
+
+
+def _facts(source: str, tc: Toolchain, *, ops: list[str] | None, all_compatible: bool, python: str | None,
+           compiler_cache: CacheRequest, dry_run: bool, log: Logger, runner: Runner,
+           allow_wave32: list[str]) -> BuildFacts:
+    """The plan of this build (a dry run of it), for its shards. A real submission first unpacks (or downloads)
+    the source into the shared cache, so the shards all find it there and none races another to it."""
+    from porter.components.deepspeed import DEEPSPEED
+    from porter.components.deepspeed.build import build_ops
+    from ops_prebuild.build import EngineRun
+    from ops_prebuild.source import resolve_source
+    from porter.fs import cache_dir
+
+    if not dry_run:
+        with log.step("unpacking the source into the shared cache"):
+            resolve_source(DEEPSPEED, source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
+    res = build_ops(source, tc, ops=ops, all_compatible=all_compatible, wheelhouse=Path("."), dry_run=True,
+                    python=python, log=log, runner=runner, how=EngineRun(compiler_cache=compiler_cache),
+                    allow_wave32=allow_wave32)
+    return BuildFacts.of(res)
 
 
 @ops.command("status")

@@ -16,6 +16,18 @@ from porter.toolchain.profile import Toolchain, load_toolchain
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+BUILDERS: dict[str, tuple[click.Command, str]] = {}
+"""Component -> the command that builds it and its group (``porter build --request`` runs it)."""
+
+
+def builds(component: str, group: click.Group) -> Callable[[click.Command], click.Command]:
+    """Mark a command (put above ``@GROUP.command``) as the one that builds ``component`` from a request."""
+    def decorate(cmd: click.Command) -> click.Command:
+        BUILDERS[component] = (cmd, str(group.name))
+        return cmd
+    return decorate
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document to stdout.")
 
 dry_run_option = click.option(
@@ -138,6 +150,31 @@ def slurm_options(*, task: str = "cell", final: str = "index") -> Callable[[F], 
             f = opt(f)
         return f
     return decorate
+
+
+SLURM_PARAMS = ("partition", "account", "qos", "time_limit", "cpus_per_task", "mem", "max_parallel", "index_time",
+                "sbatch_args")
+"""What :func:`slurm_options` parse: how the jobs are submitted, never part of the build they run."""
+
+
+def submitted_request(component: str, toolchain_ref: str | None, source: str, *, jobs: int | None,
+                      last: dict[str, Any]) -> Any:
+    """The running command's build as a request its jobs run (:mod:`porter.cluster.request`): every option the
+    user gave (on the command line or through the environment: frozen now), paths made absolute, the jobs' own
+    compile ``jobs``, and ``last`` for the run after every shard. How to submit is left out."""
+    from click.core import ParameterSource
+
+    from porter.cluster.request import RUNNER_OWNS, BuildRequest
+
+    ctx = click.get_current_context()
+    skip = {*RUNNER_OWNS, *SLURM_PARAMS, *last, "wheelhouse", "link_only", "report_only"}
+    options = {k: v for k, v in ctx.params.items() if k not in skip and v is not None
+               and ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, None)}
+    options.update(source=path_or_name(source), **({"toolchain_ref": path_or_name(toolchain_ref)} if toolchain_ref
+                                                     else {}), **({"jobs": jobs} if jobs else {}))
+    if isinstance(options.get("cache_dir"), Path):
+        options["cache_dir"] = options["cache_dir"].resolve()
+    return BuildRequest(component, options, last={k: v for k, v in last.items() if v})
 
 
 def into(request: type[Any], *, rest: str = "") -> Callable[[F], F]:

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, dry_run_option, given_on_command_line, into, jobs_option,
-                                json_option, parse_shard, path_or_name, python_option, show_plan, show_shard_run,
-                                slurm_options, toolchain_options, wheelhouse_option)
+from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, builds, dry_run_option,
+                                given_on_command_line, into, jobs_option, json_option, parse_shard, python_option,
+                                show_plan, show_shard_run, slurm_options, submitted_request, toolchain_options,
+                                wheelhouse_option)
 from porter.errors import PartialSuccess
 from porter.log import Logger
 from porter.run import Runner
@@ -193,6 +194,7 @@ def _show_compiled(res: CompileOnlyResult, as_json: bool) -> None:
                                   "log in 'log'")
 
 
+@builds("apex", wheel)
 @wheel.command("apex")
 @click.option("--source", required=True, metavar="DIR|SDIST", help="ROCm apex tree (a checkout) or sdist.")
 @click.option("--ops", multiple=True, metavar="OPS",
@@ -210,6 +212,7 @@ def apex_cmd(log: Logger, /, req: ApexOptions, as_json: bool) -> None:
     _run(log, "apex", req, as_json)
 
 
+@builds("flash-attn", wheel)
 @wheel.command("flash-attn")
 @click.option("--source", required=True, metavar="DIR|SDIST|flash-attn==X",
               help="flash-attention tree, sdist .tar.gz, or a version to download from the package index.")
@@ -290,26 +293,20 @@ def _submit_fa_shards(log: Logger, req: FlashAttnOptions, as_json: bool) -> None
                                "--report-only are what those jobs run")
     env = make_env()
     settings = SlurmSettings(max_parallel=n).merged({**req.slurm, "time": req.time_limit})
-    ref = req.toolchain_ref or env.get("PORTER_TOOLCHAIN")
-    args = ["--source", path_or_name(req.source), *(["-t", path_or_name(ref)] if ref else []),
-            "--backend", req.backend, "--compile-only", *[f"--arch={a}" for a in req.archs],
-            *([f"--cpu-isa={req.cpu_isa}"] if req.cpu_isa else []), *[f"--units={u}" for u in req.units],
-            *([f"--sample={req.sample}"] if req.sample is not None else []),
-            *([f"--instances={req.instances}"] if req.instances is not None else []),
-            *[f"--drop-flag={d}" for d in req.drop_flags],
-            *([f"--allow-wave32={req.allow_wave32}"] if req.allow_wave32 else [])]
-    per_task = req.jobs or settings.cpus_per_task
-    args += [f"-j{per_task}"] if per_task else []
-    args += [f"--python={req.python}"] if req.python else []
+    build = submitted_request("flash-attn", req.toolchain_ref or env.get("PORTER_TOOLCHAIN"), req.source,
+                              jobs=req.jobs or settings.cpus_per_task, last={"report_only": True})
     request = req.request(req.toolchain())
-    shard_req = sh.ShardRequest(build_args=tuple(args), shards=n, wheelhouse=req.wheelhouse.resolve(),
+    shard_req = sh.ShardRequest(build=build, shards=n, wheelhouse=req.wheelhouse.resolve(),
                                 dir=req.shards_dir.resolve() if req.shards_dir else Path(),
-                                cache=cache_dir().resolve(), python=sys.executable, name="porter-fa",
-                                command=("wheel", "flash-attn"), final=("--report-only",))
+                                cache=cache_dir().resolve(), python=sys.executable)
 
     def planner() -> sh.BuildFacts:
-        return sh.fa_compile_facts(req.source, request, dry_run=req.dry_run, log=log,
-                                   runner=Runner(log, echo=log.verbose))
+        from porter.components import wheel_drivers
+        from porter.wheels.compile import compile_only
+
+        drivers = wheel_drivers()
+        return sh.BuildFacts.of(compile_only(drivers["flash-attn"], req.source, request, others=drivers, dry_run=True,
+                                             runner=Runner(log, echo=log.verbose), log=log))
 
     run = sh.submit_build(shard_req, planner, settings=settings, runner=Runner(log, echo=not req.dry_run), env=env,
                           dir_given=req.shards_dir is not None, dry_run=req.dry_run, wait=req.wait, log=log)

@@ -39,12 +39,13 @@ class InstalledCheck:
 
 @runtime_checkable
 class MatrixBuild(Protocol):
-    """A component a build matrix (``porter matrix``) can build: its ``build_command`` makes a wheel of a release."""
+    """A component a build matrix (``porter matrix``) can build into a wheel of a release (``porter build
+    --request`` runs each cell, with the command that builds it)."""
 
     fetches: bool
     """A release can be given as ``NAME==VERSION`` (its sdist is downloaded)."""
     takes_ops: bool
-    """Its build command takes ``--ops``."""
+    """Its build takes a selection of ops (``ops``)."""
 
 
 class Component(Protocol):
@@ -55,8 +56,6 @@ class Component(Protocol):
     """Distribution names (canonical) it installs as."""
     patch_project: str
     """Its folder under ``patches/`` ('' when it has none)."""
-    build_command: str
-    """The porter command that builds it (named in messages)."""
 
     def recognise(self, tree: Path) -> Recognised | None:
         """The tree's version and regime, or None when it is not this project's."""

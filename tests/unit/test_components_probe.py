@@ -44,7 +44,6 @@ class ToyComponent:
     title = "Toy"
     dists: tuple[str, ...] = ("toy-kernels",)
     patch_project = ""
-    build_command = "toy build"
 
     def recognise(self, tree: Path) -> components.Recognised | None:
         marker = tree / "toy.txt"

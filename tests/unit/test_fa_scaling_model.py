@@ -1,4 +1,4 @@
-"""The wall-time model of a sharded compile (porter/cluster/site/scaling.py), pinned on tiny synthetic ninja logs."""
+"""The wall-time model of a sharded compile (porter/components/flash_attn/scaling.py), pinned on tiny synthetic ninja logs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from porter.cluster.site import scaling as sc
+from porter.components.flash_attn import scaling as sc
 from porter.errors import ConfigError
 
 HEADER = "# ninja log v7\n"

@@ -97,10 +97,11 @@ def test_cells_are_toolchains_times_sources_and_versions(project: Path) -> None:
     m = load_matrix(project / "m.toml", directory=project / "d", environ={})
     assert [c.id for c in m.cells] == ["apex-apex-env-cpu", "apex-apex-env-cpu-v3", "deepspeed-0.19.8-cpu"]
     apex, apex3, ds = m.cells
-    assert apex.args == ("wheel", "apex", "--source", str(project / "src" / "apex-env"), "--toolchain", "cpu")
+    assert apex.request().to_dict() == {"schema": "porter.request/1", "component": "apex", "args": [], "last": {},
+                                        "options": {"source": str(project / "src" / "apex-env"), "toolchain_ref": "cpu"}}
     assert apex3.toolchain == str(project / "profiles" / "cpu-v3.toml") and apex3.label == "cpu.x86.64.v3"
-    assert ds.args == ("ops", "build", "--source", "deepspeed==0.19.8", "--toolchain", "cpu",
-                       "--ops", "cpu_adam,cpu_lion")
+    assert ds.request().options == {"source": "deepspeed==0.19.8", "toolchain_ref": "cpu",
+                                    "ops": ["cpu_adam", "cpu_lion"]}
     assert m.wheelhouse == project / "d" / "wheelhouse" and m.slurm.partition == "batch"
 
 
@@ -109,7 +110,8 @@ def test_python_jobs_and_args_reach_every_cell(project: Path) -> None:
     text = text.replace('ops = ["cpu_adam", "cpu_lion"]', 'ops = ["cpu_adam"]\nargs = ["--with-deps"]')
     write(project / "m.toml", text)
     ds = load_matrix(project / "m.toml", directory=project / "d", environ={}).cells[-1]
-    assert ds.args[-5:] == ("--python", "/opt/py/bin/python", "--jobs", "3", "--with-deps")
+    req = ds.request()
+    assert (req.options["python"], req.options["jobs"], req.args) == ("/opt/py/bin/python", 3, ("--with-deps",))
 
 
 def test_every_problem_is_reported_at_once_naming_the_cells(project: Path) -> None:
@@ -133,9 +135,9 @@ toolchains = ["cpu"]
 
 
 @pytest.mark.parametrize("entry, expected", [
-    ('name = "megatron-deepspeed"\nsources = ["src/apex-env"]', "is built by 'porter port megatron-deepspeed'"),
+    ('name = "megatron-deepspeed"\nsources = ["src/apex-env"]', "megatron-deepspeed is not built into a wheel by a matrix"),
     ('name = "apex"\nversions = ["1.14"]', "apex cannot be fetched as apex==1.14"),
-    ('name = "flash-attn"\nversions = ["2.8.3"]\nops = ["x"]', "porter wheel flash-attn takes no --ops"),
+    ('name = "flash-attn"\nversions = ["2.8.3"]\nops = ["x"]', "flash-attn takes no ops"),
     ('name = "deepspeed"\nversions = ["0.19.x"]', "'0.19.x' is not a version"),
 ])
 def test_cells_porter_cannot_build_are_refused(project: Path, entry: str, expected: str) -> None:
@@ -279,17 +281,18 @@ def test_wait_stops_when_the_index_job_ended_without_a_report(tmp_path: Path) ->
 
 def fake_build(fail: frozenset[str] = frozenset(), partial: frozenset[str] = frozenset()
                ) -> Callable[[list[str]], tuple[int, str]]:
-    """Plays `python -m porter ops build|wheel ... -o OUT`: writes a wheel and its manifest into OUT."""
+    """Plays `python -m porter build --request FILE -o OUT`: writes a wheel and its manifest into OUT."""
 
     def build(argv: list[str]) -> tuple[int, str]:
+        assert argv[3:5] == ["build", "--request"]
         out = Path(argv[argv.index("-o") + 1])
-        source = argv[argv.index("--source") + 1]
-        tc = argv[argv.index("--toolchain") + 1]
+        request = json.loads(Path(argv[5]).read_text())
+        source, tc = request["options"]["source"], request["options"]["toolchain_ref"]
         label = "cpu.x86.64.v3" if tc.endswith("cpu-v3.toml") else "cpu.x86.64.v2"
         if source in fail or tc in fail:
             return 1, ("x.cpp:3:5: error: 'nope' was not declared\nERROR: command failed with exit code 1: "
                        "/py\n")
-        name = "deepspeed" if "ops" in argv[3:5] else "apex"
+        name = request["component"]
         version = f"{'0.19.8' if name == 'deepspeed' else '1.14.0a0'}+{label}"
         whl = make_wheel(out, name, version, {f"{name}/__init__.py": b""})
         extra: dict[str, Any] = {}
@@ -458,7 +461,7 @@ def test_dry_run_writes_nothing_and_shows_the_submission(project: Path) -> None:
                      dry_run=True)
     text = "\n".join(res.dry_run or [])
     assert not (project / "d").exists() and runner.ran == []
-    assert "wheel apex --source" in text and "--dependency=afterok:<array-job>" in text
+    assert '"component": "apex"' in text and "build --request" in text and "--dependency=afterok:<array-job>" in text
     assert text.splitlines()[-1].startswith("# a real run here would be refused: sbatch and scontrol not found")
 
 

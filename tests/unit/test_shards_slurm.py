@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from porter.cli import cli
+from porter.cluster.request import BuildRequest
 from porter.cluster.slurm import shards as sh
 from porter.cluster.slurm import sbatch as sl
 from porter.errors import CheckFailed, CommandFailed, ConfigError, ToolError
@@ -49,9 +50,12 @@ def sbin(tmp_path: Path, *names: str) -> dict[str, str]:
     return {"PATH": str(d), "HOME": str(tmp_path)}
 
 
+BUILD = BuildRequest("deepspeed", {"source": "/src/deepspeed-0.19.8.tar.gz", "toolchain_ref": "cpu",
+                                   "ops": ["cpu_lion"]}, last={"link_only": True})
+
+
 def request(tmp_path: Path, shards: int = 2, **kw: object) -> sh.ShardRequest:
-    values: dict[str, object] = dict(build_args=("--source", "/src/deepspeed-0.19.8.tar.gz", "-t", "cpu", "--ops",
-                                                 "cpu_lion"), shards=shards, dir=tmp_path / "d",
+    values: dict[str, object] = dict(build=BUILD, shards=shards, dir=tmp_path / "d",
                                      wheelhouse=tmp_path / "wh", cache=tmp_path / "cache", python="/venv/bin/python")
     values.update(kw)
     return sh.ShardRequest(**values)  # type: ignore[arg-type]
@@ -74,27 +78,27 @@ def test_the_shard_script_runs_the_same_build_with_its_array_index(tmp_path: Pat
     assert lines[0] == "#!/bin/bash"
     assert f"export PORTER_CACHE_DIR={tmp_path / 'cache'}" in lines  # every job sees the same build folder
     assert 'i="${1:-${SLURM_ARRAY_TASK_ID:?pass the shard index, or run as an array task}}"' in lines
-    assert ("/venv/bin/python -m porter ops build --source /src/deepspeed-0.19.8.tar.gz -t cpu --ops cpu_lion "
+    assert (f"/venv/bin/python -m porter build --request {tmp_path / 'd' / 'request.json'} "
             '--shard "$i/2" --json > "$results"/.shard-"$i".json.part') in lines
-    assert lines[-1] == 'exit "$code"' and "--link-only" not in text and " -o " not in text
+    assert lines[-1] == 'exit "$code"' and "--last" not in text and " -o " not in text
     # the exit code lands last, renamed into place: status never reads half a result
     assert lines[-2].endswith('mv -f "$results"/.shard-"$i".exit.part "$results"/shard-"$i".exit')
 
 
 def test_the_link_script_links_into_the_wheelhouse(tmp_path: Path) -> None:
-    req = request(tmp_path, link_args=("--with-deps",)).with_facts(FACTS)
+    req = request(tmp_path).with_facts(FACTS)
     text = sh.scripts(req)[req.folder.final_script]
     cmd = next(ln for ln in text.splitlines() if "-m porter" in ln)
-    assert cmd.startswith("/venv/bin/python -m porter ops build --source /src/deepspeed-0.19.8.tar.gz -t cpu "
-                          f"--ops cpu_lion --with-deps --link-only -o {tmp_path / 'wh'} --json > ")
+    assert cmd.startswith(f"/venv/bin/python -m porter build --request {tmp_path / 'd' / 'request.json'} --last "
+                          f"-o {tmp_path / 'wh'} --json > ")
     assert "--shard" not in text and text.rstrip().endswith('exit "$code"')
     assert req.name == "porter-deepspeed-0.19.8-cpu"
 
 
-def test_the_request_refuses_options_it_sets_itself(tmp_path: Path) -> None:
-    for bad in (("--shard", "0/2"), ("--link-only",), ("-o", "x"), ("--json",)):
-        with pytest.raises(ConfigError, match="sets"):
-            request(tmp_path, build_args=("--source", "s", *bad))
+def test_the_request_refuses_options_its_runner_sets(tmp_path: Path) -> None:
+    for bad in ("shard", "shards", "dry_run", "as_json"):
+        with pytest.raises(ConfigError, match=f"may not set {bad}"):
+            request(tmp_path, build=BuildRequest("deepspeed", {"source": "s", bad: True}))
     with pytest.raises(ConfigError, match="whole number >= 1"):
         request(tmp_path, shards=0)
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from porter.cluster.site.profiles import Site, runtime_env
+from porter.components.megatron.launch import CONFIG, training_args, training_config
 from porter.errors import ConfigError
 from porter.fs import atomic_write_json, atomic_write_text, ensure_writable_dir
 
@@ -272,24 +273,6 @@ def plan(site: Site, model: Model, *, nodes: int, tp: int | None = None, pp: int
 
 # -- the job --------------------------------------------------------------------------------------------------
 
-def ds_config(p: Plan) -> dict[str, Any]:
-    """The DeepSpeed config of the plan: batch sizes, ZeRO stage, bf16."""
-    return {"train_batch_size": p.global_batch, "train_micro_batch_size_per_gpu": p.micro_batch,
-            "gradient_accumulation_steps": p.microbatches, "zero_optimization": {"stage": p.zero_stage},
-            "bf16": {"enabled": True}, "gradient_clipping": 1.0, "steps_per_print": 10,
-            "wall_clock_breakdown": False}
-
-
-def megatron_args(p: Plan, config: Path) -> list[str]:
-    m = p.model
-    args = ["--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(p.pp),
-            "--num-layers", str(m.layers), "--hidden-size", str(m.hidden), "--num-attention-heads", str(m.heads),
-            "--seq-length", str(m.seq), "--max-position-embeddings", str(m.seq),
-            "--micro-batch-size", str(p.micro_batch), "--global-batch-size", str(p.global_batch), "--bf16",
-            "--deepspeed", "--deepspeed_config", str(config), "--zero-stage", str(p.zero_stage)]
-    return args + (["--checkpoint-activations"] if p.recompute else [])
-
-
 @dataclass(frozen=True, kw_only=True)
 class JobOptions:
     python: str
@@ -352,7 +335,7 @@ def sbatch_script(p: Plan, site: Site, opts: JobOptions, *, config: Path, site_r
               f"{per_node} {shlex.quote(opts.porter_python)} -m porter site preflight {shlex.quote(site_ref)} "
               f"--python {_q(python)} --nodes {p.nodes}{skip}", ""]
     bind = (f" --cpu-bind={n.cpu_bind}" if n.cpu_bind else "") + (f" --gpu-bind={n.gpu_bind}" if n.gpu_bind else "")
-    train = [opts.entry, *megatron_args(p, config), *opts.entry_args]
+    train = [opts.entry, *training_args(p, config), *opts.entry_args]
     lines += ["# one rank per device; torch.distributed reads its rank from Slurm's",
               f"srun --ntasks-per-node={n.devices} --cpus-per-task={n.cores_per_gcd}{bind} \\",
               "    bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS; exec \"$@\"' "
@@ -372,11 +355,12 @@ class Written:
 
 
 def write_job(p: Plan, site: Site, opts: JobOptions, out_dir: Path) -> Written:
-    """``job.sbatch``, ``ds_config.json`` and ``plan.json`` in ``out_dir`` (each written atomically)."""
+    """``job.sbatch``, the training's config (:data:`CONFIG`) and ``plan.json`` in ``out_dir`` (each written
+    atomically)."""
     out_dir = ensure_writable_dir(out_dir.resolve(), what="job folder", option="-o", create=True)
-    config = out_dir / "ds_config.json"
+    config = out_dir / CONFIG
     site_ref = site.file if site.file and Path(site.file).is_file() and not _builtin(site) else site.name
-    atomic_write_json(config, ds_config(p))
+    atomic_write_json(config, training_config(p))
     atomic_write_json(out_dir / "plan.json", p.to_dict())
     script = out_dir / "job.sbatch"
     atomic_write_text(script, sbatch_script(p, site, opts, config=config, site_ref=site_ref))

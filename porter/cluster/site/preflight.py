@@ -171,8 +171,11 @@ def check_ops_and_archs(site: Site, python: str, runner: Runner, skip: set[str])
         env = inspect_env(python, runner, dists=all_dists())
         rep = verify(env, node, runner)
         if not rep.components:
-            out.append(Check("ops", "failed", f"no prebuilt DeepSpeed/APEX/FlashAttention/Megatron kernels in {python}: "
-                                              "every op would JIT-compile on every rank ('porter install WHEELHOUSE')"))
+            from porter.components import registry
+
+            titles = "/".join(c.title for c in registry().values() if c.dists)
+            out.append(Check("ops", "failed", f"no prebuilt {titles} kernels in {python}: every op would JIT-compile "
+                                              "on every rank ('porter install WHEELHOUSE')"))
         elif rep.problems:
             out.append(Check("ops", "failed", "; ".join(str(p) for p in rep.problems[:5])))
         else:

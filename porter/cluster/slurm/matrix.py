@@ -39,6 +39,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from porter.artifacts import labels
+from porter.cluster.request import BuildRequest
 from porter.cluster.slurm.sbatch import SlurmSettings
 from porter.errors import ConfigError, shown
 from porter.fs import exists, read_user_text
@@ -67,18 +68,28 @@ class Cell:
     toolchain_name: str
     label: str
     """The toolchain's local version label: the wheel's ``+label``."""
-    args: tuple[str, ...]
-    """porter's arguments (after ``python -m porter``), except ``-o``, which the cell adds."""
+    ops: tuple[str, ...] = ()
+    python: str | None = None
+    jobs: int | None = None
+    args: tuple[str, ...] = ()
+    """More options of the build, as the matrix file gives them."""
+
+    def request(self) -> BuildRequest:
+        """The build this cell runs (``porter build --request``), its output left to the run."""
+        options: dict[str, Any] = {"source": self.source, "toolchain_ref": self.toolchain}
+        options.update({k: v for k, v in (("ops", list(self.ops)), ("python", self.python), ("jobs", self.jobs)) if v})
+        return BuildRequest(self.component, options, self.args)
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "id": self.id, "component": self.component, "source": self.source,
                 "toolchain": self.toolchain, "toolchain_name": self.toolchain_name, "label": self.label,
-                "args": list(self.args)}
+                "ops": list(self.ops), "python": self.python, "jobs": self.jobs, "args": list(self.args)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Cell:
         return cls(index=int(d["index"]), id=str(d["id"]), component=str(d["component"]), source=str(d["source"]),
                    toolchain=str(d["toolchain"]), toolchain_name=str(d["toolchain_name"]), label=str(d["label"]),
+                   ops=tuple(str(o) for o in d.get("ops", ())), python=d.get("python"), jobs=d.get("jobs"),
                    args=tuple(str(a) for a in d["args"]))
 
 
@@ -178,13 +189,9 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
                           hint="fix the matrix file; porter toolchain list shows the presets")
     cells: list[Cell] = []
     for index, c in enumerate(planned):
-        argv = [*c["command"], "--source", c["source"], "--toolchain", c["toolchain"]]
-        argv += ["--ops", ",".join(c["ops"])] if c["ops"] else []
-        argv += ["--python", build_python] if build_python else []
-        argv += [*(["--jobs", str(jobs)] if jobs else []), *c["args"]]
         cells.append(Cell(index=index, id=c["id"], component=c["component"], source=c["source"],
                           toolchain=c["toolchain"], toolchain_name=c["toolchain_name"], label=c["label"],
-                          args=tuple(argv)))
+                          ops=tuple(c["ops"]), python=build_python, jobs=jobs, args=tuple(c["args"])))
     return Matrix(name=_safe(name), file=file, dir=folder, wheelhouse=house, python=python or sys.executable,
                   cells=tuple(cells), slurm=slurm)
 
@@ -297,13 +304,12 @@ def _check_components(planned: list[dict[str, Any]], problems: list[str]) -> Non
             problems.append(f"cell {', '.join(users)}: {exc.message}")
             continue
         if not isinstance(component, MatrixBuild):
-            problems.append(f"cell {', '.join(users)}: {comp} is built by '{component.build_command}', "
-                            f"which is not a matrix build (matrix components: {', '.join(buildable)})")
+            problems.append(f"cell {', '.join(users)}: {comp} is not built into a wheel by a matrix "
+                            f"(matrix components: {', '.join(buildable)})")
             continue
         for c in (c for c in planned if c["component"] == comp):
             if "==" in c["source"] and not component.fetches:
                 problems.append(f"cell {c['id']}: {comp} cannot be fetched as {c['source']}: "
                                 "give its tree or sdist in 'sources'")
             if c["ops"] and not component.takes_ops:
-                problems.append(f"cell {c['id']}: {component.build_command} takes no --ops")
-            c["command"] = component.build_command.split()[1:]
+                problems.append(f"cell {c['id']}: {comp} takes no ops")

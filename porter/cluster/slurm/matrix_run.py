@@ -4,6 +4,7 @@
 DIR/matrix.json              the validated cells, frozen at submission (the jobs read only this)
 DIR/jobs/cell.sh             one cell: `porter matrix cell DIR INDEX` (INDEX = the array task id)
 DIR/jobs/index.sh            the final step: `porter matrix finish DIR`
+DIR/cells/<id>/request.json  the cell's build (porter.cluster.request), which `porter build --request` runs
 DIR/cells/<id>/result.json   one per cell: status, exit code, seconds, wheel, log paths
 DIR/cells/<id>/build.log     the build command's whole output
 DIR/logs/cell-<index>.log    the job's own output (Slurm's --output; --local writes the same file)
@@ -23,6 +24,7 @@ rule, so a local run rehearses the cluster run exactly.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from porter import __version__
+from porter.cluster.request import write_request
 from porter.cluster.slurm import sbatch as sl
 from porter.cluster.slurm.folder import JobFolder, now
 from porter.cluster.slurm.matrix import Cell, Matrix
@@ -45,7 +48,7 @@ from porter.run import Runner
 PLAN = "matrix.json"
 REPORT = "report.json"
 RESULT = "result.json"
-PLAN_SCHEMA = "porter.matrix/1"
+PLAN_SCHEMA = "porter.matrix/2"
 RESULT_SCHEMA = "porter.matrix-cell/1"
 REPORT_SCHEMA = "porter.matrix-report/1"
 SHIPPED = ("built", "partial")
@@ -71,6 +74,14 @@ class Plan:
 
     def result_path(self, cell: Cell) -> Path:
         return self.cell_dir(cell) / RESULT
+
+    def request_path(self, cell: Cell) -> Path:
+        return self.cell_dir(cell) / "request.json"
+
+    def argv(self, cell: Cell) -> list[str]:
+        """What the cell's job runs: its request, the wheel into the cell's own out/ (shipped from there)."""
+        return [self.python, "-m", "porter", "build", "--request", str(self.request_path(cell)),
+                "-o", str(self.cell_dir(cell) / "out")]
 
     def build_log(self, cell: Cell) -> Path:
         return self.cell_dir(cell) / "build.log"
@@ -190,7 +201,8 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
     out = plan.cell_dir(cell) / "out"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    argv = [plan.python, "-m", "porter", *cell.args, "-o", str(out)]
+    write_request(plan.request_path(cell), cell.request())
+    argv = plan.argv(cell)
     doc: dict[str, Any] = {"schema": RESULT_SCHEMA, **cell.to_dict(), "status": "running",
                            "host": socket.gethostname(), "slurm": _slurm_ids(env), "started": now(),
                            "command": argv, "log": str(plan.build_log(cell)), "job_log": str(plan.job_log(cell))}
@@ -426,10 +438,10 @@ def _dry_run_lines(plan: Plan, mode: str, argvs: list[list[str]], refusal: str |
 
     lines = [f"# matrix {plan.name}: {len(plan.cells)} cell(s) in {plan.dir}, wheels into {plan.wheelhouse}"]
     for cell in plan.cells:
-        out = plan.cell_dir(cell) / "out"
         lines.append(f"# cell {cell.index} {cell.id}: {cell.component} from {cell.source} with "
                      f"{cell.toolchain_name} (+{cell.label})")
-        lines.append(shlex.join([plan.python, "-m", "porter", *cell.args, "-o", str(out)]))
+        lines.append(f"# {plan.request_path(cell).name}: {json.dumps(cell.request().to_dict(), sort_keys=True)}")
+        lines.append(shlex.join(plan.argv(cell)))
     lines.append(f"# then: index {plan.wheelhouse} and write {plan.dir / REPORT}")
     lines.append(shlex.join([plan.python, "-m", "porter", "matrix", "finish", str(plan.dir)]))
     if mode == "slurm":

@@ -2,9 +2,10 @@
 steps into the shared build folder (and compiler cache), then one link-and-package job after all of them.
 
 ```
-DIR/shards.json            the request, frozen at submission: the build's arguments, N, where things land
-DIR/jobs/shard.sh          one shard: `porter ops build ARGS --shard I/N` (I = the array task id)
-DIR/jobs/link.sh           the last step: `porter ops build ARGS --link-only -o WHEELHOUSE`
+DIR/shards.json            the sharded build, frozen at submission: N, where things land, the build below
+DIR/request.json           the build every job runs (porter.cluster.request), frozen at submission
+DIR/jobs/shard.sh          one shard: `porter build --request DIR/request.json --shard I/N` (I = the array task id)
+DIR/jobs/link.sh           the last step: `porter build --request DIR/request.json --last -o WHEELHOUSE`
 DIR/results/shard-I.json   the shard's --json report; shard-I.exit its exit code
 DIR/results/link.json      the link job's --json report (wheel, manifest); link.exit its exit code
 DIR/logs/shard-I.log       each task's own output (Slurm's --output); logs/link.log the link job's
@@ -24,12 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from porter import __version__
+from porter.cluster.request import BuildRequest, write_request
 from porter.cluster.slurm import sbatch as sl
 from porter.cluster.slurm.folder import JobFolder, read_exit_code, read_json
 from porter.errors import CheckFailed, ConfigError, PorterError, ToolError, refusal_line
@@ -37,16 +39,11 @@ from porter.fs import atomic_write_json, ensure_writable_dir
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
 
-if TYPE_CHECKING:
-    from porter.ccache import CacheRequest
-    from porter.toolchain.profile import Toolchain
-
 REQUEST = "shards.json"
-SCHEMA = "porter.shards/1"
-LOCAL = ("build here in one run (drop --slurm and --shards), or run 'porter ops build ... --shard I/N' for "
-         "each I yourself and then '--link-only'")
-# what the jobs run instead of the submitting command's own choices
-OWN_OPTIONS = ("--shard", "--shards", "--link-only", "--slurm", "--json", "-o", "--wheelhouse", "--dry-run")
+BUILD_REQUEST = "request.json"
+SCHEMA = "porter.shards/2"
+LOCAL = ("build here in one run (drop --slurm and --shards), or run the build with --shard I/N for each I yourself "
+         "and then once with --link-only (--report-only for a compile-only build)")
 
 
 @dataclass(frozen=True)
@@ -59,13 +56,20 @@ class BuildFacts:
     refusal: str | None = None
     """Why a real build here would be refused (checked on the submitting host)."""
 
+    @classmethod
+    def of(cls, dry_run: Any) -> BuildFacts:
+        """The facts of a build's dry run (its plan and refusal)."""
+        return cls(build_dir=dry_run.plan.build_dir,
+                   compile_steps=sum(1 for st in dry_run.plan.steps if st.kind == "compile"),
+                   refusal=dry_run.refusal.message if dry_run.refusal else None)
+
 
 @dataclass(frozen=True)
 class ShardRequest:
     """A sharded build, as its jobs read it back from ``shards.json``."""
 
-    build_args: tuple[str, ...]
-    """``porter ops build`` arguments common to every job (no --shard, --link-only, -o, --json)."""
+    build: BuildRequest
+    """The build every job runs (``request.json``): each shard with ``--shard I/N``, the last with ``--last``."""
     shards: int
     dir: Path
     wheelhouse: Path
@@ -75,22 +79,11 @@ class ShardRequest:
     build_dir: Path = Path()
     """Filled from the plan (:class:`BuildFacts`) before anything is written."""
     compile_steps: int = 0
-    link_args: tuple[str, ...] = ()
-    """Arguments only the link job gets (--with-deps)."""
-    name: str = "porter-ops"
-    command: tuple[str, ...] = ("ops", "build")
-    """The porter command every job runs (``wheel flash-attn`` for FlashAttention's compile-only)."""
-    final: tuple[str, ...] = ("--link-only",)
-    """What makes the last job the last: ``--link-only`` (link and package what the shards compiled), or
-    ``--report-only`` for a compile-only build (report every unit the shards compiled)."""
+    name: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.shards, bool) or not isinstance(self.shards, int) or self.shards < 1:
             raise ConfigError(f"--shards must be a whole number >= 1, not {self.shards!r}")
-        clash = [a for a in (*self.build_args, *self.link_args) if a.split("=", 1)[0] in OWN_OPTIONS]
-        if clash:
-            raise ConfigError(f"the sharded build sets {', '.join(clash)} itself",
-                              hint="leave it out of the build's arguments")
 
     @property
     def folder(self) -> JobFolder:
@@ -101,36 +94,37 @@ class ShardRequest:
         return self.dir / "results"
 
     @property
+    def request_file(self) -> Path:
+        return self.dir / BUILD_REQUEST
+
+    @property
     def link_exit(self) -> Path:
         """Written last by the link job: what ``--wait`` and ``status`` look for."""
         return self.results / "link.exit"
 
     def porter(self) -> list[str]:
-        return [self.python, "-m", "porter", *self.command, *self.build_args]
+        return [self.python, "-m", "porter", "build", "--request", str(self.request_file)]
 
     def link_argv(self) -> list[str]:
-        return [*self.porter(), *self.link_args, *self.final, "-o", str(self.wheelhouse), "--json"]
+        return [*self.porter(), "--last", "-o", str(self.wheelhouse), "--json"]
 
     def with_facts(self, facts: BuildFacts) -> ShardRequest:
         key = build_key(facts.build_dir)
-        name = f"porter-{key.rsplit('-', 1)[0]}" if key else self.name
+        name = f"porter-{key.rsplit('-', 1)[0]}" if key else f"porter-{self.build.component}"
         return dataclasses.replace(self, build_dir=facts.build_dir, compile_steps=facts.compile_steps, name=name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "porter_version": __version__, "name": self.name,
-                "build_args": list(self.build_args), "link_args": list(self.link_args), "shards": self.shards,
-                "dir": str(self.dir), "wheelhouse": str(self.wheelhouse), "cache": str(self.cache),
-                "python": self.python, "build_dir": str(self.build_dir), "compile_steps": self.compile_steps,
-                "command": list(self.command), "final": list(self.final)}
+        return {"schema": SCHEMA, "porter_version": __version__, "name": self.name, "build": self.build.to_dict(),
+                "shards": self.shards, "dir": str(self.dir), "wheelhouse": str(self.wheelhouse),
+                "cache": str(self.cache), "python": self.python, "build_dir": str(self.build_dir),
+                "compile_steps": self.compile_steps}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], folder: Path) -> ShardRequest:
-        return cls(build_args=tuple(data["build_args"]), link_args=tuple(data.get("link_args", ())),
-                   shards=int(data["shards"]), dir=folder, wheelhouse=Path(data["wheelhouse"]),
-                   cache=Path(data["cache"]), python=str(data["python"]), build_dir=Path(data["build_dir"]),
-                   compile_steps=int(data["compile_steps"]), name=str(data.get("name", "porter-ops")),
-                   command=tuple(data.get("command", ("ops", "build"))),
-                   final=tuple(data.get("final", ("--link-only",))))
+        return cls(build=BuildRequest.from_dict(data["build"], str(folder / REQUEST)), shards=int(data["shards"]),
+                   dir=folder, wheelhouse=Path(data["wheelhouse"]), cache=Path(data["cache"]),
+                   python=str(data["python"]), build_dir=Path(data["build_dir"]),
+                   compile_steps=int(data["compile_steps"]), name=str(data.get("name", "")))
 
 
 def read_request(directory: str | Path) -> ShardRequest:
@@ -158,12 +152,12 @@ def _record(req: ShardRequest, command: str, name: str) -> str:
 
 def scripts(req: ShardRequest) -> dict[Path, str]:
     """The text of ``jobs/shard.sh`` (one array task; ``bash shard.sh I`` by hand) and ``jobs/link.sh``."""
-    folder, title = req.folder, f"{' '.join(req.command)} in {req.shards} shard(s)"
+    folder, title = req.folder, f"{req.build.component} in {req.shards} shard(s)"
     exports, results = {"PORTER_CACHE_DIR": str(req.cache)}, f"results={shlex.quote(str(req.results))}\n"
     shard = folder.script(title, "one shard per array task (or: bash shard.sh INDEX)", exports=exports, body=(
         results + 'i="${1:-${SLURM_ARRAY_TASK_ID:?pass the shard index, or run as an array task}}"\n'
         + _record(req, f'{shlex.join(req.porter())} --shard "$i/{req.shards}" --json', 'shard-"$i"')))
-    link = folder.script(title, "link and package after every shard (afterok)" if req.final != ("--report-only",)
+    link = folder.script(title, "link and package after every shard (afterok)" if not req.build.reports
                          else "report every unit after every shard (afterok): it compiles nothing",
                          exports=exports, body=results + _record(req, shlex.join(req.link_argv()), "link"))
     return {folder.task_script: shard, folder.final_script: link}
@@ -174,6 +168,7 @@ def write_jobs(req: ShardRequest) -> None:
     ensure_writable_dir(req.dir, what="shards folder", option="--dir", create=True)
     req.folder.reset("results")
     req.folder.write_scripts(*scripts(req).values())
+    write_request(req.request_file, req.build)
     atomic_write_json(req.dir / REQUEST, req.to_dict())
 
 
@@ -298,7 +293,7 @@ def preflight(req: ShardRequest) -> list[str]:
 
 def _dry_run_lines(req: ShardRequest, settings: sl.SlurmSettings, programs: sl.Programs | None,
                    refusal: str | None) -> list[str]:
-    last = "one link job; the wheel into" if req.final != ("--report-only",) else \
+    last = "one link job; the wheel into" if not req.build.reports else \
         "one job that reports every unit; its report beside"
     lines = [f"# {req.shards} shard(s) of {req.compile_steps} compile step(s) into {req.build_dir}, "
              f"then {last} {req.wheelhouse}",
@@ -381,37 +376,3 @@ def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settin
                                   f"'porter ops status {req.dir}' and the logs in {req.dir / 'logs'}")
         run.status = status(req.dir)
     return run
-
-
-def ops_build_facts(source: str, tc: Toolchain, *, ops: list[str] | None, all_compatible: bool,
-                    python: str | None, compiler_cache: CacheRequest, dry_run: bool, log: Logger, runner: Runner,
-                    allow_wave32: Sequence[str] = ()) -> BuildFacts:
-    """The plan of ``porter ops build`` (a dry run of it). A real submission first unpacks (or downloads)
-    the source into the shared cache, so the shards all find it there and none races another to it."""
-    from porter.components.deepspeed import DEEPSPEED
-    from porter.components.deepspeed.build import build_ops
-    from ops_prebuild.build import EngineRun
-    from ops_prebuild.source import resolve_source
-    from porter.fs import cache_dir
-
-    if not dry_run:
-        with log.step("unpacking the source into the shared cache"):
-            resolve_source(DEEPSPEED, source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
-    res = build_ops(source, tc, ops=ops, all_compatible=all_compatible, wheelhouse=Path("."), dry_run=True,
-                    python=python, log=log, runner=runner, how=EngineRun(compiler_cache=compiler_cache),
-                    allow_wave32=allow_wave32)
-    return BuildFacts(build_dir=res.plan.build_dir,
-                      compile_steps=sum(1 for st in res.plan.steps if st.kind == "compile"),
-                      refusal=res.refusal.message if res.refusal else None)
-
-
-def fa_compile_facts(source: str, request: Any, *, dry_run: bool, log: Logger, runner: Runner) -> BuildFacts:
-    """The plan of ``porter wheel flash-attn --compile-only`` (a dry run of it), for its shards."""
-    from porter.components import wheel_drivers
-    from porter.wheels.compile import compile_only
-
-    drivers = wheel_drivers()
-    res = compile_only(drivers["flash-attn"], source, request, runner=runner, log=log, dry_run=True, others=drivers)
-    return BuildFacts(build_dir=res.plan.build_dir,
-                      compile_steps=sum(1 for st in res.plan.steps if st.kind == "compile"),
-                      refusal=res.refusal.message if res.refusal else None)

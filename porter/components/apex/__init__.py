@@ -626,7 +626,6 @@ class ApexComponent:
     title = "ROCm apex"
     dists: tuple[str, ...] = ("apex",)
     patch_project = ""
-    build_command = "porter wheel apex"
     fetches = False
     takes_ops = True
     driver = ApexDriver()

@@ -65,7 +65,6 @@ class DeepSpeedComponent:
     tree_marks = "op_builder/builder.py and deepspeed/"
     dists: tuple[str, ...] = ("deepspeed",)
     patch_project = "deepspeed"
-    build_command = "porter ops build"
     fetches = True  # (MatrixBuild) a matrix cell may name a release: NAME==VERSION
     takes_ops = True
 

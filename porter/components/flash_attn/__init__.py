@@ -513,7 +513,6 @@ class FlashAttnComponent:
     title = "FlashAttention"
     dists: tuple[str, ...] = ("flash-attn",)
     patch_project = ""
-    build_command = "porter wheel flash-attn"
     fetches = True
     takes_ops = False
     driver = FlashAttnDriver()

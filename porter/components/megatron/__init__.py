@@ -141,7 +141,6 @@ class MegatronComponent:
     title = "Megatron-DeepSpeed"
     dists: tuple[str, ...] = (DIST,)
     patch_project = PATCH_PROJECT
-    build_command = "porter port megatron-deepspeed"
 
     def recognise(self, tree: Path) -> Recognised | None:
         return Recognised(self.name, tree_version(tree), tree) if is_tree(tree) else None

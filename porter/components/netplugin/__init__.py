@@ -30,7 +30,6 @@ class NetPluginComponent:
     dists: tuple[str, ...] = ()
     """Not a wheel: a package folder with a manifest, installed where RCCL looks (NCCL_NET_PLUGIN)."""
     patch_project = ""
-    build_command = "porter net-plugin build"
 
     def recognise(self, tree: Path) -> Recognised | None:
         from porter.components.netplugin.projects import recognise

@@ -1,0 +1,88 @@
+"""porter build --request FILE: run a build written down as data (a sharded build's jobs, a matrix cell, CI)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from porter.cli.options import BUILDERS, dry_run_option, into, json_option
+from porter.errors import ConfigError
+
+
+def builder(ctx: click.Context, component: str) -> tuple[click.Command, str]:
+    """The command that builds ``component`` (``@builds`` marks it), and its name as typed (``ops build``)."""
+    root = ctx.find_root().command
+    assert isinstance(root, click.Group)
+    for name in root.list_commands(ctx):  # importing each command module registers its builders
+        root.get_command(ctx, name)
+    if component not in BUILDERS:
+        raise ConfigError(f"porter builds no component {component!r} from a request",
+                          hint=f"components a request can build: {', '.join(sorted(BUILDERS))}")
+    cmd, group = BUILDERS[component]
+    return cmd, f"{group} {cmd.name}"
+
+
+def run_request(ctx: click.Context, cmd: click.Command, name: str, options: dict[str, Any],
+                args: tuple[str, ...]) -> Any:
+    """Run ``cmd`` with ``options`` (parameter names to values, each converted and checked by its click option as
+    typed ones are) and the user's own ``args``; the request wins over the job's environment."""
+    params = {p.name: p for p in cmd.params}
+    unknown = sorted(set(options) - set(params))
+    if unknown:
+        raise ConfigError(f"the request sets {', '.join(unknown)}, which 'porter {name}' does not take",
+                          hint=f"porter {name} --help lists its options (a request names them as the help's "
+                               "words with - as _)")
+    sub = cmd.make_context(f"porter {name}", list(args), parent=ctx, default_map=options)
+    for key, value in options.items():
+        if sub.get_parameter_source(key) is ParameterSource.ENVIRONMENT:
+            param = params[key]
+            assert param.name is not None
+            sub.params[param.name] = param.process_value(sub, value)
+    with sub:
+        return cmd.invoke(sub)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """``porter build``'s options as typed (``--help`` says what each is)."""
+
+    request_file: Path
+    shard: str | None
+    last: bool
+    wheelhouse: Path | None
+    dry_run: bool
+    as_json: bool
+
+
+@click.command("build")
+@click.option("--request", "request_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The build request (JSON): a sharded build's request.json, a matrix cell's, or one of yours "
+                   "(docs/cluster.md shows its form).")
+@click.option("--shard", default=None, metavar="I/N",
+              help="Compile only shard I of N of the build's compile steps (as the build command's --shard).")
+@click.option("--last", is_flag=True,
+              help="The run after every shard: add the request's 'last' options (link and package the wheel, or "
+                   "report every unit of a compile-only build).")
+@click.option("-o", "--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the wheel and its manifest go (default: the request's, else ./wheelhouse).")
+@dry_run_option
+@json_option
+@click.pass_context
+@into(RunOptions)
+def build_cmd(ctx: click.Context, /, req: RunOptions) -> None:
+    """Run the build a request file holds, with the command that builds its component."""
+    from porter.cluster.request import read_request
+
+    build = read_request(req.request_file)
+    cmd, name = builder(ctx, build.component)
+    if req.shard is not None and "shard" not in {p.name for p in cmd.params}:
+        raise click.UsageError(f"--shard: 'porter {name}' builds in one run (it has no shards)")
+    own = {"shard": req.shard, "wheelhouse": req.wheelhouse, "dry_run": req.dry_run or None,
+           "as_json": req.as_json or None}
+    options = {**build.options, **(build.last if req.last else {}),
+               **{k: v for k, v in own.items() if v is not None and k in {p.name for p in cmd.params}}}
+    run_request(ctx, cmd, name, options, build.args)
