@@ -32,7 +32,7 @@ def audit_cmd(log: Logger, tree: Path, python: str | None, no_python: bool, as_j
     installed packages, what runs at import. Each says what it costs and what happens on a node without a
     compiler. Exit 1 when anything would compile on a compute node, 0 otherwise.
     """
-    from porter.install.audit import Target, audit, render
+    from porter.install.audit import audit, render, target_of
     from porter.components import all_dists
     from porter.install.env import inspect_env
 
@@ -42,7 +42,7 @@ def audit_cmd(log: Logger, tree: Path, python: str | None, no_python: bool, as_j
     if not no_python:
         env = inspect_env(python or sys.executable, Runner(log, echo=log.verbose),
                           dists=(*all_dists(), "triton"))
-        target = Target.from_env(env)
+        target = target_of(env)
     with log.step(f"reading {tree}"):
         report = audit(tree, target)
     if as_json:

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from porter.artifacts import labels
+from porter.components import jit, static
+from porter.components.apex import audit
 from porter.components.base import InstalledCheck, Recognised
-from porter.components import static
 from porter.errors import ConfigError
 from porter.wheels.base import (GiB, BuildPlan, Expectation, KernelSet, Machine, OpSpec, SourceInfo, WheelRequest,
                                 choose_jobs, per_job)
@@ -629,6 +630,20 @@ class ApexComponent:
     fetches = False
     takes_ops = True
     driver = ApexDriver()
+    jit_kinds = audit.KINDS  # (JitSites: porter audit asks it)
+    loads_on_import: jit.Loads = {}
+
+    def read_target(self, target: jit.Target) -> None:
+        pass
+
+    def builder_roots(self, tree: Path, target: jit.Target | None) -> list[Path]:
+        return audit.builder_roots(tree, target)
+
+    def resolve(self, raw: jit.Raw, at: jit.At, ctx: jit.Audit) -> jit.Site | None:
+        return audit.resolve(raw, at, ctx)
+
+    def installed_sites(self, ctx: jit.Audit, imports: set[str]) -> list[jit.Site]:
+        return audit.installed_sites(ctx, imports)
 
     def recognise(self, tree: Path) -> Recognised | None:
         info = self.driver.detect(tree)

@@ -12,25 +12,17 @@ engine (:mod:`ops_prebuild`) by ``porter ops build``.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from porter.components import jit
 from porter.components.base import InstalledCheck, Recognised
+from porter.components.deepspeed import audit
+from porter.components.deepspeed.audit import OPTIMIZER_OPS, VERSION_INFO, read_installed_ops
 
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest
     from porter.install.env import InstalledDist
-
-VERSION_INFO = "deepspeed/git_version_info_installed.py"
-
-# DeepSpeed's optimizer classes and the op each one loads when it is built (facts of deepspeed.ops.*);
-# the audit reads a training tree's imports of them as start-up op loads.
-OPTIMIZER_OPS: dict[str, str] = {
-    "DeepSpeedCPUAdam": "cpu_adam", "FusedAdam": "fused_adam", "DeepSpeedCPUAdagrad": "cpu_adagrad",
-    "DeepSpeedCPULion": "cpu_lion", "FusedLamb": "fused_lamb", "FusedLion": "fused_lion",
-}
-
 
 def is_tree(tree: Path) -> bool:
     return (tree / "op_builder" / "builder.py").is_file() and (tree / "deepspeed").is_dir()
@@ -41,24 +33,6 @@ def tree_version(tree: Path) -> str:
     return vfile.read_text().strip() if vfile.is_file() else "0+unknown"
 
 
-def read_installed_ops(text: str) -> dict[str, bool] | None:
-    """``installed_ops`` from the text of git_version_info_installed.py (None when unreadable)."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "installed_ops"
-                                                for t in node.targets):
-            try:
-                value = ast.literal_eval(node.value)
-            except ValueError:
-                return None
-            if isinstance(value, dict):
-                return {str(k): bool(v) for k, v in value.items()}
-    return None
-
-
 class DeepSpeedComponent:
     name = "deepspeed"
     title = "DeepSpeed"
@@ -67,6 +41,21 @@ class DeepSpeedComponent:
     patch_project = "deepspeed"
     fetches = True  # (MatrixBuild) a matrix cell may name a release: NAME==VERSION
     takes_ops = True
+    jit_kinds = audit.KINDS  # (JitSites: porter audit asks it)
+    loads_on_import = {"deepspeed": OPTIMIZER_OPS}
+
+    def read_target(self, target: jit.Target) -> None:
+        audit.read_target(target)
+
+    def builder_roots(self, tree: Path, target: jit.Target | None) -> list[Path]:
+        root = target.package_root(self.name, self.name) if target else None
+        return [tree, *([root] if root else [])]
+
+    def resolve(self, raw: jit.Raw, at: jit.At, ctx: jit.Audit) -> jit.Site | None:
+        return audit.resolve(raw, at, ctx)
+
+    def installed_sites(self, ctx: jit.Audit, imports: set[str]) -> list[jit.Site]:
+        return audit.installed_sites(ctx, imports)
 
     def is_tree(self, tree: Path) -> bool:
         return is_tree(tree)

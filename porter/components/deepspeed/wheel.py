@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from porter.artifacts.wheelfile import Payload, read_wheel, rewrite_wheel
-from porter.components.deepspeed import VERSION_INFO
+from porter.components.deepspeed.audit import VERSION_INFO
 from porter.errors import ToolError
 from porter.executor import HOST, Executor
 from porter.fs import owned_temp

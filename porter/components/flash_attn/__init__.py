@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 from packaging.version import InvalidVersion, Version
 
 from porter.artifacts import labels
+from porter.components import jit, static
 from porter.components.base import InstalledCheck, Recognised
-from porter.components import static
 from porter.errors import ConfigError
 from porter.wheels.base import (BACKENDS, GiB, BuildPlan, Expectation, KernelSet, Machine, SourceInfo, WheelRequest,
                                 choose_jobs, drop_flags, per_job)
@@ -516,6 +516,27 @@ class FlashAttnComponent:
     fetches = True
     takes_ops = False
     driver = FlashAttnDriver()
+    jit_kinds: Mapping[str, jit.Kind] = {}  # (JitSites: porter audit asks it)
+    loads_on_import: jit.Loads = {}
+
+    def read_target(self, target: jit.Target) -> None:
+        pass
+
+    def builder_roots(self, tree: Path, target: jit.Target | None) -> list[Path]:
+        return []
+
+    def resolve(self, raw: jit.Raw, at: jit.At, ctx: jit.Audit) -> jit.Site | None:
+        return None
+
+    def installed_sites(self, ctx: jit.Audit, imports: set[str]) -> list[jit.Site]:
+        """An installation with no compiled extension: its Triton backend compiles every kernel at first use."""
+        dist = ctx.target.dists.get(self.name) if ctx.target else None
+        if dist is None or dist.shared_objects:
+            return []
+        return [jit.Site("triton", "flash_attn", 0, "FlashAttention with no compiled extension (its Triton backend)",
+                         f"{self.name} {dist.version}", "call", "compiles",
+                         "every attention kernel is compiled by Triton at first use; build the CK backend with "
+                         "'porter wheel flash-attn' or warm TRITON_CACHE_DIR on node-local disk")]
 
     def recognise(self, tree: Path) -> Recognised | None:
         info = self.driver.detect(tree)

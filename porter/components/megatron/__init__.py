@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from porter.components import jit
 from porter.components.base import InstalledCheck, Recognised
 
 if TYPE_CHECKING:
@@ -141,6 +142,36 @@ class MegatronComponent:
     title = "Megatron-DeepSpeed"
     dists: tuple[str, ...] = (DIST,)
     patch_project = PATCH_PROJECT
+    jit_kinds: dict[str, jit.Kind] = {}  # (JitSites: porter audit asks it)
+    loads_on_import: jit.Loads = {}
+
+    def read_target(self, target: jit.Target) -> None:
+        pass
+
+    def builder_roots(self, tree: Path, target: jit.Target | None) -> list[Path]:
+        return []
+
+    def installed_sites(self, ctx: jit.Audit, imports: set[str]) -> list[jit.Site]:
+        return []
+
+    def resolve(self, raw: jit.Raw, at: jit.At, ctx: jit.Audit) -> jit.Site | None:
+        """A start-up compile site its port guards (:data:`JIT_GUARDS`): covered by the installed prebuilt modules,
+        guarded without them, or compiling when the tree is not ported."""
+        guard = next((g for g in JIT_GUARDS if g.kind == raw.kind and at.rel.endswith(g.file)), None)
+        if guard is None:
+            return None
+        modules = guard.modules_at(at.path)
+        if guard.marker not in at.text:
+            return at.site(raw, "compiles", f"not patched: 'porter port {self.name}' applies {guard.patch}, which "
+                                            f"imports the prebuilt {', '.join(modules)} instead")
+        have = ctx.target.modules if ctx.target else {}
+        missing = [m for m in modules if m not in have]
+        if not missing:
+            return at.site(raw, "covered", f"porter's {guard.patch} imports the prebuilt module(s), installed from "
+                                           f"{', '.join(sorted({have[m] for m in modules}))}", ", ".join(modules))
+        return at.site(raw, "guarded", f"porter's {guard.patch} imports {', '.join(missing)} instead of compiling, but "
+                                       f"{ctx.python} has no such module: start-up stops with an error naming 'porter "
+                                       f"port {self.name}'; install the wheel it builds", ", ".join(modules))
 
     def recognise(self, tree: Path) -> Recognised | None:
         return Recognised(self.name, tree_version(tree), tree) if is_tree(tree) else None
