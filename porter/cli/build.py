@@ -9,7 +9,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from porter.cli.options import BUILDERS, dry_run_option, into, json_option
+from porter.cli.options import BUILDERS, dry_run_option, json_option, opt, options, wheelhouse_option
 from porter.errors import ConfigError
 
 
@@ -48,32 +48,28 @@ def run_request(ctx: click.Context, cmd: click.Command, name: str, options: dict
 
 @dataclass(frozen=True)
 class RunOptions:
-    """``porter build``'s options as typed (``--help`` says what each is)."""
+    """``porter build``'s options: each field declares its own (``--help`` says what each is)."""
 
-    request_file: Path
-    shard: str | None
-    last: bool
-    wheelhouse: Path | None
-    dry_run: bool
-    as_json: bool
+    request_file: Path = opt("--request", required=True, type=click.Path(dir_okay=False, path_type=Path),
+                             help="The build request (JSON): a sharded build's request.json, a matrix cell's, or one "
+                                  "of yours (docs/ops.md shows its form).")
+    shard: str | None = opt("--shard", default=None, metavar="I/N",
+                            help="Compile only shard I of N of the build's compile steps (as the build command's "
+                                 "--shard).")
+    last: bool = opt("--last", is_flag=True,
+                     help="The run after every shard: add the request's 'last' options (link and package the wheel, "
+                          "or report every unit of a compile-only build).")
+    wheelhouse: Path | None = wheelhouse_option.field(default=None, show_default=False,
+                                                      help="Where the wheel and its manifest go (default: the "
+                                                           "request's, else ./wheelhouse).")
+    dry_run: bool = dry_run_option.field()
 
 
 @click.command("build")
-@click.option("--request", "request_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The build request (JSON): a sharded build's request.json, a matrix cell's, or one of yours "
-                   "(docs/cluster.md shows its form).")
-@click.option("--shard", default=None, metavar="I/N",
-              help="Compile only shard I of N of the build's compile steps (as the build command's --shard).")
-@click.option("--last", is_flag=True,
-              help="The run after every shard: add the request's 'last' options (link and package the wheel, or "
-                   "report every unit of a compile-only build).")
-@click.option("-o", "--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the wheel and its manifest go (default: the request's, else ./wheelhouse).")
-@dry_run_option
+@options(RunOptions)
 @json_option
 @click.pass_context
-@into(RunOptions)
-def build_cmd(ctx: click.Context, /, req: RunOptions) -> None:
+def build_cmd(ctx: click.Context, /, req: RunOptions, as_json: bool) -> None:
     """Run the build a request file holds, with the command that builds its component."""
     from porter.cluster.request import read_request
 
@@ -81,8 +77,7 @@ def build_cmd(ctx: click.Context, /, req: RunOptions) -> None:
     cmd, name = builder(ctx, build.component)
     if req.shard is not None and "shard" not in {p.name for p in cmd.params}:
         raise click.UsageError(f"--shard: 'porter {name}' builds in one run (it has no shards)")
-    own = {"shard": req.shard, "wheelhouse": req.wheelhouse, "dry_run": req.dry_run or None,
-           "as_json": req.as_json or None}
+    own = {"shard": req.shard, "wheelhouse": req.wheelhouse, "dry_run": req.dry_run or None, "as_json": as_json or None}
     options = {**build.options, **(build.last if req.last else {}),
                **{k: v for k, v in own.items() if v is not None and k in {p.name for p in cmd.params}}}
     run_request(ctx, cmd, name, options, build.args)

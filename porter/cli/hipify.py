@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import into, json_option
+from porter.cli.options import arg, json_option, opt, options
 from porter.errors import CheckFailed
 from porter.hipify import Finding, HipifyReport, hipify_tree
 from porter.hipify.engine import ALREADY_HIPIFIED, FindingGroup
@@ -18,32 +18,28 @@ from porter.log import Logger
 
 @dataclass(frozen=True)
 class HipifyOptions:
-    """``porter hipify``'s options as typed, parsed once (``--help`` says what each is)."""
+    """``porter hipify``'s options: each field declares its own (``--help`` says what each is)."""
 
-    src: Path
-    out: Path | None
-    in_place: bool
-    check: bool
-    maps: tuple[Path, ...]
-    fail_on_unsupported: bool
-    no_cache: bool
+    src: Path = arg(type=click.Path(path_type=Path))
+    out: Path | None = opt("-o", "--output", type=click.Path(path_type=Path), default=None,
+                           help="Output directory (default: SRC-hip next to SRC). SRC is never touched.")
+    in_place: bool = opt("--in-place", is_flag=True, help="Rewrite SRC itself instead of writing a copy.")
+    check: bool = opt("--check", is_flag=True,
+                      help="Write nothing; exit 1 when any file would change (for CI). Without -o it checks SRC "
+                           "itself (0 on a tree porter already hipified); with -o, whether OUT is up to date.")
+    maps: tuple[Path, ...] = opt("--map", multiple=True, type=click.Path(path_type=Path),
+                                 help="TOML file with extra mappings (repeatable); added on top of porter's built-in "
+                                      "map.")
+    fail_on_unsupported: bool = opt("--fail-on-unsupported", is_flag=True,
+                                    help="Exit 1 when CUDA APIs without a HIP equivalent remain.")
+    no_cache: bool = opt("--no-cache", is_flag=True,
+                         help="Translate every file again, ignoring OUT/.porter-hipify.json.")
 
 
 @click.command()
-@click.argument("src", type=click.Path(path_type=Path))
-@click.option("-o", "--output", "out", type=click.Path(path_type=Path), default=None,
-              help="Output directory (default: SRC-hip next to SRC). SRC is never touched.")
-@click.option("--in-place", is_flag=True, help="Rewrite SRC itself instead of writing a copy.")
-@click.option("--check", is_flag=True,
-              help="Write nothing; exit 1 when any file would change (for CI). Without -o it checks SRC "
-                   "itself (0 on a tree porter already hipified); with -o, whether OUT is up to date.")
-@click.option("--map", "maps", multiple=True, type=click.Path(path_type=Path),
-              help="TOML file with extra mappings (repeatable); added on top of porter's built-in map.")
-@click.option("--fail-on-unsupported", is_flag=True, help="Exit 1 when CUDA APIs without a HIP equivalent remain.")
-@click.option("--no-cache", is_flag=True, help="Translate every file again, ignoring OUT/.porter-hipify.json.")
+@options(HipifyOptions)
 @json_option
 @click.pass_obj
-@into(HipifyOptions)
 def hipify(log: Logger, /, req: HipifyOptions, as_json: bool) -> None:
     """Translate the CUDA sources under SRC to HIP with torch's own hipify plus porter's extra map.
 

@@ -8,15 +8,15 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import into, json_option
+from porter.cli.options import Spec, json_option, opt, options
 from porter.image import COMPRESSION as IMAGE_COMPRESSION
 from porter.log import Logger
 from porter.run import Runner
 
-apptainer_root_option = click.option(
-    "--apptainer-root", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-    help="Run apptainer inside this chroot (its root a mount point, /proc mounted: 'make chroot-rocm7'); "
-         "default: the apptainer on PATH.")
+apptainer_root_option = Spec(
+    ("--apptainer-root",), dict(type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+                                help="Run apptainer inside this chroot (its root a mount point, /proc mounted: 'make "
+                                     "chroot-rocm7'); default: the apptainer on PATH."), "apptainer_root")
 
 
 @click.group("image")
@@ -26,57 +26,48 @@ def image() -> None:
 
 @dataclass(frozen=True)
 class ImageCommandOptions:
-    """``porter image build``'s options as typed (``--help`` says what each is)."""
+    """``porter image build``'s options: each field declares its own (``--help`` says what each is)."""
 
-    base: Path
-    wheelhouse: Path | None
-    output: Path
-    toolchain: str
-    python: str
-    site: str
-    archs: tuple[str, ...]
-    apptainer_root: Path | None
-    tools: Path | None
-    definition_only: bool
-    compression: str
-    net_plugin: Path | None
+    base: Path = opt("--base", type=click.Path(path_type=Path), required=True,
+                     help="The userspace to start from: a site's .sif, a Docker/OCI archive (.tar) or a root folder "
+                          "(a chroot).")
+    wheelhouse: Path | None = opt("--wheelhouse", type=click.Path(file_okay=False, exists=True, path_type=Path),
+                                  default=None, help="porter's wheels (and their dependencies) to install into the "
+                                                     "image.")
+    net_plugin: Path | None = opt(
+        "--net-plugin", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None, metavar="PACKAGE",
+        help="An RCCL network plugin package ('porter net-plugin build' wrote it) to carry inside: unpacked to "
+             "/opt/porter/net-plugin, named by the site's plugin variable (NCCL_NET_PLUGIN) in the image's "
+             "environment, and loaded there by the build and by %test. Give --wheelhouse, this, or both.")
+    output: Path = opt("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+                       help="The image to write (IMAGE.sif); IMAGE.def and IMAGE.porter-tools/ are written beside it.")
+    toolchain: str = opt("-t", "--toolchain", required=True,
+                         help="The toolchain profile the wheels were built with (its label and archs go into the "
+                              "image's labels).")
+    python: str = opt("--python", default="/opt/venv/bin/python", show_default=True,
+                      help="The interpreter of the image's training environment (a path inside the image).")
+    site: str = opt("--site", default="", help="A site profile whose runtime environment becomes the image's "
+                                               "%environment (frontier, lumi-g, mi300x or a TOML file).")
+    archs: tuple[str, ...] = opt("--arch", multiple=True, metavar="GFX",
+                                 help="The node's GPU archs the install selects for (default: the profile's).")
+    apptainer_root: Path | None = apptainer_root_option.field()
+    tools: Path | None = opt("--tools", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+                             help="porter's wheel and its dependencies (default: built here; fetching the "
+                                  "dependencies needs the package index).")
+    definition_only: bool = opt("--definition-only", is_flag=True,
+                                help="Write IMAGE.def (and the tools) only, for a site to build with its own "
+                                     "apptainer.")
+    compression: str = opt(
+        "--compression", type=click.Choice(IMAGE_COMPRESSION), default="gzip", show_default=True,
+        help="How the image's root file system is compressed. gzip: apptainer's own default, read everywhere. zstd "
+             "(level 3): packs several times faster (a 1.3 GB root: 29 CPU-seconds against 135) at about the same "
+             "size; the node must read zstd squashfs (Linux 4.14 or newer, or a squashfuse built with zstd).")
 
 
 @image.command("build")
-@click.option("--base", type=click.Path(path_type=Path), required=True,
-              help="The userspace to start from: a site's .sif, a Docker/OCI archive (.tar) or a root folder "
-                   "(a chroot).")
-@click.option("--wheelhouse", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="porter's wheels (and their dependencies) to install into the image.")
-@click.option("--net-plugin", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              metavar="PACKAGE",
-              help="An RCCL network plugin package ('porter net-plugin build' wrote it) to carry inside: unpacked to "
-                   "/opt/porter/net-plugin, named by the site's plugin variable (NCCL_NET_PLUGIN) in the image's "
-                   "environment, and loaded there by the build and by %test. Give --wheelhouse, this, or both.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The image to write (IMAGE.sif); IMAGE.def and IMAGE.porter-tools/ are written beside it.")
-@click.option("-t", "--toolchain", required=True, help="The toolchain profile the wheels were built with "
-                                                       "(its label and archs go into the image's labels).")
-@click.option("--python", "python", default="/opt/venv/bin/python", show_default=True,
-              help="The interpreter of the image's training environment (a path inside the image).")
-@click.option("--site", default="", help="A site profile whose runtime environment becomes the image's "
-                                         "%environment (frontier, lumi-g, mi300x or a TOML file).")
-@click.option("--arch", "archs", multiple=True, metavar="GFX",
-              help="The node's GPU archs the install selects for (default: the profile's).")
-@apptainer_root_option
-@click.option("--tools", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="porter's wheel and its dependencies (default: built here; fetching the dependencies needs "
-                   "the package index).")
-@click.option("--definition-only", is_flag=True,
-              help="Write IMAGE.def (and the tools) only, for a site to build with its own apptainer.")
-@click.option("--compression", type=click.Choice(IMAGE_COMPRESSION), default="gzip", show_default=True,
-              help="How the image's root file system is compressed. gzip: apptainer's own default, read everywhere. "
-                   "zstd (level 3): packs several times faster (a 1.3 GB root: 29 CPU-seconds against 135) at "
-                   "about the same size; the node must read zstd squashfs (Linux 4.14 or newer, or a squashfuse "
-                   "built with zstd).")
+@options(ImageCommandOptions)
 @json_option
 @click.pass_obj
-@into(ImageCommandOptions)
 def build_cmd(log: Logger, /, req: ImageCommandOptions, as_json: bool) -> None:
     """Build IMAGE.sif: the base with the wheelhouse installed by porter's installer and verified inside (and an
     RCCL network plugin carried and loaded inside).

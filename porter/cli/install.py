@@ -9,48 +9,41 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import target_python_option, into, json_option
+from porter.cli.options import Spec, arg, json_option, opt, options, target_python_option
 from porter.errors import CheckFailed
 from porter.log import Logger
 from porter.run import Runner
 
-arch_option = click.option(
-    "--arch", "archs", multiple=True, metavar="GFX",
-    help="The node's GPU arch (gfx90a, gfx942, sm_90); default: what rocminfo / nvidia-smi see.")
+arch_option = Spec(("--arch",), dict(multiple=True, metavar="GFX", help="The node's GPU arch (gfx90a, gfx942, sm_90); "
+                                                                      "default: what rocminfo / nvidia-smi see."),
+                   "archs")
 
 
 @dataclass(frozen=True)
 class InstallCommandOptions:
-    """``porter install``'s options as typed, parsed once (``--help`` says what each is)."""
+    """``porter install``'s options: each field declares its own (``--help`` says what each is)."""
 
-    wheelhouse: Path
-    python: str | None
-    archs: tuple[str, ...]
-    only: tuple[str, ...]
-    reinstall: bool
-    no_deps: bool
-    lock_timeout: float
-    dry_run: bool
-    node_root: Path
+    wheelhouse: Path = arg(type=click.Path(file_okay=False, path_type=Path))
+    python: str | None = target_python_option.field()
+    archs: tuple[str, ...] = arch_option.field()
+    only: tuple[str, ...] = opt("--only", multiple=True, metavar="NAMES",
+                                help="Install only these components or projects (repeat or comma-separate).")
+    reinstall: bool = opt("--reinstall", is_flag=True, help="Install again even when the same wheel is installed.")
+    no_deps: bool = opt("--no-deps", is_flag=True, help="Do not let pip install dependencies from the wheelhouse.")
+    lock_timeout: float = opt("--lock-timeout", type=float, default=1800.0, show_default=True,
+                              help="Seconds to wait for another install into the same environment.")
+    dry_run: bool = opt("--dry-run", is_flag=True,
+                        help="Select and check the wheels, print the pip command, install nothing.")
+    node_root: Path = opt("--node-root", type=click.Path(file_okay=False, exists=True, path_type=Path),
+                          default=Path("/"), show_default=True,
+                          help="The root folder of the userspace the wheels will load in (a chroot, an image's root "
+                               "file system); the default is this host.")
 
 
 @click.command("install")
-@click.argument("wheelhouse", type=click.Path(file_okay=False, path_type=Path))
-@target_python_option
-@arch_option
-@click.option("--only", "only", multiple=True, metavar="NAMES",
-              help="Install only these components or projects (repeat or comma-separate).")
-@click.option("--reinstall", is_flag=True, help="Install again even when the same wheel is installed.")
-@click.option("--no-deps", is_flag=True, help="Do not let pip install dependencies from the wheelhouse.")
-@click.option("--lock-timeout", type=float, default=1800.0, show_default=True,
-              help="Seconds to wait for another install into the same environment.")
-@click.option("--dry-run", is_flag=True, help="Select and check the wheels, print the pip command, install nothing.")
-@click.option("--node-root", type=click.Path(file_okay=False, exists=True, path_type=Path), default=Path("/"),
-              show_default=True, help="The root folder of the userspace the wheels will load in (a chroot, an "
-                                      "image's root file system); the default is this host.")
+@options(InstallCommandOptions)
 @json_option
 @click.pass_obj
-@into(InstallCommandOptions)
 def install_cmd(log: Logger, /, req: InstallCommandOptions, as_json: bool) -> None:
     """Install the wheels from WHEELHOUSE that fit this environment and node, offline.
 

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import target_python_option, into, json_option
+from porter.cli.options import arg, json_option, opt, options, target_python_option
 
 
 @click.group()
@@ -19,48 +19,29 @@ def launch() -> None:
     its sbatch job and DeepSpeed config. Formula and rules: docs/cluster.md."""
 
 
-def _plan_options(f: Any) -> Any:
-    opts = [
-        click.option("--site", "site_ref", required=True, metavar="NAME|FILE", help="Site profile ('porter site list')."),
-        click.option("--model", "preset", default=None, metavar="PRESET",
-                     help="gpt-1.3b, gpt-22b, gpt-175b, gpt-1t (the shape options below override its fields)."),
-        click.option("--layers", type=int, default=None), click.option("--hidden", type=int, default=None),
-        click.option("--heads", type=int, default=None), click.option("--seq", type=int, default=None),
-        click.option("--vocab", type=int, default=None),
-        click.option("--nodes", type=int, required=True, help="Number of nodes."),
-        click.option("--tp", type=int, default=None, help="Tensor parallel size (default: the smallest that fits)."),
-        click.option("--pp", type=int, default=None, help="Pipeline parallel size (default: the smallest that fits)."),
-        click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True),
-        click.option("--global-batch", type=click.IntRange(min=1), default=None,
-                     help="Default: micro x DP x (4 x PP microbatches, 1 without a pipeline)."),
-        click.option("--zero-stage", type=click.IntRange(0, 3), default=1, show_default=True),
-        click.option("--no-recompute", is_flag=True, help="Plan without activation recompute."),
-        click.option("--force-cross-node-tp", is_flag=True, help="Accept a TP larger than a node."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
-
-
 @dataclass(frozen=True)
 class PlanOptions:
-    """``porter launch plan``'s options as typed (the site, the model's shape, the layout asked for)."""
+    """``porter launch plan``'s options (the site, the model's shape, the layout asked for): each field declares its
+    own."""
 
-    site_ref: str
-    preset: str | None
-    layers: int | None
-    hidden: int | None
-    heads: int | None
-    seq: int | None
-    vocab: int | None
-    nodes: int
-    tp: int | None
-    pp: int | None
-    micro_batch: int
-    global_batch: int | None
-    zero_stage: int
-    no_recompute: bool
-    force_cross_node_tp: bool
+    site_ref: str = opt("--site", required=True, metavar="NAME|FILE", help="Site profile ('porter site list').")
+    preset: str | None = opt("--model", default=None, metavar="PRESET",
+                             help="gpt-1.3b, gpt-22b, gpt-175b, gpt-1t (the shape options below override its fields).")
+    layers: int | None = opt("--layers", type=int, default=None)
+    hidden: int | None = opt("--hidden", type=int, default=None)
+    heads: int | None = opt("--heads", type=int, default=None)
+    seq: int | None = opt("--seq", type=int, default=None)
+    vocab: int | None = opt("--vocab", type=int, default=None)
+    nodes: int = opt("--nodes", type=int, required=True, help="Number of nodes.")
+    tp: int | None = opt("--tp", type=int, default=None, help="Tensor parallel size (default: the smallest that fits).")
+    pp: int | None = opt("--pp", type=int, default=None,
+                         help="Pipeline parallel size (default: the smallest that fits).")
+    micro_batch: int = opt("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True)
+    global_batch: int | None = opt("--global-batch", type=click.IntRange(min=1), default=None,
+                                   help="Default: micro x DP x (4 x PP microbatches, 1 without a pipeline).")
+    zero_stage: int = opt("--zero-stage", type=click.IntRange(0, 3), default=1, show_default=True)
+    no_recompute: bool = opt("--no-recompute", is_flag=True, help="Plan without activation recompute.")
+    force_cross_node_tp: bool = opt("--force-cross-node-tp", is_flag=True, help="Accept a TP larger than a node.")
 
     def make_plan(self) -> Any:
         """The site and the planned layout (:func:`porter.cluster.site.launch.plan`)."""
@@ -76,9 +57,8 @@ class PlanOptions:
 
 
 @launch.command("plan")
-@_plan_options
+@options(PlanOptions)
 @json_option
-@into(PlanOptions)
 def plan_cmd(req: PlanOptions, as_json: bool) -> None:
     """Plan the layout; exit 2 when it cannot run (TP larger than a node, nodes not divisible by PP) or does
     not fit in the devices' memory (the numbers are in the message)."""
@@ -91,37 +71,27 @@ def plan_cmd(req: PlanOptions, as_json: bool) -> None:
 
 @dataclass(frozen=True)
 class LaunchWriteOptions(PlanOptions):
-    """``porter launch write``'s options as typed, parsed once (``--help`` says what each is)."""
+    """``porter launch write``'s options: each field declares its own (``--help`` says what each is)."""
 
-    out_dir: Path
-    python: str | None
-    entry: str
-    account: str
-    partition: str
-    time_limit: str
-    broadcast_env: str
-    preflight_skip: tuple[str, ...]
-    job_name: str
-    entry_args: tuple[str, ...]
+    out_dir: Path = opt("-o", "--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+                        help="Folder for job.sbatch, the DeepSpeed config and plan.json.")
+    python: str | None = target_python_option.field()
+    entry: str = opt("--entry", default="pretrain_gpt.py", show_default=True, help="The training script.")
+    account: str = opt("--account", default="", help="Slurm account.")
+    partition: str = opt("--partition", default="", help="Slurm partition (default: the site's).")
+    time_limit: str = opt("--time", default="", help="Slurm time limit (default: the site's).")
+    broadcast_env: str = opt("--broadcast-env", default="", metavar="TARBALL",
+                             help="A packed Python environment (conda-pack) to sbcast to node-local storage and run "
+                                  "from.")
+    preflight_skip: tuple[str, ...] = opt("--preflight-skip", multiple=True, metavar="CHECK",
+                                          help="A preflight check to skip (env, miopen, plugin, ops, archs); repeat.")
+    job_name: str = opt("--job-name", default="", help="Slurm job name (default: porter-<model>).")
+    entry_args: tuple[str, ...] = arg(nargs=-1, type=click.UNPROCESSED)
 
 
 @launch.command("write")
-@_plan_options
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder for job.sbatch, ds_config.json and plan.json.")
-@target_python_option
-@click.option("--entry", default="pretrain_gpt.py", show_default=True, help="The training script.")
-@click.option("--account", default="", help="Slurm account.")
-@click.option("--partition", default="", help="Slurm partition (default: the site's).")
-@click.option("--time", "time_limit", default="", help="Slurm time limit (default: the site's).")
-@click.option("--broadcast-env", default="", metavar="TARBALL",
-              help="A packed Python environment (conda-pack) to sbcast to node-local storage and run from.")
-@click.option("--preflight-skip", multiple=True, metavar="CHECK",
-              help="A preflight check to skip (env, miopen, plugin, ops, archs); repeat.")
-@click.option("--job-name", default="", help="Slurm job name (default: porter-<model>).")
-@click.argument("entry_args", nargs=-1, type=click.UNPROCESSED)
+@options(LaunchWriteOptions)
 @json_option
-@into(LaunchWriteOptions)
 def write_cmd(req: LaunchWriteOptions, as_json: bool) -> None:
     """Plan, then write the sbatch job (site env, MIOpen DB on node-local storage, a preflight on every node,
     one rank per device bound to its cores) and the DeepSpeed config. ENTRY_ARGS (after --) go to the

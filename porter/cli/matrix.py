@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import into, dry_run_option, json_option, slurm_options
+from porter.cli.options import Spec, arg, dry_run_option, flags, json_option, opt, options, slurm_options
 from porter.log import Logger
 from porter.run import Runner, make_env
 
@@ -43,36 +43,32 @@ def _exit_for(doc: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class MatrixRunOptions:
-    """``porter matrix run``'s options as typed, parsed once (``--help`` says what each is)."""
+    """``porter matrix run``'s options: each field declares its own (``--help`` says what each is)."""
 
-    file: Path
-    mode: str | None
-    directory: Path | None
-    wheelhouse: Path | None
-    force: bool
-    wait: bool
-    dry_run: bool
-    time_limit: str | None
+    file: Path = arg(type=click.Path(dir_okay=False, path_type=Path))
+    mode: str | None = flags(
+        Spec(("--local",), dict(flag_value="local", help="Run the cells here, one after another, then index.")),
+        Spec(("--slurm",), dict(flag_value="slurm", help="Submit one job array (one task per cell) and an index job "
+                                                         "that waits on it (afterok).")))
+    directory: Path | None = opt("-d", "--dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                                 help="The matrix folder, on a filesystem every node sees (default: the file's 'dir').")
+    wheelhouse: Path | None = opt("-o", "--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=None,
+                                  help="Where the wheels and the index go (default: the file's 'wheelhouse', else "
+                                       "DIR/wheelhouse).")
+    force: bool = opt("--force", is_flag=True,
+                      help="Reuse a matrix folder: its plan, results and report are replaced (wheels are kept).")
+    wait: bool = opt("--wait", is_flag=True,
+                     help="With --slurm: wait for the last job (the index job's report), then exit as --local does.")
+    dry_run: bool = dry_run_option.field()
+    time_limit: str | None = None
     slurm: dict[str, Any] = field(default_factory=dict)
 
 
 @matrix.command("run")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--local", "mode", flag_value="local", help="Run the cells here, one after another, then index.")
-@click.option("--slurm", "mode", flag_value="slurm",
-              help="Submit one job array (one task per cell) and an index job that waits on it (afterok).")
-@click.option("-d", "--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="The matrix folder, on a filesystem every node sees (default: the file's 'dir').")
-@click.option("-o", "--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the wheels and the index go (default: the file's 'wheelhouse', else DIR/wheelhouse).")
-@click.option("--force", is_flag=True, help="Reuse a matrix folder: its plan, results and report are replaced "
-                                            "(wheels are kept).")
-@click.option("--wait", is_flag=True, help="With --slurm: wait for the index job's report, then exit as --local does.")
+@options(MatrixRunOptions, rest="slurm")
 @slurm_options()
-@dry_run_option
 @json_option
 @click.pass_obj
-@into(MatrixRunOptions, rest="slurm")
 def run_cmd(log: Logger, /, req: MatrixRunOptions, as_json: bool) -> None:
     """Build every cell of the matrix FILE.
 

@@ -9,12 +9,16 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import ToolchainChoice, dry_run_option, into, json_option, toolchain_options
+from porter.cli.options import Spec, ToolchainChoice, arg, dry_run_option, json_option, opt, options
 from porter.errors import CheckFailed, refusal_line
 from porter.log import Logger
 
-_python_help = ("The python that runs porter's probe where the toolchain runs (inside its chroot or container). "
-                "Default: python3 there; porter's own python on the host.")
+PROBE_PYTHON = Spec(("--python",), dict(
+    default=None, metavar="PATH", help="The python that runs porter's probe where the toolchain runs (inside its "
+                                       "chroot or container). Default: python3 there; porter's own python on the host."))
+SITE = Spec(("--site",), dict(default=None, metavar="NAME|FILE",
+                              help="The site the plugin must serve: built with ROCm for an AMD site, the site's RCCL "
+                                   "major (a build that cannot is refused before building)."))
 
 
 @click.group("net-plugin")
@@ -29,40 +33,32 @@ def net_plugin() -> None:
 
 @dataclass(frozen=True)
 class NetPluginBuildOptions(ToolchainChoice):
-    """``porter net-plugin build``'s options as typed, parsed once (``--help`` says what each is)."""
+    """``porter net-plugin build``'s options: each field declares its own (``--help`` says what each is)."""
 
-    source: Path
-    out_dir: Path
-    libfabric: str
-    configure_args: tuple[str, ...]
-    site_ref: str | None
-    jobs: int
-    python: str
-    release_version: str
-    dry_run: bool
+    source: Path = opt("--source", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+                       help="An aws-ofi-nccl or aws-ofi-rccl tree: a clone (autogen.sh) or a release tarball "
+                            "(configure).")
+    out_dir: Path = opt("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=Path("net-plugin"),
+                        show_default=True, help="Folder for the package (.tar.gz) and its .porter.json manifest.")
+    libfabric: str = opt("--libfabric", default="", metavar="PREFIX",
+                         help="libfabric's install prefix as the toolchain sees it (default: where the compiler finds "
+                              "it).")
+    configure_args: tuple[str, ...] = opt("--configure-arg", multiple=True, metavar="ARG",
+                                          help="More configure options, passed last (repeat): --with-hwloc=/opt/hwloc.")
+    site_ref: str | None = SITE.field()
+    jobs: int = opt("-j", "--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="make -j.")
+    python: str = PROBE_PYTHON.field(default="python3", show_default=True)
+    release_version: str = opt("--release-version", default="", metavar="VERSION",
+                               help="The plugin's version, for a clone whose autogen reads it from git "
+                                    "(m4/get_version.sh; git does not run in the toolchain's root): written into the "
+                                    "work copy as .release_version.")
+    dry_run: bool = dry_run_option.field()
 
 
 @net_plugin.command("build")
-@click.option("--source", "source", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="An aws-ofi-nccl or aws-ofi-rccl tree: a clone (autogen.sh) or a release tarball (configure).")
-@toolchain_options
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("net-plugin"),
-              show_default=True, help="Folder for the package (.tar.gz) and its .porter.json manifest.")
-@click.option("--libfabric", default="", metavar="PREFIX",
-              help="libfabric's install prefix as the toolchain sees it (default: where the compiler finds it).")
-@click.option("--configure-arg", "configure_args", multiple=True, metavar="ARG",
-              help="More configure options, passed last (repeat): --with-hwloc=/opt/hwloc.")
-@click.option("--site", "site_ref", default=None, metavar="NAME|FILE",
-              help="Refuse, before building, a plugin that cannot serve this site (no ROCm, another RCCL major).")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="make -j.")
-@click.option("--python", "python", default="python3", show_default=True, metavar="PATH", help=_python_help)
-@click.option("--release-version", default="", metavar="VERSION",
-              help="The plugin's version, for a clone whose autogen reads it from git (m4/get_version.sh; git does "
-                   "not run in the toolchain's root): written into the work copy as .release_version.")
-@dry_run_option
+@options(NetPluginBuildOptions)
 @json_option
 @click.pass_obj
-@into(NetPluginBuildOptions)
 def build_cmd(log: Logger, /, req: NetPluginBuildOptions, as_json: bool) -> None:
     """Configure, compile, link and package a network plugin with a toolchain (through its executor)."""
     from porter.cluster.site.profiles import load_site
@@ -102,22 +98,17 @@ def build_cmd(log: Logger, /, req: NetPluginBuildOptions, as_json: bool) -> None
 
 @dataclass(frozen=True)
 class NetPluginVerifyOptions(ToolchainChoice):
-    """``porter net-plugin verify``'s options as typed, parsed once (``--help`` says what each is)."""
+    """``porter net-plugin verify``'s options: each field declares its own (``--help`` says what each is)."""
 
-    target: Path
-    site_ref: str | None
-    python: str | None
+    target: Path = arg(type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="PACKAGE|LIBRARY")
+    site_ref: str | None = SITE.field()
+    python: str | None = PROBE_PYTHON.field()
 
 
 @net_plugin.command("verify")
-@click.argument("target", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="PACKAGE|LIBRARY")
-@toolchain_options
-@click.option("--site", "site_ref", default=None, metavar="NAME|FILE",
-              help="Also check it fits this site: built with ROCm for an AMD site, the site's RCCL major.")
-@click.option("--python", "python", default=None, metavar="PATH", help=_python_help)
+@options(NetPluginVerifyOptions)
 @json_option
 @click.pass_obj
-@into(NetPluginVerifyOptions)
 def verify_cmd(log: Logger, /, req: NetPluginVerifyOptions, as_json: bool) -> None:
     """Load a plugin in the target environment (the toolchain's, else this host) and list its plugin symbols.
 

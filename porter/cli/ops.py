@@ -9,10 +9,10 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, builds, cache_options, cache_request,
-                                dry_run_option, given_on_command_line, into, jobs_option, json_option, parse_shard,
-                                python_option, show_plan, show_shard_run, slurm_options, submitted_request,
-                                toolchain_options, wheelhouse_option)
+from porter.cli.options import (CacheChoice, ShardChoice, Spec, ToolchainChoice, allow_wave32_option, allowed, builds,
+                                dry_run_option, given_on_command_line, jobs_option, json_option, opt, options,
+                                parse_shard, python_option, show_plan, show_shard_run, slurm_options,
+                                submitted_request, wheelhouse_option)
 from porter.ccache import CacheRequest
 from porter.cluster.slurm.shards import BuildFacts
 from porter.errors import CheckFailed, PartialSuccess
@@ -20,9 +20,8 @@ from porter.log import Logger
 from porter.run import Runner
 from porter.toolchain.profile import Toolchain
 
-source_option = click.option(
-    "--source", "source", required=True, metavar="SRC",
-    help="DeepSpeed sdist (.tar.gz), unpacked source folder, or deepspeed==VERSION (fetched from PyPI).")
+SOURCE = Spec(("--source",), dict(required=True, metavar="SRC", help="DeepSpeed sdist (.tar.gz), unpacked source "
+                                   "folder, or deepspeed==VERSION (fetched from PyPI)."))
 
 
 @click.group()
@@ -32,19 +31,16 @@ def ops() -> None:
 
 @dataclass(frozen=True)
 class ListOptions(ToolchainChoice):
-    """``porter ops list``'s options as typed, parsed once (``--help`` says what each is)."""
+    """``porter ops list``'s options: each field declares its own (``--help`` says what each is)."""
 
-    source: str
-    python: str | None
+    source: str = SOURCE.field()
+    python: str | None = python_option.field()
 
 
 @ops.command("list")
-@source_option
-@toolchain_options
-@python_option
+@options(ListOptions)
 @json_option
 @click.pass_obj
-@into(ListOptions)
 def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
     """Every op of the tree (read from its own op_builder), its sources, and whether this toolchain can
     build it, and if not, why."""
@@ -86,85 +82,47 @@ def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
 
 
 @dataclass(frozen=True)
-class BuildOptions(ToolchainChoice):
-    """``porter ops build`` as typed: every option, parsed once (see ``--help`` for each)."""
+class BuildOptions(ShardChoice, CacheChoice, ToolchainChoice):
+    """``porter ops build``'s options: each field declares its own (``--help`` says what each is)."""
 
-    source: str
-    ops: tuple[str, ...]
-    all_compatible: bool
-    wheelhouse: Path
-    jobs: int | None
-    dry_run: bool
-    compile_only: bool
-    with_deps: bool
-    shard: str | None
-    link_only: bool
-    pch: bool
-    debug_info: str
-    shards: int | None
-    use_slurm: bool
-    shards_dir: Path | None
-    wait: bool
-    time_limit: str | None
-    no_cache: bool
-    cache_dir: Path | None
-    cache_remote: str
-    python: str | None
-    allow_wave32: str | None = None
-    slurm: dict[str, Any] = field(default_factory=dict)
-    """The other Slurm settings (--partition, --account, ...)."""
-
-    def cache(self) -> CacheRequest:
-        return cache_request(self.no_cache, self.cache_dir, self.cache_remote)
+    source: str = SOURCE.field()
+    ops: tuple[str, ...] = opt("--ops", multiple=True, metavar="OPS", help="Ops to build: repeat or comma-separate.")
+    all_compatible: bool = opt("--all-compatible", is_flag=True, help="Build every op this toolchain can build.")
+    wheelhouse: Path = wheelhouse_option.field()
+    jobs: int | None = jobs_option.field()
+    dry_run: bool = dry_run_option.field()
+    compile_only: bool = opt(
+        "--compile-only", is_flag=True,
+        help="Compile every translation unit of the selected ops for every arch of the (rocm or cuda) profile, "
+             "through the same ninja graph, and report per op and arch: compiled or the first error, code objects "
+             "per object file, time and peak memory per unit. Nothing is linked or packaged. Without a ROCm torch, "
+             "a HIP view of the build python's torch headers stands in. Every unit is compiled (never taken from "
+             "the compiler cache), so its costs are real.")
+    with_deps: bool = opt("--with-deps", is_flag=True,
+                          help="Also download the wheel's runtime dependencies (all but torch) into the wheelhouse, "
+                               "for offline installs on compute nodes.")
+    link_only: bool = opt("--link-only", is_flag=True,
+                          help="After the shards: compile nothing, refuse if an object is missing, link and package.")
+    pch: bool = opt("--pch/--no-pch", default=False, show_default=True,
+                    help="Host units (GCC) that differ only in their op's name share one precompiled torch header, "
+                         "made once per build. It pays with many units per job (about 4 or more); for the three CPU "
+                         "ops on 2 cores it costs more than it saves (docs/ops.md).")
+    debug_info: str = opt("--debug-info", type=click.Choice(["full", "lines", "none"]), default="lines",
+                          show_default=True,
+                          help="What the builders' -g becomes: lines (-g1: line tables and function names, so "
+                               "backtraces keep file:line; compiles about a quarter faster, wheels a third of the "
+                               "size), full (DeepSpeed's own -g, for a debugger's variables and types), none (-g0). "
+                               "The code is the same.")
+    allow_wave32: str | None = allow_wave32_option.field()
+    python: str | None = python_option.field()
 
 
 @builds("deepspeed", ops)
 @ops.command("build")
-@source_option
-@toolchain_options
-@click.option("--ops", "ops", multiple=True, metavar="OPS", help="Ops to build: repeat or comma-separate.")
-@click.option("--all-compatible", is_flag=True, help="Build every op this toolchain can build.")
-@wheelhouse_option
-@jobs_option
-@dry_run_option
-@click.option("--compile-only", is_flag=True,
-              help="Compile every translation unit of the selected ops for every arch of the (rocm or cuda) "
-                   "profile, through the same ninja graph, and report per op and arch: compiled or the first "
-                   "error, code objects per object file, time and peak memory per unit. Nothing is linked or "
-                   "packaged. Without a ROCm torch, a HIP view of the build python's torch headers stands in. "
-                   "Every unit is compiled (never taken from the compiler cache), so its costs are real.")
-@click.option("--with-deps", is_flag=True,
-              help="Also download the wheel's runtime dependencies (all but torch) into the wheelhouse, "
-                   "for offline installs on compute nodes.")
-@click.option("--shard", default=None, metavar="I/N",
-              help="Compile only shard I of N of the plan's compile steps into the (shared) build folder, and "
-                   "stop: N such runs (e.g. a Slurm job array) then one --link-only run equal one local build.")
-@click.option("--link-only", is_flag=True,
-              help="After the shards: compile nothing, refuse if an object is missing, link and package.")
-@click.option("--pch/--no-pch", default=False, show_default=True,
-              help="Host units (GCC) that differ only in their op's name share one precompiled torch header, "
-                   "made once per build. It pays with many units per job (about 4 or more); for the three CPU "
-                   "ops on 2 cores it costs more than it saves (docs/ops.md).")
-@click.option("--debug-info", type=click.Choice(["full", "lines", "none"]), default="lines", show_default=True,
-              help="What the builders' -g becomes: lines (-g1: line tables and function names, so backtraces keep "
-                   "file:line; compiles about a quarter faster, wheels a third of the size), full (DeepSpeed's "
-                   "own -g, for a debugger's variables and types), none (-g0). The code is the same.")
-@click.option("--shards", type=click.IntRange(min=1), default=None, metavar="N",
-              help="With --slurm: submit a job array of N tasks, each running this build with --shard I/N into "
-                   "the shared build folder, then one --link-only job (afterok) that writes the wheel into -o.")
-@click.option("--slurm", "use_slurm", is_flag=True,
-              help="Submit the build as Slurm jobs (with --shards N) instead of building here.")
-@click.option("-d", "--dir", "shards_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="With --slurm: the folder for the job scripts, results and logs, on a filesystem every node "
-                   "sees (default: shards/<build> in porter's cache, which must be shared too).")
-@click.option("--wait", is_flag=True, help="With --slurm: wait for the link job, then report its wheel.")
-@allow_wave32_option
+@options(BuildOptions, rest="slurm")
 @slurm_options(task="shard", final="link")
-@cache_options
-@python_option
 @json_option
 @click.pass_obj
-@into(BuildOptions, rest="slurm")
 def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
     """Compile the selected ops in one ninja graph and package one DeepSpeed wheel in which they are
     prebuilt (installed_ops), plus a manifest. An op that fails is reported and left out (exit 3).

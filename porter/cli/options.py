@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,19 +28,74 @@ def builds(component: str, group: click.Group) -> Callable[[click.Command], clic
     return decorate
 
 
+OPTION = "porter.option"
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """One command-line option, declared once: ``decls`` and ``attrs`` as :func:`click.option` takes them (no
+    parameter name: the field's, or ``name``). A field of an options class declares its option with
+    :meth:`field` (or :func:`opt`); a command with no options class puts the spec itself on as a decorator."""
+
+    decls: tuple[str, ...]
+    attrs: Mapping[str, Any]
+    name: str = ""
+    argument: bool = False
+    """A positional argument (``click.argument``), not an option."""
+
+    def field(self, **more: Any) -> Any:
+        attrs = {**self.attrs, **more}
+        many = attrs.get("multiple") or attrs.get("nargs") == -1
+        default = attrs.get("default", False if attrs.get("is_flag") else () if many else None)
+        return dataclasses.field(default=default, metadata={OPTION: (dataclasses.replace(self, attrs=attrs),)})
+
+    def option(self, name: str) -> Callable[[F], F]:
+        if self.argument:
+            return click.argument(name, **self.attrs)
+        return click.option(*self.decls, name, **self.attrs)
+
+    def __call__(self, f: F) -> F:
+        return self.option(self.name)(f)
+
+
+def opt(*decls: str, **attrs: Any) -> Any:
+    """An options-class field that declares its option (:class:`Spec`): ``x: int | None = opt("--x", ...)``."""
+    return Spec(decls, attrs).field()
+
+
+def arg(**attrs: Any) -> Any:
+    """An options-class field that is the command's positional argument (``click.argument``)."""
+    return Spec((), attrs, argument=True).field()
+
+
+def flags(*specs: Spec, default: Any = None) -> Any:
+    """A field set by several flags (``--local`` / ``--slurm``, each with its ``flag_value``)."""
+    return dataclasses.field(default=default, metadata={OPTION: specs})
+
+
+def options(cls: type[Any], *, rest: str = "") -> Callable[[F], F]:
+    """Put right below ``@GROUP.command``: every option the fields of ``cls`` declare, in field order (before the
+    command's other options), and the function gets them as one ``cls`` (:func:`into`)."""
+    def decorate(f: F) -> F:
+        f = into(cls, rest=rest)(f)
+        for fld in reversed(dataclasses.fields(cls)):
+            for spec in reversed(fld.metadata.get(OPTION, ())):
+                f = spec.option(fld.name)(f)
+        return f
+    return decorate
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document to stdout.")
 
-dry_run_option = click.option(
-    "--dry-run", is_flag=True,
-    help="Print the complete plan (every command, its environment) and what a real run here would refuse, "
-         "then exit 0. Writes nothing: no cache, no tree, no output.")
+dry_run_option = Spec(
+    ("--dry-run",), dict(is_flag=True, help="Print the complete plan (every command, its environment) and what a real run here would refuse, "
+         "then exit 0. Writes nothing: no cache, no tree, no output."), "dry_run")
 
-allow_wave32_option = click.option(
-    "--allow-wave32", "allow_wave32", default=None, metavar="A,B|all",
-    help="For a 64-lane target (gfx9 archs, emulate-wave64): build these ops or kernels although a warp-size-32 "
+allow_wave32_option = Spec(
+    ("--allow-wave32",), dict(default=None, metavar="A,B|all", help="For a 64-lane target (gfx9 archs, emulate-wave64): build these ops or kernels although a warp-size-32 "
          "assumption in their sources is neither fixed by a shipped patch nor proven safe by an emulated wave-64 "
          "check (without it such code stops the build, exit 1). The plan, the manifest and the SBOM record each "
-         "such finding as allowed.")
+         "such finding as allowed."), "allow_wave32")
 
 
 def allowed(value: str | None) -> list[str]:
@@ -56,51 +111,43 @@ def _python_path(ctx: click.Context, param: click.Parameter, value: str | None) 
     return os.path.abspath(value) if value and "/" in value and not os.path.isabs(value) else value
 
 
-python_option = click.option(
-    "--python", "python", default=None, metavar="PATH", envvar="PORTER_PYTHON", show_envvar=True,
-    callback=_python_path,
-    help="The build python (its torch is what is built against), as the toolchain's launcher sees it "
+python_option = Spec(
+    ("--python",), dict(default=None, metavar="PATH", envvar="PORTER_PYTHON", show_envvar=True, callback=_python_path,
+                        help="The build python (its torch is what is built against), as the toolchain's launcher sees it "
          "(inside its chroot or container). Default: the profile's 'python', else porter's own python on the host. "
-         "(For node commands, --python is the training environment's python.)")
+         "(For node commands, --python is the training environment's python.)"), "python")
 
-target_python_option = click.option(
-    "--python", "python", default=None, metavar="PATH", callback=_python_path,
-    help="The training environment's python (what is installed into, verified or launched), as the compute "
-         "nodes see it. Default: the python running porter. (For builds, --python is the build python.)")
+target_python_option = Spec(
+    ("--python",), dict(default=None, metavar="PATH", callback=_python_path,
+                        help="The training environment's python (what is installed into, verified or launched), as "
+                             "the compute nodes see it. Default: the python running porter. (For builds, --python "
+                             "is the build python.)"), "python")
 
-wheelhouse_option = click.option(
-    "-o", "--wheelhouse", "wheelhouse", type=click.Path(file_okay=False, path_type=Path),
-    default=Path("wheelhouse"), show_default=True, help="Wheelhouse folder for the wheel and its manifest.")
+wheelhouse_option = Spec(
+    ("-o", "--wheelhouse"), dict(type=click.Path(file_okay=False, path_type=Path), default=Path("wheelhouse"),
+                                 show_default=True, help="Wheelhouse folder for the wheel and its manifest."),
+    "wheelhouse")
 
-jobs_option = click.option(
-    "-j", "--jobs", type=click.IntRange(min=1), default=None,
-    help="Parallel compile jobs (default: from cores and free memory).")
+jobs_option = Spec(("-j", "--jobs"), dict(type=click.IntRange(min=1), default=None,
+                                          help="Parallel compile jobs (default: from cores and free memory)."), "jobs")
 
 
-def cache_options(f: F) -> F:
+@dataclasses.dataclass(frozen=True)
+class CacheChoice:
     """The compiler cache: ccache keyed to the toolchain, on by default when found where the compiler runs."""
-    f = click.option("--cache-remote", default="", metavar="URL", envvar="PORTER_CACHE_REMOTE",
-                     help="ccache remote storage shared by many nodes or CI: file:///shared/dir or redis://host.")(f)
-    f = click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-                     envvar="PORTER_CCACHE_DIR",
-                     help="ccache folder (default: ccache/ under porter's cache, inside the chroot for chroot "
-                          "profiles).")(f)
-    f = click.option("--no-cache", is_flag=True, help="Compile without ccache.")(f)
-    return f
 
+    no_cache: bool = opt("--no-cache", is_flag=True, help="Compile without ccache.")
+    cache_dir: Path | None = opt("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                                 envvar="PORTER_CCACHE_DIR",
+                                 help="ccache folder (default: ccache/ under porter's cache, inside the chroot for "
+                                      "chroot profiles).")
+    cache_remote: str = opt("--cache-remote", default="", metavar="URL", envvar="PORTER_CACHE_REMOTE",
+                            help="ccache remote storage shared by many nodes or CI: file:///shared/dir or "
+                                 "redis://host.")
 
-def cache_request(no_cache: bool, cache_dir: Path | None, cache_remote: str) -> CacheRequest:
-    return CacheRequest(enabled=not no_cache, dir=cache_dir.resolve() if cache_dir else None, remote=cache_remote)
-
-
-def toolchain_options(f: F) -> F:
-    """``--toolchain`` plus the CLI overrides that sit on top of file/env/preset."""
-    f = click.option("--cpu-isa", default=None, help="Override the host ISA (-march value).")(f)
-    f = click.option("--arch", "archs", multiple=True,
-                     help="Override the target archs (repeat or comma-separate): gfx90a, gfx942, sm_90.")(f)
-    f = click.option("-t", "--toolchain", "toolchain_ref", default=None, metavar="NAME|FILE",
-                     help="Toolchain preset name or TOML file (default: $PORTER_TOOLCHAIN, else 'cpu').")(f)
-    return f
+    def cache(self) -> CacheRequest:
+        return CacheRequest(enabled=not self.no_cache, dir=self.cache_dir.resolve() if self.cache_dir else None,
+                            remote=self.cache_remote)
 
 
 def resolve_toolchain(toolchain_ref: str | None, archs: tuple[str, ...] = (), cpu_isa: str | None = None) -> Toolchain:
@@ -110,14 +157,44 @@ def resolve_toolchain(toolchain_ref: str | None, archs: tuple[str, ...] = (), cp
 
 @dataclasses.dataclass(frozen=True)
 class ToolchainChoice:
-    """What :func:`toolchain_options` parse (-t, --arch, --cpu-isa): the base of a building command's options."""
+    """``--toolchain`` plus the overrides that sit on top of file/env/preset: the base of a building command's
+    options."""
 
-    toolchain_ref: str | None
-    archs: tuple[str, ...]
-    cpu_isa: str | None
+    toolchain_ref: str | None = opt("-t", "--toolchain", default=None, metavar="NAME|FILE",
+                                    help="Toolchain preset name or TOML file (default: $PORTER_TOOLCHAIN, else "
+                                         "'cpu').")
+    archs: tuple[str, ...] = opt("--arch", multiple=True,
+                                 help="Override the target archs (repeat or comma-separate): gfx90a, gfx942, sm_90.")
+    cpu_isa: str | None = opt("--cpu-isa", default=None, help="Override the host ISA (-march value).")
 
     def toolchain(self) -> Toolchain:
         return resolve_toolchain(self.toolchain_ref, self.archs, self.cpu_isa)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardChoice:
+    """A build split into shards: one shard here (``--shard``), or all of them as Slurm jobs (``--shards N
+    --slurm``, with :func:`slurm_options`)."""
+
+    shard: str | None = opt("--shard", default=None, metavar="I/N",
+                            help="Compile only shard I of N of the build's compile steps into the (shared) build "
+                                 "folder, and stop: N such runs (a Slurm job array) then one run with --link-only "
+                                 "(--report-only for --compile-only) equal one local build.")
+    shards: int | None = opt("--shards", type=click.IntRange(min=1), default=None, metavar="N",
+                             help="With --slurm: submit a job array of N tasks, each running this build with --shard "
+                                  "I/N into the shared build folder, then one job after them (afterok) that links the "
+                                  "wheel into -o (--compile-only: reports every unit).")
+    use_slurm: bool = opt("--slurm", is_flag=True,
+                          help="Submit the build as Slurm jobs (with --shards N) instead of building here.")
+    shards_dir: Path | None = opt("-d", "--dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                                  help="With --slurm: the folder for the job scripts, results and logs, on a "
+                                       "filesystem every node sees (default: shards/<build> in porter's cache, which "
+                                       "must be shared too).")
+    wait: bool = opt("--wait", is_flag=True, help="With --slurm: wait for the last job, then report.")
+    time_limit: str | None = None
+    """--time (:func:`slurm_options`)."""
+    slurm: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The other Slurm settings (--partition, --account, ...)."""
 
 
 def slurm_options(*, task: str = "cell", final: str = "index") -> Callable[[F], F]:

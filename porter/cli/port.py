@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, dry_run_option, into, jobs_option, json_option, python_option,
-                                toolchain_options, wheelhouse_option)
+from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, arg, dry_run_option, jobs_option,
+                                json_option, opt, options, python_option, wheelhouse_option)
 from porter.errors import PartialSuccess, refusal_line
 from porter.log import Logger
 
@@ -53,51 +53,44 @@ def port() -> None:
 
 
 @dataclass(frozen=True)
-class PortMegatronOptions(ToolchainChoice):
-    """``porter port megatron-deepspeed``'s options as typed, parsed once (``--help`` says what each is)."""
+class PortOptions:
+    """What every ``porter port PROJECT`` takes: each field declares its option (``--help`` says what each is)."""
 
-    tree: Path
-    dest: Path | None
-    in_place: bool
-    wheelhouse: Path
-    no_kernels: bool
-    compile_only: bool
-    python: str | None
-    jobs: int | None
-    target_version: str | None
-    sets: tuple[str, ...]
-    skip: tuple[str, ...]
-    dry_run: bool
-    allow_wave32: str | None = None
+    tree: Path = arg(type=click.Path(file_okay=False, path_type=Path))
+    dest: Path | None = opt("--dest", type=click.Path(file_okay=False, path_type=Path), default=None,
+                            help="Where the ported copy goes (default: next to TREE, named after it). It appears only "
+                                 "when the whole port worked.")
+    in_place: bool = opt("--in-place", is_flag=True, help="Change TREE itself instead of a copy.")
+    target_version: str | None = opt("--target-version", default=None,
+                                     help="Treat the tree as this version of its project for the patch sets.")
+    sets: tuple[str, ...] = opt("--set", multiple=True, metavar="SET",
+                                help="Patch set(s) to apply instead of every set of the project: a shipped set "
+                                     "(megatron-deepspeed/rocm), a project, or a set file of your own. Repeatable.")
+    skip: tuple[str, ...] = opt("--skip", multiple=True, metavar="PATCH",
+                                help="Leave this patch (by id, see 'porter patch list') out of the port. Repeatable.")
+    dry_run: bool = dry_run_option.field()
+
+
+@dataclass(frozen=True)
+class PortMegatronOptions(ToolchainChoice, PortOptions):
+    """``porter port megatron-deepspeed``'s options: each field declares its own."""
+
+    wheelhouse: Path = wheelhouse_option.field()
+    no_kernels: bool = opt("--no-kernels", is_flag=True,
+                           help="Port the tree only (hipify, patch); do not build the fused kernels (no torch needed).")
+    compile_only: bool = opt("--compile-only", is_flag=True,
+                             help="Port the tree and compile the kernels for every arch of the profile, reporting per "
+                                  "kernel and arch; nothing is linked or packaged (a HIP view of torch's headers "
+                                  "stands in for a ROCm torch).")
+    python: str | None = python_option.field()
+    jobs: int | None = jobs_option.field()
+    allow_wave32: str | None = allow_wave32_option.field()
 
 
 @port.command("megatron-deepspeed")
-@click.argument("tree", type=click.Path(file_okay=False, path_type=Path))
-@toolchain_options
-@click.option("--dest", "dest", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the ported copy goes (default: TREE-<profile> next to TREE). It appears only when "
-                   "the whole port worked.")
-@click.option("--in-place", is_flag=True, help="Change TREE itself instead of a copy.")
-@wheelhouse_option
-@click.option("--no-kernels", is_flag=True,
-              help="Port the tree only (hipify, patch); do not build the fused kernels (no torch needed).")
-@click.option("--compile-only", is_flag=True,
-              help="Port the tree and compile the kernels for every arch of the profile, reporting per kernel "
-                   "and arch; nothing is linked or packaged (a HIP view of torch's headers stands in for a "
-                   "ROCm torch).")
-@python_option
-@jobs_option
-@click.option("--target-version", default=None, help="Treat the tree as this Megatron version for the patch set.")
-@click.option("--set", "sets", multiple=True, metavar="SET",
-              help="Patch set(s) to apply instead of every megatron-deepspeed set: a shipped set "
-                   "(megatron-deepspeed/rocm), a project, or a set file of your own. Repeatable.")
-@click.option("--skip", multiple=True, metavar="PATCH",
-              help="Leave this patch (by id, see 'porter patch list') out of the port. Repeatable.")
-@allow_wave32_option
-@dry_run_option
+@options(PortMegatronOptions)
 @json_option
 @click.pass_obj
-@into(PortMegatronOptions)
 def megatron_deepspeed(log: Logger, /, req: PortMegatronOptions, as_json: bool) -> None:
     """Port a Megatron-DeepSpeed TREE: hipify its fused kernels, apply megatron-deepspeed/rocm, and build
     the kernels ahead of time into a wheel in the wheelhouse. A build python whose torch is not of the
@@ -149,35 +142,11 @@ def megatron_deepspeed(log: Logger, /, req: PortMegatronOptions, as_json: bool) 
         click.echo(refusal_line(res.refusal.message))
 
 
-@dataclass(frozen=True)
-class PortDeepSpeedOptions:
-    """``porter port deepspeed``'s options as typed, parsed once (``--help`` says what each is)."""
-
-    tree: Path
-    dest: Path | None
-    in_place: bool
-    target_version: str | None
-    sets: tuple[str, ...]
-    skip: tuple[str, ...]
-    dry_run: bool
-
-
 @port.command("deepspeed")
-@click.argument("tree", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--dest", "dest", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the ported copy goes (default: TREE-ported next to TREE). It appears only when every "
-                   "needed patch applied.")
-@click.option("--in-place", is_flag=True, help="Change TREE itself instead of a copy.")
-@click.option("--target-version", default=None, help="Treat the tree as this DeepSpeed version for the patch sets.")
-@click.option("--set", "sets", multiple=True, metavar="SET",
-              help="Patch set(s) to apply instead of every deepspeed set (deepspeed/no-jit, then "
-                   "deepspeed/explicit-arch). Repeatable.")
-@click.option("--skip", multiple=True, metavar="PATCH", help="Leave this patch out of the port. Repeatable.")
-@dry_run_option
+@options(PortOptions)
 @json_option
 @click.pass_obj
-@into(PortDeepSpeedOptions)
-def deepspeed_cmd(log: Logger, /, req: PortDeepSpeedOptions, as_json: bool) -> None:
+def deepspeed_cmd(log: Logger, /, req: PortOptions, as_json: bool) -> None:
     """Port a DeepSpeed TREE: apply the deepspeed patch sets (layered on op_builder/builder.py), each patch where
     its problem is present. Then build its ops ahead of time with 'porter ops build --source OUT'."""
     from porter.components.deepspeed.port import port_deepspeed

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, builds, dry_run_option,
-                                given_on_command_line, into, jobs_option, json_option, parse_shard, python_option,
-                                show_plan, show_shard_run, slurm_options, submitted_request, toolchain_options,
+from porter.cli.options import (ShardChoice, ToolchainChoice, allow_wave32_option, allowed, builds, dry_run_option,
+                                given_on_command_line, jobs_option, json_option, opt, options, parse_shard,
+                                python_option, show_plan, show_shard_run, slurm_options, submitted_request,
                                 wheelhouse_option)
 from porter.errors import PartialSuccess
 from porter.log import Logger
@@ -38,26 +38,6 @@ def wheel() -> None:
     """
 
 
-def _common(f: Callable[..., Any]) -> Callable[..., Any]:
-    f = allow_wave32_option(f)
-    f = dry_run_option(f)
-    f = json_option(f)
-    f = click.option("--no-torch-check", "no_torch_check", is_flag=True,
-                     help="Do not refuse a build python whose torch is not a ROCm build "
-                          "(upstream then fails late if it needs one).")(f)
-    f = click.option("--patch-set", default=None, metavar="PROJECT[/NAME]|FILE",
-                     help="Patch set to apply to the work copy before building (the source is never changed).")(f)
-    f = click.option("--compile-only", "compile_only", is_flag=True,
-                     help="Compile every translation unit for every arch of the (rocm) profile with porter's planner "
-                          "and report per op and arch; no setup.py, nothing linked or packaged. Each TU's time and "
-                          "peak memory are recorded for later MAX_JOBS choices.")(f)
-    f = jobs_option(f)
-    f = python_option(f)
-    f = wheelhouse_option(f)
-    f = toolchain_options(f)
-    return f
-
-
 class SampleType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2; >=8.1 is allowed
     """``--sample``: a count of at least 1, or the name of a covering sample."""
 
@@ -80,17 +60,24 @@ class SampleType(click.ParamType):  # type: ignore[type-arg]  # generic from cli
 
 @dataclass(frozen=True)
 class WheelOptions(ToolchainChoice):
-    """``porter wheel PROJECT`` as typed: the options every project shares, parsed once (see ``--help``)."""
+    """``porter wheel PROJECT``'s options every project shares: each field declares its own (see ``--help``)."""
 
-    source: str
-    wheelhouse: Path
-    python: str | None
-    jobs: int | None
-    patch_set: str | None
-    no_torch_check: bool
-    dry_run: bool
-    compile_only: bool
-    allow_wave32: str | None
+    source: str = opt("--source", required=True, metavar="SRC", help="The project's tree or sdist.")
+    wheelhouse: Path = wheelhouse_option.field()
+    python: str | None = python_option.field()
+    jobs: int | None = jobs_option.field()
+    compile_only: bool = opt("--compile-only", is_flag=True,
+                             help="Compile every translation unit for every arch of the (rocm) profile with porter's "
+                                  "planner and report per op and arch; no setup.py, nothing linked or packaged. Each "
+                                  "TU's time and peak memory are recorded for later MAX_JOBS choices.")
+    patch_set: str | None = opt("--patch-set", default=None, metavar="PROJECT[/NAME]|FILE",
+                                help="Patch set to apply to the work copy before building (the source is never "
+                                     "changed).")
+    no_torch_check: bool = opt("--no-torch-check", is_flag=True,
+                               help="Do not refuse a build python whose torch is not a ROCm build (upstream then "
+                                    "fails late if it needs one).")
+    dry_run: bool = dry_run_option.field()
+    allow_wave32: str | None = allow_wave32_option.field()
 
     def project_fields(self) -> dict[str, Any]:
         """The project's own fields of :class:`WheelRequest` (apex: ops, regime; flash-attn: backend, units...)."""
@@ -105,29 +92,48 @@ class WheelOptions(ToolchainChoice):
 
 @dataclass(frozen=True)
 class ApexOptions(WheelOptions):
-    ops: tuple[str, ...]
-    regime: str | None
+    source: str = opt("--source", required=True, metavar="DIR|SDIST", help="ROCm apex tree (a checkout) or sdist.")
+    ops: tuple[str, ...] = opt("--ops", multiple=True, metavar="OPS",
+                               help="Ops to prebuild: names (amp_C, fused_adam_cuda), groups (cpp, cuda) or all; repeat "
+                                    "or comma-separate; -NAME leaves an op out (all,-fast_multihead_attn). Default: all "
+                                    "the profile can build (cpp only for a cpu profile).")
+    regime: str | None = opt("--regime", type=click.Choice(["env", "flags"]), default=None,
+                             help="Force the build regime instead of reading it from the tree (APEX_BUILD_* env or "
+                                  "--cpp_ext/--cuda_ext flags).")
 
     def project_fields(self) -> dict[str, Any]:
         return {"ops": self.ops, "regime": self.regime}
 
 
 @dataclass(frozen=True)
-class FlashAttnOptions(WheelOptions):
-    backend: str
-    units: tuple[str, ...]
-    sample: int | str | None
-    instances: int | None
-    drop_flags: tuple[str, ...]
-    shard: str | None
-    report_only: bool
-    shards: int | None
-    use_slurm: bool
-    shards_dir: Path | None
-    wait: bool
-    time_limit: str | None
-    slurm: dict[str, Any] = field(default_factory=dict)
-    """The other Slurm settings (--partition, --account, ...)."""
+class FlashAttnOptions(ShardChoice, WheelOptions):
+    source: str = opt("--source", required=True, metavar="DIR|SDIST|flash-attn==X",
+                      help="flash-attention tree, sdist .tar.gz, or a version to download from the package index.")
+    backend: str = opt("--backend", type=click.Choice(["ck", "triton"]), default="ck", show_default=True,
+                       help="ck: compile the composable_kernel extension; triton: pure-Python wheel, JIT at run time.")
+    units: tuple[str, ...] = opt("--units", multiple=True, metavar="GLOB",
+                                 help="--compile-only: compile the CK instances whose generated file names match "
+                                      "(fnmatch, e.g. 'fmha_fwd_d128_*'); 'flash_attn_2_cuda' selects the extension's "
+                                      "own sources. Repeat or comma-separate. Default: everything.")
+    sample: int | str | None = opt("--sample", type=SampleType(), default=None, metavar="N|cover|pairs",
+                                   help="--compile-only: a stratified sample, with the extension's own sources. N: the "
+                                        "first N CK instances of each family (fwd, fwd_splitkv, appendkv, bwd, ...) x "
+                                        "head-dim bucket x dtype (every kind of kernel the build generates, compiled "
+                                        "and measured; 70 units for 2.8.3); 'cover': the fewest instances in which "
+                                        "every family, head-dim bucket and dtype appear (7); 'pairs': every family at "
+                                        "every head-dim bucket and in every dtype (about 30).")
+    instances: int | None = opt("--instances", type=click.IntRange(min=0), default=None, metavar="N",
+                                help="--compile-only: the first N CK instances (name order) of those --units / "
+                                     "--sample select.")
+    drop_flags: tuple[str, ...] = opt("--drop-flag", multiple=True, metavar="FLAG",
+                                      help="--compile-only: leave one of upstream's compiler flags out (repeat for "
+                                           "more), e.g. --drop-flag=-amdgpu-early-inline-all: the -mllvm before it "
+                                           "goes too, and FLAG=VALUE matches. With Debian's clang 22 that flag makes "
+                                           "each CK backward instance compile for over an hour per arch. The objects "
+                                           "are then not what upstream's build makes; the plan says so.")
+    report_only: bool = opt("--report-only", is_flag=True,
+                            help="--compile-only, after the shards: compile nothing, refuse if an object is missing, "
+                                 "and report every unit the shards compiled.")
 
     def project_fields(self) -> dict[str, Any]:
         return {"backend": self.backend, "units": self.units, "sample": self.sample, "instances": self.instances,
@@ -196,17 +202,9 @@ def _show_compiled(res: CompileOnlyResult, as_json: bool) -> None:
 
 @builds("apex", wheel)
 @wheel.command("apex")
-@click.option("--source", required=True, metavar="DIR|SDIST", help="ROCm apex tree (a checkout) or sdist.")
-@click.option("--ops", multiple=True, metavar="OPS",
-              help="Ops to prebuild: names (amp_C, fused_adam_cuda), groups (cpp, cuda) or all; repeat or "
-                   "comma-separate; -NAME leaves an op out (all,-fast_multihead_attn). Default: all the profile can "
-                   "build (cpp only for a cpu profile).")
-@click.option("--regime", type=click.Choice(["env", "flags"]), default=None,
-              help="Force the build regime instead of reading it from the tree (APEX_BUILD_* env or "
-                   "--cpp_ext/--cuda_ext flags).")
-@_common
+@options(ApexOptions)
+@json_option
 @click.pass_obj
-@into(ApexOptions)
 def apex_cmd(log: Logger, /, req: ApexOptions, as_json: bool) -> None:
     """Prebuild ROCm apex ops into a wheel (PYTORCH_ROCM_ARCH from the profile)."""
     _run(log, "apex", req, as_json)
@@ -214,45 +212,10 @@ def apex_cmd(log: Logger, /, req: ApexOptions, as_json: bool) -> None:
 
 @builds("flash-attn", wheel)
 @wheel.command("flash-attn")
-@click.option("--source", required=True, metavar="DIR|SDIST|flash-attn==X",
-              help="flash-attention tree, sdist .tar.gz, or a version to download from the package index.")
-@click.option("--backend", type=click.Choice(["ck", "triton"]), default="ck", show_default=True,
-              help="ck: compile the composable_kernel extension; triton: pure-Python wheel, JIT at run time.")
-@click.option("--units", multiple=True, metavar="GLOB",
-              help="--compile-only: compile the CK instances whose generated file names match (fnmatch, e.g. "
-                   "'fmha_fwd_d128_*'); 'flash_attn_2_cuda' selects the extension's own sources. Repeat or "
-                   "comma-separate. Default: everything.")
-@click.option("--sample", type=SampleType(), default=None, metavar="N|cover|pairs",
-              help="--compile-only: a stratified sample, with the extension's own sources. N: the first N CK "
-                   "instances of each family (fwd, fwd_splitkv, appendkv, bwd, ...) x head-dim bucket x dtype "
-                   "(every kind of kernel the build generates, compiled and measured; 70 units for 2.8.3); "
-                   "'cover': the fewest instances in which every family, head-dim bucket and dtype appear (7); "
-                   "'pairs': every family at every head-dim bucket and in every dtype (about 30).")
-@click.option("--instances", type=click.IntRange(min=0), default=None, metavar="N",
-              help="--compile-only: the first N CK instances (name order) of those --units / --sample select.")
-@click.option("--drop-flag", "drop_flags", multiple=True, metavar="FLAG",
-              help="--compile-only: leave one of upstream's compiler flags out (repeat for more), e.g. "
-                   "--drop-flag=-amdgpu-early-inline-all: the -mllvm before it goes too, and FLAG=VALUE matches. "
-                   "With Debian's clang 22 that flag makes each CK backward instance compile for over an hour per "
-                   "arch. The objects are then not what upstream's build makes; the plan says so.")
-@click.option("--shard", default=None, metavar="I/N",
-              help="--compile-only: compile only shard I of N of the units into the (shared) build folder, and "
-                   "stop; N such runs then one --report-only run equal one local compile-only run.")
-@click.option("--report-only", is_flag=True,
-              help="--compile-only, after the shards: compile nothing, refuse if an object is missing, and report "
-                   "every unit the shards compiled.")
-@click.option("--shards", type=click.IntRange(min=1), default=None, metavar="N",
-              help="With --slurm and --compile-only: submit a job array of N tasks, each compiling one shard, then "
-                   "one job (afterok) that writes the whole report ('porter ops status DIR' follows it).")
-@click.option("--slurm", "use_slurm", is_flag=True, help="Submit the compile-only build as Slurm jobs (--shards N).")
-@click.option("-d", "--dir", "shards_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="With --slurm: the folder for the job scripts, results and logs, on a filesystem every node "
-                   "sees (default: shards/<build> in porter's cache, which must be shared too).")
-@click.option("--wait", is_flag=True, help="With --slurm: wait for the last job, then report.")
+@options(FlashAttnOptions, rest="slurm")
 @slurm_options(task="shard", final="report")
-@_common
+@json_option
 @click.pass_obj
-@into(FlashAttnOptions, rest="slurm")
 def flash_attn_cmd(log: Logger, /, req: FlashAttnOptions, as_json: bool) -> None:
     """Build FlashAttention 2 for ROCm (GPU_ARCHS from the profile, checked against the tree's list).
 

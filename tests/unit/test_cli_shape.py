@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import click
 
@@ -144,3 +145,56 @@ def test_a_command_with_options_behind_one_request_is_still_counted() -> None:
     def thin(log: object, /, req: Many) -> None: ...
 
     assert own_parameters(thin) == ["log", "req"] and fat_commands({"thin": thin}, limit=2) == {"thin": 3}
+
+
+# Fields of an options class that no option of their own declares: what another declaration hands them (the Slurm
+# settings of slurm_options, a base class's placeholder a subclass declares).
+RECEIVERS = {"slurm", "time_limit"}
+
+
+def undeclared(cls: type) -> list[str]:
+    """Fields of an options class that declare no option: each would be a second declaration of an option made
+    elsewhere (a click decorator on the command), which is what 'each option declared once' rules out."""
+    import dataclasses
+
+    from porter.cli.options import OPTION
+
+    return [f.name for f in dataclasses.fields(cls) if not f.metadata.get(OPTION) and f.name not in RECEIVERS]
+
+
+def option_classes() -> list[type]:
+    import dataclasses
+    import importlib
+    import inspect as insp
+    from pathlib import Path
+
+    import porter.cli
+
+    found = []
+    for path in sorted(Path(porter.cli.__file__).parent.glob("*.py")):
+        mod = importlib.import_module(f"porter.cli.{path.stem}" if path.stem != "__init__" else "porter.cli")
+        found += [c for _, c in insp.getmembers(mod, insp.isclass) if dataclasses.is_dataclass(c)
+                  and c.__module__ == mod.__name__ and c.__name__.endswith(("Options", "Choice"))]
+    return found
+
+
+def test_each_option_is_declared_once_by_its_field() -> None:
+    classes = option_classes()
+    assert len(classes) >= 15
+    problems = {c.__name__: undeclared(c) for c in classes}
+    assert {k: v for k, v in problems.items() if v} == {}
+    for path in sorted(Path(__file__).resolve().parents[2].joinpath("porter", "cli").glob("*.py")):
+        assert "@into(" not in path.read_text(), path.name  # an option class's command takes it with @options
+
+
+def test_a_field_fed_by_a_separate_click_option_is_caught() -> None:
+    from dataclasses import dataclass
+
+    from porter.cli.options import opt
+
+    @dataclass(frozen=True)
+    class TwiceOptions:
+        a: str | None = opt("--a")
+        b: str | None = None  # declared again by a @click.option("--b") on the command
+
+    assert undeclared(TwiceOptions) == ["b"]
