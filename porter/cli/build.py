@@ -18,7 +18,9 @@ def builder(ctx: click.Context, component: str) -> tuple[click.Command, str]:
     root = ctx.find_root().command
     assert isinstance(root, click.Group)
     for name in root.list_commands(ctx):  # importing each command module registers its builders
-        root.get_command(ctx, name)
+        sub = root.get_command(ctx, name)
+        if component not in BUILDERS and isinstance(sub, click.Group) and component in sub.list_commands(ctx):
+            sub.get_command(ctx, component)  # a group that makes a command per component (porter wheel NAME)
     if component not in BUILDERS:
         raise ConfigError(f"porter builds no component {component!r} from a request",
                           hint=f"components a request can build: {', '.join(sorted(BUILDERS))}")

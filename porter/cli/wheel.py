@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (ShardChoice, ToolchainChoice, allow_wave32_option, allowed, builds, dry_run_option,
+from porter.cli.options import (BUILDERS, ShardChoice, ToolchainChoice, allow_wave32_option, allowed, builds, dry_run_option,
                                 given_on_command_line, jobs_option, json_option, opt, options, parse_shard,
                                 python_option, show_plan, show_shard_run, slurm_options, submitted_request,
                                 wheelhouse_option)
@@ -24,7 +24,24 @@ if TYPE_CHECKING:
     from porter.wheels.compile import CompileOnlyResult
 
 
-@click.group()
+class DriverGroup(click.Group):
+    """``porter wheel``: its own commands, and one for every other component that brings a setup.py driver (an
+    installed plugin's): the same build, compile-only and shards, with the options every project shares."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        from porter.components import wheel_drivers
+
+        return sorted({*super().list_commands(ctx), *wheel_drivers()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        from porter.components import wheel_drivers
+
+        found = super().get_command(ctx, cmd_name)
+        drivers = wheel_drivers()
+        return found or (driver_command(cmd_name, drivers[cmd_name].title) if cmd_name in drivers else None)
+
+
+@click.group(cls=DriverGroup)
 def wheel() -> None:
     """Build ROCm wheels of apex and FlashAttention for a toolchain profile.
 
@@ -106,7 +123,16 @@ class ApexOptions(WheelOptions):
 
 
 @dataclass(frozen=True)
-class FlashAttnOptions(ShardChoice, WheelOptions):
+class ShardedWheelOptions(ShardChoice, WheelOptions):
+    """A wheel build whose --compile-only can be split into shards (here, or as Slurm jobs)."""
+
+    report_only: bool = opt("--report-only", is_flag=True,
+                            help="--compile-only, after the shards: compile nothing, refuse if an object is missing, "
+                                 "and report every unit the shards compiled.")
+
+
+@dataclass(frozen=True)
+class FlashAttnOptions(ShardedWheelOptions):
     source: str = opt("--source", required=True, metavar="DIR|SDIST|flash-attn==X",
                       help="flash-attention tree, sdist .tar.gz, or a version to download from the package index.")
     backend: str = opt("--backend", type=click.Choice(["ck", "triton"]), default="ck", show_default=True,
@@ -131,9 +157,6 @@ class FlashAttnOptions(ShardChoice, WheelOptions):
                                            "goes too, and FLAG=VALUE matches. With Debian's clang 22 that flag makes "
                                            "each CK backward instance compile for over an hour per arch. The objects "
                                            "are then not what upstream's build makes; the plan says so.")
-    report_only: bool = opt("--report-only", is_flag=True,
-                            help="--compile-only, after the shards: compile nothing, refuse if an object is missing, "
-                                 "and report every unit the shards compiled.")
 
     def project_fields(self) -> dict[str, Any]:
         return {"backend": self.backend, "units": self.units, "sample": self.sample, "instances": self.instances,
@@ -221,8 +244,29 @@ def flash_attn_cmd(log: Logger, /, req: FlashAttnOptions, as_json: bool) -> None
 
     With --compile-only --shards N --slurm the compile runs as Slurm jobs: N array tasks (--shard I/N) into one
     shared build folder, then one job that reports every unit."""
+    _build(log, "flash-attn", req, as_json)
+
+
+def driver_command(name: str, title: str) -> click.Command:
+    """``porter wheel NAME`` for a component whose driver porter has no command of its own for."""
+
+    @click.command(name, help=f"Build {title} into a wheel with its setup.py driver, or --compile-only its kernels "
+                              "(--shards N --slurm: as Slurm jobs).")
+    @options(ShardedWheelOptions, rest="slurm")
+    @slurm_options(task="shard", final="report")
+    @json_option
+    @click.pass_obj
+    def cmd(log: Logger, /, req: ShardedWheelOptions, as_json: bool) -> None:
+        _build(log, name, req, as_json)
+
+    BUILDERS.setdefault(name, (cmd, "wheel"))
+    return cmd
+
+
+def _build(log: Logger, name: str, req: ShardedWheelOptions, as_json: bool) -> None:
+    """A wheel build, its compile-only, one shard of it, or all its shards as Slurm jobs."""
     if req.shards is not None or req.use_slurm:
-        _submit_fa_shards(log, req, as_json)
+        _submit_shards(log, name, req, as_json)
         return
     given = given_on_command_line("shards_dir", "wait", "time_limit", *req.slurm)
     if given:
@@ -230,13 +274,13 @@ def flash_attn_cmd(log: Logger, /, req: FlashAttnOptions, as_json: bool) -> None
     shard = parse_shard(req.shard)
     if (shard is not None or req.report_only) and not req.compile_only:
         raise click.UsageError("--shard and --report-only split a --compile-only build; the linked build runs "
-                               "FlashAttention's setup.py, which porter does not shard")
+                               "upstream's setup.py, which porter does not shard")
     if shard is not None and req.report_only:
         raise click.UsageError("--shard compiles one part; --report-only is the run after every part")
-    _run(log, "flash-attn", req, as_json, shard=shard, report_only=req.report_only)
+    _run(log, name, req, as_json, shard=shard, report_only=req.report_only)
 
 
-def _submit_fa_shards(log: Logger, req: FlashAttnOptions, as_json: bool) -> None:
+def _submit_shards(log: Logger, name: str, req: ShardedWheelOptions, as_json: bool) -> None:
     """--compile-only --shards N --slurm: the same arguments for every job, then porter.cluster.slurm.shards."""
     import sys
 
@@ -249,14 +293,14 @@ def _submit_fa_shards(log: Logger, req: FlashAttnOptions, as_json: bool) -> None
     if n is None or not req.use_slurm:
         raise click.UsageError("--shards N and --slurm go together: N array tasks, then a report job")
     if not req.compile_only:
-        raise click.UsageError("--shards splits a --compile-only build; the linked build runs FlashAttention's "
-                               "setup.py, which porter does not shard")
+        raise click.UsageError("--shards splits a --compile-only build; the linked build runs upstream's setup.py, "
+                               "which porter does not shard")
     if req.shard is not None or req.report_only:
         raise click.UsageError("--shards submits the shards and the report job itself; --shard I/N and "
                                "--report-only are what those jobs run")
     env = make_env()
     settings = SlurmSettings(max_parallel=n).merged({**req.slurm, "time": req.time_limit})
-    build = submitted_request("flash-attn", req.toolchain_ref or env.get("PORTER_TOOLCHAIN"), req.source,
+    build = submitted_request(name, req.toolchain_ref or env.get("PORTER_TOOLCHAIN"), req.source,
                               jobs=req.jobs or settings.cpus_per_task, last={"report_only": True})
     request = req.request(req.toolchain())
     shard_req = sh.ShardRequest(build=build, shards=n, wheelhouse=req.wheelhouse.resolve(),
@@ -268,7 +312,7 @@ def _submit_fa_shards(log: Logger, req: FlashAttnOptions, as_json: bool) -> None
         from porter.wheels.compile import compile_only
 
         drivers = wheel_drivers()
-        return sh.BuildFacts.of(compile_only(drivers["flash-attn"], req.source, request, others=drivers, dry_run=True,
+        return sh.BuildFacts.of(compile_only(drivers[name], req.source, request, others=drivers, dry_run=True,
                                              runner=Runner(log, echo=log.verbose), log=log))
 
     run = sh.submit_build(shard_req, planner, settings=settings, runner=Runner(log, echo=not req.dry_run), env=env,
