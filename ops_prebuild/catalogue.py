@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -33,6 +32,7 @@ class OpSpec:
     extra_ldflags: tuple[str, ...] = ()
     libraries: tuple[str, ...] = ()
     bf16: bool = False
+    """Its device code is built with ``-DBF16_AVAILABLE`` (the project's rule for the toolchain decides)."""
     loads: tuple[str, ...] = ()
     """Ops its builder's ``load()`` loads first at run time (DeepSpeed 0.19.8: async_io and gds load pin_memory), so
     a build that has it must have them too, or the node compiles them (DeepSpeed's setup.py adds pin_memory)."""
@@ -113,13 +113,3 @@ def source_tops(ops: Sequence[OpSpec]) -> list[str]:
     """The top folders of the tree that the ops' sources and include paths live in (what a mirror holds)."""
     rels = [p for op in ops for p in (*op.sources, *op.include_paths) if not os.path.isabs(p)]
     return sorted({Path(p).parts[0] for p in rels if Path(p).parts and Path(p).parts[0] != ".."})
-
-
-def set_installed_ops(text: str, installed: Mapping[str, bool]) -> str:
-    """The text of an op_builder family's ``git_version_info_installed.py`` (DeepSpeed's, and ROCm apex's, which
-    took the loader from it) with ``installed_ops`` set: the loader imports an op marked True as its prebuilt
-    module and JIT-compiles the rest."""
-    line = "installed_ops=" + repr(dict(sorted(installed.items())))
-    if re.search(r"(?m)^installed_ops\s*=", text):
-        return re.sub(r"(?m)^installed_ops\s*=.*$", line.replace("\\", "\\\\"), text, count=1)
-    return text.rstrip("\n") + "\n" + line + "\n"

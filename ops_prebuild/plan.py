@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import sys
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,12 +21,11 @@ from typing import Any
 from porter.errors import ConfigError
 from porter.ccache import CompilerCache
 from porter import emulate
-from porter.toolchain.archs import BF16_AMD, DEVICE_ONLY, HOST_ONLY
+from porter.toolchain.archs import DEVICE_ONLY, HOST_ONLY
 from porter.toolchain.profile import Toolchain
 from ops_prebuild.catalogue import Catalogue, OpSpec
 from ops_prebuild.measure import SUFFIX as COST_SUFFIX
 
-_SIMD_DEFINES = {"-D__AVX512__", "-D__AVX256__", "-D__SCALAR__", "-D__SVE__", "-D__NEON__"}
 _HOST_DETECTED = ("-march=", "-mcpu=native", "-mtune=native")
 DEVICE_SUFFIXES = (".cu", ".hip")
 CCACHE_STATS = "ccache-stats.log"
@@ -36,24 +34,12 @@ RSP_OVER = 64 * 1024
 2 MB in all; FlashAttention's CK build once failed to link with a 2.27 MB command line)."""
 
 
-def simd_define(isa: str) -> str | None:
-    """DeepSpeed's SIMD define for a -march value; None for ``native`` (DeepSpeed detects it)."""
-    if isa == "native":
-        return None
-    table = tomllib.loads(Path(__file__).with_name("data").joinpath("isa.toml").read_text())["simd"]
-    if isa not in table:
-        raise ConfigError(f"no SIMD level known for cpu_isa {isa!r}",
-                          hint=f"use one of {', '.join(sorted(table))}, or add it to ops_prebuild/data/isa.toml")
-    return f"-D{table[isa]}"
-
-
 def host_args(args: tuple[str, ...], tc: Toolchain) -> list[str]:
-    """A builder's host flags with the build host's guesses replaced by the profile's ISA."""
+    """A builder's host flags with the build host's -march guess replaced by the profile's ISA (what else a project
+    guesses from the build host, its catalogue replaces: DeepSpeed's SIMD define)."""
     if tc.cpu_isa == "native":
         return [a for a in args if a != "-shared"]
-    kept = [a for a in args if a not in _SIMD_DEFINES and not a.startswith(_HOST_DETECTED) and a != "-shared"]
-    simd = simd_define(tc.cpu_isa)
-    return [*kept, f"-march={tc.cpu_isa}", *([simd] if simd else [])]
+    return [*(a for a in args if not a.startswith(_HOST_DETECTED) and a != "-shared"), f"-march={tc.cpu_isa}"]
 
 
 PUBLISH = (sys.executable, "-m", "ops_prebuild.publish")
@@ -191,17 +177,6 @@ def _include_dir(path: str, tree: Path, tc: Toolchain, v: Visible) -> str:
     if p.is_absolute() and tc.root and p.is_relative_to(tc.root):
         return "" if os.path.normpath(p) in SYSTEM_INCLUDE_DIRS else str(p)
     return v(tree / p)
-
-
-def bf16(op: OpSpec, tc: Toolchain) -> bool:
-    """Whether the op's device code is built with ``-DBF16_AVAILABLE``: DeepSpeed's own verdict on CUDA
-    (compute capability 8+); on ROCm, where DeepSpeed never passes it (its issue #4717), when every arch
-    of the profile has bf16 in hardware."""
-    if tc.kind == "rocm":
-        return op.device and all(t.name in BF16_AMD for t in tc.targets)
-    if tc.kind == "emulated":  # the emulated target has bf16 (porter's hip_bf16.h), as CDNA2 and later do
-        return op.device
-    return op.bf16
 
 
 def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
@@ -378,7 +353,7 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str,
     ex = tc.executor
     common = [*_defines(op, cat), *_includes(op, cat, tree, tc, v, extra), *tc.cflags,
               *(f"-D{d}" for d in tc.defines)]
-    half = ["-DBF16_AVAILABLE"] if bf16(op, tc) else []
+    half = ["-DBF16_AVAILABLE"] if op.bf16 else []
     if device and tc.kind == "cuda":
         march = [a for a in host_args(op.cxx_args, tc) if a.startswith("-march=")]
         # torch's own CUDA extension flags first, so the builder's -U flags can undo them, as in torch

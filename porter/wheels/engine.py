@@ -35,7 +35,6 @@ from porter.wheels.compile import wave64_step
 from porter.wheels.source import detect, resolve_source
 from porter.wheels.verify import relabel, verify_wheel
 from ops_prebuild.build import OpResult
-from ops_prebuild.catalogue import set_installed_ops
 from ops_prebuild.source import build_sets
 
 PatchHook = Callable[..., "list[dict[str, Any]] | None"]
@@ -189,7 +188,7 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
             raise CheckFailed(f"pip wheel produced {len(built)} wheels in {out}, expected one")
         if engine is not None and torch is not None:  # (set above)
             with log.step(f"adding the {len(linked)} module(s) the engine built"):
-                built = [with_prebuilt(built[0], work / "composed", linked, plan, info, torch, engine.version_info)]
+                built = [with_prebuilt(built[0], work / "composed", linked, plan, info, torch, engine)]
         with log.step(f"verifying {built[0].name}"):
             entries = verify_wheel(built[0], plan.expect)
         with log.step(f"labelling +{plan.label}"):
@@ -309,9 +308,13 @@ class EngineDriver(Protocol):
     """A driver whose ops (some regime of its project) compile and link on porter's AOT engine."""
 
     version_info: str
-    """The wheel's file that carries ``installed_ops`` (its loader imports an op marked True, JIT-builds the rest)."""
+    """The wheel's file that records which ops are prebuilt (its loader imports those, JIT-builds the rest)."""
 
     def on_engine(self, info: SourceInfo, plan: BuildPlan) -> bool: ...
+
+    def mark_prebuilt(self, text: str, installed: Mapping[str, bool]) -> str:
+        """:attr:`version_info`'s text ('' when the wheel has none) recording ``installed`` (op -> prebuilt)."""
+        ...
 
     def python_only_env(self, info: SourceInfo) -> dict[str, str | None]:
         """setup.py's environment for a wheel with no compiled op (the Python side only)."""
@@ -319,9 +322,9 @@ class EngineDriver(Protocol):
 
 
 def with_prebuilt(base: Path, dest: Path, results: list[OpResult], plan: BuildPlan, info: SourceInfo,
-                  torch: TorchInfo, version_info: str) -> Path:
-    """Upstream's Python-only wheel with the engine's modules added at their import paths and ``installed_ops``
-    marking them, under the build torch's wheel tag (the modules are ABI-bound to it)."""
+                  torch: TorchInfo, engine: EngineDriver) -> Path:
+    """Upstream's Python-only wheel with the engine's modules added at their import paths and marked prebuilt in
+    the driver's record of them, under the build torch's wheel tag (the modules are ABI-bound to it)."""
     modules = {o.name: o.module for o in plan.ops}
     add: dict[str, Payload] = {modules[r.name].replace(".", "/") + torch.ext_suffix: Path(r.so)
                                for r in results if r.status != "failed" and r.name in modules}
@@ -329,8 +332,8 @@ def with_prebuilt(base: Path, dest: Path, results: list[OpResult], plan: BuildPl
     installed.update({r.name: True for r in results if r.status != "failed"})
     w = read_wheel(base)
     # a tree whose setup.py writes no such file has a loader that finds the modules by import alone: it gets one
-    add[version_info] = set_installed_ops(w.files[version_info].decode() if version_info in w.files else "",
-                                          installed).encode()
+    record = engine.version_info
+    add[record] = engine.mark_prebuilt(w.files[record].decode() if record in w.files else "", installed).encode()
     dest.mkdir(parents=True, exist_ok=True)
     return rewrite_wheel(base, dest, version=w.version, tag=torch.wheel_tag, purelib=False, add=add)
 

@@ -20,7 +20,7 @@ def test_wheel_of_porter_carries_presets_patch_sets_and_op_data(tmp_path: Path) 
     assert presets <= names
     shipped = {p.relative_to(ROOT / "patches").as_posix() for p in (ROOT / "patches").rglob("*.toml")}
     assert shipped and {f"porter/patchsets/{s}" for s in shipped} <= names
-    for needed in ("porter/hipify/extra_map.toml", "ops_prebuild/data/isa.toml", "porter/probes/ds_catalogue.py",
+    for needed in ("porter/hipify/extra_map.toml", "porter/components/isa.toml", "porter/probes/ds_catalogue.py",
                    "porter/probes/protocol.py", "porter/probes/torch_facts.py", "porter/py.typed"):
         assert needed in names, needed
     assert not any(n.startswith("tests/") for n in names)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from porter import components
-from porter.components.deepspeed.audit import read_installed_ops
+from porter.components.op_builder import read_installed_ops
 from porter.errors import ConfigError
 from porter.probe import parse_output, script_text
 from porter.probes.protocol import MARKER

@@ -58,9 +58,14 @@ FUSED_LION = OpSpec(name="fused_lion", builder="FusedLionBuilder", build_var="DS
 
 
 def _plan(tmp_path: Path, wave: int = 64) -> list[tuple[str, list[str]]]:
-    cat = Catalogue(Source("deepspeed", "0.19.8", tmp_path, "test"), TORCH, "cuda", (FUSED_ADAM, FUSED_LION))
-    plan = make_plan(cat, load_toolchain(f"emulate-wave{wave}", environ={}), [FUSED_ADAM, FUSED_LION],
-                     tmp_path / "build", stage=False)
+    from dataclasses import replace
+
+    from porter.components.op_builder import bf16
+
+    tc = load_toolchain(f"emulate-wave{wave}", environ={})
+    ops = [replace(o, bf16=bf16(o.device, tc)) for o in (FUSED_ADAM, FUSED_LION)]  # as DeepSpeed's catalogue says
+    cat = Catalogue(Source("deepspeed", "0.19.8", tmp_path, "test"), TORCH, "cuda", tuple(ops))
+    plan = make_plan(cat, tc, ops, tmp_path / "build", stage=False)
     return [(s.kind, list(s.argv)) for s in plan.steps]
 
 

@@ -10,7 +10,8 @@ from wheel.wheelfile import WheelFile
 
 from ops_prebuild.build import _failure_blocks
 from ops_prebuild.catalogue import Catalogue, OpSpec, needing_unbuildable
-from ops_prebuild.plan import host_args, make_plan, simd_define
+from ops_prebuild.plan import host_args, make_plan
+from porter.components.op_builder import profile_simd, simd_define
 from ops_prebuild.source import Source
 from porter.components.deepspeed.wheel import compose
 from porter.errors import ConfigError
@@ -41,12 +42,14 @@ def catalogue(torch: TorchInfo = TORCH) -> Catalogue:
 
 
 def test_host_guesses_replaced_by_the_profile_isa() -> None:
-    assert host_args(CPU_ADAM.cxx_args, load_toolchain("cpu", environ={})) == \
-        ["-O3", "-fopenmp", "-march=x86-64-v2", "-D__SCALAR__"]
-    assert host_args(CPU_ADAM.cxx_args, load_toolchain("frontier", environ={}))[-2:] == \
-        ["-march=znver3", "-D__AVX256__"]
+    """The engine replaces -march; the op_builder family's catalogue replaces its SIMD define."""
+    cpu, frontier = load_toolchain("cpu", environ={}), load_toolchain("frontier", environ={})
+    assert host_args(profile_simd(CPU_ADAM.cxx_args, cpu.cpu_isa), cpu) == \
+        ["-O3", "-fopenmp", "-D__SCALAR__", "-march=x86-64-v2"]
+    assert host_args(profile_simd(CPU_ADAM.cxx_args, frontier.cpu_isa), frontier)[-2:] == \
+        ["-D__AVX256__", "-march=znver3"]
     native = load_toolchain("cpu", environ={}, overrides={"cpu_isa": "native"})
-    assert host_args(CPU_ADAM.cxx_args, native) == list(CPU_ADAM.cxx_args)
+    assert host_args(profile_simd(CPU_ADAM.cxx_args, "native"), native) == list(CPU_ADAM.cxx_args)
 
 
 def test_unknown_isa_for_simd_is_an_error() -> None:
@@ -241,16 +244,23 @@ def test_compile_only_plan_has_no_link_and_records_each_compile(tmp_path: Path) 
 
 
 def test_bf16_on_rocm_follows_the_profile_archs(tmp_path: Path) -> None:
+    """The op_builder family's rule (porter.components.op_builder.bf16) decides; the engine passes what it says."""
+    from dataclasses import replace
+
+    from porter.components.op_builder import bf16
+
     def flags(tc_name: str, archs: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
         tc = load_toolchain(tc_name, environ={}, overrides={"archs": archs})
-        return tuple(s.argv for s in make_plan(catalogue(), tc, [FUSED_ADAM, CPU_ADAM], tmp_path).steps
-                     if s.kind == "compile")
+        ops = [replace(o, bf16=bf16(o.device, tc)) for o in (FUSED_ADAM, CPU_ADAM)]
+        return tuple(s.argv for s in make_plan(catalogue(), tc, ops, tmp_path).steps if s.kind == "compile")
 
     frontend, kernel, cpu = flags("frontier", ("gfx90a", "gfx942"))
     assert "-DBF16_AVAILABLE" in kernel and "-DBF16_AVAILABLE" in frontend  # DeepSpeed never passes it on ROCm
     assert "-DBF16_AVAILABLE" not in cpu
     frontend, kernel, _ = flags("frontier", ("gfx908",))  # MI100: no bf16 in hardware
     assert "-DBF16_AVAILABLE" not in kernel and "-DBF16_AVAILABLE" not in frontend
+    cuda = load_toolchain("cuda-h100", environ={})
+    assert bf16(True, cuda, own=True) and not bf16(True, cuda)  # CUDA: the builder's own verdict
 
 
 def test_compile_only_is_for_gpu_profiles(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from porter.artifacts import labels
 from porter.components import jit, static
 from porter.components.apex import audit
 from porter.components.base import InstalledCheck, Recognised
+from porter.components.op_builder import bf16, profile_simd, set_installed_ops
 from porter.errors import ConfigError
 from porter.wheels.base import (GiB, BuildPlan, Expectation, KernelSet, Machine, OpSpec, SourceInfo, WheelRequest,
                                 choose_jobs, per_job)
@@ -57,6 +58,10 @@ class ApexDriver:
     title = "ROCm apex"
     sdist_env: Mapping[str, str] = {}
     version_info = "apex/git_version_info_installed.py"
+
+    def mark_prebuilt(self, text: str, installed: Mapping[str, bool]) -> str:
+        """(EngineDriver) ROCm apex's loader is DeepSpeed's: its ``installed_ops``."""
+        return set_installed_ops(text, installed)
     """Where apex's op_builder loader (DeepSpeed's, adapted) reads ``installed_ops``."""
 
     def on_engine(self, info: SourceInfo, plan: BuildPlan) -> bool:
@@ -189,8 +194,10 @@ class ApexDriver:
             heads = [ctx.py_ex.outside(d) for d in (ctx.torch.include_dirs if ctx.torch else ())]
             ops.append(KernelOp(name=op.name, builder=spec.where, build_var=op.switch, module=op.module,
                                 sources=spec.sources, include_paths=spec.include_paths, device=device,
-                                compatible=True, cxx_args=(*_resolve_markers(spec.cxx_args, heads), *macros),
-                                nvcc_args=(*_resolve_markers(spec.nvcc_args, heads), *macros) if device else ()))
+                                compatible=True, cxx_args=profile_simd((*_resolve_markers(spec.cxx_args, heads),
+                                                                        *macros), ctx.toolchain.cpu_isa),
+                                nvcc_args=(*_resolve_markers(spec.nvcc_args, heads), *macros) if device else (),
+                                bf16=bf16(device, ctx.toolchain)))
             dirs |= {s.split("/")[0] for s in (*spec.sources, *spec.include_paths)}
             if spec.skipped:
                 notes.append(f"{op.name}: not read from {spec.where} (left out): {'; '.join(spec.skipped[:3])}")

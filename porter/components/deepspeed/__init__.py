@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from porter.components import jit
 from porter.components.base import InstalledCheck, Recognised
 from porter.components.deepspeed import audit
-from porter.components.deepspeed.audit import OPTIMIZER_OPS, VERSION_INFO, read_installed_ops
+from porter.components.deepspeed.audit import OPTIMIZER_OPS, VERSION_INFO
+from porter.components.op_builder import read_installed_ops
 
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest

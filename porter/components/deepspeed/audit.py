@@ -4,11 +4,11 @@ optimizer class that loads its op) against the installed ops the target's DeepSp
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from porter.components.op_builder import read_installed_ops
 from porter.components.jit import (At, Audit, Kind, Raw, Site, Target, find_sites, imported_files, python_files,
                                    relevant)
 
@@ -42,24 +42,6 @@ class Installed:
     """The installed builder carries porter's deepspeed/no-jit guard (refuses JIT under PORTER_NO_JIT=1)."""
     probe_patch: bool = False
     """The installed builder answers feature probes from porter's recorded answers."""
-
-
-def read_installed_ops(text: str) -> dict[str, bool] | None:
-    """``installed_ops`` from the text of git_version_info_installed.py (None when unreadable)."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "installed_ops"
-                                                for t in node.targets):
-            try:
-                value = ast.literal_eval(node.value)
-            except ValueError:
-                return None
-            if isinstance(value, dict):
-                return {str(k): bool(v) for k, v in value.items()}
-    return None
 
 
 def read_target(target: Target) -> None:

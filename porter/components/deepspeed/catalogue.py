@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from porter.errors import ConfigError, ToolError
+from porter.components.op_builder import bf16, profile_simd
 from porter.executor import HOST, Executor
 from porter.probe import run_probe
 from porter.run import Runner, make_env
@@ -70,9 +71,10 @@ def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner
         ops.append(OpSpec(name=e["name"], builder=e["class"], build_var=e.get("build_var") or "",
                           module=e.get("module") or "", sources=tuple(e.get("sources") or ()),
                           include_paths=tuple(e.get("include_paths") or ()), device=bool(e["device"]),
-                          compatible=not reason, reason=reason, cxx_args=tuple(e["cxx_args"]),
+                          compatible=not reason, reason=reason,
+                          cxx_args=profile_simd(tuple(e["cxx_args"]), tc.cpu_isa),
                           nvcc_args=tuple(e["nvcc_args"]), extra_ldflags=tuple(e["extra_ldflags"]),
-                          libraries=tuple(e["libraries"]), bf16=bool(e.get("bf16")),
+                          libraries=tuple(e["libraries"]), bf16=bf16(bool(e["device"]), tc, bool(e.get("bf16"))),
                           loads=tuple(e.get("loads") or ())))
     probes = tuple(sorted((str(k), bool(v)) for k, v in (doc.get("feature_probes") or {}).items()))
     return Catalogue(source, torch, doc.get("accelerator", accelerator_for(tc)), needing_unbuildable(ops), probes)

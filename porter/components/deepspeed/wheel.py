@@ -23,6 +23,7 @@ from typing import Any
 
 from porter.artifacts.wheelfile import Payload, read_wheel, rewrite_wheel
 from porter.components.deepspeed.audit import VERSION_INFO
+from porter.components.op_builder import set_installed_ops
 from porter.errors import ToolError
 from porter.executor import HOST, Executor
 from porter.fs import owned_temp
@@ -30,7 +31,6 @@ from porter.locks import hold
 from porter.patching import PatchSet, failure_message, load_shipped
 from porter.patching import Plan as PatchPlan, plan as plan_patches
 from porter.run import Runner, make_env
-from ops_prebuild.catalogue import set_installed_ops
 
 WHEEL_SETS: tuple[tuple[str, str], ...] = (("deepspeed", "no-jit"),)
 """Patch sets (project, name) applied to the wheel's own copy of the files they edit; a file they do not need to
