@@ -372,6 +372,26 @@ def builder_names(roots: Iterable[Path]) -> dict[str, str]:
     return out
 
 
+class NoSites:
+    """What a component answers the audit by default: no kind, no import load, no site; a component inherits it
+    and overrides what it knows (:class:`JitSites`)."""
+
+    jit_kinds: Mapping[str, Kind] = {}
+    loads_on_import: Loads = {}
+
+    def read_target(self, target: Target) -> None:
+        return None
+
+    def builder_roots(self, tree: Path, target: Target | None) -> list[Path]:
+        return []
+
+    def resolve(self, raw: Raw, at: At, audit: Audit) -> Site | None:
+        return None
+
+    def installed_sites(self, audit: Audit, imports: set[str]) -> list[Site]:
+        return []
+
+
 def relevant(raw: Raw, path: Path, loads: Loads) -> bool:
     """Leave out what is machinery, not a site: an op builder's own ``cpp_extension.load`` (each op load is the
     site), and a package importing its own op-loading classes (its op loads are the sites)."""

@@ -627,7 +627,7 @@ def reads_hip_at_import(setup_py: Path) -> int | None:
     return None
 
 
-class ApexComponent:
+class ApexComponent(jit.NoSites):
     """ROCm apex as a component: built by ``porter wheel apex`` with :class:`ApexDriver`."""
 
     name = "apex"
@@ -638,10 +638,6 @@ class ApexComponent:
     takes_ops = True
     driver = ApexDriver()
     jit_kinds = audit.KINDS  # (JitSites: porter audit asks it)
-    loads_on_import: jit.Loads = {}
-
-    def read_target(self, target: jit.Target) -> None:
-        pass
 
     def builder_roots(self, tree: Path, target: jit.Target | None) -> list[Path]:
         return audit.builder_roots(tree, target)

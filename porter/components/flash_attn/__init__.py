@@ -506,7 +506,7 @@ def allowed_archs(setup_text: str, version: str) -> tuple[str, ...]:
     return _ALLOWED_BY_VERSION[-1][1]
 
 
-class FlashAttnComponent:
+class FlashAttnComponent(jit.NoSites):
     """FlashAttention 2 as a component: built by ``porter wheel flash-attn`` with :class:`FlashAttnDriver`."""
 
     name = "flash-attn"
@@ -516,20 +516,9 @@ class FlashAttnComponent:
     fetches = True
     takes_ops = False
     driver = FlashAttnDriver()
-    jit_kinds: Mapping[str, jit.Kind] = {}  # (JitSites: porter audit asks it)
-    loads_on_import: jit.Loads = {}
-
-    def read_target(self, target: jit.Target) -> None:
-        pass
-
-    def builder_roots(self, tree: Path, target: jit.Target | None) -> list[Path]:
-        return []
-
-    def resolve(self, raw: jit.Raw, at: jit.At, ctx: jit.Audit) -> jit.Site | None:
-        return None
-
     def installed_sites(self, ctx: jit.Audit, imports: set[str]) -> list[jit.Site]:
-        """An installation with no compiled extension: its Triton backend compiles every kernel at first use."""
+        """(JitSites) An installation with no compiled extension: its Triton backend compiles every kernel at first
+        use."""
         dist = ctx.target.dists.get(self.name) if ctx.target else None
         if dist is None or dist.shared_objects:
             return []

@@ -137,25 +137,13 @@ def tree_version(tree: Path) -> str:
     return ".".join(m.group(1) for m in parts if m) if all(parts) else ""
 
 
-class MegatronComponent:
+class MegatronComponent(jit.NoSites):
     name = "megatron-deepspeed"
     title = "Megatron-DeepSpeed"
     dists: tuple[str, ...] = (DIST,)
     patch_project = PATCH_PROJECT
-    jit_kinds: dict[str, jit.Kind] = {}  # (JitSites: porter audit asks it)
-    loads_on_import: jit.Loads = {}
-
-    def read_target(self, target: jit.Target) -> None:
-        pass
-
-    def builder_roots(self, tree: Path, target: jit.Target | None) -> list[Path]:
-        return []
-
-    def installed_sites(self, ctx: jit.Audit, imports: set[str]) -> list[jit.Site]:
-        return []
-
     def resolve(self, raw: jit.Raw, at: jit.At, ctx: jit.Audit) -> jit.Site | None:
-        """A start-up compile site its port guards (:data:`JIT_GUARDS`): covered by the installed prebuilt modules,
+        """(JitSites) A start-up compile site its port guards (:data:`JIT_GUARDS`): covered by the installed prebuilt modules,
         guarded without them, or compiling when the tree is not ported."""
         guard = next((g for g in JIT_GUARDS if g.kind == raw.kind and at.rel.endswith(g.file)), None)
         if guard is None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from ops_prebuild.catalogue import OpSpec
 from porter.artifacts import labels
 from porter.components.base import InstalledCheck, Recognised
-from porter.components.jit import At, Audit, Kind, Raw, Site, Target
+from porter.components.jit import At, Audit, Kind, NoSites, Raw, Site
 from porter.wheels.base import (BuildPlan, Expectation, KernelContext, KernelSet, Machine, SourceInfo, WheelRequest,
                                 choose_jobs)
 
@@ -51,7 +51,7 @@ class ToyDriver:
         return KernelSet(ops=ops)
 
 
-class ToyComponent:
+class ToyComponent(NoSites):
     name = "toy"
     title = "Toy"
     dists: tuple[str, ...] = ("toy",)
@@ -60,7 +60,6 @@ class ToyComponent:
     fetches = False  # (MatrixBuild)
     takes_ops = False
     jit_kinds = {"toy": Kind("the toy's kernels JIT-build at first use", "fails: no compiler", True)}  # (JitSites)
-    loads_on_import: dict[str, dict[str, str]] = {}
 
     def recognise(self, tree: Path) -> Recognised | None:
         info = self.driver.detect(tree)
@@ -68,12 +67,6 @@ class ToyComponent:
 
     def check_installed(self, dist: object, manifest: object, kind: str) -> InstalledCheck:
         return InstalledCheck()
-
-    def read_target(self, target: Target) -> None:
-        pass
-
-    def builder_roots(self, tree: Path, target: Target | None) -> list[Path]:
-        return []
 
     def resolve(self, raw: Raw, at: At, audit: Audit) -> Site | None:
         """A ``load(name="toy_...")``: covered when the target ships the toy's module of that name."""
@@ -84,9 +77,6 @@ class ToyComponent:
             return at.site(raw, "covered", f"prebuilt in {audit.target.modules[module]}", module, kind="toy")
         return at.site(raw, "compiles", "build it with 'porter wheel toy --source <toy tree>' and install the wheel",
                        module, kind="toy")
-
-    def installed_sites(self, audit: Audit, imports: set[str]) -> list[Site]:
-        return []
 
 
 TOY = ToyComponent()
