@@ -14,8 +14,9 @@ from porter.errors import CheckFailed, refusal_line
 from porter.log import Logger
 
 PROBE_PYTHON = Spec(("--python",), dict(
-    default=None, metavar="PATH", help="The python that runs porter's probe where the toolchain runs (inside its "
-                                       "chroot or container). Default: python3 there; porter's own python on the host."))
+    default=None, metavar="PATH",
+    help="The python that runs porter's probe where the toolchain runs (inside its chroot or container). Default: "
+         "python3 there; porter's own python on the host."))
 SITE = Spec(("--site",), dict(default=None, metavar="NAME|FILE",
                               help="The site the plugin must serve: built with ROCm for an AMD site, the site's RCCL "
                                    "major (a build that cannot is refused before building)."))

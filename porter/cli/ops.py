@@ -230,7 +230,8 @@ def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list
     env = make_env()
     settings = SlurmSettings(max_parallel=req.shards or 1).merged({**req.slurm, "time": req.time_limit})
     build = submitted_request("deepspeed", req.toolchain_ref or env.get("PORTER_TOOLCHAIN"), req.source,
-                              jobs=req.jobs or settings.cpus_per_task, last={"link_only": True, "with_deps": req.with_deps})
+                              jobs=req.jobs or settings.cpus_per_task,
+                              last={"link_only": True, "with_deps": req.with_deps})
     shard_req = sh.ShardRequest(build=build, shards=req.shards or 1,
                                 dir=req.shards_dir.resolve() if req.shards_dir else Path(),
                                 wheelhouse=req.wheelhouse.resolve(), cache=cache_dir().resolve(), python=sys.executable)

@@ -87,12 +87,13 @@ def options(cls: type[Any], *, rest: str = "") -> Callable[[F], F]:
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document to stdout.")
 
-dry_run_option = Spec(
-    ("--dry-run",), dict(is_flag=True, help="Print the complete plan (every command, its environment) and what a real run here would refuse, "
-         "then exit 0. Writes nothing: no cache, no tree, no output."), "dry_run")
+dry_run_option = Spec(("--dry-run",), dict(
+    is_flag=True, help="Print the complete plan (every command, its environment) and what a real run here would "
+                       "refuse, then exit 0. Writes nothing: no cache, no tree, no output."), "dry_run")
 
-allow_wave32_option = Spec(
-    ("--allow-wave32",), dict(default=None, metavar="A,B|all", help="For a 64-lane target (gfx9 archs, emulate-wave64): build these ops or kernels although a warp-size-32 "
+allow_wave32_option = Spec(("--allow-wave32",), dict(
+    default=None, metavar="A,B|all",
+    help="For a 64-lane target (gfx9 archs, emulate-wave64): build these ops or kernels although a warp-size-32 "
          "assumption in their sources is neither fixed by a shipped patch nor proven safe by an emulated wave-64 "
          "check (without it such code stops the build, exit 1). The plan, the manifest and the SBOM record each "
          "such finding as allowed."), "allow_wave32")
@@ -111,11 +112,11 @@ def _python_path(ctx: click.Context, param: click.Parameter, value: str | None) 
     return os.path.abspath(value) if value and "/" in value and not os.path.isabs(value) else value
 
 
-python_option = Spec(
-    ("--python",), dict(default=None, metavar="PATH", envvar="PORTER_PYTHON", show_envvar=True, callback=_python_path,
-                        help="The build python (its torch is what is built against), as the toolchain's launcher sees it "
-         "(inside its chroot or container). Default: the profile's 'python', else porter's own python on the host. "
-         "(For node commands, --python is the training environment's python.)"), "python")
+python_option = Spec(("--python",), dict(
+    default=None, metavar="PATH", envvar="PORTER_PYTHON", show_envvar=True, callback=_python_path,
+    help="The build python (its torch is what is built against), as the toolchain's launcher sees it (inside its "
+         "chroot or container). Default: the profile's 'python', else porter's own python on the host. (For node "
+         "commands, --python is the training environment's python.)"), "python")
 
 target_python_option = Spec(
     ("--python",), dict(default=None, metavar="PATH", callback=_python_path,

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (BUILDERS, ShardChoice, ToolchainChoice, allow_wave32_option, allowed, builds, dry_run_option,
-                                given_on_command_line, jobs_option, json_option, opt, options, parse_shard,
-                                python_option, show_plan, show_shard_run, slurm_options, submitted_request,
-                                wheelhouse_option)
+from porter.cli.options import (BUILDERS, ShardChoice, ToolchainChoice, allow_wave32_option, allowed, builds,
+                                dry_run_option, given_on_command_line, jobs_option, json_option, opt, options,
+                                parse_shard, python_option, show_plan, show_shard_run, slurm_options,
+                                submitted_request, wheelhouse_option)
 from porter.errors import PartialSuccess
 from porter.log import Logger
 from porter.run import Runner
@@ -110,10 +110,11 @@ class WheelOptions(ToolchainChoice):
 @dataclass(frozen=True)
 class ApexOptions(WheelOptions):
     source: str = opt("--source", required=True, metavar="DIR|SDIST", help="ROCm apex tree (a checkout) or sdist.")
-    ops: tuple[str, ...] = opt("--ops", multiple=True, metavar="OPS",
-                               help="Ops to prebuild: names (amp_C, fused_adam_cuda), groups (cpp, cuda) or all; repeat "
-                                    "or comma-separate; -NAME leaves an op out (all,-fast_multihead_attn). Default: all "
-                                    "the profile can build (cpp only for a cpu profile).")
+    ops: tuple[str, ...] = opt(
+        "--ops", multiple=True, metavar="OPS",
+        help="Ops to prebuild: names (amp_C, fused_adam_cuda), groups (cpp, cuda) or all; repeat or comma-separate; "
+             "-NAME leaves an op out (all,-fast_multihead_attn). Default: all the profile can build (cpp only for a "
+             "cpu profile).")
     regime: str | None = opt("--regime", type=click.Choice(["env", "flags"]), default=None,
                              help="Force the build regime instead of reading it from the tree (APEX_BUILD_* env or "
                                   "--cpp_ext/--cuda_ext flags).")
