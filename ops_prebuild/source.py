@@ -49,11 +49,20 @@ def source_hint(project: Project) -> str:
 
 @dataclass(frozen=True)
 class Source:
-    project: str        # the project's name (deepspeed)
+    """A recognised upstream tree: the one type for it (a component's :meth:`recognise`, the engine's source, a
+    wheel driver's :class:`porter.wheels.base.SourceInfo`, which adds what its driver read)."""
+
+    project: str
+    """The project's (its component's) name: ``deepspeed``."""
     version: str
-    tree: Path          # unpacked tree (read-only for porter)
-    origin: str         # what the user passed
-    sha256: str = ""    # of the sdist, when there was one
+    tree: Path
+    """The unpacked tree (read-only for porter)."""
+    origin: str = ""
+    """What the user passed."""
+    sha256: str = ""
+    """Of the sdist, when there was one."""
+    regime: str = ""
+    """How the tree is told what to build, when a project has several ways (apex: ``env`` or ``flags``)."""
 
 
 def _identify(project: Project, tree: Path, origin: str) -> Source:

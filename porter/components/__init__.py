@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from porter.components.base import Component, InstalledCheck, Recognised
+from ops_prebuild.source import Source
+from porter.components.base import Component, InstalledCheck
 from porter.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def all_dists() -> tuple[str, ...]:
     return tuple(d for c in registry().values() for d in c.dists)
 
 
-def recognise(tree: Path) -> Recognised | None:
+def recognise(tree: Path) -> Source | None:
     """Which component a tree belongs to (the first that recognises it)."""
     for comp in registry().values():
         try:
@@ -126,5 +127,5 @@ def get_driver(name: str) -> WheelDriver:
     return drivers[name]
 
 
-__all__ = ["Component", "InstalledCheck", "Recognised", "all_dists", "for_dist", "get", "get_driver", "recognise",
+__all__ = ["Component", "InstalledCheck", "Source", "all_dists", "for_dist", "get", "get_driver", "recognise",
            "register", "registry", "unregister", "wheel_drivers"]

@@ -8,19 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from ops_prebuild.source import Source
+
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest
     from porter.install.env import InstalledDist
-
-
-@dataclass(frozen=True)
-class Recognised:
-    """A tree a component recognised."""
-
-    component: str
-    version: str
-    root: Path
-    regime: str = ""
 
 
 @dataclass
@@ -57,7 +49,7 @@ class Component(Protocol):
     patch_project: str
     """Its folder under ``patches/`` ('' when it has none)."""
 
-    def recognise(self, tree: Path) -> Recognised | None:
+    def recognise(self, tree: Path) -> Source | None:
         """The tree's version and regime, or None when it is not this project's."""
         ...
 

@@ -26,6 +26,8 @@ from porter.run import Result, Runner, make_env
 from porter.toolchain.profile import Toolchain
 from porter.wheels.costs import MeasuredCosts
 
+from ops_prebuild.source import Source
+
 if TYPE_CHECKING:
     from porter.torch_facts import TorchInfo
     from ops_prebuild.catalogue import OpSpec as KernelOp
@@ -64,17 +66,9 @@ class OpSpec:
 
 
 @dataclass(frozen=True)
-class SourceInfo:
-    """A recognised upstream tree."""
+class SourceInfo(Source):
+    """A tree a wheel driver recognised (:class:`ops_prebuild.source.Source`), with what the driver read of it."""
 
-    project: str
-    """``apex`` or ``flash-attn``."""
-    version: str
-    """Upstream public version, as the tree states it."""
-    regime: str
-    """How the tree is told what to prebuild: apex ``env`` (APEX_BUILD_*) or ``flags`` (--cpp_ext/--cuda_ext);
-    flash-attn ``env``."""
-    root: Path
     ops: tuple[OpSpec, ...] = ()
     """Prebuildable ops the tree declares (apex)."""
     allowed_archs: tuple[str, ...] = ()

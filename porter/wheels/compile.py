@@ -244,7 +244,7 @@ def wave64_step(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request:
     None: another target, or a driver that names no device sources)."""
     if request.toolchain.wavefront != 64 or not isinstance(driver, DeviceSources):
         return None
-    return wave64.gate(driver.name, info.root, after, by, driver.device_sources(info, plan, request),
+    return wave64.gate(driver.name, info.tree, after, by, driver.device_sources(info, plan, request),
                        request.allow_wave32, log)
 
 

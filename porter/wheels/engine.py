@@ -356,7 +356,7 @@ def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, entries: list
     tc = request.toolchain
     tags = parse_wheel_filename(wheel.name)[3]
     python_tag = ".".join(sorted({t.interpreter for t in tags}))
-    setup_py = info.root / "setup.py"
+    setup_py = info.tree / "setup.py"
     sources: dict[str, Any] = {"upstream_version": info.version, "setup.py_sha256": sha256_file(setup_py),
                                **request.sources}
     if patches is not None:

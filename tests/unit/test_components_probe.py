@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ops_prebuild.source import Source
 from porter import components
 from porter.components.op_builder import read_installed_ops
 from porter.errors import ConfigError
@@ -34,7 +35,7 @@ def test_registry_knows_each_project_once() -> None:
 ])
 def test_each_fixture_tree_is_recognised_by_its_component(tree: str, name: str) -> None:
     found = components.recognise(FIXTURES / tree)
-    assert found is not None and found.component == name
+    assert found is not None and found.project == name
 
 
 class ToyComponent:
@@ -45,9 +46,9 @@ class ToyComponent:
     dists: tuple[str, ...] = ("toy-kernels",)
     patch_project = ""
 
-    def recognise(self, tree: Path) -> components.Recognised | None:
+    def recognise(self, tree: Path) -> Source | None:
         marker = tree / "toy.txt"
-        return components.Recognised(self.name, marker.read_text().strip(), tree) if marker.is_file() else None
+        return Source(self.name, marker.read_text().strip(), tree) if marker.is_file() else None
 
     def check_installed(self, dist: object, manifest: object, kind: str) -> components.InstalledCheck:
         return components.InstalledCheck(facts={"toy": True})
@@ -62,8 +63,8 @@ def test_a_component_defined_outside_porter_joins_the_registry(tmp_path: Path) -
         assert components.get("toy") is toy and components.for_dist("toy-kernels") is toy
         assert "toy-kernels" in components.all_dists()
         found = components.recognise(tmp_path)
-        assert found is not None and (found.component, found.version) == ("toy", "1.2")
-        assert components.recognise(FIXTURES / "apex-env").component == "apex"  # the others are as they were
+        assert found is not None and (found.project, found.version) == ("toy", "1.2")
+        assert components.recognise(FIXTURES / "apex-env").project == "apex"  # the others are as they were
     finally:
         components.unregister("toy")
     assert "toy" not in components.registry() and components.recognise(tmp_path) is None

@@ -129,9 +129,9 @@ def test_flash_attn_ck_jobs_on_a_login_node() -> None:
     d = get_driver("flash-attn")
     info = d.detect(FIXTURES / "flash-attn-mini")
     assert info is not None
-    p = d.plan(info, req(info.root, "mi300x"), Machine(cores=64, free_bytes=50 * GiB))
+    p = d.plan(info, req(info.tree, "mi300x"), Machine(cores=64, free_bytes=50 * GiB))
     assert p.jobs == 8 and p.jobs * p.per_job_bytes <= 50 * GiB  # 64 cores, but memory allows 8 CK units
-    p = d.plan(info, req(info.root, "mi300x", jobs=3), Machine(cores=64, free_bytes=50 * GiB))
+    p = d.plan(info, req(info.tree, "mi300x", jobs=3), Machine(cores=64, free_bytes=50 * GiB))
     assert p.env["MAX_JOBS"] == "3"
 
 

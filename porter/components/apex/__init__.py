@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from porter.artifacts import labels
 from porter.components import jit, static
 from porter.components.apex import audit
-from porter.components.base import InstalledCheck, Recognised
+from ops_prebuild.source import Source
+from porter.components.base import InstalledCheck
 from porter.components.op_builder import bf16, profile_simd, set_installed_ops
 from porter.errors import ConfigError
 from porter.wheels.base import (GiB, BuildPlan, Expectation, KernelSet, Machine, OpSpec, SourceInfo, WheelRequest,
@@ -86,9 +87,9 @@ class ApexDriver:
             if not ops:
                 raise ConfigError(f"{root}/op_builder declares no ops (no class with BUILD_VAR and NAME)",
                                   hint="is this a complete ROCm/apex checkout?")
-            return SourceInfo("apex", version, "env", root, ops=ops)
+            return SourceInfo("apex", version, root, regime="env", ops=ops)
         if "--cpp_ext" in text or "--cuda_ext" in text:
-            return SourceInfo("apex", version, "flags", root, ops=read_flag_extensions(text, str(setup_py)))
+            return SourceInfo("apex", version, root, regime="flags", ops=read_flag_extensions(text, str(setup_py)))
         raise ConfigError(f"{setup_py}: an apex tree whose setup.py knows neither APEX_BUILD_* nor --cpp_ext/--cuda_ext",
                           hint="porter supports ROCm/apex trees; check that this is ROCm's apex, not NVIDIA's or PyPI's")
 
@@ -102,7 +103,7 @@ class ApexDriver:
         if regime not in REGIMES:
             raise ConfigError(f"unknown apex build regime {regime!r}", hint=f"use one of: {', '.join(REGIMES)}")
         if regime != info.regime:
-            note = (f"regime forced to {regime!r}; the tree at {info.root} is a {info.regime!r} tree "
+            note = (f"regime forced to {regime!r}; the tree at {info.tree} is a {info.regime!r} tree "
                     f"(apex {info.version})")
         else:
             note = f"regime {regime!r} detected from the tree (apex {info.version})"
@@ -185,7 +186,7 @@ class ApexDriver:
                 unplanned.append((op.name, f"porter cannot read the sources of {op.name} from the tree (its builder "
                                            "computes them at run time)"))
                 continue
-            missing = [s for s in spec.sources if not (info.root / s).is_file()]
+            missing = [s for s in spec.sources if not (info.tree / s).is_file()]
             if missing:
                 unplanned.append((op.name, f"{op.name} names sources the tree lacks: {', '.join(missing)}"))
                 continue
@@ -202,7 +203,7 @@ class ApexDriver:
             if spec.skipped:
                 notes.append(f"{op.name}: not read from {spec.where} (left out): {'; '.join(spec.skipped[:3])}")
         for top in sorted(d for d in dirs if d not in (".", "")):
-            if (info.root / top).exists():
+            if (info.tree / top).exists():
                 ctx.copy(top)
         return KernelSet(ops=tuple(ops), hipify=tuple(o.name for o in ops if o.device), notes=tuple(notes),
                          unplanned=tuple(unplanned))
@@ -235,7 +236,7 @@ def _needs_torch(info: SourceInfo, kind: str) -> tuple[str | None, str]:
     import; none on the emulated target, where setup.py is not run), and why when it is not the obvious."""
     if kind == "rocm":
         return "rocm", ""
-    line = reads_hip_at_import(info.root / "setup.py")
+    line = reads_hip_at_import(info.tree / "setup.py")
     if kind == "emulated" or not line:
         return None, ""
     return "rocm", (f"its setup.py reads torch.version.hip at import (setup.py line {line}), so even the host-only "
@@ -245,8 +246,8 @@ def _needs_torch(info: SourceInfo, kind: str) -> tuple[str | None, str]:
 def _specs(info: SourceInfo, rocm: str | None) -> dict[str, BuildSpec]:
     """Each op's translation units as the tree declares them (op_builder classes, or an old setup.py's extensions)."""
     if info.regime == "env":
-        return builder_specs(info.root / "op_builder", rocm or "6.0")
-    return flag_specs((info.root / "setup.py").read_text(errors="replace"), str(info.root / "setup.py"), rocm or "6.0")
+        return builder_specs(info.tree / "op_builder", rocm or "6.0")
+    return flag_specs((info.tree / "setup.py").read_text(errors="replace"), str(info.tree / "setup.py"), rocm or "6.0")
 
 
 def _env_switches(info: SourceInfo, selected: tuple[OpSpec, ...]) -> dict[str, str | None]:
@@ -648,9 +649,9 @@ class ApexComponent(jit.NoSites):
     def installed_sites(self, ctx: jit.Audit, imports: set[str]) -> list[jit.Site]:
         return audit.installed_sites(ctx, imports)
 
-    def recognise(self, tree: Path) -> Recognised | None:
+    def recognise(self, tree: Path) -> Source | None:
         info = self.driver.detect(tree)
-        return Recognised(self.name, info.version, tree, info.regime) if info else None
+        return Source(self.name, info.version, tree, regime=info.regime) if info else None
 
     def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
         return InstalledCheck()

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from porter.components import jit
-from porter.components.base import InstalledCheck, Recognised
+from ops_prebuild.source import Source
+from porter.components.base import InstalledCheck
 from porter.components.deepspeed import audit
 from porter.components.deepspeed.audit import OPTIMIZER_OPS, VERSION_INFO
 from porter.components.op_builder import read_installed_ops
@@ -64,8 +65,8 @@ class DeepSpeedComponent:
     def tree_version(self, tree: Path) -> str:
         return tree_version(tree)
 
-    def recognise(self, tree: Path) -> Recognised | None:
-        return Recognised(self.name, tree_version(tree), tree) if is_tree(tree) else None
+    def recognise(self, tree: Path) -> Source | None:
+        return Source(self.name, tree_version(tree), tree) if is_tree(tree) else None
 
     def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
         out = InstalledCheck()

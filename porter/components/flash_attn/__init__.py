@@ -29,7 +29,8 @@ from packaging.version import InvalidVersion, Version
 
 from porter.artifacts import labels
 from porter.components import jit, static
-from porter.components.base import InstalledCheck, Recognised
+from ops_prebuild.source import Source
+from porter.components.base import InstalledCheck
 from porter.errors import ConfigError
 from porter.wheels.base import (BACKENDS, GiB, BuildPlan, Expectation, KernelSet, Machine, SourceInfo, WheelRequest,
                                 choose_jobs, drop_flags, per_job)
@@ -159,7 +160,7 @@ class FlashAttnDriver:
             raise ConfigError(f"flash-attn {version} at {root} has no ROCm build (its setup.py has no BUILD_TARGET)",
                               hint="use flash-attn 2.6 or newer (the PyPI sdist), or ROCm's fork")
         backends = ("ck", "triton") if "FLASH_ATTENTION_TRITON_AMD_ENABLE" in text else ("ck",)
-        return SourceInfo("flash-attn", version, "env", root, allowed_archs=allowed_archs(text, version),
+        return SourceInfo("flash-attn", version, root, regime="env", allowed_archs=allowed_archs(text, version),
                           backends=backends)
 
     def plan(self, info: SourceInfo, request: WheelRequest, machine: Machine) -> BuildPlan:
@@ -185,16 +186,16 @@ class FlashAttnDriver:
                               hint="pick a profile or --arch from that list; upstream would stop the build "
                                    "with an assertion after codegen")
         if backend == "ck":
-            gen = info.root / CK_GENERATOR
+            gen = info.tree / CK_GENERATOR
             if not gen.is_file():
-                raise ConfigError(f"the composable_kernel submodule is missing: {info.root / 'csrc/composable_kernel'} "
+                raise ConfigError(f"the composable_kernel submodule is missing: {info.tree / 'csrc/composable_kernel'} "
                                   f"is empty (no {CK_GENERATOR})",
                                   hint="run 'git submodule update --init csrc/composable_kernel' in the checkout, "
                                        "or build from the PyPI sdist (it ships the submodule)")
         if request.ops:
             raise ConfigError("flash-attn has no op selection; --ops applies to apex")
         if backend == "ck":
-            ck = read_ck_build((info.root / "setup.py").read_text(errors="replace"), str(info.root / "setup.py"),
+            ck = read_ck_build((info.tree / "setup.py").read_text(errors="replace"), str(info.tree / "setup.py"),
                                tc.toolkit_version)
             per_job_bytes, source, cost_note = per_job(PER_JOB_CK, request, ck_families(ck.directions), ck_family)
         else:
@@ -240,7 +241,7 @@ class FlashAttnDriver:
         get_warp_size()), not CUDA code ported; the Triton backend compiles nothing."""
         if plan.backend != "ck":
             return {}
-        ck = read_ck_build((info.root / "setup.py").read_text(errors="replace"), str(info.root / "setup.py"),
+        ck = read_ck_build((info.tree / "setup.py").read_text(errors="replace"), str(info.tree / "setup.py"),
                            request.toolchain.toolkit_version)
         return {EXTENSION: (ck.sources, ("csrc/flash_attn_ck",))}
 
@@ -259,7 +260,7 @@ class FlashAttnDriver:
             raise ConfigError("the Triton backend compiles nothing ahead of time; --compile-only applies to --backend ck",
                               hint="drop --compile-only, or use --backend ck")
         tc = request.toolchain
-        ck = read_ck_build((info.root / "setup.py").read_text(errors="replace"), str(info.root / "setup.py"),
+        ck = read_ck_build((info.tree / "setup.py").read_text(errors="replace"), str(info.tree / "setup.py"),
                            tc.toolkit_version)
         fmha = f"{CK_DIR}/example/ck_tile/01_fmha"
         ctx.copy(fmha)  # the generator and its codegen package, and fmha_*.hpp
@@ -306,7 +307,7 @@ class FlashAttnDriver:
             for folder in sorted({str(Path(s).parent) for s in ck.sources}):
                 ctx.copy(folder)  # its headers (flash_common.hpp), which the sources include by a quoted name
             for src in ck.sources:
-                data = (info.root / src).read_bytes()
+                data = (info.tree / src).read_bytes()
                 srcs.append(ctx.put(str(Path(src).with_suffix(".cu")), data).relative_to(ctx.tree).as_posix())
             for g in api:
                 srcs.append(ctx.put(f"gen/{g.stem}.cu", g.read_bytes()).relative_to(ctx.tree).as_posix())
@@ -527,9 +528,9 @@ class FlashAttnComponent(jit.NoSites):
                          "every attention kernel is compiled by Triton at first use; build the CK backend with "
                          "'porter wheel flash-attn' or warm TRITON_CACHE_DIR on node-local disk")]
 
-    def recognise(self, tree: Path) -> Recognised | None:
+    def recognise(self, tree: Path) -> Source | None:
         info = self.driver.detect(tree)
-        return Recognised(self.name, info.version, tree, info.regime) if info else None
+        return Source(self.name, info.version, tree, regime=info.regime) if info else None
 
     def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
         return InstalledCheck()

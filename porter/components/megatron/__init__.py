@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from porter.components import jit
-from porter.components.base import InstalledCheck, Recognised
+from ops_prebuild.source import Source
+from porter.components.base import InstalledCheck
 
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest
@@ -161,8 +162,8 @@ class MegatronComponent(jit.NoSites):
                                        f"{ctx.python} has no such module: start-up stops with an error naming 'porter "
                                        f"port {self.name}'; install the wheel it builds", ", ".join(modules))
 
-    def recognise(self, tree: Path) -> Recognised | None:
-        return Recognised(self.name, tree_version(tree), tree) if is_tree(tree) else None
+    def recognise(self, tree: Path) -> Source | None:
+        return Source(self.name, tree_version(tree), tree) if is_tree(tree) else None
 
     def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
         return InstalledCheck()

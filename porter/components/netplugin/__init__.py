@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from porter.components.base import InstalledCheck, Recognised
+from ops_prebuild.source import Source
+from porter.components.base import InstalledCheck
 from porter.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -31,14 +32,14 @@ class NetPluginComponent:
     """Not a wheel: a package folder with a manifest, installed where RCCL looks (NCCL_NET_PLUGIN)."""
     patch_project = ""
 
-    def recognise(self, tree: Path) -> Recognised | None:
+    def recognise(self, tree: Path) -> Source | None:
         from porter.components.netplugin.projects import recognise
 
         try:
             found = recognise(tree)
         except ConfigError:
             return None
-        return Recognised(self.name, found.version, tree, "configure" if found.has_configure else "autogen.sh")
+        return Source(self.name, found.version, tree, regime="configure" if found.has_configure else "autogen.sh")
 
     def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
         return InstalledCheck()  # no distribution to check: 'porter net-plugin verify' loads the package itself

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ops_prebuild.catalogue import OpSpec
 from porter.artifacts import labels
-from porter.components.base import InstalledCheck, Recognised
+from ops_prebuild.source import Source
+from porter.components.base import InstalledCheck
 from porter.components.jit import At, Audit, Kind, NoSites, Raw, Site
 from porter.wheels.base import (BuildPlan, Expectation, KernelContext, KernelSet, Machine, SourceInfo, WheelRequest,
                                 choose_jobs)
@@ -34,7 +35,7 @@ class ToyDriver:
         marker = root / "toy.txt"
         if not (marker.is_file() and (root / "setup.py").is_file()):
             return None
-        return SourceInfo("toy", marker.read_text().strip(), "setup", root)
+        return SourceInfo("toy", marker.read_text().strip(), root, regime="setup")
 
     def plan(self, info: SourceInfo, request: WheelRequest, machine: Machine) -> BuildPlan:
         tc = request.toolchain
@@ -61,9 +62,9 @@ class ToyComponent(NoSites):
     takes_ops = False
     jit_kinds = {"toy": Kind("the toy's kernels JIT-build at first use", "fails: no compiler", True)}  # (JitSites)
 
-    def recognise(self, tree: Path) -> Recognised | None:
+    def recognise(self, tree: Path) -> Source | None:
         info = self.driver.detect(tree)
-        return Recognised(self.name, info.version, tree, info.regime) if info else None
+        return Source(self.name, info.version, tree, regime=info.regime) if info else None
 
     def check_installed(self, dist: object, manifest: object, kind: str) -> InstalledCheck:
         return InstalledCheck()
