@@ -18,14 +18,24 @@ from ops_prebuild.source import Source
 
 @dataclass(frozen=True)
 class OpSpec:
+    """One op (an extension module) a project declares: what turns it on, what it compiles, what it needs. A wheel
+    driver's tree reading fills the first fields; the engine reads the rest (its catalogue's)."""
+
     name: str
-    builder: str
-    build_var: str
-    module: str                      # deepspeed.ops.adam.cpu_adam_op
-    sources: tuple[str, ...]         # relative to the tree
-    include_paths: tuple[str, ...]
-    device: bool                     # a CUDA/HIP op (else a host C++ op)
-    compatible: bool
+    module: str = ""
+    """Importable module the built ``.so`` provides (``deepspeed.ops.adam.cpu_adam_op``, ``apex.amp_C``)."""
+    device: bool = False
+    """A CUDA/HIP op (else a host C++ op)."""
+    build_var: str = ""
+    """What turns it on: an env var (``DS_BUILD_CPU_ADAM``, ``APEX_BUILD_AMP_C``) or a setup.py flag (``--cuda_ext``)."""
+    required: bool = True
+    """False when upstream builds it only under further conditions (then a missing one is a warning)."""
+    builder: str = ""
+    """Where the project declares it (its builder class, setup.py, ...)."""
+    sources: tuple[str, ...] = ()
+    """Relative to the tree."""
+    include_paths: tuple[str, ...] = ()
+    compatible: bool = True
     reason: str = ""
     cxx_args: tuple[str, ...] = ()
     nvcc_args: tuple[str, ...] = ()
@@ -36,6 +46,11 @@ class OpSpec:
     loads: tuple[str, ...] = ()
     """Ops its builder's ``load()`` loads first at run time (DeepSpeed 0.19.8: async_io and gds load pin_memory), so
     a build that has it must have them too, or the node compiles them (DeepSpeed's setup.py adds pin_memory)."""
+
+    @property
+    def group(self) -> str:
+        """``cuda`` (device code: HIP on ROCm) or ``cpp`` (host code only), as apex names its groups."""
+        return "cuda" if self.device else "cpp"
 
     @property
     def leaf(self) -> str:

@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from porter.wheels.base import BuildPlan, Expectation, Machine, OpSpec, SourceInfo, WheelDriver, WheelRequest
+from ops_prebuild.catalogue import OpSpec
+from porter.wheels.base import BuildPlan, Expectation, Machine, SourceInfo, WheelDriver, WheelRequest
 from porter.wheels.engine import WheelResult, build_wheel
 
 __all__ = ["BuildPlan", "Expectation", "Machine", "OpSpec", "SourceInfo", "WheelDriver", "WheelRequest",

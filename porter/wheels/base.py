@@ -26,11 +26,11 @@ from porter.run import Result, Runner, make_env
 from porter.toolchain.profile import Toolchain
 from porter.wheels.costs import MeasuredCosts
 
+from ops_prebuild.catalogue import OpSpec
 from ops_prebuild.source import Source
 
 if TYPE_CHECKING:
     from porter.torch_facts import TorchInfo
-    from ops_prebuild.catalogue import OpSpec as KernelOp
 
 GiB = 1 << 30
 Backend = Literal["ck", "triton"]
@@ -47,22 +47,6 @@ class Machine:
     @classmethod
     def current(cls) -> Machine:
         return cls(cores=cpu_count(), free_bytes=available_memory())
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """One prebuildable extension an upstream tree declares."""
-
-    name: str
-    """Upstream op name (``amp_C``, ``fused_adam_cuda``)."""
-    module: str
-    """Importable module the built ``.so`` provides (``apex.amp_C``)."""
-    group: str
-    """``cpp`` (host code only) or ``cuda`` (device code: HIP on ROCm)."""
-    switch: str = ""
-    """What turns it on: an env var (``APEX_BUILD_AMP_C``) or a setup.py flag (``--cuda_ext``)."""
-    required: bool = True
-    """False when upstream builds it only under further conditions (then a missing one is a warning)."""
 
 
 @dataclass(frozen=True)
@@ -248,7 +232,7 @@ class DeviceSources(Protocol):
 class KernelSet:
     """What a driver hands the compile-only flow: porter planner ops and what to do before planning."""
 
-    ops: tuple[KernelOp, ...]
+    ops: tuple[OpSpec, ...]
     hipify: tuple[str, ...] = ()
     """Ops whose sources are CUDA and go through torch's hipify first (a copy; the tree is untouched)."""
     total_units: int = 0

@@ -43,7 +43,7 @@ def plan(name: str, source: Path, tc: str = "mi300x", machine: Machine = BIG, **
 def test_apex_env_regime_and_op_catalogue_are_read_from_the_tree() -> None:
     info = get_driver("apex").detect(APEX_ENV)
     assert info is not None and info.regime == "env" and info.version == "1.14.0a0"
-    ops = {op.name: (op.group, op.switch, op.module) for op in info.ops}
+    ops = {op.name: (op.group, op.build_var, op.module) for op in info.ops}
     assert ops == {"apex_C": ("cpp", "APEX_BUILD_APEX_C", "apex.apex_C"),
                    "fused_demo_cuda": ("cuda", "APEX_BUILD_FUSED_DEMO", "apex.fused_demo_cuda")}
 

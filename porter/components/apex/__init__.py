@@ -30,7 +30,8 @@ from ops_prebuild.source import Source
 from porter.components.base import InstalledCheck
 from porter.components.op_builder import bf16, profile_simd, set_installed_ops
 from porter.errors import ConfigError
-from porter.wheels.base import (GiB, BuildPlan, Expectation, KernelSet, Machine, OpSpec, SourceInfo, WheelRequest,
+from ops_prebuild.catalogue import OpSpec
+from porter.wheels.base import (GiB, BuildPlan, Expectation, KernelSet, Machine, SourceInfo, WheelRequest,
                                 choose_jobs, per_job)
 
 if TYPE_CHECKING:
@@ -172,11 +173,9 @@ class ApexDriver:
     def kernel_ops(self, info: SourceInfo, request: WheelRequest, ctx: KernelContext) -> KernelSet:
         """The selected ops' translation units, as the tree declares them (op_builder classes, or the
         extensions of an old setup.py), for porter's planner: device ops are hipified, host-only ops not."""
-        from ops_prebuild.catalogue import OpSpec as KernelOp
-
         selected = self.plan(info, request, _NO_MACHINE).ops
         specs = _specs(info, request.toolchain.toolkit_version)
-        ops: list[KernelOp] = []
+        ops: list[OpSpec] = []
         notes: list[str] = []
         dirs: set[str] = set()
         unplanned: list[tuple[str, str]] = []
@@ -190,15 +189,13 @@ class ApexDriver:
             if missing:
                 unplanned.append((op.name, f"{op.name} names sources the tree lacks: {', '.join(missing)}"))
                 continue
-            device = op.group == "cuda"
             macros = VERSION_MACROS if spec.version_macros else ()
             heads = [ctx.py_ex.outside(d) for d in (ctx.torch.include_dirs if ctx.torch else ())]
-            ops.append(KernelOp(name=op.name, builder=spec.where, build_var=op.switch, module=op.module,
-                                sources=spec.sources, include_paths=spec.include_paths, device=device,
-                                compatible=True, cxx_args=profile_simd((*_resolve_markers(spec.cxx_args, heads),
-                                                                        *macros), ctx.toolchain.cpu_isa),
-                                nvcc_args=(*_resolve_markers(spec.nvcc_args, heads), *macros) if device else (),
-                                bf16=bf16(device, ctx.toolchain)))
+            ops.append(replace(op, builder=spec.where, sources=spec.sources, include_paths=spec.include_paths,
+                               cxx_args=profile_simd((*_resolve_markers(spec.cxx_args, heads), *macros),
+                                                     ctx.toolchain.cpu_isa),
+                               nvcc_args=(*_resolve_markers(spec.nvcc_args, heads), *macros) if op.device else (),
+                               bf16=bf16(op.device, ctx.toolchain)))
             dirs |= {s.split("/")[0] for s in (*spec.sources, *spec.include_paths)}
             if spec.skipped:
                 notes.append(f"{op.name}: not read from {spec.where} (left out): {'; '.join(spec.skipped[:3])}")
@@ -259,7 +256,7 @@ def _env_switches(info: SourceInfo, selected: tuple[OpSpec, ...]) -> dict[str, s
     env: dict[str, str | None] = {CPP_GROUP_VAR: None, CUDA_GROUP_VAR: None}
     chosen = {op.name for op in selected}
     for op in info.ops:
-        env[op.switch] = "1" if op.name in chosen else None
+        env[op.build_var] = "1" if op.name in chosen else None
     return env
 
 
@@ -340,7 +337,7 @@ def read_op_builder(folder: Path) -> tuple[OpSpec, ...]:
                     attrs[stmt.targets[0].id] = stmt.value.value
             if "BUILD_VAR" in attrs and "NAME" in attrs:
                 group = "cpp" if attrs.get("INCLUDE_FLAG") == CPP_GROUP_VAR else "cuda"
-                ops.append(OpSpec(attrs["NAME"], f"apex.{attrs['NAME']}", group, attrs["BUILD_VAR"]))
+                ops.append(OpSpec(attrs["NAME"], f"apex.{attrs['NAME']}", group == "cuda", attrs["BUILD_VAR"]))
     return tuple(ops)
 
 
@@ -598,7 +595,7 @@ def read_flag_extensions(text: str, where: str, rocm: str = "") -> tuple[OpSpec,
             continue
         prev = found.get(name)
         required = state == "required" or (prev is not None and prev.required)
-        found[name] = OpSpec(name, name, group, f"--{group}_ext", required)
+        found[name] = OpSpec(name, name, group == "cuda", f"--{group}_ext", required)
     return tuple(sorted(found.values(), key=lambda o: o.name))
 
 

@@ -254,7 +254,7 @@ class FlashAttnDriver:
         (fnmatch patterns), ``request.sample`` (the first N of each family, head dim and dtype, or a covering sample: :func:`ck_cover`) and ``request.instances`` (the
         first N, in name order) select; the frontend is compiled unless patterns or ``instances`` narrow the
         selection without naming it."""
-        from ops_prebuild.catalogue import OpSpec as KernelOp
+        from ops_prebuild.catalogue import OpSpec
 
         if request.backend != "ck":
             raise ConfigError("the Triton backend compiles nothing ahead of time; --compile-only applies to --backend ck",
@@ -294,11 +294,11 @@ class FlashAttnDriver:
                     ctx.copy(inc)
         includes = tuple(ck.include_dirs)
         flags, dropped = drop_flags(ck.flags, request.drop_flags, what=f"flash-attn {info.version}'s CK build")
-        ops: list[KernelOp] = []
+        ops: list[OpSpec] = []
         for g in chosen:
             rel = f"gen/{g.stem}.cu"  # setup.py renames them to .cu for hipcc; so does porter
             ctx.put(rel, g.read_bytes())
-            ops.append(KernelOp(name=g.stem, builder="csrc/composable_kernel generate.py", build_var="",
+            ops.append(OpSpec(name=g.stem, builder="csrc/composable_kernel generate.py", build_var="",
                                 module=EXTENSION, sources=(rel,), include_paths=includes, device=True,
                                 compatible=True, cxx_args=ck.cxx, nvcc_args=flags))
         hipify: tuple[str, ...] = ()
@@ -313,7 +313,7 @@ class FlashAttnDriver:
                 srcs.append(ctx.put(f"gen/{g.stem}.cu", g.read_bytes()).relative_to(ctx.tree).as_posix())
             # the frontend is hipified (torch's headers); CK's headers are HIP already and stay where they are
             ck_abs = tuple(str(ctx.plan_tree / i) for i in includes)
-            ops.append(KernelOp(name=FRONTEND, builder="setup.py", build_var="", module=EXTENSION,
+            ops.append(OpSpec(name=FRONTEND, builder="setup.py", build_var="", module=EXTENSION,
                                 sources=tuple(srcs), include_paths=(*ck_abs, "csrc/flash_attn_ck"), device=True,
                                 compatible=True, cxx_args=ck.cxx, nvcc_args=flags))
             hipify = (FRONTEND,)
