@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from porter import torch_hip_view as hip_view
-from porter.ccache import CacheRequest, CompilerCache, hit_sources, read_stats, setup_cache
+from porter.ccache import CacheRequest, CompilerCache, hit_sources, planned_cache, read_stats, setup_cache
 from porter.codeobjects import read_code_objects, registers_device_code
 from porter.errors import CheckFailed, ConfigError, PorterError, first_error
 from porter.executor import Executor
@@ -133,7 +133,7 @@ class EngineRun:
 
 def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], build_dir: Path, *, python: str,
                       py_ex: Executor, runner: Runner, log: Logger, cache: Path, how: EngineRun = EngineRun(),
-                      compiler_version: str = "", dry_run: bool = False, refused: PorterError | None = None,
+                      compiler_version: str = "", refused: PorterError | None = None,
                       source_patches: tuple[str, ...] = (), what: str = "", hipify: Sequence[str] | None = None,
                       mirror: bool = True, torch_view: bool | None = None, hipify_from: Path | None = None,
                       notes: Sequence[str] = (), on_shard_setup: Callable[[], None] | None = None) -> BuildResult:
@@ -141,7 +141,8 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
     none with ``link_only``) -> link unless ``compile_only`` -> per op result and, compile-only, per op x arch
     report. The build folder is held under a lock while it is set up (the shards of one build then compile at
     once, each with its own ninja file); what was built is recorded with its sha256, and anything that no longer
-    matches is built again. A dry run plans and returns with ``refusal`` set instead of raising. The caller owns
+    matches is built again. A dry run (a recording ``runner``) plans, writes nothing and returns with ``refusal`` set
+    instead of raising. The caller owns
     what comes before (its source, its catalogue, its checks) and after (its wheel).
 
     ``hipify``: the ops whose CUDA sources the engine hipifies on a rocm profile (into a copy under the build
@@ -155,33 +156,32 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
     ex = tc.executor
     start = time.monotonic()
     with ExitStack() as stack:
-        if not dry_run:  # two builds of one target take turns from here on (hipify rewrites build_dir/hip); the
+        if not runner.dry:  # two builds of one target take turns from here on (hipify rewrites build_dir/hip); the
             # shards of one build only while they set up
             lock = stack.enter_context(hold(build_dir, what or f"building {cat.source.project} "
                                             f"{cat.source.version} for {tc.name}", say=log.info))
-        to_hipify = [o for o in selected if o.device and (hipify is None or o.name in hipify)] \
-            if tc.hip else []
+        to_hipify = [o for o in selected if o.device and (hipify is None or o.name in hipify)] if tc.hip else []
         quiet = replace(runner, echo=log.verbose)
         hip_map = hipify_for_rocm(hipify_from or cat.source.tree, to_hipify, build_dir, python=python, log=log,
-                                  runner=quiet, executor=py_ex, dry_run=dry_run) if to_hipify else None
+                                  runner=quiet, executor=py_ex) if to_hipify else None
         emulated = tc.kind == "emulated" and any(o.device for o in selected)
         wants_view = (bool(to_hipify) if torch_view is None else torch_view) and compile_only and tc.kind == "rocm"
-        view = _torch_view(cat, cache, python, quiet, py_ex, log, emulated=emulated,
-                           dry_run=dry_run) if wants_view or emulated else ()
+        view = _torch_view(cat, cache, python, quiet, py_ex, log, emulated=emulated) if wants_view or emulated else ()
         # --compile-only measures each unit's time and memory (what later plans' jobs are sized by): a
         # cache hit would record a copy, not a compile, so those runs never go through the cache
-        ccache = setup_cache(tc, work=cache_dir(), compiler_version_text=compiler_version,
-                             enabled=compiler_cache.enabled and not compile_only, cache_dir=compiler_cache.dir,
-                             remote="" if compile_only else compiler_cache.remote, log=log, dry_run=dry_run)
-        plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not dry_run, compile_only=compile_only,
-                         extra_includes=view, cache=ccache, tree=build_dir / "src" if mirror else None,
-                         pch=how.pch, debug=how.debug)
-        plan.notes[:] = [*notes, *plan.notes, *_notes(cat, view, source_patches, emulated=emulated, dry_run=dry_run)]
+        ccache = (planned_cache if runner.dry else setup_cache)(
+            tc, work=cache_dir(), compiler_version_text=compiler_version, log=log,
+            enabled=compiler_cache.enabled and not compile_only, cache_dir=compiler_cache.dir,
+            remote="" if compile_only else compiler_cache.remote)
+        plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not runner.dry,
+                         compile_only=compile_only, extra_includes=view, cache=ccache,
+                         tree=build_dir / "src" if mirror else None, pch=how.pch, debug=how.debug)
+        plan.notes[:] = [*notes, *plan.notes, *_notes(cat, view, source_patches, emulated, not runner.dry)]
         per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]
         n_jobs = how.jobs or default_jobs(per_job, spare=1)  # one spare: no core idles while the last units compile
         result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, compile_only=compile_only, ccache=ccache,
                              hip_view=str(view[0]) if view else "", source_patches=source_patches)
-        if dry_run:
+        if runner.dry:
             return _dry(result, ex, start)
         _write_build_dir(plan, cat, selected, build_dir, log, mirror=mirror)
         stats, part, ninja_file, log_name = build_dir / CCACHE_STATS, None, "build.ninja", "build.log"
@@ -213,13 +213,13 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
         return result
 
 
-def _notes(cat: Catalogue, view: tuple[Path, ...], source_patches: Sequence[str], *, emulated: bool,
-           dry_run: bool) -> list[str]:
+def _notes(cat: Catalogue, view: tuple[Path, ...], source_patches: Sequence[str], emulated: bool,
+           built: bool) -> list[str]:
     """What the plan says of torch's HIP view and of porter's patched copy of the source."""
     notes = [f"torch {cat.torch.version} is a {cat.torch.kind} build: its headers are seen through a generated HIP "
              f"view ({view[0]}); objects are compiled, never linked"] if view and not emulated else []
     if source_patches:
-        notes.append(f"{'built' if not dry_run else 'a real run builds'} from porter's patched copy of the source: "
+        notes.append(f"{'built' if built else 'a real run builds'} from porter's patched copy of the source: "
                      f"{'; '.join(source_patches)}")
     return notes
 
@@ -250,13 +250,15 @@ def _shard_files(plan: Plan, part: list[Step], tag: str, build_dir: Path, log: L
 
 
 def _torch_view(cat: Catalogue, cache: Path, python: str, runner: Runner, py_ex: Executor, log: Logger, *,
-                emulated: bool, dry_run: bool) -> tuple[Path, ...]:
+                emulated: bool) -> tuple[Path, ...]:
     """torch's headers as a HIP build sees them, generated, when torch is not a ROCm build (none otherwise)."""
     if not hip_view.needed(cat.torch):
         return ()
     with log.step(f"a HIP view of torch {cat.torch.version}'s headers" + (" (compile checks only)" if not emulated
                                                                             else "")):
-        return (hip_view.make_view(cat.torch, cache, python=python, runner=runner, executor=py_ex, dry_run=dry_run),)
+        if runner.dry:  # named, not made
+            return (hip_view.view_dir(cat.torch, cache),)
+        return (hip_view.make_view(cat.torch, cache, python=python, runner=runner, executor=py_ex),)
 
 
 def _write_build_dir(plan: Plan, cat: Catalogue, selected: list[OpSpec], build_dir: Path, log: Logger, *,
@@ -378,14 +380,13 @@ def check_outputs(build_dir: Path, outputs: list[str]) -> list[str]:
 
 
 def hipify_for_rocm(tree: Path, ops: list[OpSpec], build_dir: Path, *, python: str, log: Logger, runner: Runner,
-                    executor: Executor, dry_run: bool) -> dict[str, dict[str, str]]:
+                    executor: Executor) -> dict[str, dict[str, str]]:
     """Hipify (for real, with torch's hipify in the build python) a copy of the ops' sources."""
     from ops_prebuild.hipify_step import hipify_sources
 
     with log.step(f"hipifying {len(ops)} op(s)' CUDA sources (a copy; the tree is untouched)"):
         return hipify_sources(tree, ops, build_dir / "hip",
-                              python=python, runner=runner, executor=executor,
-                              dry_run=dry_run)
+                              python=python, runner=runner, executor=executor)
 
 
 _NINJA_FAILED = re.compile(r"^FAILED: (.*)$", re.M)

@@ -15,17 +15,17 @@ from ops_prebuild.catalogue import OpSpec
 
 
 def hipify_sources(tree: Path, ops: list[OpSpec], dest: Path, *, python: str, runner: Runner,
-                   executor: Executor = HOST, dry_run: bool = False) -> dict[str, dict[str, str]]:
+                   executor: Executor = HOST) -> dict[str, dict[str, str]]:
     """op -> {relative source: hipified host path under ``dest``}. The copy is refreshed on every call.
 
-    A dry run hipifies into a temp folder (so the mapping is torch's own, not a guess), removes it, and
+    A dry run (a recording ``runner``) hipifies into a temp folder (so the mapping is torch's own, not a guess), removes it, and
     returns the paths a real run writes under ``dest``: nothing is written into caches or trees.
     """
     if not ops:
         return {}
-    if dry_run:
+    if runner.dry:
         with executor.scratch("porter-hipify-") as tmp:
-            found = hipify_sources(tree, ops, tmp / "hip", python=python, runner=runner, executor=executor)
+            found = hipify_sources(tree, ops, tmp / "hip", python=python, runner=runner.real(), executor=executor)
             return {op: {rel: str(dest / os.path.relpath(p, tmp / "hip")) for rel, p in m.items()}
                     for op, m in found.items()}
     # hipified beside ``dest``, then synced into it: a file whose bytes did not change keeps its time, so ninja

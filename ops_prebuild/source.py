@@ -319,12 +319,21 @@ def build_sets(project: str, kind: str, tree: Path | None = None) -> list[PatchS
         (tree / f).is_file() for f in p.files) for p in s.patches)]
 
 
-def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, dry_run: bool = False) -> Patched:
+def planned_source(source: Source, sets: list[PatchSet], cache: Path) -> Patched:
+    """What :func:`patched_source` gives, planned in memory with nothing written (a dry run's)."""
+    return _patched(source, sets, cache, write=False)
+
+
+def patched_source(source: Source, sets: list[PatchSet], cache: Path) -> Patched:
     """``source`` with ``sets`` applied, as a cache entry of its own beside the unpacked sources (files linked from
     the source, the patched ones written anew): the source stays as it was, and two builds of one source share
     the entry. Published once, by rename, under a lock. A source that needs none of the sets (or has them
     applied already) is returned as it is; a set that cannot be applied (upstream moved its anchor) gives a
-    warning and the unpatched source. A dry run plans in memory and writes nothing."""
+    warning and the unpatched source."""
+    return _patched(source, sets, cache, write=True)
+
+
+def _patched(source: Source, sets: list[PatchSet], cache: Path, *, write: bool) -> Patched:
     if not sets:
         return Patched(source)
     planned = plan_patches(source.tree, sets)
@@ -340,7 +349,7 @@ def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, dry_run
     patched = [f"{path}\0".encode() + after for path, after, _ in sorted(changes)]
     digest = hashlib.sha256(b"\0".join([_fingerprint(source.tree), *patched])).hexdigest()[:12]
     dest = cache / "sources" / f"{source.tree.name}+{'+'.join(s.name for s in sets)}-{digest}"
-    if dry_run or (dest / ".porter-patched").is_file():
+    if not write or (dest / ".porter-patched").is_file():
         return Patched(replace(source, tree=dest), applied, changed=changed)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with hold(dest, f"patching {source.tree.name}"):

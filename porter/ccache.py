@@ -86,10 +86,29 @@ def find_ccache(tc: Toolchain) -> str | None:
 
 
 def setup_cache(tc: Toolchain, *, work: Path, compiler_version_text: str, enabled: bool = True,
-                cache_dir: Path | None = None, remote: str = "", log: Logger | None = None,
-                dry_run: bool = False) -> CompilerCache | None:
+                cache_dir: Path | None = None, remote: str = "", log: Logger | None = None) -> CompilerCache | None:
     """The cache for a build, or None (disabled, ccache missing, or its folder unusable: then the build
-    goes on uncached, with a warning that says why)."""
+    goes on uncached, with a warning that says why). Its folder is made (see :func:`planned_cache`)."""
+    cache = planned_cache(tc, work=work, compiler_version_text=compiler_version_text, enabled=enabled,
+                          cache_dir=cache_dir, remote=remote, log=log, make=True)
+    if cache is None:
+        return None
+    try:
+        cache.dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".porter-write-test.", dir=cache.dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        if log is not None:
+            log.warn(f"compiler cache {cache.dir} is not usable ({exc.strerror}): building uncached")
+        return None
+    return cache
+
+
+def planned_cache(tc: Toolchain, *, work: Path, compiler_version_text: str, enabled: bool = True,
+                  cache_dir: Path | None = None, remote: str = "", log: Logger | None = None,
+                  make: bool = False) -> CompilerCache | None:
+    """The cache a build would use, named without writing anything (a dry run's); None: disabled or no ccache."""
     if remote and not remote.startswith(REMOTE_SCHEMES):
         raise ConfigError(f"--cache-remote {remote!r} is not a ccache remote storage URL",
                           hint="use file:///shared/dir or redis://host[:port]")
@@ -104,20 +123,10 @@ def setup_cache(tc: Toolchain, *, work: Path, compiler_version_text: str, enable
             log.info("note: no ccache where the compiler runs, so compiles are not cached (apt-get install ccache "
                      "caches them; --no-cache says so and drops this note)")
         return None
-    folder = cache_dir or tc.executor.work_dir(work, make=not dry_run) / "ccache"
+    folder = cache_dir or tc.executor.work_dir(work, make=make) / "ccache"
     if not tc.executor.sees(folder):
         raise ConfigError(f"cache folder {folder} is not visible in {tc.executor.describe()}",
                           hint="leave --cache-dir out (porter puts it under the root), or pick a folder inside it")
-    if not dry_run:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            fd, probe = tempfile.mkstemp(prefix=".porter-write-test.", dir=folder)
-            os.close(fd)
-            os.unlink(probe)
-        except OSError as exc:
-            if log is not None:
-                log.warn(f"compiler cache {folder} is not usable ({exc.strerror}): building uncached")
-            return None
     return CompilerCache(program, folder, identity(tc, compiler_version_text), remote)
 
 

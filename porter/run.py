@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from porter.errors import CommandFailed, Interrupted, ToolError
@@ -66,6 +66,17 @@ class Runner:
 
     log: Logger = field(default_factory=quiet_logger)
     echo: bool = True
+
+    dry: bool = False
+    """A dry run (:class:`RecordingRunner`): commands that change something are recorded, not run, and the library
+    writes nothing into caches, trees or outputs; what it only reads, or plans in a temp folder, runs through
+    :meth:`real`."""
+
+    def real(self, echo: bool | None = None) -> Runner:
+        """This runner running for real, even in a dry run: for probes and for work into a temp folder."""
+        if not self.dry and echo in (None, self.echo):
+            return self
+        return replace(self, dry=False, echo=self.echo if echo is None else echo)
 
     def run(self, argv: Sequence[str | os.PathLike[str]], *, env: Mapping[str, str] | None = None,
             cwd: str | os.PathLike[str] | None = None, timeout: float | None = None,
@@ -225,12 +236,16 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
 class RecordingRunner(Runner):
     """A dry run: records each command (and its env changes) instead of running it."""
 
+    dry: bool = True
     recorded: list[tuple[list[str], dict[str, str | None], str | None]] = field(default_factory=list)
 
     def run(self, argv: Sequence[str | os.PathLike[str]], *, env: Mapping[str, str] | None = None,
             cwd: str | os.PathLike[str] | None = None, timeout: float | None = None,
             check: bool = True, hint: str | None = None, input: str | None = None,
             on_line: Callable[[str], None] | None = None) -> Result:
+        if not self.dry:  # (its real())
+            return super().run(argv, env=env, cwd=cwd, timeout=timeout, check=check, hint=hint, input=input,
+                               on_line=on_line)
         args = [os.fspath(a) for a in argv]
         changes = env_changes(dict(env)) if env is not None else {}
         self.recorded.append((args, changes, os.fspath(cwd) if cwd else None))

@@ -49,13 +49,12 @@ def view_dir(torch: TorchInfo, work: Path) -> Path:
     return work / "torch-hip-view" / f"torch-{torch.version.replace('+', '-')}-{key}"
 
 
-def make_view(torch: TorchInfo, work: Path, *, python: str, runner: Runner, executor: Executor = HOST,
-              dry_run: bool = False) -> Path:
-    """The view's folder (made once per torch; a dry run only names it)."""
+def make_view(torch: TorchInfo, work: Path, *, python: str, runner: Runner, executor: Executor = HOST) -> Path:
+    """The view's folder, made once per torch (:func:`view_dir` names it without making it)."""
     if not needed(torch):
         raise ConfigError(f"torch {torch.version} is a ROCm build: it has the real HIP headers, no view is made")
     dest = view_dir(torch, work)
-    if dry_run or (dest / DONE).is_file():
+    if (dest / DONE).is_file():
         return dest
     include = next((d for d in torch.include_dirs if (Path(d) / "ATen").is_dir()), "")
     if not include or not (Path(include) / "ATen" / "cuda").is_dir() or not (Path(include) / "c10" / "cuda").is_dir():

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import Spec, arg, json_option, opt, options, target_python_option
+from porter.cli.options import Spec, arg, json_option, opt, options, runner_for, target_python_option
 from porter.errors import CheckFailed
 from porter.log import Logger
 from porter.run import Runner
@@ -64,8 +64,8 @@ def install_cmd(log: Logger, /, req: InstallCommandOptions, as_json: bool) -> No
 
     opts = InstallOptions(wheelhouse=req.wheelhouse, python=req.python or sys.executable, archs=req.archs,
                           only=parse_only(req.only), reinstall=req.reinstall, no_deps=req.no_deps,
-                          lock_timeout=req.lock_timeout, dry_run=req.dry_run, node_root=req.node_root)
-    result = install(opts, Runner(log, echo=not log.quiet), log)
+                          lock_timeout=req.lock_timeout, node_root=req.node_root)
+    result = install(opts, runner_for(log, req.dry_run, echo=not log.quiet), log)
     if as_json:
         emit_json(result.to_json())
         return

@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import Spec, arg, dry_run_option, flags, json_option, opt, options, slurm_options
+from porter.cli.options import (Spec, arg, dry_run_option, flags, json_option, opt, options, runner_for,
+                                slurm_options)
 from porter.log import Logger
 from porter.run import Runner, make_env
 
@@ -86,8 +87,8 @@ def run_cmd(log: Logger, /, req: MatrixRunOptions, as_json: bool) -> None:
     env = make_env()
     m = load_matrix(req.file, directory=req.directory, wheelhouse=req.wheelhouse, environ=env)
     settings = m.slurm.merged({**req.slurm, "time": req.time_limit})
-    result = run_matrix(m, mode=req.mode, force=req.force, runner=Runner(log, echo=not req.dry_run), env=env,
-                        settings=settings, wait=req.wait, dry_run=req.dry_run, log=log)
+    result = run_matrix(m, mode=req.mode, force=req.force, runner=runner_for(log, req.dry_run, not req.dry_run),
+                        env=env, settings=settings, wait=req.wait, log=log)
     if as_json:
         emit_json(result.to_dict())
     elif result.dry_run is not None:

@@ -11,8 +11,8 @@ import click
 from porter.cli import emit_json
 from porter.cli.options import (CacheChoice, ShardChoice, Spec, ToolchainChoice, allow_wave32_option, allowed, builds,
                                 dry_run_option, given_on_command_line, jobs_option, json_option, opt, options,
-                                parse_shard, python_option, show_plan, show_shard_run, slurm_options,
-                                submitted_request, wheelhouse_option)
+                                parse_shard, python_option, runner_for, show_plan, show_shard_run,
+                                slurm_options, submitted_request, wheelhouse_option)
 from porter.ccache import CacheRequest
 from porter.cluster.slurm.shards import BuildFacts
 from porter.errors import CheckFailed, PartialSuccess
@@ -141,7 +141,7 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
     how = EngineRun(jobs=req.jobs, compile_only=req.compile_only, compiler_cache=req.cache(),
                     shard=parse_shard(req.shard), link_only=req.link_only, pch=req.pch, debug=req.debug_info)
     result = build_ops(req.source, tc, ops=names, all_compatible=req.all_compatible, wheelhouse=req.wheelhouse, how=how,
-                       dry_run=req.dry_run, python=req.python, with_deps=req.with_deps, log=log,
+                       runner=runner_for(log, req.dry_run), python=req.python, with_deps=req.with_deps, log=log,
                        allow_wave32=allowed(req.allow_wave32))
     _show_build(result, req, tc, as_json)
     _failures(result, req, tc)
@@ -235,34 +235,35 @@ def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list
     shard_req = sh.ShardRequest(build=build, shards=req.shards or 1,
                                 dir=req.shards_dir.resolve() if req.shards_dir else Path(),
                                 wheelhouse=req.wheelhouse.resolve(), cache=cache_dir().resolve(), python=sys.executable)
-    runner = Runner(log, echo=not req.dry_run)
+    runner = runner_for(log, req.dry_run, echo=not req.dry_run)
 
     def planner() -> sh.BuildFacts:
         return _facts(req.source, tc, ops=op_names, all_compatible=req.all_compatible, python=req.python,
-                      compiler_cache=req.cache(), dry_run=req.dry_run, log=log, runner=Runner(log, echo=log.verbose),
-                      allow_wave32=allowed(req.allow_wave32))
+                      compiler_cache=req.cache(), log=log, runner=runner, allow_wave32=allowed(req.allow_wave32))
 
     run = sh.submit_build(shard_req, planner, settings=settings, runner=runner, env=env,
-                          dir_given=req.shards_dir is not None, dry_run=req.dry_run, wait=req.wait, log=log)
+                          dir_given=req.shards_dir is not None, wait=req.wait, log=log)
     show_shard_run(log, run, as_json, f"link job {{}}; the wheel will land in {run.request.wheelhouse}")
 
 
 def _facts(source: str, tc: Toolchain, *, ops: list[str] | None, all_compatible: bool, python: str | None,
-           compiler_cache: CacheRequest, dry_run: bool, log: Logger, runner: Runner,
-           allow_wave32: list[str]) -> BuildFacts:
-    """The plan of this build (a dry run of it), for its shards. A real submission first unpacks (or downloads)
-    the source into the shared cache, so the shards all find it there and none races another to it."""
+           compiler_cache: CacheRequest, log: Logger, runner: Runner, allow_wave32: list[str]) -> BuildFacts:
+    """The plan of this build (a dry run of it), for its shards. A real submission (``runner`` not a recording one)
+    first unpacks (or downloads) the source into the shared cache, so the shards all find it there and none races
+    another to it."""
     from porter.components.deepspeed import DEEPSPEED
     from porter.components.deepspeed.build import build_ops
     from ops_prebuild.build import EngineRun
     from ops_prebuild.source import resolve_source
     from porter.fs import cache_dir
 
-    if not dry_run:
+    if not runner.dry:
         with log.step("unpacking the source into the shared cache"):
-            resolve_source(DEEPSPEED, source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
-    res = build_ops(source, tc, ops=ops, all_compatible=all_compatible, wheelhouse=Path("."), dry_run=True,
-                    python=python, log=log, runner=runner, how=EngineRun(compiler_cache=compiler_cache),
+            resolve_source(DEEPSPEED, source, runner=runner.real(echo=log.verbose),
+                           cache=tc.executor.work_dir(cache_dir()))
+    res = build_ops(source, tc, ops=ops, all_compatible=all_compatible, wheelhouse=Path("."),
+                    python=python, log=log, runner=runner_for(log, True, echo=log.verbose),
+                    how=EngineRun(compiler_cache=compiler_cache),
                     allow_wave32=allow_wave32)
     return BuildFacts.of(res)
 

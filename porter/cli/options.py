@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 import click
 
 from porter.ccache import CacheRequest
+from porter.log import Logger
+from porter.run import RecordingRunner, Runner
 from porter.toolchain.profile import Toolchain, load_toolchain
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -90,6 +92,11 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print one JS
 dry_run_option = Spec(("--dry-run",), dict(
     is_flag=True, help="Print the complete plan (every command, its environment) and what a real run here would "
                        "refuse, then exit 0. Writes nothing: no cache, no tree, no output."), "dry_run")
+
+
+def runner_for(log: Logger, record: bool, echo: bool = True) -> Runner:
+    """A command's runner: with --dry-run a recording one (the library then plans, records and writes nothing)."""
+    return RecordingRunner(log, echo) if record else Runner(log, echo)
 
 allow_wave32_option = Spec(("--allow-wave32",), dict(
     default=None, metavar="A,B|all",

@@ -109,9 +109,10 @@ def apply_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version
               as_json: bool) -> None:
     """Apply the needed patches of the sets to TREE, all or none; a patch whose problem is absent is
     reported as not needed. Exit 4 when there is nothing to do (already applied, or not needed)."""
-    from porter.patching import apply
+    from porter.patching import Applied, apply, checked
 
-    done = apply(tree, _sets(set_refs), target_version=target_version, dry_run=dry_run)
+    done = Applied(checked(tree, _sets(set_refs), target_version=target_version), ()) if dry_run \
+        else apply(tree, _sets(set_refs), target_version=target_version)
     changes = done.plan.changes
     if as_json:
         emit_json({**done.plan.to_dict(), "dry_run": dry_run, "written": list(done.changed),
@@ -149,7 +150,7 @@ def apply_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version
 def revert_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], force: bool, dry_run: bool,
                as_json: bool) -> None:
     """Restore the bytes from before the applied sets on every file they changed (journal in TREE/.porter)."""
-    from porter.patching import revert
+    from porter.patching import plan_revert, revert
 
     from porter.patching.model import resolve_sets
 
@@ -157,7 +158,7 @@ def revert_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], force: bool, 
     for r in set_refs:  # a set file names its journal entry by its own ref; others are matched by name
         is_file = Path(r).suffix in (".toml", ".patch", ".diff") and Path(r).is_file()
         refs.extend(s.ref for s in resolve_sets(r)) if is_file else refs.append(r)
-    done = revert(tree, refs or None, force=force, dry_run=dry_run)
+    done = plan_revert(tree, refs or None, force=force).result if dry_run else revert(tree, refs or None, force=force)
     if as_json:
         emit_json({"tree": str(tree), "reverted": list(done.sets), "restored": list(done.restored),
                    "reapplied": list(done.reapplied), "forced": list(done.forced), "dry_run": dry_run,

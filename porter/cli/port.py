@@ -12,7 +12,7 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, arg, dry_run_option, jobs_option,
-                                json_option, opt, options, python_option, wheelhouse_option)
+                                json_option, opt, options, python_option, runner_for, wheelhouse_option)
 from porter.errors import PartialSuccess, refusal_line
 from porter.log import Logger
 
@@ -101,7 +101,7 @@ def megatron_deepspeed(log: Logger, /, req: PortMegatronOptions, as_json: bool) 
     tc = req.toolchain()
     res = port_megatron(req.tree, tc, out=req.dest, in_place=req.in_place, wheelhouse=req.wheelhouse,
                         python=req.python, jobs=req.jobs,
-                        dry_run=req.dry_run, kernels=not req.no_kernels, compile_only=req.compile_only,
+                        runner=runner_for(log, req.dry_run), kernels=not req.no_kernels, compile_only=req.compile_only,
                         target_version=req.target_version, sets=req.sets, skip=req.skip, log=log,
                         allow_wave32=allowed(req.allow_wave32))
     failed = [r for r in res.compiled if r["status"] == "failed"]
@@ -153,7 +153,7 @@ def deepspeed_cmd(log: Logger, /, req: PortOptions, as_json: bool) -> None:
 
     res = port_deepspeed(req.tree, out=req.dest, in_place=req.in_place, sets=req.sets, skip=req.skip,
                          target_version=req.target_version,
-                         dry_run=req.dry_run, log=log)
+                         runner=runner_for(log, req.dry_run), log=log)
     if as_json:
         emit_json(res.to_dict())
         return
@@ -163,14 +163,14 @@ def deepspeed_cmd(log: Logger, /, req: PortOptions, as_json: bool) -> None:
 
 
 def _echo_tree(out: Path, what: str, hipified: list[str], patched: list[str], patches: Any, notes: list[str],
-               dry_run: bool) -> None:
-    """What a port did to the tree, the same for every project."""
-    click.echo(f"ported tree: {out}{' (dry run: not written)' if dry_run else ''}")
+               planned: bool) -> None:
+    """What a port did to the tree (``planned``: would do, a dry run), the same for every project."""
+    click.echo(f"ported tree: {out}{' (dry run: not written)' if planned else ''}")
     click.echo(what)
     for path in hipified:
         click.echo(f"hipified {path}")
     for path in patched:
-        click.echo(f"{'would patch' if dry_run else 'patched'} {path}")
+        click.echo(f"{'would patch' if planned else 'patched'} {path}")
     for line in summary_lines(patches):
         click.echo(line)
     for note in notes:

@@ -12,8 +12,8 @@ import click
 from porter.cli import emit_json
 from porter.cli.options import (BUILDERS, ShardChoice, ToolchainChoice, allow_wave32_option, allowed, builds,
                                 dry_run_option, given_on_command_line, jobs_option, json_option, opt, options,
-                                parse_shard, python_option, show_plan, show_shard_run, slurm_options,
-                                submitted_request, wheelhouse_option)
+                                parse_shard, python_option, runner_for, show_plan, show_shard_run,
+                                slurm_options, submitted_request, wheelhouse_option)
 from porter.errors import PartialSuccess
 from porter.log import Logger
 from porter.run import Runner
@@ -182,12 +182,12 @@ def _run(log: Logger, name: str, req: WheelOptions, as_json: bool, *, shard: tup
                                    "with only the sets porter applies to every build of its kind (flash-attn/ck-rocm7)")
         from porter.wheels.compile import compile_only as run_compile_only
 
-        res = run_compile_only(drivers[name], req.source, request, runner=Runner(log, echo=log.verbose), log=log,
-                               dry_run=req.dry_run, others=drivers, shard=shard, report_only=report_only)
+        res = run_compile_only(drivers[name], req.source, request, runner=runner_for(log, req.dry_run, log.verbose),
+                               log=log, others=drivers, shard=shard, report_only=report_only)
         _show_compiled(res, as_json)
         return
-    result = build_wheel(drivers[name], req.source, request, runner=Runner(log, echo=not req.dry_run),
-                         log=log, dry_run=req.dry_run, others=drivers)
+    result = build_wheel(drivers[name], req.source, request, runner=runner_for(log, req.dry_run),
+                         log=log, others=drivers)
     if as_json:
         emit_json(result.to_dict())
     elif req.dry_run:
@@ -313,9 +313,9 @@ def _submit_shards(log: Logger, name: str, req: ShardedWheelOptions, as_json: bo
         from porter.wheels.compile import compile_only
 
         drivers = wheel_drivers()
-        return sh.BuildFacts.of(compile_only(drivers[name], req.source, request, others=drivers, dry_run=True,
-                                             runner=Runner(log, echo=log.verbose), log=log))
+        return sh.BuildFacts.of(compile_only(drivers[name], req.source, request, others=drivers,
+                                             runner=runner_for(log, True, log.verbose), log=log))
 
-    run = sh.submit_build(shard_req, planner, settings=settings, runner=Runner(log, echo=not req.dry_run), env=env,
-                          dir_given=req.shards_dir is not None, dry_run=req.dry_run, wait=req.wait, log=log)
+    run = sh.submit_build(shard_req, planner, settings=settings, runner=runner_for(log, req.dry_run, not req.dry_run),
+                          env=env, dir_given=req.shards_dir is not None, wait=req.wait, log=log)
     show_shard_run(log, run, as_json, "report job {}")

@@ -41,7 +41,6 @@ class InstallOptions:
     reinstall: bool = False
     no_deps: bool = False
     lock_timeout: float = 1800.0
-    dry_run: bool = False
     node_root: Path = Path("/")
     """The userspace the wheels will load in (this host, or a chroot's or an image's root folder)."""
 
@@ -85,12 +84,15 @@ def pip_argv(env: TargetEnv, wheelhouse: Path, files: Sequence[Path], *, force: 
 
 
 def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> InstallResult:
+    """The wheelhouse's wheels for the target environment and node, checked and installed under a lock; a recording
+    ``runner`` (a dry run) inspects and checks, and installs nothing."""
     log = log or quiet_logger()
     wheelhouse = opts.wheelhouse.resolve()
+    probes = runner.real()  # the environment and the node are inspected in a dry run too
     with log.step(f"inspect {opts.python}"):
         wheels = scan(wheelhouse)
-        env = inspect_env(opts.python, runner, dists=[*(str(w.project) for w in wheels), *all_dists()])
-        node = detect_node(runner, opts.archs)
+        env = inspect_env(opts.python, probes, dists=[*(str(w.project) for w in wheels), *all_dists()])
+        node = detect_node(probes, opts.archs)
     log.info(f"target: {env.describe()}; GPU: {node.describe()}")
     for orphan in orphan_manifests(wheelhouse):
         log.warn(f"{orphan.name}: manifest without its wheel (ignored)")
@@ -100,7 +102,7 @@ def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> 
     result = InstallResult(env, node, selection)
     with log.step(f"checking that {len(selection.chosen)} wheel(s) load on {Userspace.of(opts.node_root).describe()}"):
         check_loadable(selection.chosen, Userspace.of(opts.node_root, env.torch.root if env.torch else ""))
-    if env.pip is None and not opts.dry_run:
+    if env.pip is None and not runner.dry:
         raise ToolError(f"{env.executable} has no pip; porter installs through the target's own pip",
                         hint=f"run '{env.executable} -m ensurepip', or create the venv with pip")
     lock = FileLock(str(lock_path(env)), timeout=opts.lock_timeout)
@@ -118,7 +120,7 @@ def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> 
     acquired = time.time()
     try:
         # re-inspect under the lock: an install that held it may have changed the environment
-        env = inspect_env(opts.python, runner, dists=[*(str(w.project) for w in wheels), *all_dists()])
+        env = inspect_env(opts.python, probes, dists=[*(str(w.project) for w in wheels), *all_dists()])
         result.env = env
         _install_locked(opts, env, selection, wheelhouse, runner, log, result)
     finally:
@@ -153,7 +155,7 @@ def _install_locked(opts: InstallOptions, env: TargetEnv, selection: Selection, 
             if not group:
                 continue
             argv = pip_argv(env, wheelhouse, [c for _, c, _ in group], force=force, no_deps=opts.no_deps)
-            if opts.dry_run:
+            if runner.dry:
                 log.command(argv)
                 continue
             with log.step(f"install {', '.join(f'{w.component} {w.version_text}' for w, _, _ in group)}"):

@@ -792,16 +792,22 @@ def _written(p: Plan) -> Plan:
     return replace(p, sets=sets)
 
 
-def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_version: str | None = None,
-          dry_run: bool = False) -> Applied:
-    """Apply all needed patches of ``sets`` or none. Returns the plan and the files written (none when
-    already applied or not needed, and in a dry run, whose results stay ``would-apply``)."""
+def checked(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_version: str | None = None) -> Plan:
+    """The plan of ``sets`` on ``tree``, refused when a needed patch cannot be applied (a dry run of :func:`apply`:
+    nothing is written, its results stay ``would-apply``)."""
     p = plan(tree, sets, target_version=target_version)
     if p.failed:
         raise PatchFailed(failure_message(p.failed), p.failed,
                           hint="the upstream file changed where the problem is present: update the anchor in "
                                "the set, or check the tree is the project and version the set is for")
-    if dry_run or not any(s.changes for s in p.sets):
+    return p
+
+
+def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_version: str | None = None) -> Applied:
+    """Apply all needed patches of ``sets`` or none. Returns the plan and the files written (none when
+    already applied or not needed)."""
+    p = checked(tree, sets, target_version=target_version)
+    if not any(s.changes for s in p.sets):
         return Applied(p, ())
     root = p.tree
     journal = read_journal(root)
@@ -908,13 +914,25 @@ def _backup(root: Path, rel: str, rec: dict[str, Any]) -> bytes | None:
     return original
 
 
-def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, force: bool = False,
-           dry_run: bool = False, load_set: SetLoader | None = None) -> Reverted:
-    """Restore the bytes from before the named sets (default: all) on every file they changed.
+@dataclass(frozen=True)
+class RevertPlan:
+    """What :func:`revert` writes (a dry run shows ``result`` and writes nothing)."""
+
+    result: Reverted
+    root: Path
+    keep: list[dict[str, Any]]
+    chosen: list[dict[str, Any]]
+    restore: dict[str, tuple[bytes | None, int | None]]
+    upper: list[tuple[dict[str, Any], dict[str, Any], bytes | None, bytes | None]]
+
+
+def plan_revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, force: bool = False,
+                load_set: SetLoader | None = None) -> RevertPlan:
+    """What restoring the bytes from before the named sets (default: all) writes, on every file they changed.
 
     On a file where another set was applied on top of a reverted one, that set is re-applied (loaded by
     ``load_set``, default: from where the journal says it came, with the same data) on the restored bytes.
-    When it cannot be loaded or no longer applies, nothing is changed and the error names it.
+    When it cannot be loaded or no longer applies, the error names it.
     """
     root = tree_root(tree)
     _check_journal_dir(root)
@@ -958,10 +976,15 @@ def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, f
         restore[rel] = (data, mode)
     changes = tuple(FileChange(rel, current[rel], data, None) for rel, (data, _) in restore.items())
     reverted_refs = tuple(e["set"] for e in reversed(chosen))
-    result = Reverted(reverted_refs, tuple(restore), changes, tuple(forced), tuple(reapplied))
-    if dry_run:
-        return result
-    keep = [e for e in entries if id(e) not in chosen_ids]
+    return RevertPlan(Reverted(reverted_refs, tuple(restore), changes, tuple(forced), tuple(reapplied)), root,
+                      [e for e in entries if id(e) not in chosen_ids], chosen, restore, upper)
+
+
+def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, force: bool = False,
+           load_set: SetLoader | None = None) -> Reverted:
+    """Restore the bytes from before the named sets (:func:`plan_revert`); when a step fails, nothing is changed."""
+    planned = plan_revert(tree, refs, force=force, load_set=load_set)
+    root, keep, chosen, restore, upper = planned.root, planned.keep, planned.chosen, planned.restore, planned.upper
     dropped: list[Path] = []
     txn = _Txn(root)
     try:
@@ -982,7 +1005,7 @@ def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, f
     for path in dropped:
         path.unlink(missing_ok=True)
     _cleanup_journal_dir(root)
-    return result
+    return planned.result
 
 
 def _chosen(root: Path, entries: list[dict[str, Any]], refs: Sequence[str] | None) -> list[dict[str, Any]]:

@@ -284,12 +284,17 @@ class KernelContext:
     """The build python as ``py_ex`` sees it."""
     py_ex: Executor
     runner: Runner
+    """Runs for real, in a dry run too (the tree is then a temp folder)."""
     log: Logger
-    dry_run: bool = False
     scratch: Path | None = None
     """A folder the build python sees, for throw-away output (generated sources before they are synced)."""
     torch: TorchInfo | None = None
     """The build python's torch (its headers decide some of a tree's flags)."""
+
+    @property
+    def planning(self) -> bool:
+        """A dry run: the work copy is a temp folder, not where a real run puts it."""
+        return self.tree != self.plan_tree
 
     def copy(self, rel: str) -> Path:
         """Copy ``rel`` (a file or folder of the source) into the work copy; files that did not change keep

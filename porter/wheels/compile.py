@@ -41,7 +41,7 @@ from porter.wheels.source import detect, resolve_source
 from ops_prebuild.build import EngineRun, OpResult, compile_catalogue, key
 from ops_prebuild.catalogue import Catalogue
 from ops_prebuild.plan import Plan
-from ops_prebuild.source import Patched, Source, build_sets, patched_source
+from ops_prebuild.source import Patched, Source, build_sets, patched_source, planned_source
 
 @dataclass
 class CompileOnlyResult:
@@ -90,12 +90,12 @@ class CompileOnlyResult:
 
 
 def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, runner: Runner,
-                 log: Logger | None = None, dry_run: bool = False, machine: Machine | None = None,
+                 log: Logger | None = None, machine: Machine | None = None,
                  others: Mapping[str, WheelDriver] | None = None, torch_info: TorchInfo | None = None,
                  costs_root: Path | None = None, shard: tuple[int, int] | None = None,
                  report_only: bool = False, link: bool = False, origin: str | None = None) -> CompileOnlyResult:
-    """The whole compile-only flow (module docstring). A dry run plans everything (the CK generator and
-    hipify run into temp folders, as they decide the TUs) and compiles nothing.
+    """The whole compile-only flow (module docstring). A dry run (a recording ``runner``) plans everything (the CK
+    generator and hipify run into temp folders, as they decide the TUs), compiles nothing and writes nothing.
 
     ``link``: the same flow for a wheel build (:func:`porter.wheels.engine.build_wheel` of a driver whose ops the
     engine builds): any profile kind, the build python's torch must be of the profile's kind, every op is linked
@@ -109,22 +109,21 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
     """
     log = log or quiet_logger()
     tc = request.toolchain
-    _preflight(tc, link=link, dry_run=dry_run, log=log)
+    _preflight(tc, link=link, dry=runner.dry, log=log)
     ex = tc.executor
     py_ex, python = build_python(ex, tc.python, request.python)
-    machine = machine or Machine.current()
-    start = time.monotonic()
+    machine, start = machine or Machine.current(), time.monotonic()
     work_root = ex.work_dir(cache_dir())
     with ExitStack() as stack:
         # scratch files (an unpacked sdist, the generator's output) where the build python sees them
         tmp = stack.enter_context(owned_temp(_made(work_root / "tmp") if py_ex.kind != "host" else None,
                                              "porter-compile-"))
         with log.step(f"reading {driver.title} source {source}"):
-            root, provenance = resolve_source(source, driver, tmp if dry_run else work_root, runner)
+            root, provenance = resolve_source(source, driver, tmp if runner.dry else work_root, runner.real())
             info = detect(driver, root, others or {})
         origin = origin or provenance.get("sdist_sha256") or str(root)
-        patched = _patched(Source(info.project, info.version, root, str(source)), tc, work_root, log, dry_run=dry_run)
-        root = root if dry_run else patched.source.tree  # a dry run plans the patch and writes nothing
+        patched = _patched(Source(info.project, info.version, root, str(source)), tc, work_root, log, runner)
+        root = root if runner.dry else patched.source.tree  # a dry run plans the patch and writes nothing
         if request.measured is None:
             request = replace(request, measured=costs_mod.load(driver.name, info.version, tc, costs_root))
         wplan = driver.plan(info, request, machine)
@@ -132,26 +131,26 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         lanes = None if link else wave64_step(driver, info, wplan, request, patched.after,
                                               "; ".join(a.split(":")[0] for a in patched.applied), log)
         stop = lanes.error(f"{info.project} {info.version} for {tc.name}", LEAVE) if lanes else None
-        if stop is not None and not dry_run:
+        if stop is not None and not runner.dry:
             raise stop
-        quiet = replace(runner, echo=log.verbose)
+        quiet = runner.real(echo=log.verbose)  # probes, and (a dry run) the generator into a temp folder
         torch = torch_info or probe_torch(python, quiet, executor=py_ex)
         refused = _refused(torch, python, info, tc) if link and request.torch_check else None
-        if refused is not None and not dry_run:
+        if refused is not None and not runner.dry:
             raise refused
         base = work_root / "wheels" / f"{driver.name}-{info.version}-{tc.name}-" \
             f"{key(origin, tc.to_dict(), torch.version, torch.python_tag, *(['linked'] if link else []))}"
         tree = base / "src"
         # two runs of the same target take turns, from the work copy on (shards: until set up)
-        base_lock = None if dry_run else stack.enter_context(
+        base_lock = None if runner.dry else stack.enter_context(
             hold(base, f"compiling {driver.title} {info.version} for {tc.name}", say=log.info))
         scratch = tmp / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
-        ctx = KernelContext(source=root, tree=tmp / "tree" if dry_run else tree, plan_tree=tree, toolchain=tc,
-                            python=python, py_ex=py_ex, runner=quiet, log=log, dry_run=dry_run, scratch=scratch,
+        ctx = KernelContext(source=root, tree=tmp / "tree" if runner.dry else tree, plan_tree=tree, toolchain=tc,
+                            python=python, py_ex=py_ex, runner=quiet, log=log, scratch=scratch,
                             torch=torch)
         kset = _kernel_set(driver, info, request, ctx, log)
-        if link and not dry_run and tc.kind != "cpu" and any(o.device for o in kset.ops):
+        if link and not runner.dry and tc.kind != "cpu" and any(o.device for o in kset.ops):
             _check_device_compiler(tc, log)  # a wheel of host-only ops needs no device compiler
         cat = Catalogue(source=Source(info.project, info.version, tree, source), torch=torch, accelerator="cuda",
                         ops=kset.ops)
@@ -161,11 +160,12 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         built = compile_catalogue(cat, tc, list(kset.ops), base / "build", python=python, py_ex=py_ex, runner=runner,
                                   log=log, cache=work_root, how=EngineRun(jobs=wplan.jobs, compile_only=not link,
                                                                           shard=shard, link_only=report_only),
-                                  dry_run=dry_run, refused=refused, hipify=tuple(kset.hipify), mirror=False,
+                                  refused=refused, hipify=tuple(kset.hipify), mirror=False,
                                   hipify_from=ctx.tree, notes=notes,
                                   on_shard_setup=base_lock.release if base_lock is not None else None)
-        result = _result(info, tc, built, wplan, kset, dry_run=dry_run, stop=stop, lanes=lanes)
-        if dry_run or shard is not None:  # a shard's units are reported by the run after every shard
+        result = _result(info, tc, built, wplan, kset, stop=stop, lanes=lanes)
+        result.dry_run = runner.dry
+        if runner.dry or shard is not None:  # a shard's units are reported by the run after every shard
             result.seconds = time.monotonic() - start
             return result
     return _finish(result, kset, driver.name, request, costs_root, log, start=start, link=link)
@@ -193,14 +193,14 @@ def _finish(result: CompileOnlyResult, kset: KernelSet, project: str, request: W
 
 
 
-def _preflight(tc: Toolchain, *, link: bool, dry_run: bool, log: Logger) -> None:
+def _preflight(tc: Toolchain, *, link: bool, dry: bool, log: Logger) -> None:
     """A compile-only build needs a rocm profile; a real run, the toolchain's root ready and (compile only) a
     compiler that takes every arch (an arch it rejects stops the build in seconds)."""
     if tc.kind != "rocm" and not link:
         raise ConfigError(f"--compile-only compiles GPU code for every arch of a rocm profile; toolchain {tc.name} "
                           f"is a {tc.kind} profile",
                           hint="pick a rocm profile (-t debian-rocm7, -t mi300x, ...), or drop --compile-only")
-    if not dry_run:
+    if not dry:
         tc.executor.preflight()
         if not link:
             _check_device_compiler(tc, log)
@@ -211,11 +211,11 @@ def _made(folder: Path) -> Path:
     return folder
 
 
-def _result(info: SourceInfo, tc: Toolchain, built: Any, wplan: BuildPlan, kset: KernelSet, *, dry_run: bool,
+def _result(info: SourceInfo, tc: Toolchain, built: Any, wplan: BuildPlan, kset: KernelSet, *,
             stop: PorterError | None, lanes: wave64.Wave64 | None) -> CompileOnlyResult:
     units = sum(len(o.sources) for o in kset.ops)
     result = CompileOnlyResult(info.project, info.version, tc.name, built.plan, wplan, jobs=wplan.jobs,
-                               dry_run=dry_run, hip_view=built.hip_view, selected_units=units,
+                               hip_view=built.hip_view, selected_units=units,
                                total_units=kset.total_units or units, notes=list(built.plan.notes),
                                refusal=built.refusal or stop, ops=built.ops, compiled=built.compiled,
                                wave64=lanes.to_dict() if lanes else None)
@@ -223,10 +223,11 @@ def _result(info: SourceInfo, tc: Toolchain, built: Any, wplan: BuildPlan, kset:
     return result
 
 
-def _patched(source: Source, tc: Toolchain, cache: Path, log: Logger, *, dry_run: bool) -> Patched:
+def _patched(source: Source, tc: Toolchain, cache: Path, log: Logger, runner: Runner) -> Patched:
     """The project's patch sets for every build of this kind (FlashAttention's ck-rocm7) applied to a copy of the
-    source of its own (the source as it is when none applies)."""
-    patched = patched_source(source, build_sets(source.project, tc.kind, source.tree), cache, dry_run=dry_run)
+    source of its own (the source as it is when none applies; a dry run plans it and writes nothing)."""
+    sets = build_sets(source.project, tc.kind, source.tree)
+    patched = (planned_source if runner.dry else patched_source)(source, sets, cache)
     if patched.warning:
         log.warn(patched.warning)
     elif patched.applied:

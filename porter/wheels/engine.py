@@ -25,7 +25,7 @@ from porter.errors import CheckFailed, PorterError, refusal_line
 from porter.executor import build_python
 from porter.fs import cache_dir, ensure_writable_dir, owned_temp, sha256_file
 from porter.log import Logger, quiet_logger
-from porter.run import RecordingRunner, Runner, env_changes
+from porter.run import Runner, env_changes
 from porter.toolchain.profile import toolchain_env
 from porter.torch_facts import TorchInfo, probe_torch, refusal
 from porter.wheels import costs
@@ -37,9 +37,6 @@ from porter.wheels.verify import relabel, verify_wheel
 from ops_prebuild.build import OpResult
 from ops_prebuild.source import build_sets
 
-PatchHook = Callable[..., "list[dict[str, Any]] | None"]
-"""``hook(tree, ref, version, log, dry_run=)``: apply a patch set to the work copy before building; returns the
-patches it applied (:meth:`porter.patching.engine.Plan.records`; None: not known, and the manifest says so)."""
 
 _IGNORE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".eggs")
 
@@ -98,32 +95,32 @@ class WheelResult:
 
 # -- patch sets ----------------------------------------------------------------------------------
 
-def apply_patch_set(tree: Path, ref: str, version: str, log: Logger, *,
-                    dry_run: bool = False) -> list[dict[str, Any]]:
+def apply_patch_set(tree: Path, ref: str, version: str, log: Logger) -> list[dict[str, Any]]:
     """Apply a patch set (``PROJECT/NAME``, ``PROJECT`` or a file) with porter's patch engine; return the patches
-    applied, as the wheel's manifest lists them.
-
-    In a dry run the sets are only checked against ``tree`` (nothing is written): a set that does not
-    apply to this version stops the build before any compiling.
-    """
+    applied, as the wheel's manifest lists them."""
     from porter.patching import apply, resolve_sets
 
-    sets = resolve_sets(ref)
-    applied = apply(tree, sets, target_version=version, dry_run=dry_run)
-    if dry_run:
-        log.info(f"patch set {ref}: applies to {version} ({len(applied.plan.changes)} file(s) would change)")
-    else:
-        log.info(f"patch set {ref}: {len(applied.changed)} file(s) changed")
+    applied = apply(tree, resolve_sets(ref), target_version=version)
+    log.info(f"patch set {ref}: {len(applied.changed)} file(s) changed")
     return applied.plan.records()
+
+
+def check_patch_set(tree: Path, ref: str, version: str, log: Logger) -> None:
+    """A dry run's :func:`apply_patch_set`: the set checked against ``tree``, nothing written (a set that does not
+    apply to this version stops the build before any compiling)."""
+    from porter.patching import checked, resolve_sets
+
+    planned = checked(tree, resolve_sets(ref), target_version=version)
+    log.info(f"patch set {ref}: applies to {version} ({len(planned.changes)} file(s) would change)")
 
 
 # -- the build -----------------------------------------------------------------------------------
 
 def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runner: Runner,
-                log: Logger | None = None, dry_run: bool = False, machine: Machine | None = None,
-                others: Mapping[str, WheelDriver] | None = None, patch_hook: PatchHook = apply_patch_set,
-                torch_info: TorchInfo | None = None) -> WheelResult:
-    """The whole flow. ``runner`` runs (or, for probes, asks); in a dry run the build is only recorded.
+                log: Logger | None = None, machine: Machine | None = None,
+                others: Mapping[str, WheelDriver] | None = None, torch_info: TorchInfo | None = None) -> WheelResult:
+    """The whole flow. ``runner`` runs (or, for probes, asks); a recording runner is a dry run: the build is only
+    recorded, nothing is written.
 
     ``torch_info`` skips probing the build python (callers that already know it).
     """
@@ -131,19 +128,20 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
     tc = request.toolchain
     ex = tc.executor
     py_ex, python = build_python(ex, tc.python, request.python)
-    if not dry_run:
+    if not runner.dry:
         ensure_writable_dir(request.output, what="wheelhouse")
         ex.preflight()
-    with owned_temp(_scratch(ex, dry_run), "porter-wheel-") as work:
+    with owned_temp(_scratch(ex, runner), "porter-wheel-") as work:
         with log.step(f"reading {driver.title} source {source}"):
             # the shared cache (an sdist unpacked once, under a lock); a dry run writes only into its temp folder
-            root, provenance = resolve_source(source, driver, work if dry_run else ex.work_dir(cache_dir()), runner)
+            root, provenance = resolve_source(source, driver, work if runner.dry else ex.work_dir(cache_dir()),
+                                              runner.real())
             info = detect(driver, root, others or {})
         request = replace(request, source=root, sources={**provenance, **request.sources})
         if request.measured is None:  # what a --compile-only run measured sizes MAX_JOBS (porter.wheels.costs)
             request = replace(request, measured=costs.load(driver.name, info.version, tc))
         engine, plan = _on_engine(driver, info, driver.plan(info, request, machine or Machine.current()))
-        torch, refused = _torch_step(plan, request, torch_info, python, py_ex, runner, log, dry_run=dry_run)
+        torch, refused = _torch_step(plan, request, torch_info, python, py_ex, runner, log)
         tree, out = work / "tree", work / "out"
         # setup.py runs where the build python runs: the toolchain's root when --python names one there, else the
         # host (a backend that compiles nothing, FlashAttention's Triton one, needs no more; one that compiles is
@@ -153,19 +151,19 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         env = toolchain_env(tc, plan.env)
         refs = ([request.patch_set] if request.patch_set is not None else []) + [
             s.ref for s in build_sets(driver.name, tc.kind, root) if s.ref != request.patch_set]  # ck-rocm7, ...
-        if dry_run:
+        if runner.dry:
             for ref in refs:
-                patch_hook(root, ref, info.version, log, dry_run=True)
+                check_patch_set(root, ref, info.version, log)
             lanes = wave64_step(driver, info, plan, request, _planned(root, refs), "; ".join(refs), log)
             plan, stop = _gated(plan, lanes, tc.name)
             refused = refused or _preflight_refusal(ex)
-            RecordingRunner(log).run(argv, env=env, cwd=tree)
+            runner.run(argv, env=env, cwd=tree)
             return WheelResult(plan, argv, env_changes(env), torch, dry_run=True, refusal=refused or stop,
                                wave64=lanes.to_dict() if lanes else None)
         with log.step(f"copying {root} to a work tree"):
             shutil.copytree(root, tree, ignore=_IGNORE, symlinks=True)
             out.mkdir()
-        patches = _patch(tree, refs, request.patch_set, info.version, patch_hook, log, what=f"every {tc.kind} build "
+        patches = _patch(tree, refs, request.patch_set, info.version, log, what=f"every {tc.kind} build "
                          f"of {driver.title}")
         lanes = wave64_step(driver, info, plan, request, lambda rel: _text(tree / rel), "; ".join(refs), log)
         plan, stop = _gated(plan, lanes, tc.name)
@@ -200,13 +198,13 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
                            wave64=lanes.to_dict() if lanes else None)
 
 
-def _scratch(ex: Any, dry_run: bool) -> Path | None:
+def _scratch(ex: Any, runner: Runner) -> Path | None:
     """Where the work folder goes: under the toolchain's root when it has one (its python sees it), else the host's
-    temp folder (None)."""
+    temp folder (None); a dry run makes no folder in the root."""
     if ex.kind == "host":
         return None
-    scratch: Path = ex.work_dir(Path(tempfile.gettempdir()), make=not dry_run)
-    if not dry_run:
+    scratch: Path = ex.work_dir(Path(tempfile.gettempdir()), make=not runner.dry)
+    if not runner.dry:
         scratch.mkdir(parents=True, exist_ok=True)
         return scratch
     return scratch if scratch.is_dir() else None
@@ -223,18 +221,18 @@ def _on_engine(driver: WheelDriver, info: SourceInfo, plan: BuildPlan) -> tuple[
 
 
 def _torch_step(plan: BuildPlan, request: WheelRequest, known: TorchInfo | None, python: str, py_ex: Any,
-                runner: Runner, log: Logger, *, dry_run: bool) -> tuple[TorchInfo | None, PorterError | None]:
+                runner: Runner, log: Logger) -> tuple[TorchInfo | None, PorterError | None]:
     """The build python's torch and, when it is not what the plan needs, the refusal (raised in a real run)."""
     if not request.torch_check:
         if plan.needs_torch:
             log.warn(f"torch check skipped: this build needs a {plan.needs_torch} torch; "
                      "upstream's setup.py fails late if the build python has another")
         return known, None
-    torch = known or probe_torch(python, replace(runner, echo=False), executor=py_ex)
+    torch = known or probe_torch(python, runner.real(echo=False), executor=py_ex)
     refused = refusal(plan.needs_torch, torch, python,
                       what=f"{plan.project} {plan.version} ({plan.backend or plan.regime} build for +{plan.label}"
                            + (f"; {plan.needs_torch_why}" if plan.needs_torch_why else "") + ")")
-    if refused is not None and not dry_run:
+    if refused is not None and not runner.dry:
         raise refused
     return torch, refused
 
@@ -247,14 +245,14 @@ def _preflight_refusal(ex: Any) -> PorterError | None:
     return None
 
 
-def _patch(tree: Path, refs: Sequence[str], asked: str | None, version: str, hook: PatchHook, log: Logger, *,
+def _patch(tree: Path, refs: Sequence[str], asked: str | None, version: str, log: Logger, *,
            what: str) -> list[dict[str, Any]] | None:
     """Apply the patch sets to the work copy: the one asked for, then the kind's; the patches, as the manifest lists
     them (None: not known)."""
     patches: list[dict[str, Any]] | None = []
     for ref in refs:
         with log.step(f"applying patch set {ref}" + ("" if ref == asked else f" ({what})")):
-            got = hook(tree, ref, version, log)
+            got = apply_patch_set(tree, ref, version, log)
         patches = None if patches is None or got is None else [*patches, *got]
     return patches
 

@@ -62,3 +62,32 @@ def test_the_one_place_rule_sees_a_second_caller(tmp_path: Path) -> None:
     (tmp_path / "porter" / "a.py").write_text("from m import build_manifest\nbuild_manifest(x=1)\n")
     (tmp_path / "porter" / "b.py").write_text("import m\nm.build_manifest(x=2)\n")
     assert calls_of(tmp_path, "build_manifest", ("porter",)) == ["porter/a.py", "porter/b.py"]
+
+
+def dry_run_parameters(root: Path, packages: tuple[str, ...] = ("porter", "ops_prebuild")) -> list[str]:
+    """``path:name`` of each function with a ``dry_run`` parameter, but a click command's (``@group.command``),
+    which receives --dry-run: a library function learns of a dry run from its runner (``Runner.dry``)."""
+    out = []
+    for pkg in packages:
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                a = node.args
+                if "dry_run" in [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)] and not any(
+                        isinstance(d, ast.Call) and getattr(d.func, "attr", None) == "command"
+                        for d in node.decorator_list):
+                    out.append(f"{path.relative_to(root).as_posix()}:{node.name}")
+    return out
+
+
+def test_no_library_function_takes_dry_run() -> None:
+    """#39: a dry run is a recording runner, not a parameter."""
+    assert dry_run_parameters(ROOT) == []
+
+
+def test_the_dry_run_rule_sees_a_parameter_but_not_a_command(tmp_path: Path) -> None:
+    (tmp_path / "porter").mkdir()
+    (tmp_path / "porter" / "m.py").write_text(
+        "def build(x, *, dry_run=False):\n    pass\n\n\n@group.command('apply')\ndef apply_cmd(dry_run):\n    pass\n")
+    assert dry_run_parameters(tmp_path, ("porter",)) == ["porter/m.py:build"]

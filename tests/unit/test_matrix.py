@@ -456,9 +456,8 @@ def test_slurm_run_writes_the_plan_submits_and_records_the_jobs(project: Path) -
 
 def test_dry_run_writes_nothing_and_shows_the_submission(project: Path) -> None:
     m = load_matrix(project / "m.toml", directory=project / "d", environ={})
-    runner = FakeRunner()
-    res = run_matrix(m, mode="slurm", force=False, runner=runner, env={"PATH": str(project / "empty")},
-                     dry_run=True)
+    runner = FakeRunner(dry=True)
+    res = run_matrix(m, mode="slurm", force=False, runner=runner, env={"PATH": str(project / "empty")})
     text = "\n".join(res.dry_run or [])
     assert not (project / "d").exists() and runner.ran == []
     assert '"component": "apex"' in text and "build --request" in text and "--dependency=afterok:<array-job>" in text

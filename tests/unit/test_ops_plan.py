@@ -280,7 +280,7 @@ def test_torch_hip_view_is_only_for_a_torch_without_hip(tmp_path: Path) -> None:
     assert view.needed(TORCH) and not view.needed(TorchInfo("2.9.1+rocm6.4", hip="6.4"))
     with pytest.raises(ConfigError, match="ROCm build"):
         view.make_view(TorchInfo("2.9.1+rocm6.4", hip="6.4"), tmp_path, python="py", runner=Runner())
-    named = view.make_view(TORCH, tmp_path, python="py", runner=Runner(), dry_run=True)
+    named = view.view_dir(TORCH, tmp_path)
     assert named.parent == tmp_path / "torch-hip-view" and not named.exists()  # a dry run only names it
     bare = TorchInfo("2.13.0+cpu", root=str(tmp_path / "t"), include_dirs=(str(tmp_path / "t" / "include"),))
     (tmp_path / "t" / "include" / "ATen").mkdir(parents=True)

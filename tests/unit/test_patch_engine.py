@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from porter.errors import CheckFailed, ConfigError, NothingToDo
-from porter.patching import apply, plan, read_journal, resolve_sets, revert
+from porter.patching import apply, checked, plan, read_journal, resolve_sets, revert
 from porter.patching import engine
 from porter.patching.engine import PatchFailed
 from porter.patching.model import load_file
@@ -550,9 +550,9 @@ def test_unified_diff_offset_and_no_newline(tmp_path: Path) -> None:
 
 def test_dry_run_writes_nothing_and_shows_diff(ds_tree: Path) -> None:
     original = snapshot(ds_tree)
-    done = apply(ds_tree, resolve_sets("deepspeed/no-jit"), dry_run=True)
+    planned = checked(ds_tree, resolve_sets("deepspeed/no-jit"))
     assert snapshot(ds_tree) == original
-    diff = done.plan.diff()
+    diff = planned.diff()
     assert "+++ b/op_builder/builder.py" in diff and "+        _porter_refuse_jit(self.name)" in diff
 
 

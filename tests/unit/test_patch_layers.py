@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from porter.cli import cli
 from porter.errors import CheckFailed, NothingToDo
-from porter.patching import apply, plan, read_journal, resolve_sets, revert
+from porter.patching import apply, checked, plan, plan_revert, read_journal, resolve_sets, revert
 from porter.patching.engine import journal_status
 from porter.patching.model import load_file
 
@@ -164,8 +164,8 @@ def test_check_says_would_apply_then_applied(ds: Path) -> None:
 
 
 def test_apply_results_say_applied_only_once_written(ds: Path) -> None:
-    dry = apply(ds, resolve_sets("deepspeed/no-jit"), dry_run=True)
-    assert {r.status for r in dry.plan.sets[0].results} == {"would-apply"}
+    dry = checked(ds, resolve_sets("deepspeed/no-jit"))
+    assert {r.status for r in dry.sets[0].results} == {"would-apply"}
     done = apply(ds, resolve_sets("deepspeed/no-jit"))
     assert {r.status for r in done.plan.sets[0].results} == {"applied"}
     assert done.plan.sets[0].results[0].to_dict()["status"] == "applied"
@@ -200,7 +200,7 @@ def test_revert_lower_set_reapplies_the_upper(ds: Path, tmp_path: Path, one_call
 def test_revert_lower_set_dry_run_shows_the_result(ds: Path) -> None:
     layered(ds, one_call=False)
     before = snapshot(ds)
-    done = revert(ds, ["deepspeed/no-jit"], dry_run=True)
+    done = plan_revert(ds, ["deepspeed/no-jit"]).result
     assert snapshot(ds) == before
     assert done.reapplied == ("deepspeed/explicit-arch",)
     changed = [line for line in done.diff().splitlines()

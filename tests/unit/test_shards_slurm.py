@@ -208,9 +208,9 @@ def test_unwritable_shared_folders_are_refused_before_planning(tmp_path: Path) -
 
 
 def test_dry_run_prints_the_scripts_and_the_submission_and_writes_nothing(tmp_path: Path) -> None:
-    runner = FakeRunner()
+    runner = FakeRunner(dry=True)
     run = sh.submit_build(request(tmp_path), planner(), settings=sl.SlurmSettings(max_parallel=2), runner=runner,
-                          env={"PATH": str(tmp_path / "empty")}, dry_run=True)
+                          env={"PATH": str(tmp_path / "empty")})
     lines = run.dry_run or []
     text = "\n".join(lines)
     assert runner.ran == [] and not (tmp_path / "d").exists() and not (tmp_path / "wh").exists()

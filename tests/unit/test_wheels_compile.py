@@ -71,6 +71,8 @@ class FakeRunner(Runner):
             for stem in GENERATED[args[args.index("-d") + 1]]:
                 (out / f"{stem}.cpp").write_text(f"// {stem}\n")
             return Result(args, 0, "", 0.0)
+        if self.dry:  # a dry run records what would change something
+            return Result(args, 0, "", 0.0)
         raise AssertionError(f"unexpected command in a unit test: {args}")
 
 
@@ -242,7 +244,7 @@ def test_cpu_plan_of_a_tree_that_reads_torch_hip_at_import_needs_a_rocm_torch() 
 def test_cpu_dry_run_says_the_real_build_must_fail_and_the_real_run_refuses() -> None:
     drv = get_driver("apex")
     req = WheelRequest(source=APEX_ROCM, toolchain=load_toolchain("cpu"), output=Path("/nonexistent/house"))
-    res = build_wheel(drv, str(APEX_ROCM), req, runner=FakeRunner(), dry_run=True, others=DRIVERS, machine=BIG)
+    res = build_wheel(drv, str(APEX_ROCM), req, runner=FakeRunner(dry=True), others=DRIVERS, machine=BIG)
     text = res.describe()
     assert text.splitlines()[-1].startswith("# a real run here would be refused: apex 1.16.0a0")
     assert "torch.version.hip at import" in text and "2.13.0+cpu" in text
@@ -331,9 +333,8 @@ def test_ck_unit_families() -> None:
 
 
 def _fa_compile(tmp_path: Path, **kw: Any) -> tuple[Any, FakeRunner]:
-    runner = FakeRunner()
-    res = compile_only(get_driver("flash-attn"), str(FA), request(FA, **kw), runner=runner, dry_run=True,
-                       others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path)
+    runner = FakeRunner(dry=True)
+    res = compile_only(get_driver("flash-attn"), str(FA), request(FA, **kw), runner=runner, others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path)
     return res, runner
 
 
@@ -409,15 +410,15 @@ def test_covering_samples_are_small_and_complete() -> None:
 
 def test_compile_only_refuses_cpu_profiles_and_the_triton_backend(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="compiles GPU code for every arch of a rocm profile"):
-        compile_only(get_driver("apex"), str(APEX_ROCM), request(APEX_ROCM, "cpu"), runner=FakeRunner(),
-                     dry_run=True, others=DRIVERS, costs_root=tmp_path)
+        compile_only(get_driver("apex"), str(APEX_ROCM), request(APEX_ROCM, "cpu"), runner=FakeRunner(dry=True),
+                     others=DRIVERS, costs_root=tmp_path)
     with pytest.raises(ConfigError, match="Triton backend compiles nothing ahead of time"):
         _fa_compile(tmp_path, backend="triton")
 
 
 def test_apex_compile_only_hipifies_device_ops_and_plans_host_ops_with_gxx(tmp_path: Path) -> None:
     res = compile_only(get_driver("apex"), str(APEX_ROCM), request(APEX_ROCM, archs=("gfx90a", "gfx942")),
-                       runner=FakeRunner(), dry_run=True, others=DRIVERS, machine=BIG, costs_root=tmp_path)
+                       runner=FakeRunner(dry=True), others=DRIVERS, machine=BIG, costs_root=tmp_path)
     assert sorted(res.plan.objects) == ["amp_C", "apex_C", "fused_scale_cuda", "nccl_alloc"]
     by_src = {Path(s.inputs[0]).name: s.argv for s in res.plan.steps if not s.arch}
     kernel = by_src["multi_tensor_scale_kernel.hip"]  # hipified copy, compiled by hipcc for both archs: its host part
@@ -449,8 +450,7 @@ def test_an_op_porter_cannot_read_is_reported_and_the_others_still_planned(tmp_p
     builder = tree / "op_builder" / "fused_scale.py"
     builder.write_text(builder.read_text().replace('return ["csrc/fused_scale.cpp", "csrc/fused_scale_kernel.cu"]',
                                                    'return sorted(glob.glob("csrc/fused_scale*"))'))
-    res = compile_only(get_driver("apex"), str(tree), request(tree), runner=FakeRunner(), dry_run=True,
-                       others=DRIVERS, machine=BIG, costs_root=tmp_path)
+    res = compile_only(get_driver("apex"), str(tree), request(tree), runner=FakeRunner(dry=True), others=DRIVERS, machine=BIG, costs_root=tmp_path)
     assert sorted(res.plan.objects) == ["amp_C", "apex_C", "nccl_alloc"]
     assert any(n.startswith("fused_scale_cuda: not planned: porter cannot read the sources") for n in res.notes)
 
@@ -515,8 +515,8 @@ def test_engine_reads_the_measured_costs_of_porters_cache(_no_measured_costs: Pa
     tc = load_toolchain("mi300x")
     costs.record("apex", "1.14.0a0", tc, [("apex_C", 20.0, 3000 * 1024)], _no_measured_costs)
     req = WheelRequest(source=APEX_ENV, toolchain=tc, output=Path("/nonexistent/house"), ops=("apex_C",))
-    res = build_wheel(get_driver("apex"), str(APEX_ENV), req, runner=FakeRunner(torch={**CPU_TORCH, "hip": "7.2.1"}),
-                      dry_run=True, others=DRIVERS, machine=Machine(8, 17 * GiB))
+    res = build_wheel(get_driver("apex"), str(APEX_ENV), req, runner=FakeRunner(dry=True, torch={**CPU_TORCH, "hip": "7.2.1"}),
+                      others=DRIVERS, machine=Machine(8, 17 * GiB))
     assert res.plan.per_job_source == "measured" and res.env["MAX_JOBS"] == "4"  # 16 GiB / 3.75 GiB
     assert "GiB per job (measured)" in res.describe()
 
@@ -540,14 +540,14 @@ def test_fa_compile_only_drops_the_early_inline_on_request_and_says_so(tmp_path:
     def argv(res: Any) -> tuple[str, ...]:
         return next(s.argv for s in res.plan.steps if s.op == bwd)
 
-    runner = FakeRunner()
+    runner = FakeRunner(dry=True)
     res = compile_only(get_driver("flash-attn"), str(tree), request(tree, archs=("gfx942",)), runner=runner,
-                       dry_run=True, others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path / "c")
+                       others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path / "c")
     assert "-amdgpu-early-inline-all=true" in argv(res) and argv(res).count("-mllvm") == 3
     assert any("-amdgpu-early-inline-all=true (upstream's" in n and "--drop-flag" in n for n in res.notes)
     res = compile_only(get_driver("flash-attn"), str(tree),
-                       request(tree, archs=("gfx942",), drop_flags=("-amdgpu-early-inline-all",)), runner=FakeRunner(),
-                       dry_run=True, others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path / "c")
+                       request(tree, archs=("gfx942",), drop_flags=("-amdgpu-early-inline-all",)), runner=FakeRunner(dry=True),
+                       others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path / "c")
     assert "-amdgpu-early-inline-all=true" not in argv(res) and argv(res).count("-mllvm") == 2
     assert "-amdgpu-function-calls=false" in argv(res)
     assert any(n.startswith("upstream's flags left out (--drop-flag): -mllvm -amdgpu-early-inline-all=true")
@@ -555,8 +555,8 @@ def test_fa_compile_only_drops_the_early_inline_on_request_and_says_so(tmp_path:
     assert not any("(upstream's, for HIP" in n for n in res.notes)
     with pytest.raises(ConfigError, match="--drop-flag -amdgpu-early-inline: not among flash-attn"):
         compile_only(get_driver("flash-attn"), str(tree),
-                     request(tree, archs=("gfx942",), drop_flags=("-amdgpu-early-inline",)), runner=FakeRunner(),
-                     dry_run=True, others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path / "c")
+                     request(tree, archs=("gfx942",), drop_flags=("-amdgpu-early-inline",)), runner=FakeRunner(dry=True),
+                     others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path / "c")
 
 
 def test_cli_selection_options_need_compile_only() -> None:
@@ -630,8 +630,8 @@ def test_fa_compile_only_patches_a_ck_from_before_rocm7_on_a_copy(tmp_path: Path
     arch = "csrc/composable_kernel/include/ck_tile/core/arch/arch.hpp"
     (tree / arch).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(FIXTURES / "flash-attn-ck-pre-rocm7" / arch, tree / arch)
-    res = compile_only(get_driver("flash-attn"), str(tree), request(tree, archs=("gfx942",)), runner=FakeRunner(),
-                       dry_run=True, others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path / "costs")
+    res = compile_only(get_driver("flash-attn"), str(tree), request(tree, archs=("gfx942",)), runner=FakeRunner(dry=True),
+                       others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path / "costs")
     assert "patched: flash-attn/ck-rocm7: ck-constexpr-warp-size" in res.notes
     assert "return warpSize;" in (tree / arch).read_text()  # the tree itself is never changed
     plain, _ = _fa_compile(tmp_path / "plain", archs=("gfx942",))

@@ -41,6 +41,8 @@ class FakeRunner(Runner):
         self.calls.append(args)
         if args[-1] == "-" and kw.get("input") == script_text("torch"):
             return Result(args, 0, "noise\n" + MARKER + json.dumps(dict(self.torch)) + "\n", 0.0)
+        if self.dry:  # a dry run records what would change something
+            return Result(args, 0, "", 0.0)
         raise AssertionError(f"unexpected command in a unit test: {args}")
 
 
@@ -79,10 +81,10 @@ def test_cuda_torch_is_named_too() -> None:
 
 
 def test_dry_run_with_rocm_torch_records_the_full_command_and_env() -> None:
-    runner = FakeRunner(torch=ROCM_TORCH)
+    runner = FakeRunner(dry=True, torch=ROCM_TORCH)
     src = FIXTURES / "apex-env"
     res = build_wheel(get_driver("apex"), str(src), req(src, "mi300x", ops=("apex_C",)), runner=runner,
-                      dry_run=True, others=DRIVERS, machine=Machine(8, 9 * GiB))
+                      others=DRIVERS, machine=Machine(8, 9 * GiB))
     assert res.dry_run and res.refusal is None and res.wheel is None
     assert res.argv[1:7] == ["-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--disable-pip-version-check"]
     # apex's op_builder regime: the ops compile and link on porter's engine, setup.py writes the Python side only
@@ -97,8 +99,8 @@ def test_dry_run_with_rocm_torch_records_the_full_command_and_env() -> None:
 
 def test_dry_run_reports_the_torch_refusal_with_the_plan() -> None:
     src = FIXTURES / "flash-attn-mini"
-    res = build_wheel(get_driver("flash-attn"), str(src), req(src, "mi300x"), runner=FakeRunner(torch=CPU_TORCH),
-                      dry_run=True, others=DRIVERS)
+    res = build_wheel(get_driver("flash-attn"), str(src), req(src, "mi300x"), runner=FakeRunner(dry=True, torch=CPU_TORCH),
+                      others=DRIVERS)
     assert res.refusal is not None and "needs the ROCm build of torch" in res.describe()
 
 
@@ -260,7 +262,6 @@ def test_triton_wheel_with_a_chroot_profile_runs_the_host_build_python_on_the_ho
     (root / "proc" / "self").mkdir(parents=True)
     request = WheelRequest(source=src, toolchain=load_toolchain("debian-rocm7", environ={"PORTER_ROCM7_ROOT": str(root)}),
                            output=tmp_path / "house", backend="triton")
-    res = build_wheel(get_driver("flash-attn"), str(src), request, runner=FakeRunner(torch=CPU_TORCH), dry_run=True,
-                      others=DRIVERS)
+    res = build_wheel(get_driver("flash-attn"), str(src), request, runner=FakeRunner(dry=True, torch=CPU_TORCH), others=DRIVERS)
     assert res.argv[:4] == [sys.executable, "-m", "pip", "wheel"] and "chroot" not in res.argv, res.argv
     assert res.refusal is None

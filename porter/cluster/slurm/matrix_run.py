@@ -453,12 +453,13 @@ def _dry_run_lines(plan: Plan, mode: str, argvs: list[list[str]], refusal: str |
 
 
 def run_matrix(matrix: Matrix, *, mode: str, force: bool, runner: Runner, env: Mapping[str, str],
-               settings: sl.SlurmSettings | None = None, wait: bool = False, dry_run: bool = False, log: Logger | None = None,
+               settings: sl.SlurmSettings | None = None, wait: bool = False, log: Logger | None = None,
                poll: float = 0.5) -> RunResult:
     """``porter matrix run``: check everything, write the matrix folder, then run the cells here one after
     another (``local``) or submit them (``slurm``: held array, afterok index job, release; with ``wait``,
-    until the report is written). A dry run only describes it."""
+    until the report is written). A dry run (a recording ``runner``) only describes it."""
     log = log or quiet_logger()
+    dry_run = runner.dry
     plan = plan_of(matrix)
     settings = settings if settings is not None else matrix.slurm
     programs: sl.Programs | None = None

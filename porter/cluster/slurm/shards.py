@@ -57,11 +57,11 @@ class BuildFacts:
     """Why a real build here would be refused (checked on the submitting host)."""
 
     @classmethod
-    def of(cls, dry_run: Any) -> BuildFacts:
+    def of(cls, planned: Any) -> BuildFacts:
         """The facts of a build's dry run (its plan and refusal)."""
-        return cls(build_dir=dry_run.plan.build_dir,
-                   compile_steps=sum(1 for st in dry_run.plan.steps if st.kind == "compile"),
-                   refusal=dry_run.refusal.message if dry_run.refusal else None)
+        return cls(build_dir=planned.plan.build_dir,
+                   compile_steps=sum(1 for st in planned.plan.steps if st.kind == "compile"),
+                   refusal=planned.refusal.message if planned.refusal else None)
 
 
 @dataclass(frozen=True)
@@ -321,15 +321,16 @@ def default_dir(cache: Path, build_dir: Path) -> Path:
 
 
 def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settings: sl.SlurmSettings,
-                 runner: Runner, env: Mapping[str, str], dir_given: bool = True, dry_run: bool = False,
+                 runner: Runner, env: Mapping[str, str], dir_given: bool = True,
                  wait: bool = False, log: Logger | None = None, poll: float = 0.5,
                  check_every: float = 10.0) -> ShardRun:
     """``porter ops build --shards N --slurm``: find sbatch, check the folders, read the build's plan
     (``planner``: a dry run of the same build), write the folder, submit the held array and the link job
     (afterok), release; with ``wait``, until the link job recorded its exit code. ``dir_given`` False:
-    ``req.dir`` is replaced by :func:`default_dir`. A dry run describes it all and ends with what a real
-    run here would refuse."""
+    ``req.dir`` is replaced by :func:`default_dir`. A dry run (a recording ``runner``) describes it all and ends
+    with what a real run here would refuse."""
     log = log or quiet_logger()
+    dry_run = runner.dry
     if req.shards < 1:
         raise ConfigError(f"--shards must be at least 1, not {req.shards}")
     programs: sl.Programs | None = None

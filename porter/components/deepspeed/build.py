@@ -31,16 +31,16 @@ from porter.torch_facts import need_for, probe_torch, refusal
 from ops_prebuild.build import BuildResult, EngineRun, OpResult, compile_catalogue, key
 from ops_prebuild.catalogue import Catalogue, OpSpec
 from ops_prebuild.source import (Patched, Source, build_sets, cached_source, git_commit, patched_source,
-                                 resolve_source)
+                                 planned_source, resolve_source)
 
 
 def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, all_compatible: bool = False,
-              wheelhouse: Path, how: EngineRun = EngineRun(), dry_run: bool = False, python: str | None = None,
+              wheelhouse: Path, how: EngineRun = EngineRun(), python: str | None = None,
               with_deps: bool = False, log: Logger | None = None, runner: Runner | None = None,
               cache: Path | None = None, allow_wave32: Sequence[str] = ()) -> BuildResult:
     """source -> catalogue -> plan -> one ninja run -> one wheel + manifest. Everything is checked before any work
-    (output folder writable, toolchain root ready, torch of the right kind); a dry run returns the complete plan
-    with ``refusal`` set instead of raising, and writes nothing into caches or trees.
+    (output folder writable, toolchain root ready, torch of the right kind); a dry run (a recording ``runner``)
+    returns the complete plan with ``refusal`` set instead of raising, and writes nothing into caches or trees.
 
     ``how`` is the engine's part (:class:`ops_prebuild.build.EngineRun`): with ``shard=(i, n)`` a run compiles
     only shard i of n of the compile steps into the (shared) build folder and stops: n such runs (a Slurm job
@@ -57,43 +57,43 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
                           "...), or drop --compile-only to build the CPU ops into a wheel")
     ex = tc.executor
     py_ex, python = build_python(ex, tc.python, python)
-    cache = cache or ex.work_dir(cache_dir(), make=not dry_run)
+    cache = cache or ex.work_dir(cache_dir(), make=not runner.dry)
     start = time.monotonic()
     packs = not compile_only and shard is None  # this run writes the wheel
-    compiler_version = "" if dry_run else _preflight(tc, python, py_ex, wheelhouse if packs else None,
+    compiler_version = "" if runner.dry else _preflight(tc, python, py_ex, wheelhouse if packs else None,
                                                      link=not compile_only, log=log)
     with ExitStack() as stack:
         with log.step("reading the source and its op catalogue"):
-            source = _source(source_spec, cache, py_ex, runner, stack, dry_run=dry_run)
+            source = _source(source_spec, cache, py_ex, runner, stack)
             sets = build_sets(source.project, tc.kind)
-            patched = patched_source(source, sets, cache, dry_run=dry_run)
+            patched = (planned_source if runner.dry else patched_source)(source, sets, cache)
             if patched.warning:
                 log.warn(patched.warning)
             elif patched.applied:
                 log.info(f"building from a patched copy of the source ({'; '.join(patched.applied)})")
             unpatched = source
-            source = patched.source if not dry_run else source
+            source = patched.source if not runner.dry else source
             cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose), executor=py_ex)
         selected = _selected(cat, ops, all_compatible, log)
         refused = None if compile_only else refusal(need_for(tc.kind), cat.torch, python,
                                                     what=f"building DeepSpeed ops for {tc.name}")
         lanes = _wave64(unpatched, patched, selected, allow_wave32, log) if tc.wavefront == 64 else None
         stop = lanes.error(f"DeepSpeed {source.version} for {tc.name}") if lanes is not None else None
-        if stop is not None and not dry_run:
+        if stop is not None and not runner.dry:
             raise stop
         build_dir = cache / "ops" / f"{source.project}-{source.version}-{tc.name}-" \
             f"{key(str(source.tree), tc.to_dict(), cat.torch.version, cat.torch.python_tag, compile_only)}"
         # DeepSpeed's own pure-Python wheel (one pip process) is built while ninja compiles: the compile's last
         # round leaves cores idle, and the wheel is ready when packaging needs it
-        base: Future[Path] | None = None if dry_run or not packs or refused is not None else stack.enter_context(
+        base: Future[Path] | None = None if runner.dry or not packs or refused is not None else stack.enter_context(
             ThreadPoolExecutor(1, thread_name_prefix="base-wheel")).submit(
             base_wheel_of, cat, cache, python=python, runner=runner, executor=py_ex, tc=tc)
         result = compile_catalogue(cat, tc, selected, build_dir, python=python, py_ex=py_ex, runner=runner, log=log,
-                                   cache=cache, how=how, compiler_version=compiler_version, dry_run=dry_run,
+                                   cache=cache, how=how, compiler_version=compiler_version,
                                    refused=refused, source_patches=patched.applied)
         if lanes is not None:
             _record_wave64(result, lanes, stop)
-        if dry_run or shard is not None or compile_only:
+        if runner.dry or shard is not None or compile_only:
             result.seconds = time.monotonic() - start
             return result
         for o in result.failed:
@@ -133,17 +133,17 @@ def _selected(cat: Catalogue, ops: list[str] | None, all_compatible: bool, log: 
     return selected
 
 
-def _source(spec: str, cache: Path, py_ex: Executor, runner: Runner, stack: ExitStack, *, dry_run: bool) -> Source:
+def _source(spec: str, cache: Path, py_ex: Executor, runner: Runner, stack: ExitStack) -> Source:
     """The source, unpacked once into the shared cache; a dry run uses what the cache has or unpacks into a temp
     folder (where the build python sees it), never into the cache."""
-    source = cached_source(DEEPSPEED, spec, cache) if dry_run else None
+    if not runner.dry:
+        return resolve_source(DEEPSPEED, spec, runner=runner, cache=cache)
+    source = cached_source(DEEPSPEED, spec, cache)
     if source is not None:
         return source
-    scratch = cache
-    if dry_run:
-        parent = cache if py_ex.kind != "host" and cache.is_dir() else None
-        scratch = stack.enter_context(owned_temp(parent, "porter-dry-"))
-    return resolve_source(DEEPSPEED, spec, runner=runner, cache=scratch)
+    parent = cache if py_ex.kind != "host" and cache.is_dir() else None
+    scratch = stack.enter_context(owned_temp(parent, "porter-dry-"))
+    return resolve_source(DEEPSPEED, spec, runner=runner.real(), cache=scratch)
 
 
 def _preflight(tc: Toolchain, python: str, py_ex: Executor, wheelhouse: Path | None, *, link: bool,

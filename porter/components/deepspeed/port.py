@@ -13,15 +13,17 @@ from porter.errors import ConfigError
 from porter.fs import atomic_write_json, ensure_writable_dir, owned_temp_dir, publish_dir
 from porter.log import Logger, quiet_logger
 from porter.patching import apply
+from porter.run import Runner
 
 from porter.port import PORT_RECORD, PortResult, check_patches, destination, patch_sets, summarize
 def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = None,
                    in_place: bool = False, sets: Sequence[str] = (), skip: Sequence[str] = (),
-                   target_version: str | None = None, dry_run: bool = False,
-                   log: Logger | None = None) -> PortResult:
+                   target_version: str | None = None, log: Logger | None = None,
+                   runner: Runner | None = None) -> PortResult:
     """A DeepSpeed tree, ported: every ``deepspeed`` set (no-jit, then explicit-arch on the same file: layered),
     each patch where its problem is present; OUT (default TREE-ported) appears by one rename. Its ops are then
-    built ahead of time from OUT with ``porter ops build --source OUT``."""
+    built ahead of time from OUT with ``porter ops build --source OUT``. A recording ``runner`` is a dry run: the
+    patches are checked against TREE, nothing is written."""
     from porter.components.deepspeed import is_tree as deepspeed_tree
 
     log = log or quiet_logger()
@@ -34,7 +36,7 @@ def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] 
     psets, skipped = patch_sets(sets, skip, project="deepspeed")
     pp = check_patches(src, psets, skipped, target_version, dest)
     result = PortResult(src, dest, "", pp.sets[0].version, sets=[ps.ref for ps in psets], kernels=False)
-    if dry_run:
+    if runner is not None and runner.dry:
         result.patched = [c.path for c in pp.changes]
         result.patches = summarize(pp, skipped)
         result.notes = [n for sp in pp.sets for n in sp.notes]

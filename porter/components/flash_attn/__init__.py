@@ -288,7 +288,7 @@ class FlashAttnDriver:
                               f" ({len(instances)} generated{example})",
                               hint="patterns are fnmatch globs on the generated file names (fmha_fwd_d128_*); "
                                    f"{FRONTEND} selects the extension's own sources")
-        if not ctx.dry_run:  # the compiler needs the headers; a dry run only names them
+        if not ctx.planning:  # the compiler needs the headers; a dry run only names them
             for inc in ck.include_dirs:
                 if inc.startswith(CK_DIR) and inc != fmha:
                     ctx.copy(inc)

@@ -135,16 +135,18 @@ def _version_notes(tree: Path, plan: PatchPlan) -> list[str]:
 
 def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.PathLike[str] | None = None,
                   in_place: bool = False, wheelhouse: str | os.PathLike[str] | None = None,
-                  python: str | None = None, jobs: int | None = None, dry_run: bool = False,
+                  python: str | None = None, jobs: int | None = None,
                   kernels: bool = True, compile_only: bool = False, target_version: str | None = None,
                   sets: Sequence[str] = (), skip: Sequence[str] = (),
                   log: Logger | None = None, runner: Runner | None = None,
                   allow_wave32: Sequence[str] = ()) -> PortResult:
     """Port the tree (hipify, patch), then build its kernels. For a 64-lane target every warp-size-32 finding in a
     kernel gets a state (:mod:`porter.hipify.wave64`); a refused one stops the port before any compile, unless its
-    kernel is in ``allow_wave32`` (or that holds ``all``)."""
+    kernel is in ``allow_wave32`` (or that holds ``all``). A recording ``runner`` is a dry run: the port is checked
+    and planned, nothing is written."""
     log = log or quiet_logger()
     runner = runner or Runner(log)
+    dry_run = runner.dry
     src = check_tree(Path(tree))
     _check_request(src, tc, kernels=kernels, compile_only=compile_only)
     dest = output_dir(src, Path(out) if out is not None else None, in_place, tc)
@@ -184,7 +186,7 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
                             patches=summarize(pp, skipped), notes=_version_notes(src, pp))
         if torch_info is not None:
             with log.step("planning the fused kernels"):
-                view = _view(tc, torch_info, python, py_ex, log, dry_run=True) if compile_only else ()
+                view = _view(tc, torch_info) if compile_only else ()
                 result.plan = _plan(dest, tc, torch_info, result.version, stage=False, compile_only=compile_only, read=src,
                                     extra_includes=view, name=dest.name)
             if refused is not None:
@@ -343,14 +345,11 @@ def _wave64(work: Path, tc: Toolchain, report: HipifyReport, fixed: Mapping[Find
                          fixed={rooted(f): by for f, by in fixed.items()}, allow=allow)
 
 
-def _view(tc: Toolchain, torch_info: TorchInfo, python: str, py_ex: Executor, log: Logger, *,
-          dry_run: bool) -> tuple[Path, ...]:
-    """The torch HIP view for a compile-only ROCm port without a ROCm torch (else none)."""
+def _view(tc: Toolchain, torch_info: TorchInfo) -> tuple[Path, ...]:
+    """The torch HIP view a compile-only ROCm port without a ROCm torch would use, named (else none)."""
     if tc.kind != "rocm" or not hip_view.needed(torch_info):
         return ()
-    with log.step(f"a HIP view of torch {torch_info.version}'s headers (compile checks only)"):
-        return (hip_view.make_view(torch_info, tc.executor.work_dir(cache_dir()), python=python,
-                                   runner=Runner(log, echo=log.verbose), executor=py_ex, dry_run=dry_run),)
+    return (hip_view.view_dir(torch_info, tc.executor.work_dir(cache_dir(), make=False)),)
 
 
 def _catalogue(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, stage: bool,
