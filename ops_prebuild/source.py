@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import sys
-import tarfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Protocol
 
 from packaging.utils import canonicalize_name
 
-from porter import faults
+from porter import archive, faults
 from porter.errors import CommandFailed, ConfigError, ToolError
 from porter.fs import cache_dir, owned_temp, owned_temp_dir, sha256_file
 from porter.locks import hold
@@ -84,6 +83,7 @@ def _unpack(sdist: Path, dest_root: Path, digest: str, say: Callable[[str], None
     dest = dest_root / f"{sdist.name.removesuffix('.tar.gz')}-{digest[:12]}"
     if _unpacked(dest, digest, say):
         return dest
+    archive.members(sdist)  # a damaged or hostile archive is refused before any folder or lock is made
     dest_root.mkdir(parents=True, exist_ok=True)
     with hold(dest, f"unpacking {sdist.name}"):  # one process unpacks; the others wait and reuse its tree
         if _unpacked(dest, digest):
@@ -91,8 +91,7 @@ def _unpack(sdist: Path, dest_root: Path, digest: str, say: Callable[[str], None
         tmp = owned_temp_dir(dest_root, ".unpack-")
         try:
             try:
-                with tarfile.open(sdist) as tf:
-                    tf.extractall(tmp, filter="data")
+                archive.unpack(sdist, tmp)
             except OSError as exc:
                 if exc.filename is None:
                     exc.filename = str(dest)  # a write that failed names no file: say which tree it was

@@ -34,6 +34,7 @@ from cyclonedx.output import make_outputter
 from cyclonedx.schema import OutputFormat, SchemaVersion
 from packageurl import PackageURL
 
+from porter import archive
 from porter.errors import ConfigError
 
 NAME = "porter.cdx.json"
@@ -274,12 +275,14 @@ def read_sbom(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     hint = "rebuild it with this porter version (every wheel and package it writes carries one)"
     try:
-        if zipfile.is_zipfile(path):
+        if path.suffix == ".whl" or zipfile.is_zipfile(path):
+            archive.zip_members(path)
             with zipfile.ZipFile(path) as zf:
                 data = _one(path, [n for n in zf.namelist() if n.count("/") == 2
                                    and n.split("/")[0].endswith(".dist-info") and n.endswith(f"/{WHEEL_PATH}")],
                             zf.read, hint)
-        elif path.is_file() and tarfile.is_tarfile(path):
+        elif path.is_file() and (path.name.endswith((".tar.gz", ".tgz", ".tar")) or tarfile.is_tarfile(path)):
+            archive.members(path)
             with tarfile.open(path) as tar:
                 members = {m.name: m for m in tar.getmembers() if m.isfile() and m.name.count("/") == 1
                            and m.name.endswith(f"/{NAME}")}
@@ -295,6 +298,8 @@ def read_sbom(path: str | os.PathLike[str]) -> dict[str, Any]:
         doc = json.loads(data)
     except (OSError, zipfile.BadZipFile, tarfile.TarError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}", hint="pass a .whl or a net-plugin .tar.gz") from None
+    except archive.ENDED:
+        raise archive.truncated(path, path.stat().st_size) from None
     except ValueError as exc:
         raise ConfigError(f"{path}: its SBOM is not JSON: {exc}", hint=hint) from None
     if not isinstance(doc, dict) or doc.get("bomFormat") != "CycloneDX":

@@ -90,7 +90,12 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, EOFError):  # (click's for an end of file): a damaged file, not an interrupt
+            log.error(f"a file ended early: {exc.__cause__ or 'end of file'}")
+            log.tip("a file porter read is truncated or damaged (an interrupted download, a copy cut short): "
+                    "get it again; --verbose names each step")
+            sys.exit(2)
         log.error("aborted")
         sys.exit(130)
     except PorterError as exc:

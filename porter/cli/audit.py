@@ -9,7 +9,7 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import target_python_option, json_option
-from porter.errors import CheckFailed, ConfigError
+from porter.errors import CheckFailed, ConfigError, NothingToDo
 from porter.log import Logger
 from porter.run import Runner
 
@@ -30,7 +30,7 @@ def audit_cmd(log: Logger, tree: Path, python: str | None, no_python: bool, as_j
     (XBuilder().load(), create_op_builder, DeepSpeedCPUAdam & co) of ops the target's DeepSpeed does not mark
     prebuilt, APEX's op builders, Triton kernels, and DeepSpeed's has_function feature probes; in the target's
     installed packages, what runs at import. Each says what it costs and what happens on a node without a
-    compiler. Exit 1 when anything would compile on a compute node, 0 otherwise.
+    compiler. Exit 1 when anything would compile on a compute node, 4 when TREE holds no Python file, 0 otherwise.
     """
     from porter.install.audit import audit, render, target_of
     from porter.components import all_dists
@@ -45,6 +45,10 @@ def audit_cmd(log: Logger, tree: Path, python: str | None, no_python: bool, as_j
         target = target_of(env)
     with log.step(f"reading {tree}"):
         report = audit(tree, target)
+    if not report.files:
+        raise NothingToDo(f"{tree} holds no Python file: no training code to audit",
+                          hint="pass the top folder of the training code (where pretrain_gpt.py or your train script "
+                               "is)")
     if as_json:
         emit_json(report.to_dict())
     else:

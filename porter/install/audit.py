@@ -69,6 +69,8 @@ class AuditReport:
     installed: dict[str, str] = field(default_factory=dict)
     """Distributions of the target that the audit read (name -> version)."""
     kinds: Mapping[str, Kind] = field(default_factory=dict)
+    files: int = 0
+    """Python files of the tree that were read."""
 
     @property
     def compiles(self) -> list[Site]:
@@ -86,6 +88,7 @@ class AuditReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": "porter.audit/1", "tree": str(self.tree), "python": self.python, "ok": self.ok,
+                "files": self.files,
                 "installed": self.installed, "counts": self.counts(),
                 "fail_without_compiler": sum(1 for s in self.compiles if self.kinds[s.kind].fails),
                 "sites": [s.to_dict(self.kinds) for s in self.sites]}
@@ -119,6 +122,7 @@ def audit(tree: str | os.PathLike[str], target: Target | None) -> AuditReport:
     imports: set[str] = set()
     for path in python_files(root):
         at = At(path.relative_to(root).as_posix(), path.read_text(errors="replace"), "tree", path)
+        report.files += 1
         found = scan(at.text, loads)
         imports |= found.imports
         report.sites += [resolve(raw, at) for raw in found.sites if relevant(raw, path, loads)]

@@ -27,7 +27,7 @@ from porter.fs import owned_temp
 from porter.install.abi import Userspace, check_wheel_abi
 from porter.install.env import Node, TargetEnv, detect_node, inspect_env
 from porter.install.records import lock_path, read_records, write_record
-from porter.install.wheelhouse import Selection, Wheel, check_wheel, orphan_manifests, same_version, scan, select
+from porter.install.wheelhouse import Selection, Wheel, check_intact, check_wheel, orphan_manifests, same_version, scan, select
 from porter.log import Logger, quiet_logger
 from porter.run import Runner, make_env
 
@@ -100,6 +100,9 @@ def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> 
     for w, why in selection.rejected:
         log.detail(f"not for this target: {w.filename}: {'; '.join(why)}")
     result = InstallResult(env, node, selection)
+    for w in selection.chosen:  # (a truncated copy is named before its shared objects are read)
+        assert w.manifest is not None
+        check_intact(w.path, w.manifest)
     with log.step(f"checking that {len(selection.chosen)} wheel(s) load on {Userspace.of(opts.node_root).describe()}"):
         check_loadable(selection.chosen, Userspace.of(opts.node_root, env.torch.root if env.torch else ""))
     if env.pip is None and not runner.dry:

@@ -28,7 +28,8 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 from packaging.version import InvalidVersion, Version
 
 from porter import __version__
-from porter.errors import CheckFailed, ConfigError, NothingToDo
+from porter.archive import DamagedFile
+from porter.errors import ConfigError, NothingToDo
 from porter.artifacts import labels
 from porter.components import all_dists
 from porter.install.env import Node, TargetEnv
@@ -244,13 +245,28 @@ def unsafe_entries(names: Iterable[str]) -> list[str]:
     return bad
 
 
+def check_intact(path: Path, manifest: Manifest) -> None:
+    """The wheel is the file its manifest describes, checked before anything reads inside it: one truncated or
+    damaged on the way (not a readable zip) is refused as a damaged file (exit 2), one changed since as tampered."""
+    want = manifest["wheel"].get("sha256", "")
+    found = sha256_file(path)
+    if found == want:
+        return
+    if not zipfile.is_zipfile(path):
+        raise DamagedFile(f"{path} is truncated or damaged: not a readable zip ({path.stat().st_size} bytes), and its "
+                          f"sha256 is not its manifest's ({want[:16]}...)",
+                          hint="copy it again from where it was built (an interrupted copy or download leaves such a "
+                               "file), and compare 'sha256sum' with its manifest's wheel.sha256; nothing was installed")
+    check_wheel(path, manifest)
+
+
 def check_wheel(path: Path, manifest: Manifest, *, label: str | None = None) -> None:
     """Refuse a wheel whose sha256 or extension contents differ from the manifest, or that escapes."""
     label = label or path.name
     want = manifest["wheel"].get("sha256", "")
     found = sha256_file(path)
     if found != want:
-        raise CheckFailed(f"{label}: sha256 does not match its manifest (tampered or rebuilt without its "
+        raise DamagedFile(f"{label}: sha256 does not match its manifest (tampered or rebuilt without its "
                           f"manifest): expected {want}, found {found}",
                           hint="rebuild the wheel with porter, or restore the original file; nothing was installed")
     try:
@@ -258,23 +274,23 @@ def check_wheel(path: Path, manifest: Manifest, *, label: str | None = None) -> 
             names = zf.namelist()
             escaping = unsafe_entries(names)
             if escaping:
-                raise CheckFailed(f"{label}: entries escape the install target: {', '.join(escaping)}",
+                raise DamagedFile(f"{label}: entries escape the install target: {', '.join(escaping)}",
                                   hint="this wheel is unsafe to install; rebuild it with porter")
             links = [i.filename for i in zf.infolist() if (i.external_attr >> 16) & 0o170000 == 0o120000]
             if links:
-                raise CheckFailed(f"{label}: holds symbolic links: {', '.join(links)}",
+                raise DamagedFile(f"{label}: holds symbolic links: {', '.join(links)}",
                                   hint="wheels must not carry symlinks; rebuild it with porter")
             for ext in manifest.get("extensions") or []:
                 try:
                     data = zf.read(ext["path"])
                 except KeyError:
-                    raise CheckFailed(f"{label}: manifest lists {ext['path']}, the wheel does not hold it",
+                    raise DamagedFile(f"{label}: manifest lists {ext['path']}, the wheel does not hold it",
                                       hint="rebuild the wheel with porter") from None
                 if sha256_bytes(data) != ext["sha256"]:
-                    raise CheckFailed(f"{label}: {ext['path']}: sha256 expected {ext['sha256']}, "
+                    raise DamagedFile(f"{label}: {ext['path']}: sha256 expected {ext['sha256']}, "
                                       f"found {sha256_bytes(data)}", hint="rebuild the wheel with porter")
     except zipfile.BadZipFile as exc:
-        raise CheckFailed(f"{label}: not a readable wheel: {exc}", hint="rebuild the wheel") from None
+        raise DamagedFile(f"{label}: not a readable wheel: {exc}", hint="rebuild the wheel") from None
     validate_record(path, label=label)
 
 
@@ -289,10 +305,10 @@ def validate_record(path: Path, *, label: str | None = None) -> None:
             source.validate_record()
     except InstallerError as exc:
         issues = "; ".join(str(i) for i in getattr(exc, "issues", [exc])[:5])
-        raise CheckFailed(f"{label or path.name}: RECORD does not match the wheel's files: {issues}",
+        raise DamagedFile(f"{label or path.name}: RECORD does not match the wheel's files: {issues}",
                           hint="the wheel was changed after it was built; rebuild it with porter") from None
     except (ValueError, KeyError, zipfile.BadZipFile) as exc:
-        raise CheckFailed(f"{label or path.name}: not a valid wheel: {exc}", hint="rebuild the wheel") from None
+        raise DamagedFile(f"{label or path.name}: not a valid wheel: {exc}", hint="rebuild the wheel") from None
 
 
 # -- PEP 503 index + combined manifest ----------------------------------------------------------------
@@ -337,7 +353,7 @@ def write_index(directory: str | os.PathLike[str]) -> dict[str, Any]:
     for w in wheels:
         digest = sha256_file(w.path)
         if w.manifest is not None and w.manifest["wheel"].get("sha256") != digest:
-            raise CheckFailed(f"{w.filename}: sha256 does not match its manifest: expected "
+            raise DamagedFile(f"{w.filename}: sha256 does not match its manifest: expected "
                               f"{w.manifest['wheel'].get('sha256')}, found {digest}",
                               hint="rebuild the wheel or restore the original; nothing was written")
         by_project.setdefault(str(w.project), []).append((w, digest))

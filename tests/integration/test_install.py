@@ -110,7 +110,7 @@ def test_tampered_wheel_is_refused(tmp_path: Path, wheelhouse: Path, shared_venv
     with (wheelhouse / DS).open("ab") as f:
         f.write(b"\0")
     res = porter("install", str(wheelhouse), "--python", str(shared_venv))
-    assert res.returncode == 1 and "sha256 does not match its manifest" in res.stderr and DS in res.stderr
+    assert res.returncode == 2 and "sha256 does not match its manifest" in res.stderr and DS in res.stderr
     assert _not_installed(shared_venv)
 
 
@@ -120,7 +120,7 @@ def test_wheel_escaping_the_target_is_refused(tmp_path: Path, cpu_so: bytes, sha
                      {"deepspeed/__init__.py": b"", "deepspeed/../../../escaped.pth": b"import os\n"})
     make_manifest(whl, component="deepspeed", version="0.19.8+cpu.x86.64.v2")
     res = porter("install", str(wh), "--python", str(shared_venv))
-    assert res.returncode == 1 and "entries escape the install target: deepspeed/../../../escaped.pth" in res.stderr
+    assert res.returncode == 2 and "entries escape the install target: deepspeed/../../../escaped.pth" in res.stderr
     assert _not_installed(shared_venv)
     assert not list(shared_venv.parent.parent.rglob("escaped.pth"))
 

@@ -11,6 +11,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from porter.archive import DamagedFile
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
@@ -88,7 +90,7 @@ def test_record_mismatch_is_refused(tmp_path: Path) -> None:
         for info in zin.infolist():
             data = zin.read(info)
             zout.writestr(info, b"\x7fELF swapped" if info.filename.endswith(".so") else data)
-    with pytest.raises(CheckFailed, match="RECORD does not match"):
+    with pytest.raises(DamagedFile, match="RECORD does not match"):
         validate_record(bad)
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from porter.archive import DamagedFile
+
 from porter.errors import CheckFailed, ConfigError, NothingToDo, ToolError
 from porter.install.engine import InstallOptions, install, parse_only
 from porter.install.env import Node, TargetEnv, detect_node, node_from_option, parse_nvidia_smi, parse_rocminfo
@@ -85,7 +87,7 @@ def test_tampered_wheel_never_reaches_pip(setup: tuple[Path, dict[str, object]])
     with whl.open("ab") as f:
         f.write(b"evil")
     runner = FakeRunner(state)
-    with pytest.raises(CheckFailed, match="sha256 does not match its manifest"):
+    with pytest.raises(DamagedFile, match="sha256 does not match its manifest"):
         install(opts(wh), runner)
     assert runner.pip_calls() == [] and read_records(TargetEnv.from_json(state)) == {}
 
@@ -95,7 +97,7 @@ def test_escaping_wheel_never_reaches_pip(tmp_path: Path) -> None:
     whl = make_wheel(wh, "deepspeed", "0.19.8+cpu.x86.64.v2", {"deepspeed/__init__.py": b"", "../x.pth": b"import os"})
     make_manifest(whl, component="deepspeed", version="0.19.8+cpu.x86.64.v2")
     runner = FakeRunner(env_json(tmp_path / "venv"))
-    with pytest.raises(CheckFailed, match=r"\.\./x\.pth"):
+    with pytest.raises(DamagedFile, match=r"\.\./x\.pth"):
         install(opts(wh), runner)
     assert runner.pip_calls() == []
 

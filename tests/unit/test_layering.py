@@ -166,7 +166,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                               "porter.emulate.run")),
     ("engines", ("ops_prebuild", "porter.wheels", "porter.hipify", "porter.patching", "porter.ccache")),
     ("artifacts and toolchain", ("porter.artifacts", "porter.toolchain", "porter.emulate")),
-    ("core", ("porter.errors", "porter.log", "porter.run", "porter.executor", "porter.fs", "porter.locks", "porter.faults",
+    ("core", ("porter.errors", "porter.log", "porter.run", "porter.executor", "porter.fs", "porter.archive", "porter.locks", "porter.faults",
               "porter.probe", "porter.probes", "porter.torch_facts", "porter.torch_hip_view", "porter.codeobjects",
               "porter.resources", "porter.userdata", "porter")),
 )

@@ -272,7 +272,7 @@ def test_read_package_refusals(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a porter.manifest/1"):
         read_package(_tarball(tmp_path / "s.tar.gz", {"top/lib/a.so": b"", "top/porter.json": b'{"schema": "x"}'}))
     (tmp_path / "bad.tar.gz").write_bytes(b"not a tarball")
-    with pytest.raises(ConfigError, match="not a readable plugin package"):
+    with pytest.raises(ConfigError, match="bad.tar.gz is not a tar archive"):
         read_package(tmp_path / "bad.tar.gz")
 
 

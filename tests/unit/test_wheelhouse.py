@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from porter.archive import DamagedFile
+
 from porter.errors import CheckFailed, ConfigError, NothingToDo
 from porter.install.env import Node
 from porter.install.wheelhouse import (INDEX_NAME, check_wheel, mismatches, runtime_mismatches, scan, select,
@@ -112,7 +114,7 @@ def test_tampered_wheel_is_refused_with_both_hashes(tmp_path: Path) -> None:
     m = read_manifest(manifest_path(whl))
     with whl.open("ab") as f:
         f.write(b"\0")
-    with pytest.raises(CheckFailed) as err:
+    with pytest.raises(DamagedFile) as err:
         check_wheel(whl, m)
     assert m["wheel"]["sha256"] in err.value.message and sha256_file(whl) in err.value.message
 
@@ -121,7 +123,7 @@ def test_wheel_escaping_the_target_is_refused(tmp_path: Path) -> None:
     whl = make_wheel(tmp_path, "deepspeed", "0.19.8+cpu.x86.64.v2",
                      {"deepspeed/__init__.py": b"", "../../evil.py": b"print('owned')"})
     m = make_manifest(whl, component="deepspeed", version="0.19.8+cpu.x86.64.v2")
-    with pytest.raises(CheckFailed, match=r"escape the install target: \.\./\.\./evil\.py"):
+    with pytest.raises(DamagedFile, match=r"escape the install target: \.\./\.\./evil\.py"):
         check_wheel(whl, m)
 
 
@@ -129,7 +131,7 @@ def test_extension_whose_bytes_differ_from_the_manifest_is_refused(tmp_path: Pat
     whl = deepspeed_wheel(tmp_path, {"cpu_adam": SO})
     m = read_manifest(manifest_path(whl))
     m["extensions"][0]["sha256"] = "0" * 64
-    with pytest.raises(CheckFailed, match="cpu_adam_op.*expected 0000"):
+    with pytest.raises(DamagedFile, match="cpu_adam_op.*expected 0000"):
         check_wheel(whl, m)
 
 
@@ -165,7 +167,7 @@ def test_index_refuses_a_tampered_wheel_and_writes_nothing(tmp_path: Path) -> No
     whl = deepspeed_wheel(tmp_path, {"cpu_adam": SO})
     with whl.open("ab") as f:
         f.write(b"x")
-    with pytest.raises(CheckFailed, match="sha256 does not match"):
+    with pytest.raises(DamagedFile, match="sha256 does not match"):
         write_index(tmp_path)
     assert not (tmp_path / "simple").exists() and not (tmp_path / INDEX_NAME).exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".simple")]

@@ -21,6 +21,7 @@ from typing import Any
 
 from porter.artifacts.manifest import SCHEMA, manifest_path
 from porter.cluster.site.profiles import Site
+from porter import archive
 from porter.errors import ConfigError
 from porter.executor import HOST, Executor
 from porter.fs import cache_dir, owned_temp
@@ -98,6 +99,7 @@ def read_package(path: Path) -> tuple[dict[str, Any] | None, list[tuple[str, byt
     manifest: dict[str, Any] | None = None
     libs: list[tuple[str, bytes]] = []
     try:
+        archive.members(path)  # empty, truncated, not a tarball, hostile: named
         with tarfile.open(path, "r:*") as tar:
             for member in tar.getmembers():
                 parts = member.name.split("/")
@@ -111,6 +113,8 @@ def read_package(path: Path) -> tuple[dict[str, Any] | None, list[tuple[str, byt
     except (tarfile.TarError, OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path} is not a readable plugin package: {exc}",
                           hint="pass a tarball 'porter net-plugin build' wrote, or the plugin library itself") from None
+    except archive.ENDED:
+        raise archive.truncated(path, path.stat().st_size) from None
     side = manifest_path(path)
     if side.is_file():
         try:
