@@ -490,6 +490,9 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
         chosen = [st for st in plan.steps if targets is None or st.output in targets]
         expected, guessed, compiles = expected_times(plan, chosen, times)
         step.expect(expected, jobs, guessed, paced=compiles)
+        pending = [st for st in chosen if not Path(st.output).exists()]
+        if pending:  # an estimate from the start (ninja says where it is once a unit has finished)
+            step.progress(0, len(pending))
         res = runner.run([ninja_bin, "-C", str(plan.build_dir), "-f", ninja_file, "-k", "0", "-j", str(jobs)],
                          env={**env, "NINJA_STATUS": NINJA_STATUS}, timeout=4 * 3600, check=False,
                          on_line=step.ninja_line)

@@ -31,6 +31,11 @@ class Logger:
         self._console = Console(file=stream, force_terminal=self._tty, no_color=not self._tty,
                                 highlight=False, soft_wrap=True)
 
+    @property
+    def width(self) -> int:
+        """The terminal's width in columns (80 off a terminal)."""
+        return self._console.width if self._tty else 80
+
     def _out(self, text: str, style: str | None = None) -> None:
         if self._tty and style:
             self._console.print(f"[{style}]{escape(text)}[/]")
@@ -122,6 +127,12 @@ class Status:
         self._paced = self._guessed if paced is None else set(paced) & self._guessed
 
     def _eta(self, done: int, total: int, unit: str, elapsed: float) -> str:
+        if done == 0 and self._expected:  # before any unit finished: every unit's expected time
+            seconds = sum(self._expected.values()) / max(1, min(self._jobs, len(self._expected)))
+            if self._guessed:
+                return (f", ETA ~{_clock(seconds)}: {len(self._guessed)} of {len(self._expected)} unit(s) estimated "
+                        f"from source size (no measured time yet)")
+            return f", ETA {_clock(seconds)} from measured unit times"
         if not 0 < done < total:
             return ""
         if self._expected and unit in self._expected:
@@ -154,13 +165,18 @@ class Status:
         return max(elapsed * self._jobs - others, 0.0) / len(finished)
 
     def progress(self, done: int, total: int, unit: str = "") -> None:
+        """Units ``done`` of ``total`` (the last one finished: ``unit``). On a terminal one line that fits its width:
+        ``[n/N] elapsed, ETA ~t  unit``, cut from the right; elsewhere ``[n/N] unit (elapsed, ETA ... why)``."""
         now = time.monotonic()
         elapsed = now - self._start
         eta = self._eta(done, total, unit, elapsed)
         text = f"[{done}/{total}] {unit}".rstrip() + f" ({_clock(elapsed)}{eta})"
         with self._lock:
             if self._live is not None:
-                self._live.update(f"{self._title} {text}")
+                short = _SHORT_ETA.match(eta)
+                line = f"[{done}/{total}] {_clock(elapsed)}{short.group(0) if short else ''}  {unit}".rstrip()
+                room = max(20, self._log.width - 3)  # the spinner and a space before it, and the last column
+                self._live.update(escape(line if len(line) <= room else line[:room - 1] + "…"))
             elif not self._log.quiet and (done >= total or now - self._last >= self.every):
                 self._last = now
                 self._log.info(text)
@@ -173,6 +189,7 @@ class Status:
 
 
 _NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
+_SHORT_ETA = re.compile(r", ETA ~?[0-9hms]+")
 NINJA_STATUS = "[%f/%t] "
 """What porter sets ``NINJA_STATUS`` to, so that :meth:`Status.ninja_line` can read ninja's progress."""
 

@@ -37,6 +37,36 @@ def _text_section(wheel: Path, where: Path) -> bytes:
     return out.read_bytes()
 
 
+def _on_terminal(argv: list[str], env: dict[str, str], *, columns: int) -> tuple[int, str]:
+    """Run ``argv`` on a pseudo-terminal ``columns`` wide: its exit code and the screen's text (escapes removed)."""
+    import fcntl
+    import struct
+    import termios
+
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    proc = subprocess.Popen(argv, stdin=child, stdout=child, stderr=child, close_fds=True,
+                            env={**env, "COLUMNS": str(columns)})
+    os.close(child)
+    screen = b""
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the child closed its end
+                break
+            if not chunk:
+                break
+            screen += chunk
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=60)
+    os.close(main)
+    return proc.returncode, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.decode(errors="replace"))
+
+
 @pytest.fixture(scope="module")
 def default_wheel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The first test's wheel, kept for the second (a passing test's own tmp_path is removed)."""
@@ -75,34 +105,12 @@ def test_progress_on_a_terminal_shows_units_and_an_eta_and_the_last_line_is_inta
         deepspeed_sdist: Path, tmp_path: Path, default_wheel: dict[str, Path]) -> None:
     # the cache of the build before: its units' times are measured now, and the ETA comes from them
     cache = default_wheel["dir"] / "cache" if "lines" in default_wheel else tmp_path / "cache"
-    env = {**os.environ, "PORTER_CACHE_DIR": str(cache), "TERM": "xterm", "COLUMNS": "200"}
-    main, child = pty.openpty()
-    proc = subprocess.Popen([*_argv(deepspeed_sdist, tmp_path / "wh"), "--debug-info", "full"], stdin=child,
-                            stdout=child, stderr=child, env=env, close_fds=True)
-    os.close(child)
-    screen = b""
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([main], [], [], 1.0)
-        if ready:
-            try:
-                chunk = os.read(main, 65536)
-            except OSError:  # the child closed its end
-                break
-            if not chunk:
-                break
-            screen += chunk
-        elif proc.poll() is not None:
-            break
-    proc.wait(timeout=60)
-    os.close(main)
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.decode(errors="replace"))
-    assert proc.returncode == 0, text[-3000:]
-    assert re.search(r"compiling 1 op\(s\) in one ninja graph with 1 job\(s\) \[[12]/3\] COMPILE cpu_lion", text), \
-        text[-3000:]
-    assert "ETA" in text
-    if "lines" in default_wheel:
-        assert "from measured unit times" in text, text[-3000:]
+    env = {**os.environ, "PORTER_CACHE_DIR": str(cache), "TERM": "xterm"}
+    code, text = _on_terminal([*_argv(deepspeed_sdist, tmp_path / "wh"), "--debug-info", "full"], env, columns=200)
+    assert code == 0, text[-3000:]
+    assert re.search(r"\[[12]/3\] \d+s, ETA ~?\d\S*  COMPILE cpu_lion", text), text[-3000:]
+    if "lines" in default_wheel:  # measured: no '~'
+        assert re.search(r"\[\d/3\] \d+s, ETA \d", text), text[-3000:]
     lines = [ln.rstrip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
     # the results after the live line are whole lines: the wheel's, and the last one
     assert any(re.fullmatch(r"wheel: \S+/deepspeed-0\.19\.8\+cpu\S+\.whl", ln) for ln in lines), lines[-12:]
@@ -116,3 +124,18 @@ def test_progress_on_a_terminal_shows_units_and_an_eta_and_the_last_line_is_inta
     (tmp_path / "b").mkdir()
     assert _text_section(full, tmp_path / "a") == _text_section(default_wheel["lines"], tmp_path / "b")
     assert default_wheel["lines"].stat().st_size < full.stat().st_size / 2
+
+
+def test_on_a_terminal_80_columns_wide_a_first_build_shows_where_it_is_and_an_eta(deepspeed_sdist: Path,
+                                                                                    tmp_path: Path) -> None:
+    """#40: the status line was cut at the right ('[1/8] COMPILE cpu_adag…'): the ETA and time it ends with were
+    never seen, and the ETA came only once a unit had finished. Now ``[n/N]``, the time and the ETA come first, the
+    unit last, the line cut to the terminal's width; a first build (a fresh cache: no unit measured) has an
+    estimate from its sources' sizes from the start."""
+    env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache"), "TERM": "xterm"}
+    code, text = _on_terminal(_argv(deepspeed_sdist, tmp_path / "wh"), env, columns=80)
+    assert code == 0, text[-3000:]
+    shown = [ln.strip() for ln in re.split(r"[\r\n]", text) if re.search(r"\[\d+/3\] \d+s, ETA ~\d", ln)]
+    assert shown, text[-3000:]
+    assert any(ln.lstrip("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ ").startswith("[0/3]") for ln in shown), shown  # before any unit finished
+    assert all(len(ln) <= 80 for ln in shown), [ln for ln in shown if len(ln) > 80]

@@ -5,7 +5,10 @@ view, every object checked for its code objects. Nothing is linked (no ROCm torc
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -243,3 +246,31 @@ def test_flash_attn_frontend_compiles_with_the_header_beside_its_sources(rocm7: 
     assert doc["costs"] is None and doc["measured"] is None  # not upstream's compile: nothing sizes a real build
     argv = next(s["argv"] for s in doc["plan"]["steps"] if s["op"].startswith("fmha_bwd_d64"))
     assert "-amdgpu-function-calls=false" in argv and "-amdgpu-early-inline-all=true" not in argv
+
+
+def test_two_trees_ported_at_once_into_same_named_folders_keep_their_own_kernels(rocm7: Path, tmp_path: Path) -> None:
+    """#40 (faults): two ports of *different* Megatron-DeepSpeed trees at once through the ROCm 7.2 chroot, into
+    destinations with the same folder name (every CI job's ``--dest ported``). Their kernels were staged under the
+    cache by that name alone, with no lock: one removed the other's sources mid-compile, or compiled them into the
+    other's build. Now the staging is named by what it holds and made under a lock: both ports succeed, and each
+    one's objects carry its own tree's marker, never the other's."""
+    procs = {}
+    for side in ("a", "b"):
+        tree = tmp_path / side / "Megatron-DeepSpeed"
+        shutil.copytree(FIXTURES / "megatron-kernels", tree)
+        cpp = tree / "megatron/fused_kernels/scaled_softmax.cpp"
+        cpp.write_text(cpp.read_text() + f'\n__attribute__((used)) static const char porter_tree[] = "porter-tree-{side}";\n')
+        procs[side] = subprocess.Popen(
+            [sys.executable, "-m", "porter", "port", "megatron-deepspeed", str(tree), "-t", "debian-rocm7", "--arch",
+             "gfx942", "--compile-only", "--json", "--dest", str(tmp_path / side / "ported")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PORTER_ROCM7_ROOT": str(rocm7)})
+    for side, proc in procs.items():
+        out, err = proc.communicate(timeout=1800)
+        assert proc.returncode == 0, err[-4000:]
+        rec = next(r for r in json.loads(out)["compiled"] if r["name"] == "scaled_softmax_cuda")
+        assert rec["archs"] == {"gfx942": "compiled"}, rec
+        host = next(tu["object"] for tu in rec["tus"] if tu["source"].endswith("scaled_softmax.cpp"))
+        data = Path(host).read_bytes()
+        other = "b" if side == "a" else "a"
+        assert f"porter-tree-{side}".encode() in data and f"porter-tree-{other}".encode() not in data, host

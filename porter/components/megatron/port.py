@@ -17,6 +17,7 @@ applied, skipped by ``--skip``, failed): a fork without a patch's problem is not
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -37,7 +38,8 @@ from porter.hipify import wave64
 from porter.hipify.engine import HipifyReport
 from porter.hipify.scan import Finding
 from porter.executor import HOST, Executor, build_python
-from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir, owned_temp_dir, publish_dir
+from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir, owned_temp_dir, publish_dir, sha256_file
+from porter.locks import hold
 from porter.log import Logger, quiet_logger
 from porter.patching import apply
 from porter.patching.model import PatchSet
@@ -363,22 +365,56 @@ def _catalogue(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *
     tree = work
     if ex.kind == "host":
         build_dir = work / ".porter" / "build" / tc.name
-    else:
-        root = ex.work_dir(cache_dir()) / "port" / f"{name or work.name}-{tc.name}-{labels.make(tc)}"
+    else:  # named by what is staged: a port of another tree never shares it, one of the same kernels waits
+        staged = work if (work / KERNEL_DIR).is_dir() or read is None else read
+        root = ex.work_dir(cache_dir(), make=stage) / "port" / \
+            f"{name or work.name}-{_kernels_key(staged, tc)}-{tc.name}-{labels.make(tc)}"
         tree, build_dir = root / "src", root / "build"
         if stage:
-            shutil.rmtree(tree, ignore_errors=True)
-            if tc.gpu:
-                shutil.copytree(work / KERNEL_DIR, tree / KERNEL_DIR)
-            if (work / HELPERS_SOURCE).is_file():
-                (tree / HELPERS_SOURCE).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(work / HELPERS_SOURCE, tree / HELPERS_SOURCE)
+            _stage(work, tree, tc)
     ops = prebuilt_ops(tc, read if read is not None and not (work / KERNEL_DIR).is_dir() else work)
     if compile_only:  # the GPU compile check; the host-only helpers are not part of it
         ops = [o for o in ops if o.device]
     cat = Catalogue(source=Source("megatron-deepspeed", version or "0", tree, str(work)), torch=torch_info,
                     accelerator="cuda" if tc.kind != "cpu" else "cpu", ops=tuple(ops))
     return cat, build_dir
+
+
+STAGED = ".porter-staged"
+
+
+def _kernels_key(tree: Path, tc: Toolchain) -> str:
+    """The identity of what a port stages from ``tree``: each kernel file's path and bytes (a dry run names it by
+    the source's, which porting then changes)."""
+    h = hashlib.sha256()
+    files = sorted((tree / KERNEL_DIR).rglob("*")) if tc.gpu else []
+    for f in [*files, tree / HELPERS_SOURCE]:
+        if f.is_file():
+            h.update(f.relative_to(tree).as_posix().encode() + b"\0" + bytes.fromhex(sha256_file(f)))
+    return h.hexdigest()[:12]
+
+
+def _stage(work: Path, tree: Path, tc: Toolchain) -> None:
+    """The ported kernels (and the helpers' source) copied to ``tree``, where the toolchain's compiler sees them:
+    made once, under a lock, and published by rename; a staging that did not finish is made again."""
+    if (tree / STAGED).is_file():
+        return
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    with hold(tree, f"staging the kernels of {work.name}"):
+        if (tree / STAGED).is_file():  # another port of the same kernels staged them while this one waited
+            return
+        tmp = owned_temp_dir(tree.parent, ".src-")
+        try:
+            if tc.gpu:
+                shutil.copytree(work / KERNEL_DIR, tmp / KERNEL_DIR)
+            if (work / HELPERS_SOURCE).is_file():
+                (tmp / HELPERS_SOURCE).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(work / HELPERS_SOURCE, tmp / HELPERS_SOURCE)
+            (tmp / STAGED).write_text("")
+            shutil.rmtree(tree, ignore_errors=True)  # one that did not finish (no marker): ours, under the lock
+            os.replace(tmp, tree)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _plan(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, stage: bool,
