@@ -147,7 +147,9 @@ def plan_build(req: BuildRequest) -> BuildPlan:
     if req.jobs < 1:
         raise ConfigError(f"-j {req.jobs}: jobs must be >= 1")
     ex = tc.executor
-    work = ex.work_dir(cache_dir()) / "netplugin" / f"{tree.project.name}-{tree.version}-{labels.make(tc)}"
+    # named by the tree's content: another tree of the same version (a fork, a patched clone) never shares it
+    work = ex.work_dir(cache_dir()) / "netplugin" / \
+        f"{tree.project.name}-{tree.version}-{tree_digest(tree.root)[:12]}-{labels.make(tc)}"
     src_in = ex.visible(work / "src", stage=False)
     stage_in = ex.visible(work / "stage", stage=False)
     try:
