@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +15,6 @@ from porter.cli.options import (BUILDERS, ShardChoice, ToolchainChoice, allow_wa
                                 slurm_options, submitted_request, wheelhouse_option)
 from porter.errors import PartialSuccess
 from porter.log import Logger
-from porter.run import Runner
 from porter.toolchain.profile import Toolchain
 from porter.wheels import WheelRequest, build_wheel
 

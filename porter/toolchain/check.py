@@ -205,3 +205,13 @@ def require_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logge
         raise ToolError(f"toolchain {tc.name}: {report.version_problem}",
                         hint="fix compiler_version in the profile, or point it at the compiler it names")
     return report
+
+
+def checked_compiler(tc: Toolchain, log: Logger) -> str:
+    """Every build's compiler step, before any work: the compiler's version; a GPU profile's compiler must take
+    every arch (:func:`require_toolchain`), a CPU profile's is only asked its version."""
+    quiet = Runner(log, echo=log.verbose)
+    if tc.kind == "cpu":
+        return probe(tc.compiler, quiet, launcher=tc.executor.prefix, env=toolchain_env(tc)).version
+    with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
+        return require_toolchain(tc, runner=quiet, log=log).compiler.version

@@ -30,7 +30,7 @@ from porter.fs import cache_dir, owned_temp
 from porter.locks import hold
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
-from porter.toolchain.check import require_toolchain
+from porter.toolchain.check import checked_compiler
 from porter.toolchain.profile import Toolchain
 from porter.torch_facts import TorchInfo, need_for, probe_torch, refusal
 from porter.wheels import costs as costs_mod
@@ -151,7 +151,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                             torch=torch)
         kset = _kernel_set(driver, info, request, ctx, log)
         if link and not runner.dry and tc.kind != "cpu" and any(o.device for o in kset.ops):
-            _check_device_compiler(tc, log)  # a wheel of host-only ops needs no device compiler
+            checked_compiler(tc, log)  # a wheel of host-only ops needs no device compiler
         cat = Catalogue(source=Source(info.project, info.version, tree, source), torch=torch, accelerator="cuda",
                         ops=kset.ops)
         notes = [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned),
@@ -203,7 +203,7 @@ def _preflight(tc: Toolchain, *, link: bool, dry: bool, log: Logger) -> None:
     if not dry:
         tc.executor.preflight()
         if not link:
-            _check_device_compiler(tc, log)
+            checked_compiler(tc, log)
 
 
 def _made(folder: Path) -> Path:
@@ -286,11 +286,6 @@ def _record_costs(result: CompileOnlyResult, project: str, request: WheelRequest
         result.measured = after.to_dict() if after else None
         if after is not None:
             log.info(f"measured compile costs: {after.describe()}")
-
-
-def _check_device_compiler(tc: Toolchain, log: Logger) -> None:
-    with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
-        require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log)
 
 
 def tu_name(op: str, source: str, tus: int) -> str:

@@ -24,9 +24,8 @@ from porter.hipify import wave64
 from porter.log import Logger, quiet_logger
 from porter.patching import plan as plan_patches
 from porter.run import Runner, make_env
-from porter.toolchain.check import require_toolchain
-from porter.toolchain.discover import probe
-from porter.toolchain.profile import Toolchain, toolchain_env
+from porter.toolchain.check import checked_compiler
+from porter.toolchain.profile import Toolchain
 from porter.torch_facts import need_for, probe_torch, refusal
 from ops_prebuild.build import BuildResult, EngineRun, OpResult, compile_catalogue, key
 from ops_prebuild.catalogue import Catalogue, OpSpec
@@ -159,11 +158,7 @@ def _preflight(tc: Toolchain, python: str, py_ex: Executor, wheelhouse: Path | N
         if refused is not None:
             raise refused
     tc.executor.preflight()
-    if tc.kind == "cpu":
-        return probe(tc.compiler, Runner(log, echo=log.verbose), launcher=tc.executor.prefix,
-                     env=toolchain_env(tc)).version
-    with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
-        return require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log).compiler.version
+    return checked_compiler(tc, log)
 
 
 def _record_wave64(result: BuildResult, lanes: wave64.Wave64, stop: CheckFailed | None) -> None:

@@ -45,7 +45,7 @@ from porter.patching import apply
 from porter.patching.model import PatchSet
 from porter.patching.engine import Plan as PatchPlan
 from porter.run import Runner
-from porter.toolchain.check import require_toolchain
+from porter.toolchain.check import checked_compiler
 from porter.toolchain.profile import Toolchain
 from porter.torch_facts import TorchInfo, need_for, probe_torch, refusal
 from ops_prebuild.build import EngineRun, OpResult, compile_catalogue, failures
@@ -178,8 +178,7 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         check_patches(src, psets, skipped, target_version, dest)  # fail before any compile or copy
         ex.preflight()
         if tc.kind in ("rocm", "cuda"):
-            with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
-                require_toolchain(tc, runner=Runner(log, echo=log.verbose), log=log)
+            checked_compiler(tc, log)
     if dry_run:
         pp = check_patches(src, psets, skipped, target_version, dest)  # checked against the tree; nothing written
         result = PortResult(src, dest, tc.name, pp.sets[0].version, patched=[c.path for c in pp.changes],
