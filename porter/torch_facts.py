@@ -108,6 +108,17 @@ def refusal(need: str | None, torch: TorchInfo, python: str, *, what: str) -> Co
              + " and pass --python; --dry-run prints the full plan with any torch")
 
 
+def build_torch(python: str, executor: Executor, runner: Runner, *, need: str | None, what: str,
+                known: TorchInfo | None = None) -> tuple[TorchInfo, ConfigError | None]:
+    """Every build's torch step: the build python's torch (``known``, else probed) and, when it is not the ``need``
+    kind, the :func:`refusal`: raised in a real run, returned in a dry run (a recording ``runner``) for its plan."""
+    torch = known or probe_torch(python, runner.real(echo=runner.log.verbose), executor=executor)
+    refused = refusal(need, torch, python, what=what)
+    if refused is not None and not runner.dry:
+        raise refused
+    return torch, refused
+
+
 def need_for(kind: str) -> str | None:
     """The torch kind a toolchain kind's extension builds link against (cpu, and the emulated HIP target, whose
     modules link against torch's CPU libraries: any torch)."""

@@ -32,7 +32,7 @@ from porter.log import Logger, quiet_logger
 from porter.run import Runner
 from porter.toolchain.check import checked_compiler
 from porter.toolchain.profile import Toolchain
-from porter.torch_facts import TorchInfo, need_for, probe_torch, refusal
+from porter.torch_facts import TorchInfo, build_torch, need_for
 from porter.wheels import costs as costs_mod
 from porter.hipify import wave64
 from porter.wheels.base import (LEAVE, BuildPlan, DeviceSources, KernelContext, KernelSet, Machine, SourceInfo, WheelDriver,
@@ -134,10 +134,9 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         if stop is not None and not runner.dry:
             raise stop
         quiet = runner.real(echo=log.verbose)  # probes, and (a dry run) the generator into a temp folder
-        torch = torch_info or probe_torch(python, quiet, executor=py_ex)
-        refused = _refused(torch, python, info, tc) if link and request.torch_check else None
-        if refused is not None and not runner.dry:
-            raise refused
+        torch, refused = build_torch(python, py_ex, runner, known=torch_info, what=f"linking {info.project} "
+                                     f"{info.version}'s ops for {tc.name}",
+                                     need=need_for(tc.kind) if link and request.torch_check else None)
         base = work_root / "wheels" / f"{driver.name}-{info.version}-{tc.name}-" \
             f"{key(origin, tc.to_dict(), torch.version, torch.python_tag, *(['linked'] if link else []))}"
         tree = base / "src"
@@ -233,10 +232,6 @@ def _patched(source: Source, tc: Toolchain, cache: Path, log: Logger, runner: Ru
     elif patched.applied:
         log.info(f"compiling a patched copy of the source ({'; '.join(patched.applied)})")
     return patched
-
-
-def _refused(torch: TorchInfo, python: str, info: SourceInfo, tc: Toolchain) -> PorterError | None:
-    return refusal(need_for(tc.kind), torch, python, what=f"linking {info.project} {info.version}'s ops for {tc.name}")
 
 
 def wave64_step(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request: WheelRequest,

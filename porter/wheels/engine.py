@@ -27,7 +27,7 @@ from porter.fs import cache_dir, ensure_writable_dir, owned_temp, sha256_file
 from porter.log import Logger, quiet_logger
 from porter.run import Runner, env_changes
 from porter.toolchain.profile import toolchain_env
-from porter.torch_facts import TorchInfo, probe_torch, refusal
+from porter.torch_facts import TorchInfo, build_torch, probe_torch
 from porter.wheels import costs
 from porter.hipify import wave64
 from porter.wheels.base import LEAVE, BuildPlan, Machine, SourceInfo, WheelDriver, WheelRequest
@@ -228,13 +228,9 @@ def _torch_step(plan: BuildPlan, request: WheelRequest, known: TorchInfo | None,
             log.warn(f"torch check skipped: this build needs a {plan.needs_torch} torch; "
                      "upstream's setup.py fails late if the build python has another")
         return known, None
-    torch = known or probe_torch(python, runner.real(echo=False), executor=py_ex)
-    refused = refusal(plan.needs_torch, torch, python,
-                      what=f"{plan.project} {plan.version} ({plan.backend or plan.regime} build for +{plan.label}"
-                           + (f"; {plan.needs_torch_why}" if plan.needs_torch_why else "") + ")")
-    if refused is not None and not runner.dry:
-        raise refused
-    return torch, refused
+    return build_torch(python, py_ex, runner, need=plan.needs_torch, known=known,
+                       what=f"{plan.project} {plan.version} ({plan.backend or plan.regime} build for +{plan.label}"
+                            + (f"; {plan.needs_torch_why}" if plan.needs_torch_why else "") + ")")
 
 
 def _preflight_refusal(ex: Any) -> PorterError | None:

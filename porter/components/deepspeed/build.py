@@ -26,7 +26,7 @@ from porter.patching import plan as plan_patches
 from porter.run import Runner, make_env
 from porter.toolchain.check import checked_compiler
 from porter.toolchain.profile import Toolchain
-from porter.torch_facts import need_for, probe_torch, refusal
+from porter.torch_facts import build_torch, need_for, refusal
 from ops_prebuild.build import BuildResult, EngineRun, OpResult, compile_catalogue, key
 from ops_prebuild.catalogue import Catalogue, OpSpec
 from ops_prebuild.source import (Patched, Source, build_sets, cached_source, git_commit, patched_source,
@@ -153,10 +153,7 @@ def _preflight(tc: Toolchain, python: str, py_ex: Executor, wheelhouse: Path | N
     if wheelhouse is not None:
         ensure_writable_dir(wheelhouse, what="wheelhouse")
     if link:
-        torch = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
-        refused = refusal(need_for(tc.kind), torch, python, what=f"building DeepSpeed ops for {tc.name}")
-        if refused is not None:
-            raise refused
+        build_torch(python, py_ex, Runner(log), need=need_for(tc.kind), what=f"building DeepSpeed ops for {tc.name}")
     tc.executor.preflight()
     return checked_compiler(tc, log)
 

@@ -47,7 +47,7 @@ from porter.patching.engine import Plan as PatchPlan
 from porter.run import Runner
 from porter.toolchain.check import checked_compiler
 from porter.toolchain.profile import Toolchain
-from porter.torch_facts import TorchInfo, need_for, probe_torch, refusal
+from porter.torch_facts import TorchInfo, build_torch, need_for
 from ops_prebuild.build import EngineRun, OpResult, compile_catalogue, failures
 from ops_prebuild.catalogue import Catalogue, OpSpec
 from ops_prebuild.plan import Plan, make_plan
@@ -165,11 +165,8 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     if not dry_run and not in_place:
         ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest", create=True)
     if kernels:  # the torch rule first (bad input, exit 2), then the toolchain's readiness
-        torch_info = probe_torch(python, Runner(log, echo=log.verbose), executor=py_ex)
-        refused = None if compile_only else refusal(need_for(tc.kind), torch_info, python,
-                                                    what=f"building Megatron's fused kernels for {tc.name}")
-        if refused is not None and not dry_run:
-            raise refused
+        torch_info, refused = build_torch(python, py_ex, runner, need=None if compile_only else need_for(tc.kind),
+                                          what=f"building Megatron's fused kernels for {tc.name}")
         try:
             ex.preflight()
         except PorterError as exc:
