@@ -1,6 +1,7 @@
 """A normal, non-editable install ships every data file porter reads at run time."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -31,8 +32,9 @@ def test_non_editable_install_finds_its_data(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "v")], check=True)
     py = str(tmp_path / "v" / "bin" / "python")
     subprocess.run([py, "-m", "pip", "install", "-q", str(ROOT)], check=True, capture_output=True)
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed copy, not a checkout's
     run = lambda *a: subprocess.run([py, "-m", "porter", *a], capture_output=True, text=True,  # noqa: E731
-                                    cwd=tmp_path)
+                                    cwd=tmp_path, env=clean)
     show = run("toolchain", "show", "frontier", "--json")
     assert show.returncode == 0 and '"wavefront": 64' in show.stdout, show.stderr
     sets = run("patch", "list", "--json")
