@@ -1,5 +1,5 @@
-"""Archives a user hands porter (source tarballs and sdists), checked before anything is written: one error per kind
-of damage, naming the file and, where it can, the member. The unpacking itself is the standard library's, with its
+"""Archives a user hands porter (sdists, source tarballs, net-plugin packages; a wheel's zip), checked before anything
+is written: one error per kind of damage, naming the file and, where it can, the member. The unpacking itself is the standard library's, with its
 ``data`` filter (nothing outside the destination, no device files, no links out); porter checks every member with the
 same filter first, so a refused archive leaves nothing behind."""
 
@@ -92,8 +92,10 @@ def truncated(path: Path, size: int) -> DamagedFile:
 
 
 def _refuse_hostile(path: Path, found: list[tarfile.TarInfo]) -> None:
-    """Duplicate members, and any member the ``data`` filter would refuse (outside the tree by ``..``, an absolute
-    path, a link out of it; a device file), named."""
+    """Any member the ``data`` filter would refuse (an absolute path, a link out of the tree, a device file), and
+    what it lets through that no source tarball holds and that fails or misleads an unpack: ``..`` in a path, a
+    member twice, a hard link to nothing before it, a link to nothing, a non-folder named ``.`` or ending in ``/``
+    (the filter checks such a link from the wrong folder), a file that other members are inside. Named."""
     seen: set[str] = set()
     probe = Path("/nonexistent-porter-destination")
     folders: set[str] = set()  # every folder some member is inside of
@@ -107,9 +109,7 @@ def _refuse_hostile(path: Path, found: list[tarfile.TarInfo]) -> None:
         if name in seen and not m.isdir():
             raise DamagedFile(f"{path}: member {m.name!r} appears twice (the second would overwrite the first)",
                               hint=UNTRUSTED)
-        if m.islnk() and posixpath.normpath(m.linkname) not in seen:
-            raise DamagedFile(f"{path}: member {m.name!r} is refused: it is a hard link to a member that comes "
-                              "nowhere before it", hint=UNTRUSTED)
+        to_nothing = m.islnk() and posixpath.normpath(m.linkname) not in seen  # (before this member)
         seen.add(name)
         if m.name.startswith(("/", "\\")) or (len(m.name) > 1 and m.name[1] == ":"):
             raise DamagedFile(f"{path}: member {m.name!r} is refused: it has an absolute path", hint=UNTRUSTED)
@@ -121,6 +121,7 @@ def _refuse_hostile(path: Path, found: list[tarfile.TarInfo]) -> None:
         except tarfile.FilterError as exc:
             raise DamagedFile(f"{path}: member {m.name!r} is refused: {_why(exc)}", hint=UNTRUSTED) from None
         why = ("it is a link to nothing (an empty target)" if (m.issym() or m.islnk()) and not m.linkname else
+               "it is a hard link to a member that is not before it in the archive" if to_nothing else
                "its name ends in '/', but it is not a folder" if not m.isdir() and m.name.endswith(("/", "\\")) else
                "it is not a folder, but names the unpacked tree itself" if not m.isdir() and name in (".", "") else
                "it is not a folder, but other members are inside it" if not m.isdir() and name in folders else "")
