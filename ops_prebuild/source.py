@@ -91,7 +91,7 @@ def _unpack(sdist: Path, dest_root: Path, digest: str, say: Callable[[str], None
         tmp = owned_temp_dir(dest_root, ".unpack-")
         try:
             try:
-                archive.unpack(sdist, tmp)
+                archive.unpack(sdist, tmp, checked=True)
             except OSError as exc:
                 if exc.filename is None:
                     exc.filename = str(dest)  # a write that failed names no file: say which tree it was

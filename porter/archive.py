@@ -143,10 +143,11 @@ def _why(exc: tarfile.FilterError) -> str:
     return str(exc)
 
 
-def unpack(path: Path, dest: Path) -> None:
+def unpack(path: Path, dest: Path, *, checked: bool = False) -> None:
     """The archive ``path`` unpacked into the (empty, temporary) folder ``dest``, every member checked first
-    (:func:`members`): a refused archive writes nothing."""
-    members(path)
+    (:func:`members`; ``checked``: the caller just did): a refused archive writes nothing."""
+    if not checked:
+        members(path)
     try:
         with tarfile.open(path) as tar:
             tar.extractall(dest, filter="data")

@@ -14,7 +14,7 @@ import re
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,14 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
+    return h.hexdigest()
+
+
+def files_digest(root: Path, files: Iterable[Path]) -> str:
+    """The identity of ``files`` under ``root``: sha256 over each one's path (from ``root``) and bytes, in order."""
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + bytes.fromhex(sha256_file(p)))
     return h.hexdigest()
 
 

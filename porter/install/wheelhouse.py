@@ -250,14 +250,21 @@ def check_intact(path: Path, manifest: Manifest) -> None:
     damaged on the way (not a readable zip) is refused as a damaged file (exit 2), one changed since as tampered."""
     want = manifest["wheel"].get("sha256", "")
     found = sha256_file(path)
-    if found == want:
-        return
+    if found != want:
+        raise _not_as_built(path, path.name, want, found)
+
+
+def _not_as_built(path: Path, label: str, want: str, found: str) -> DamagedFile:
+    """A wheel whose sha256 is not its manifest's: truncated or damaged (no readable zip), else tampered."""
     if not zipfile.is_zipfile(path):
-        raise DamagedFile(f"{path} is truncated or damaged: not a readable zip ({path.stat().st_size} bytes), and its "
-                          f"sha256 is not its manifest's ({want[:16]}...)",
-                          hint="copy it again from where it was built (an interrupted copy or download leaves such a "
-                               "file), and compare 'sha256sum' with its manifest's wheel.sha256; nothing was installed")
-    check_wheel(path, manifest)
+        return DamagedFile(f"{path} is truncated or damaged: not a readable zip ({path.stat().st_size} bytes), and its "
+                           f"sha256 is not its manifest's ({want[:16]}...)",
+                           hint="copy it again from where it was built (an interrupted copy or download leaves such "
+                                "a file), and compare 'sha256sum' with its manifest's wheel.sha256; nothing was "
+                                "installed")
+    return DamagedFile(f"{label}: sha256 does not match its manifest (tampered or rebuilt without its manifest): "
+                       f"expected {want}, found {found}",
+                       hint="rebuild the wheel with porter, or restore the original file; nothing was installed")
 
 
 def check_wheel(path: Path, manifest: Manifest, *, label: str | None = None) -> None:
@@ -266,9 +273,7 @@ def check_wheel(path: Path, manifest: Manifest, *, label: str | None = None) -> 
     want = manifest["wheel"].get("sha256", "")
     found = sha256_file(path)
     if found != want:
-        raise DamagedFile(f"{label}: sha256 does not match its manifest (tampered or rebuilt without its "
-                          f"manifest): expected {want}, found {found}",
-                          hint="rebuild the wheel with porter, or restore the original file; nothing was installed")
+        raise _not_as_built(path, label, want, found)
     try:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()

@@ -17,7 +17,6 @@ applied, skipped by ``--skip``, failed): a fork without a patch's problem is not
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -38,7 +37,7 @@ from porter.hipify import wave64
 from porter.hipify.engine import HipifyReport
 from porter.hipify.scan import Finding
 from porter.executor import HOST, Executor, build_python
-from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir, owned_temp_dir, publish_dir, sha256_file
+from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir, files_digest, owned_temp_dir, publish_dir
 from porter.locks import hold
 from porter.log import Logger, quiet_logger
 from porter.patching import apply
@@ -382,12 +381,8 @@ STAGED = ".porter-staged"
 def _kernels_key(tree: Path, tc: Toolchain) -> str:
     """The identity of what a port stages from ``tree``: each kernel file's path and bytes (a dry run names it by
     the source's, which porting then changes)."""
-    h = hashlib.sha256()
     files = sorted((tree / KERNEL_DIR).rglob("*")) if tc.gpu else []
-    for f in [*files, tree / HELPERS_SOURCE]:
-        if f.is_file():
-            h.update(f.relative_to(tree).as_posix().encode() + b"\0" + bytes.fromhex(sha256_file(f)))
-    return h.hexdigest()[:12]
+    return files_digest(tree, (f for f in [*files, tree / HELPERS_SOURCE] if f.is_file()))[:12]
 
 
 def _stage(work: Path, tree: Path, tc: Toolchain) -> None:

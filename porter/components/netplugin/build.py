@@ -17,12 +17,12 @@ runtime of the chroot or container the toolchain names):
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
 import shutil
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from porter.artifacts.wheelfile import sbom_of
 from porter.cluster.site.profiles import Site
 from porter.errors import CheckFailed, ConfigError, PorterError, ToolError
 from porter.executor import Executor
-from porter.fs import atomic_write_text, cache_dir, ensure_writable_dir, sha256_file
+from porter.fs import atomic_write_text, cache_dir, ensure_writable_dir, files_digest, sha256_file
 from porter.log import Logger
 from porter.components.netplugin.checks import is_rocm_site, site_refusals
 from porter.components.netplugin.projects import Tree, device_of, recognise
@@ -192,15 +192,11 @@ def links_hip(lib: dict[str, Any]) -> bool | None:
 
 
 def tree_digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != ".git")
-        for name in sorted(filenames):
-            p = Path(dirpath) / name
-            if p.is_symlink() or not p.is_file():
-                continue
-            h.update(str(p.relative_to(root)).encode() + b"\0" + bytes.fromhex(sha256_file(p)))
-    return h.hexdigest()
+    def files() -> Iterator[Path]:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d != ".git")
+            yield from (p for p in (Path(dirpath) / n for n in sorted(filenames)) if p.is_file() and not p.is_symlink())
+    return files_digest(root, files())
 
 
 def run_build(plan: BuildPlan, runner: Runner, log: Logger) -> BuildResult:
