@@ -10,12 +10,13 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (CacheChoice, ShardChoice, Spec, ToolchainChoice, allow_wave32_option, allowed, builds,
-                                dry_run_option, given_on_command_line, jobs_option, json_option, opt, options,
-                                parse_shard, python_option, runner_for, show_plan, show_shard_run,
-                                slurm_options, submitted_request, wheelhouse_option)
+                                dry_run_option, jobs_option, json_option, opt, options,
+                                parse_shard, python_option, runner_for, show_plan,
+                                sharded, show_compiled, compile_failures, slurm_options, submit_shards,
+                                wheelhouse_option)
 from porter.ccache import CacheRequest
 from porter.cluster.slurm.shards import BuildFacts
-from porter.errors import CheckFailed, PartialSuccess
+from porter.errors import PartialSuccess
 from porter.log import Logger
 from porter.run import Runner
 from porter.toolchain.profile import Toolchain
@@ -148,22 +149,14 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
 
 
 def _failures(result: Any, req: BuildOptions, tc: Toolchain) -> None:
-    """Nothing compiled (exit 1), or some ops failed (exit 3: the others shipped)."""
-    from ops_prebuild.build import failures
-
-    if req.compile_only and not req.dry_run and result.failed and len(result.failed) == len(result.ops):
+    """Nothing compiled (exit 1), or some ops failed (exit 3: the others compiled, or shipped)."""
+    if req.compile_only and not req.dry_run:
         src = result.catalogue.source
-        failed_archs = {r["name"]: [a for a, v in r["archs"].items() if v == "failed"] for r in result.compiled}
-        raise CheckFailed("no op compiled " + failures(result.failed, f"{src.project} {src.version} ({src.origin})", tc,
-                                                       failed_archs),
-                          hint="fix the first error of each op (its file and line are named), or leave the op out "
-                               "with --ops; 'porter ops list' shows what DeepSpeed itself declares incompatible")
-    if result.failed:
-        raise PartialSuccess(f"{len(result.failed)} op(s) failed"
-                             + (" to compile: " if req.compile_only else " and were left out of the wheel: ")
+        compile_failures(result.compiled, f"{src.project} {src.version} ({src.origin})", tc)
+    elif result.failed:
+        raise PartialSuccess(f"{len(result.failed)} op(s) failed and were left out of the wheel: "
                              + ", ".join(o.name for o in result.failed),
-                             hint="the other ops " + ("compiled" if req.compile_only else "shipped")
-                                  + "; read the failed ops' logs")
+                             hint="the other ops shipped; read the failed ops' logs")
 
 
 def _check_build_options(req: BuildOptions) -> None:
@@ -172,19 +165,8 @@ def _check_build_options(req: BuildOptions) -> None:
         raise click.UsageError("--ops and --all-compatible exclude each other")
     if req.compile_only and req.with_deps:
         raise click.UsageError("--with-deps downloads a wheel's dependencies; --compile-only makes no wheel")
-    if req.shards is not None or req.use_slurm:
-        if req.shards is None or not req.use_slurm:
-            raise click.UsageError("--shards N and --slurm go together: N array tasks, then a link job; to build "
-                                   "here, drop both")
-        if req.shard is not None or req.link_only:
-            raise click.UsageError("--shards submits the shards and the link job itself; --shard I/N and "
-                                   "--link-only are what those jobs run")
-        if req.compile_only:
-            raise click.UsageError("--shards splits a build that links a wheel; --compile-only is not sharded")
-    else:
-        given = given_on_command_line("wait", "shards_dir", "time_limit", *req.slurm)
-        if given:
-            raise click.UsageError(f"{', '.join(given)}: only with --shards N --slurm")
+    if sharded(req, final="link") and req.compile_only:
+        raise click.UsageError("--shards splits a build that links a wheel; --compile-only is not sharded")
 
 
 def _show_build(result: Any, req: BuildOptions, tc: Toolchain, as_json: bool) -> None:
@@ -198,13 +180,8 @@ def _show_build(result: Any, req: BuildOptions, tc: Toolchain, as_json: bool) ->
         click.echo(f"shard {result.shard['index']}/{result.shard['count']}: "
                    f"{len(result.shard['objects'])} object(s) in {result.plan.build_dir}")
     elif req.compile_only:
-        names = list(tc.arch_names)
-        click.echo(f"# compiled, not linked: {len(result.compiled)} op(s) for {', '.join(names)} with {tc.name}")
-        click.echo(f"  {'op':<28} " + " ".join(f"{a:<9}" for a in names) + "  seconds  peak MiB")
-        for rec in result.compiled:
-            peak = max((t.get("peak_rss_mib", 0) for t in rec["tus"]), default=0)
-            click.echo(f"  {rec['name']:<28} " + " ".join(f"{rec['archs'][a]:<9}" for a in names)
-                       + f"  {rec['seconds']:7.1f}  {peak:8.0f}" + (f"  {rec['error']}" if rec["error"] else ""))
+        show_compiled(f"{len(result.compiled)} op(s) for {', '.join(tc.arch_names)} with {tc.name}", result.compiled,
+                      list(tc.arch_names))
     else:
         for o in result.ops:
             click.echo(f"  {o.name:<22} {o.status:<7} {o.seconds:6.1f}s  {o.log if o.status == 'failed' else ''}")
@@ -219,31 +196,13 @@ def _show_build(result: Any, req: BuildOptions, tc: Toolchain, as_json: bool) ->
 
 
 def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list[str] | None, as_json: bool) -> None:
-    """--shards N --slurm: this build as a request every job runs, then porter.cluster.slurm.shards."""
-    import sys
-
-    from porter.cluster.slurm import shards as sh
-    from porter.cluster.slurm.sbatch import SlurmSettings
-    from porter.fs import cache_dir
-    from porter.run import make_env
-
-    env = make_env()
-    settings = SlurmSettings(max_parallel=req.shards or 1).merged({**req.slurm, "time": req.time_limit})
-    build = submitted_request("deepspeed", req.toolchain_ref or env.get("PORTER_TOOLCHAIN"), req.source,
-                              jobs=req.jobs or settings.cpus_per_task,
-                              last={"link_only": True, "with_deps": req.with_deps})
-    shard_req = sh.ShardRequest(build=build, shards=req.shards or 1,
-                                dir=req.shards_dir.resolve() if req.shards_dir else Path(),
-                                wheelhouse=req.wheelhouse.resolve(), cache=cache_dir().resolve(), python=sys.executable)
-    runner = runner_for(log, req.dry_run, echo=not req.dry_run)
-
-    def planner() -> sh.BuildFacts:
+    """--shards N --slurm: this build as a request every job runs; the link job packages the wheel."""
+    def planner(runner: Runner) -> BuildFacts:
         return _facts(req.source, tc, ops=op_names, all_compatible=req.all_compatible, python=req.python,
                       compiler_cache=req.cache(), log=log, runner=runner, allow_wave32=allowed(req.allow_wave32))
 
-    run = sh.submit_build(shard_req, planner, settings=settings, runner=runner, env=env,
-                          dir_given=req.shards_dir is not None, wait=req.wait, log=log)
-    show_shard_run(log, run, as_json, f"link job {{}}; the wheel will land in {run.request.wheelhouse}")
+    submit_shards(log, "deepspeed", req, planner, last={"link_only": True, "with_deps": req.with_deps},
+                  as_json=as_json, says=f"link job {{}}; the wheel will land in {req.wheelhouse.resolve()}")
 
 
 def _facts(source: str, tc: Toolchain, *, ops: list[str] | None, all_compatible: bool, python: str | None,

@@ -310,6 +310,49 @@ def path_or_name(value: str) -> str:
     return str(Path(value).resolve()) if Path(value).exists() else value
 
 
+def sharded(req: Any, *, final: str) -> bool:
+    """Whether a build submits its shards as Slurm jobs (``--shards N --slurm``), by the rules every sharded build
+    keeps; ``final``: the job after the shards (``link``, ``report``), whose ``--FINAL-only`` such jobs run."""
+    if req.shards is None and not req.use_slurm:
+        given = given_on_command_line("wait", "shards_dir", "time_limit", *req.slurm)
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only with --shards N --slurm")
+        return False
+    if req.shards is None or not req.use_slurm:
+        raise click.UsageError(f"--shards N and --slurm go together: N array tasks, then a {final} job; to build "
+                               "here, drop both")
+    if req.shard is not None or getattr(req, f"{final}_only"):
+        raise click.UsageError(f"--shards submits the shards and the {final} job itself; --shard I/N and "
+                               f"--{final}-only are what those jobs run")
+    return True
+
+
+def submit_shards(log: Logger, component: str, req: Any, planner: Callable[[Runner], Any], *, last: dict[str, Any],
+                  as_json: bool, says: str) -> None:
+    """``--shards N --slurm``: the running command's build as a request every job runs, submitted through
+    :mod:`porter.cluster.slurm.shards`. ``planner``: the build's facts from a dry run of it (given the submission's
+    runner: a real one may unpack the source into the shared cache first); ``says``: the last job, in words, ``{}``
+    standing for its id."""
+    import sys
+
+    from porter.cluster.slurm import shards as sh
+    from porter.cluster.slurm.sbatch import SlurmSettings
+    from porter.fs import cache_dir
+    from porter.run import make_env
+
+    env = make_env()
+    settings = SlurmSettings(max_parallel=req.shards).merged({**req.slurm, "time": req.time_limit})
+    build = submitted_request(component, req.toolchain_ref or env.get("PORTER_TOOLCHAIN"), req.source,
+                              jobs=req.jobs or settings.cpus_per_task, last=last)
+    shard_req = sh.ShardRequest(build=build, shards=req.shards, wheelhouse=req.wheelhouse.resolve(),
+                                dir=req.shards_dir.resolve() if req.shards_dir else Path(),
+                                cache=cache_dir().resolve(), python=sys.executable)
+    runner = runner_for(log, req.dry_run, echo=not req.dry_run)
+    run = sh.submit_build(shard_req, lambda: planner(runner), settings=settings, runner=runner, env=env,
+                          dir_given=req.shards_dir is not None, wait=req.wait, log=log)
+    show_shard_run(log, run, as_json, says)
+
+
 def show_shard_run(log: Any, run: Any, as_json: bool, last: str) -> None:
     """What ``--shards N --slurm`` says: the JSON, the dry run's plan, the status after ``--wait``, or the job ids
     (``last``: the last job in words, ``{}`` standing for its id); then the error of a failed build."""
@@ -331,6 +374,40 @@ def show_shard_run(log: Any, run: Any, as_json: bool, last: str) -> None:
         err = sh.outcome(run.status)
         if err is not None:
             raise err
+
+
+def show_compiled(what: str, compiled: list[dict[str, Any]], archs: list[str], costs: Any = None) -> None:
+    """A compile-only build's table as every build command prints it: per op (kernel) its verdict per arch, its
+    seconds and peak memory, and its first error; then the costs it measured."""
+    width = max([28, *(len(r["name"]) for r in compiled)])
+    col = max([9, *(len(v) for r in compiled for v in r["archs"].values())])
+    click.echo(f"# compiled, not linked: {what}")
+    click.echo(f"  {'op':<{width}} " + " ".join(f"{a:<{col}}" for a in archs) + "  seconds  peak MiB")
+    for rec in compiled:
+        peak = max((t.get("peak_rss_mib", 0) for t in rec["tus"]), default=0)
+        click.echo(f"  {rec['name']:<{width}} " + " ".join(f"{rec['archs'].get(a, '-'):<{col}}" for a in archs)
+                   + f"  {rec['seconds']:7.1f}  {peak:8.0f}" + (f"  {rec['error']}" if rec["error"] else ""))
+    if costs:
+        click.echo(f"# measured costs: {costs}")
+
+
+def compile_failures(compiled: list[dict[str, Any]], where: str, tc: Toolchain, *, what: str = "op") -> None:
+    """A compile-only build's failures: nothing compiled (exit 1), or some ops (kernels) did not (exit 3: the
+    others did), each named with its archs and the compiler's first error."""
+    from porter.errors import CheckFailed, PartialSuccess
+    from ops_prebuild.build import OpResult, failures
+
+    failed = [OpResult(r["name"], "failed", log=r.get("log", ""), error=r["error"]) for r in compiled
+              if r["status"] == "failed"]
+    if not failed:
+        return
+    text = failures(failed, where, tc, {r["name"]: [a for a, v in r["archs"].items() if v == "failed"]
+                                        for r in compiled})
+    if len(failed) == len(compiled):
+        raise CheckFailed(f"no {what} compiled " + text,
+                          hint=f"fix the first error of each {what} (its file and line are named), or leave it out")
+    raise PartialSuccess(f"{len(failed)} of {len(compiled)} {what}(s) failed to compile " + text,
+                         hint=f"the other {what}s compiled; fix the first error of each (its file and line are named)")
 
 
 def show_plan(header: str, plan: Any, refusal: Any) -> None:

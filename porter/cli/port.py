@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,9 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, arg, dry_run_option, jobs_option,
-                                json_option, opt, options, python_option, runner_for, wheelhouse_option)
-from porter.errors import PartialSuccess, refusal_line
+                                json_option, opt, options, python_option, runner_for, show_compiled,
+                                compile_failures, show_plan, wheelhouse_option)
+from porter.errors import refusal_line
 from porter.log import Logger
 
 if TYPE_CHECKING:
@@ -104,25 +104,16 @@ def megatron_deepspeed(log: Logger, /, req: PortMegatronOptions, as_json: bool) 
                         runner=runner_for(log, req.dry_run), kernels=not req.no_kernels, compile_only=req.compile_only,
                         target_version=req.target_version, sets=req.sets, skip=req.skip, log=log,
                         allow_wave32=allowed(req.allow_wave32))
-    failed = [r for r in res.compiled if r["status"] == "failed"]
     if as_json:
         emit_json(res.to_dict())
     else:
         _echo_tree(res.out, f"megatron version: {res.version or 'unknown'}   toolchain: {res.toolchain}",
                    res.hipified, res.patched, res.patches, res.notes, req.dry_run)
     if res.compiled:
-        for rec in res.compiled if not as_json else ():
-            verdicts = " ".join(f"{a}={v}" for a, v in rec["archs"].items())
-            click.echo(f"compiled, not linked: {rec['name']} {verdicts}"
-                       + (f"  {rec['error']}" if rec["error"] else ""))
-        if failed:  # some kernels compiled, these did not: exit 3, each named with its archs and first error
-            from ops_prebuild.build import OpResult, failures
-
-            raise PartialSuccess(f"{len(failed)} of {len(res.compiled)} fused kernel(s) failed to compile "
-                                 + failures([OpResult(r["name"], "failed", log=r["log"], error=r["error"])
-                                             for r in failed], f"the tree {res.source}", tc),
-                                 hint="the other kernels compiled; fix the first error of each (its file and line "
-                                      "are named) in the tree")
+        if not as_json:
+            show_compiled(f"{len(res.compiled)} fused kernel(s) of {res.source} for {', '.join(tc.arch_names)} with "
+                          f"{res.toolchain}", res.compiled, list(tc.arch_names))
+        compile_failures(res.compiled, f"the tree {res.source}", tc, what="fused kernel")
         return
     if as_json:
         return
@@ -133,11 +124,8 @@ def megatron_deepspeed(log: Logger, /, req: PortMegatronOptions, as_json: bool) 
         click.echo(f"manifest: {res.manifest}")
         return
     if res.plan is not None:
-        click.echo("build plan (not run):")
-        for key, value in sorted(res.plan.env.items()):
-            click.echo(f"  export {key}={shlex.quote(value)}")
-        for step in res.plan.steps:
-            click.echo(f"  {shlex.join(step.argv)}")
+        show_plan(f"{len(res.plan.objects)} fused kernel(s), toolchain {res.toolchain}", res.plan, res.refusal)
+        return
     if res.refusal is not None:
         click.echo(refusal_line(res.refusal.message))
 

@@ -10,10 +10,10 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (BUILDERS, ShardChoice, ToolchainChoice, allow_wave32_option, allowed, builds,
-                                dry_run_option, given_on_command_line, jobs_option, json_option, opt, options,
-                                parse_shard, python_option, runner_for, show_plan, show_shard_run,
-                                slurm_options, submitted_request, wheelhouse_option)
-from porter.errors import PartialSuccess
+                                dry_run_option, jobs_option, json_option, opt, options,
+                                parse_shard, python_option, runner_for, show_plan,
+                                sharded, show_compiled, compile_failures, slurm_options, submit_shards,
+                                wheelhouse_option)
 from porter.log import Logger
 from porter.toolchain.profile import Toolchain
 from porter.wheels import WheelRequest, build_wheel
@@ -204,22 +204,12 @@ def _show_compiled(res: CompileOnlyResult, as_json: bool) -> None:
                   f"({res.wheel_plan.per_job_bytes / (1 << 30):.2g} GiB per job, {res.wheel_plan.per_job_source})",
                   res.plan, res.refusal)
     else:
-        names = list(res.plan.toolchain.arch_names)
-        width = max([28, *(len(r["name"]) for r in res.compiled)])
-        col = max([9, *(len(v) for r in res.compiled for v in r["archs"].values())])
-        click.echo(f"# compiled, not linked: {len(res.compiled)} op(s), {res.selected_units} of {res.total_units} "
-                   f"TU(s) of {res.project} {res.version} for {', '.join(names)} with {res.toolchain}")
-        click.echo(f"  {'op':<{width}} " + " ".join(f"{a:<{col}}" for a in names) + "  seconds  peak MiB")
-        for rec in res.compiled:
-            peak = max((t.get("peak_rss_mib", 0) for t in rec["tus"]), default=0)
-            click.echo(f"  {rec['name']:<{width}} " + " ".join(f"{rec['archs'][a]:<{col}}" for a in names)
-                       + f"  {rec['seconds']:7.1f}  {peak:8.0f}" + (f"  {rec['error']}" if rec["error"] else ""))
-        if res.costs:
-            click.echo(f"# measured costs: {res.costs}")
-    if res.failed and not res.dry_run:
-        raise PartialSuccess(f"{len(res.failed)} op(s) failed to compile: " + ", ".join(o.name for o in res.failed),
-                             hint="the other ops compiled; the first error of each op is in the report, its full "
-                                  "log in 'log'")
+        tc = res.plan.toolchain
+        show_compiled(f"{len(res.compiled)} op(s), {res.selected_units} of {res.total_units} TU(s) of {res.project} "
+                      f"{res.version} for {', '.join(tc.arch_names)} with {res.toolchain}", res.compiled,
+                      list(tc.arch_names), res.costs)
+    if not res.dry_run:
+        compile_failures(res.compiled, f"{res.project} {res.version}", res.plan.toolchain)
 
 
 @builds("apex", wheel)
@@ -264,56 +254,29 @@ def driver_command(name: str, title: str) -> click.Command:
 
 def _build(log: Logger, name: str, req: ShardedWheelOptions, as_json: bool) -> None:
     """A wheel build, its compile-only, one shard of it, or all its shards as Slurm jobs."""
-    if req.shards is not None or req.use_slurm:
+    shard = parse_shard(req.shard)
+    if (shard is not None or req.report_only or req.shards is not None) and not req.compile_only:
+        raise click.UsageError("--shard, --shards and --report-only split a --compile-only build; the linked build "
+                               "runs upstream's setup.py, which porter does not shard")
+    if sharded(req, final="report"):
         _submit_shards(log, name, req, as_json)
         return
-    given = given_on_command_line("shards_dir", "wait", "time_limit", *req.slurm)
-    if given:
-        raise click.UsageError(f"{', '.join(given)}: only with --shards N --slurm")
-    shard = parse_shard(req.shard)
-    if (shard is not None or req.report_only) and not req.compile_only:
-        raise click.UsageError("--shard and --report-only split a --compile-only build; the linked build runs "
-                               "upstream's setup.py, which porter does not shard")
     if shard is not None and req.report_only:
         raise click.UsageError("--shard compiles one part; --report-only is the run after every part")
     _run(log, name, req, as_json, shard=shard, report_only=req.report_only)
 
 
 def _submit_shards(log: Logger, name: str, req: ShardedWheelOptions, as_json: bool) -> None:
-    """--compile-only --shards N --slurm: the same arguments for every job, then porter.cluster.slurm.shards."""
-    import sys
-
-    from porter.cluster.slurm import shards as sh
-    from porter.cluster.slurm.sbatch import SlurmSettings
-    from porter.fs import cache_dir
-    from porter.run import make_env
-
-    n = req.shards
-    if n is None or not req.use_slurm:
-        raise click.UsageError("--shards N and --slurm go together: N array tasks, then a report job")
-    if not req.compile_only:
-        raise click.UsageError("--shards splits a --compile-only build; the linked build runs upstream's setup.py, "
-                               "which porter does not shard")
-    if req.shard is not None or req.report_only:
-        raise click.UsageError("--shards submits the shards and the report job itself; --shard I/N and "
-                               "--report-only are what those jobs run")
-    env = make_env()
-    settings = SlurmSettings(max_parallel=n).merged({**req.slurm, "time": req.time_limit})
-    build = submitted_request(name, req.toolchain_ref or env.get("PORTER_TOOLCHAIN"), req.source,
-                              jobs=req.jobs or settings.cpus_per_task, last={"report_only": True})
+    """--compile-only --shards N --slurm: this build as a request every job runs; the report job reports it."""
     request = req.request(req.toolchain())
-    shard_req = sh.ShardRequest(build=build, shards=n, wheelhouse=req.wheelhouse.resolve(),
-                                dir=req.shards_dir.resolve() if req.shards_dir else Path(),
-                                cache=cache_dir().resolve(), python=sys.executable)
 
-    def planner() -> sh.BuildFacts:
+    def planner(_: object) -> Any:
+        from porter.cluster.slurm.shards import BuildFacts
         from porter.components import wheel_drivers
         from porter.wheels.compile import compile_only
 
         drivers = wheel_drivers()
-        return sh.BuildFacts.of(compile_only(drivers[name], req.source, request, others=drivers,
-                                             runner=runner_for(log, True, log.verbose), log=log))
+        return BuildFacts.of(compile_only(drivers[name], req.source, request, others=drivers,
+                                          runner=runner_for(log, True, log.verbose), log=log))
 
-    run = sh.submit_build(shard_req, planner, settings=settings, runner=runner_for(log, req.dry_run, not req.dry_run),
-                          env=env, dir_given=req.shards_dir is not None, wait=req.wait, log=log)
-    show_shard_run(log, run, as_json, "report job {}")
+    submit_shards(log, name, req, planner, last={"report_only": True}, as_json=as_json, says="report job {}")
