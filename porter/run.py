@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from porter.errors import CommandFailed, Interrupted, ToolError
+from porter.errors import CommandFailed, Interrupted, ToolError, refusal_line
 from porter.log import Logger, quiet_logger
 
 EnvUpdate = Mapping[str, str | None]
@@ -45,6 +45,20 @@ def env_changes(env: Mapping[str, str], base: Mapping[str, str] | None = None) -
     changes: dict[str, str | None] = {k: v for k, v in env.items() if base.get(k) != v}
     changes.update({k: None for k in base if k not in env})
     return changes
+
+
+def plan_lines(header: str, notes: Sequence[str], env: Mapping[str, str | None], argvs: Sequence[Sequence[str]],
+               refusal: str | None = None) -> list[str]:
+    """A dry run's plan as every build shows it: the header, its notes, the environment its commands get (``-u K``:
+    unset), each command as it would run, then what a real run here would refuse."""
+    import shlex
+
+    lines = [f"# plan: {header}", *(f"# note: {n}" for n in notes)]
+    if env:
+        lines.append("# env: " + " ".join(f"-u {k}" if v is None else f"{k}={shlex.quote(v)}"
+                                          for k, v in sorted(env.items())))
+    lines += [shlex.join(argv) for argv in argvs]
+    return lines + ([refusal_line(refusal)] if refusal else [])
 
 
 @dataclass(frozen=True)

@@ -411,18 +411,8 @@ def compile_failures(compiled: list[dict[str, Any]], where: str, tc: Toolchain, 
 
 
 def show_plan(header: str, plan: Any, refusal: Any) -> None:
-    """A dry run's plan as every build command prints it: the header line, the plan's notes and environment,
-    each command as it would run, then what a real run here would refuse."""
-    import shlex
+    """A dry run's plan as every build command prints it (:func:`porter.run.plan_lines`), with its build folder."""
+    from porter.run import plan_lines
 
-    from porter.errors import refusal_line
-
-    click.echo(f"# plan: {header}, build dir {plan.build_dir}")
-    for note in plan.notes:
-        click.echo(f"# note: {note}")
-    if plan.env:
-        click.echo("# env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items())))
-    for step in plan.steps:
-        click.echo(shlex.join(step.argv))
-    if refusal is not None:
-        click.echo(refusal_line(refusal.message))
+    click.echo("\n".join(plan_lines(f"{header}, build dir {plan.build_dir}", plan.notes, plan.env,
+                                    [step.argv for step in plan.steps], refusal.message if refusal else None)))

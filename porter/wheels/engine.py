@@ -9,7 +9,6 @@ exact command and environment, through a recording runner.
 
 from __future__ import annotations
 
-import shlex
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -21,11 +20,11 @@ from packaging.utils import parse_wheel_filename
 
 from porter.artifacts.manifest import ExtensionEntry, OpEntry
 from porter.artifacts.wheelfile import Payload, read_wheel, rewrite_wheel
-from porter.errors import CheckFailed, PorterError, refusal_line
+from porter.errors import CheckFailed, PorterError
 from porter.executor import build_python
 from porter.fs import cache_dir, ensure_writable_dir, owned_temp, sha256_file
 from porter.log import Logger, quiet_logger
-from porter.run import Runner, env_changes
+from porter.run import Runner, env_changes, plan_lines
 from porter.toolchain.profile import toolchain_env
 from porter.torch_facts import TorchInfo, build_torch, probe_torch
 from porter.wheels import costs
@@ -64,33 +63,18 @@ class WheelResult:
                 "refusal": self.refusal.message if self.refusal else None}
 
     def describe(self) -> str:
-        """The plan as a user can read and replay it (``--dry-run`` prints this)."""
-        p = self.plan
-        lines = [f"# porter plan: {p.project} {p.version} (regime {p.regime}"
-                 + (f", backend {p.backend}" if p.backend else "") + f") -> label +{p.label}"]
-        lines += [f"# {n}" for n in p.notes]
-        if self.torch:
-            lines.append(f"# build torch: {self.torch.version} ({self.torch.kind})")
-        lines.append(f"# MAX_JOBS={p.jobs}: {p.per_job_bytes / (1 << 30):.2g} GiB per job ({p.per_job_source})")
-        sets = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()) if v is not None)
-        unsets = " ".join(f"-u {k}" for k, v in sorted(self.env.items()) if v is None)
-        lines.append("env " + " ".join(x for x in (unsets, sets) if x) + " \\\n    " + shlex.join(self.argv))
-        e = p.expect
-        checks = []
-        if e.prebuilt:
-            checks.append("at least one prebuilt .so")
-        if e.modules:
-            checks.append("modules " + ", ".join(e.modules))
-        if e.packages:
-            checks.append("packages " + ", ".join(e.packages))
-        if e.archs:
-            checks.append("code objects for " + ", ".join(e.archs) + " in every .so")
-        lines.append("# verify: " + ("; ".join(checks) or "metadata only"))
-        if self.wheel:
-            lines.append(f"# wheel: {self.wheel}")
-        if self.refusal:
-            lines.append(refusal_line(self.refusal.message))
-        return "\n".join(lines)
+        """The plan as a user can read and replay it (``--dry-run`` prints this, as every build prints its plan)."""
+        p, e = self.plan, self.plan.expect
+        checks = [*(["at least one prebuilt .so"] if e.prebuilt else []),
+                  *(["modules " + ", ".join(e.modules)] if e.modules else []),
+                  *(["packages " + ", ".join(e.packages)] if e.packages else []),
+                  *(["code objects for " + ", ".join(e.archs) + " in every .so"] if e.archs else [])]
+        notes = [*p.notes, *([f"build torch: {self.torch.version} ({self.torch.kind})"] if self.torch else []),
+                 f"MAX_JOBS={p.jobs}: {p.per_job_bytes / (1 << 30):.2g} GiB per job ({p.per_job_source})",
+                 "verify: " + ("; ".join(checks) or "metadata only"), *([f"wheel: {self.wheel}"] if self.wheel else [])]
+        head = f"{p.project} {p.version} (regime {p.regime}" + (f", backend {p.backend}" if p.backend else "") + \
+            f") -> label +{p.label}"
+        return "\n".join(plan_lines(head, notes, self.env, [self.argv], self.refusal.message if self.refusal else None))
 
 
 # -- patch sets ----------------------------------------------------------------------------------
