@@ -35,6 +35,6 @@ def detect(driver: WheelDriver, root: Path, others: Mapping[str, WheelDriver]) -
         except ConfigError as exc:
             if "tree, not" in exc.message:
                 raise
-    raise ConfigError(f"{root} is neither a ROCm apex nor a flash-attention source tree "
-                      "(expected setup.py with apex/__init__.py, or setup.py with flash_attn/__init__.py)",
-                      hint="point --source at the top of an apex or flash-attention checkout or sdist")
+    raise ConfigError(f"{root} is not a {driver.title} source tree (nor "
+                      + " or ".join(o.title for n, o in sorted(others.items()) if n != driver.name) + ")",
+                      hint=f"point --source at the top of a {driver.title} checkout or sdist")
