@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from porter import emulate
 from porter.codeobjects import CodeObject, read_code_objects
-from porter.errors import ToolError, first_error
+from porter.errors import PorterError, ToolError, first_error
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
 from porter.toolchain.archs import Target
@@ -215,3 +215,16 @@ def checked_compiler(tc: Toolchain, log: Logger) -> str:
         return probe(tc.compiler, quiet, launcher=tc.executor.prefix, env=toolchain_env(tc)).version
     with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
         return require_toolchain(tc, runner=quiet, log=log).compiler.version
+
+
+def ready(tc: Toolchain, runner: Runner, log: Logger, *, compiler: bool = True) -> tuple[str, PorterError | None]:
+    """Every build's readiness step, before any work: the toolchain's root (``Executor.preflight``), then (with
+    ``compiler``) its compiler, :func:`checked_compiler`. A real run raises what fails and returns the compiler's
+    version; a dry run asks the root only and returns what a real run here would refuse."""
+    try:
+        tc.executor.preflight()
+    except PorterError as exc:
+        if not runner.dry:
+            raise
+        return "", exc
+    return ("" if runner.dry or not compiler else checked_compiler(tc, log)), None

@@ -30,7 +30,7 @@ from porter.fs import cache_dir, owned_temp
 from porter.locks import hold
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
-from porter.toolchain.check import checked_compiler
+from porter.toolchain.check import checked_compiler, ready
 from porter.toolchain.profile import Toolchain
 from porter.torch_facts import TorchInfo, build_torch, need_for
 from porter.wheels import costs as costs_mod
@@ -109,7 +109,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
     """
     log = log or quiet_logger()
     tc = request.toolchain
-    _preflight(tc, link=link, dry=runner.dry, log=log)
+    _rocm_only(tc, link)
+    _, not_ready = ready(tc, runner, log, compiler=not link)  # a wheel's link checks it when it has device ops
     ex = tc.executor
     py_ex, python = build_python(ex, tc.python, request.python)
     machine, start = machine or Machine.current(), time.monotonic()
@@ -159,7 +160,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         built = compile_catalogue(cat, tc, list(kset.ops), base / "build", python=python, py_ex=py_ex, runner=runner,
                                   log=log, cache=work_root, how=EngineRun(jobs=wplan.jobs, compile_only=not link,
                                                                           shard=shard, link_only=report_only),
-                                  refused=refused, hipify=tuple(kset.hipify), mirror=False,
+                                  refused=refused or not_ready, hipify=tuple(kset.hipify), mirror=False,
                                   hipify_from=ctx.tree, notes=notes,
                                   on_shard_setup=base_lock.release if base_lock is not None else None)
         result = _result(info, tc, built, wplan, kset, stop=stop, lanes=lanes)
@@ -192,17 +193,12 @@ def _finish(result: CompileOnlyResult, kset: KernelSet, project: str, request: W
 
 
 
-def _preflight(tc: Toolchain, *, link: bool, dry: bool, log: Logger) -> None:
-    """A compile-only build needs a rocm profile; a real run, the toolchain's root ready and (compile only) a
-    compiler that takes every arch (an arch it rejects stops the build in seconds)."""
+def _rocm_only(tc: Toolchain, link: bool) -> None:
+    """A compile-only build needs a rocm profile (a wheel build's link takes any kind)."""
     if tc.kind != "rocm" and not link:
         raise ConfigError(f"--compile-only compiles GPU code for every arch of a rocm profile; toolchain {tc.name} "
                           f"is a {tc.kind} profile",
                           hint="pick a rocm profile (-t debian-rocm7, -t mi300x, ...), or drop --compile-only")
-    if not dry:
-        tc.executor.preflight()
-        if not link:
-            checked_compiler(tc, log)
 
 
 def _made(folder: Path) -> Path:

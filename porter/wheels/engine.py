@@ -25,6 +25,7 @@ from porter.executor import build_python
 from porter.fs import cache_dir, ensure_writable_dir, owned_temp, sha256_file
 from porter.log import Logger, quiet_logger
 from porter.run import Runner, env_changes, plan_lines
+from porter.toolchain.check import ready
 from porter.toolchain.profile import toolchain_env
 from porter.torch_facts import TorchInfo, build_torch, probe_torch
 from porter.wheels import costs
@@ -114,7 +115,7 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
     py_ex, python = build_python(ex, tc.python, request.python)
     if not runner.dry:
         ensure_writable_dir(request.output, what="wheelhouse")
-        ex.preflight()
+    _, not_ready = ready(tc, runner, log, compiler=False)  # (the engine's link checks it)
     with owned_temp(_scratch(ex, runner), "porter-wheel-") as work:
         with log.step(f"reading {driver.title} source {source}"):
             # the shared cache (an sdist unpacked once, under a lock); a dry run writes only into its temp folder
@@ -140,7 +141,7 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
                 check_patch_set(root, ref, info.version, log)
             lanes = wave64_step(driver, info, plan, request, _planned(root, refs), "; ".join(refs), log)
             plan, stop = _gated(plan, lanes, tc.name)
-            refused = refused or _preflight_refusal(ex)
+            refused = refused or not_ready
             runner.run(argv, env=env, cwd=tree)
             return WheelResult(plan, argv, env_changes(env), torch, dry_run=True, refusal=refused or stop,
                                wave64=lanes.to_dict() if lanes else None)
@@ -215,14 +216,6 @@ def _torch_step(plan: BuildPlan, request: WheelRequest, known: TorchInfo | None,
     return build_torch(python, py_ex, runner, need=plan.needs_torch, known=known,
                        what=f"{plan.project} {plan.version} ({plan.backend or plan.regime} build for +{plan.label}"
                             + (f"; {plan.needs_torch_why}" if plan.needs_torch_why else "") + ")")
-
-
-def _preflight_refusal(ex: Any) -> PorterError | None:
-    try:
-        ex.preflight()
-    except PorterError as exc:
-        return exc
-    return None
 
 
 def _patch(tree: Path, refs: Sequence[str], asked: str | None, version: str, log: Logger, *,

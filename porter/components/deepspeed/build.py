@@ -17,14 +17,14 @@ from porter.artifacts.manifest import ExtensionEntry, publish
 from porter.components.deepspeed import DEEPSPEED
 from porter.components.deepspeed.catalogue import read_catalogue
 from porter.components.deepspeed.wheel import base_wheel, compose, dist_version, wheel_patches
-from porter.errors import CheckFailed, ConfigError
+from porter.errors import CheckFailed, ConfigError, PorterError
 from porter.executor import Executor, build_python
 from porter.fs import cache_dir, ensure_writable_dir, owned_temp
 from porter.hipify import wave64
 from porter.log import Logger, quiet_logger
 from porter.patching import plan as plan_patches
 from porter.run import Runner, make_env
-from porter.toolchain.check import checked_compiler
+from porter.toolchain.check import ready
 from porter.toolchain.profile import Toolchain
 from porter.torch_facts import build_torch, need_for, refusal
 from ops_prebuild.build import BuildResult, EngineRun, OpResult, compile_catalogue, key
@@ -59,8 +59,8 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     cache = cache or ex.work_dir(cache_dir(), make=not runner.dry)
     start = time.monotonic()
     packs = not compile_only and shard is None  # this run writes the wheel
-    compiler_version = "" if runner.dry else _preflight(tc, python, py_ex, wheelhouse if packs else None,
-                                                     link=not compile_only, log=log)
+    compiler_version, not_ready = _preflight(tc, python, py_ex, wheelhouse if packs else None,
+                                             link=not compile_only, runner=runner, log=log)
     with ExitStack() as stack:
         with log.step("reading the source and its op catalogue"):
             source = _source(source_spec, cache, py_ex, runner, stack)
@@ -74,8 +74,8 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
             source = patched.source if not runner.dry else source
             cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose), executor=py_ex)
         selected = _selected(cat, ops, all_compatible, log)
-        refused = None if compile_only else refusal(need_for(tc.kind), cat.torch, python,
-                                                    what=f"building DeepSpeed ops for {tc.name}")
+        refused = (None if compile_only else refusal(need_for(tc.kind), cat.torch, python,
+                                                     what=f"building DeepSpeed ops for {tc.name}")) or not_ready
         lanes = _wave64(unpatched, patched, selected, allow_wave32, log) if tc.wavefront == 64 else None
         stop = lanes.error(f"DeepSpeed {source.version} for {tc.name}") if lanes is not None else None
         if stop is not None and not runner.dry:
@@ -145,17 +145,15 @@ def _source(spec: str, cache: Path, py_ex: Executor, runner: Runner, stack: Exit
     return resolve_source(DEEPSPEED, spec, runner=runner.real(), cache=scratch)
 
 
-def _preflight(tc: Toolchain, python: str, py_ex: Executor, wheelhouse: Path | None, *, link: bool,
-               log: Logger) -> str:
-    """Everything a real build checks before any work: the wheelhouse writable, a torch of the profile's kind in
-    the build python (linking needs it; compiling does not), the toolchain's root ready and its compiler taking
-    every arch (seconds, not after hipify). The compiler's version."""
-    if wheelhouse is not None:
+def _preflight(tc: Toolchain, python: str, py_ex: Executor, wheelhouse: Path | None, *, link: bool, runner: Runner,
+               log: Logger) -> tuple[str, PorterError | None]:
+    """Everything a real build checks before any work: the wheelhouse writable, a torch of the profile's kind in the
+    build python (linking needs it; compiling does not), then the toolchain's readiness (:func:`ready`)."""
+    if not runner.dry and wheelhouse is not None:
         ensure_writable_dir(wheelhouse, what="wheelhouse")
-    if link:
+    if not runner.dry and link:
         build_torch(python, py_ex, Runner(log), need=need_for(tc.kind), what=f"building DeepSpeed ops for {tc.name}")
-    tc.executor.preflight()
-    return checked_compiler(tc, log)
+    return ready(tc, runner, log)
 
 
 def _record_wave64(result: BuildResult, lanes: wave64.Wave64, stop: CheckFailed | None) -> None:

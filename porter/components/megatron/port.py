@@ -44,7 +44,7 @@ from porter.patching import apply
 from porter.patching.model import PatchSet
 from porter.patching.engine import Plan as PatchPlan
 from porter.run import Runner
-from porter.toolchain.check import checked_compiler
+from porter.toolchain.check import ready
 from porter.toolchain.profile import Toolchain
 from porter.torch_facts import TorchInfo, build_torch, need_for
 from ops_prebuild.build import EngineRun, OpResult, compile_catalogue, failures
@@ -163,18 +163,12 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         ensure_writable_dir(Path(wheelhouse), what="wheelhouse")
     if not dry_run and not in_place:
         ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest", create=True)
-    if kernels:  # the torch rule first (bad input, exit 2), then the toolchain's readiness
+    if kernels:  # the torch rule first (bad input, exit 2), the patches, then the toolchain's readiness
         torch_info, refused = build_torch(python, py_ex, runner, need=None if compile_only else need_for(tc.kind),
                                           what=f"building Megatron's fused kernels for {tc.name}")
-        try:
-            ex.preflight()
-        except PorterError as exc:
-            refused = refused or exc
-    if kernels and not dry_run:
-        check_patches(src, psets, skipped, target_version, dest)  # fail before any compile or copy
-        ex.preflight()
-        if tc.kind in ("rocm", "cuda"):
-            checked_compiler(tc, log)
+        if not dry_run:
+            check_patches(src, psets, skipped, target_version, dest)  # fail before any compile or copy
+        refused = refused or ready(tc, runner, log, compiler=tc.kind in ("rocm", "cuda"))[1]
     if dry_run:
         pp = check_patches(src, psets, skipped, target_version, dest)  # checked against the tree; nothing written
         result = PortResult(src, dest, tc.name, pp.sets[0].version, patched=[c.path for c in pp.changes],
