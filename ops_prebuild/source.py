@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from packaging.utils import canonicalize_name
 
@@ -25,6 +25,7 @@ from porter.fs import cache_dir, owned_temp, owned_temp_dir, sha256_file
 from porter.locks import hold
 from porter.patching import PatchSet, failure_message, load_project, load_shipped
 from porter.patching import plan as plan_patches
+from porter.log import Logger
 from porter.run import Runner, make_env
 
 
@@ -298,6 +299,8 @@ class Patched:
     """Why a set could not be applied (the build then uses the unpatched source)."""
     changed: Mapping[str, bytes] = field(default_factory=dict)
     """The files the sets change, as they are after (also in a dry run, which writes nothing)."""
+    records: tuple[dict[str, Any], ...] = ()
+    """The sets' patches as a manifest lists them, with their files' sha256 before and after."""
 
     def after(self, rel: str) -> str | None:
         """A file as the build compiles it, when a set changes it (None: as it is in the source)."""
@@ -316,6 +319,20 @@ def build_sets(project: str, kind: str, tree: Path | None = None) -> list[PatchS
     sets = [load_shipped(project, name) for name in proj.build.get(kind, ())]
     return sets if tree is None else [s for s in sets if any(p.kind != "edits" or any(
         (tree / f).is_file() for f in p.files) for p in s.patches)]
+
+
+def build_copy(source: Source, kind: str, cache: Path, runner: Runner, log: Logger, *,
+               only_present: bool = True) -> Patched:
+    """The project's patch sets for every build with a ``kind`` toolchain (:func:`build_sets`; ``only_present``:
+    those that edit a file the tree has) applied to a copy of the source of its own, which is said in the log: the
+    source as it is when none applies. A dry run (a recording ``runner``) plans it and writes nothing."""
+    sets = build_sets(source.project, kind, source.tree if only_present else None)
+    patched = (planned_source if runner.dry else patched_source)(source, sets, cache)
+    if patched.warning:
+        log.warn(patched.warning)
+    elif patched.applied:
+        log.info(f"building from a patched copy of the source ({'; '.join(patched.applied)})")
+    return patched
 
 
 def planned_source(source: Source, sets: list[PatchSet], cache: Path) -> Patched:
@@ -339,21 +356,22 @@ def _patched(source: Source, sets: list[PatchSet], cache: Path, *, write: bool) 
     if planned.failed:
         return Patched(source, warning=f"{', '.join(s.ref for s in sets)} cannot be applied to {source.origin}, "
                                        f"built as it is: " + failure_message(planned.failed))
+    records = tuple(planned.records())
     changes = [(c.path, c.after, c.mode) for c in planned.changes if c.after is not None and c.after != c.before]
     applied = tuple(f"{s.ref}: {', '.join(sorted({r.patch for r in s.results if r.status == 'would-apply'}))}"
                     for s in planned.sets if any(r.status == "would-apply" for r in s.results))
     if not changes:
-        return Patched(source)
+        return Patched(source, records=records)
     changed = {path: after for path, after, _ in changes}
     patched = [f"{path}\0".encode() + after for path, after, _ in sorted(changes)]
     digest = hashlib.sha256(b"\0".join([_fingerprint(source.tree), *patched])).hexdigest()[:12]
     dest = cache / "sources" / f"{source.tree.name}+{'+'.join(s.name for s in sets)}-{digest}"
     if not write or (dest / ".porter-patched").is_file():
-        return Patched(replace(source, tree=dest), applied, changed=changed)
+        return Patched(replace(source, tree=dest), applied, changed=changed, records=records)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with hold(dest, f"patching {source.tree.name}"):
         if (dest / ".porter-patched").is_file():  # another build published it while this one waited
-            return Patched(replace(source, tree=dest), applied, changed=changed)
+            return Patched(replace(source, tree=dest), applied, changed=changed, records=records)
         tmp = owned_temp_dir(dest.parent, ".patch-")
         try:
             work = tmp / "tree"
@@ -371,7 +389,7 @@ def _patched(source: Source, sets: list[PatchSet], cache: Path, *, write: bool) 
             os.replace(work, dest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return Patched(replace(source, tree=dest), applied, changed=changed)
+    return Patched(replace(source, tree=dest), applied, changed=changed, records=records)
 
 
 def _fingerprint(tree: Path) -> bytes:

@@ -41,7 +41,7 @@ from porter.wheels.source import detect, resolve_source
 from ops_prebuild.build import EngineRun, OpResult, compile_catalogue, key
 from ops_prebuild.catalogue import Catalogue
 from ops_prebuild.plan import Plan
-from ops_prebuild.source import Patched, Source, build_sets, patched_source, planned_source
+from ops_prebuild.source import Source, build_copy
 
 @dataclass
 class CompileOnlyResult:
@@ -123,7 +123,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
             root, provenance = resolve_source(source, driver, tmp if runner.dry else work_root, runner.real())
             info = detect(driver, root, others or {})
         origin = origin or provenance.get("sdist_sha256") or str(root)
-        patched = _patched(Source(info.project, info.version, root, str(source)), tc, work_root, log, runner)
+        patched = build_copy(Source(info.project, info.version, root, str(source)), tc.kind, work_root, runner, log)
         root = root if runner.dry else patched.source.tree  # a dry run plans the patch and writes nothing
         if request.measured is None:
             request = replace(request, measured=costs_mod.load(driver.name, info.version, tc, costs_root))
@@ -216,18 +216,6 @@ def _result(info: SourceInfo, tc: Toolchain, built: Any, wplan: BuildPlan, kset:
                                wave64=lanes.to_dict() if lanes else None)
     result.shard = built.shard
     return result
-
-
-def _patched(source: Source, tc: Toolchain, cache: Path, log: Logger, runner: Runner) -> Patched:
-    """The project's patch sets for every build of this kind (FlashAttention's ck-rocm7) applied to a copy of the
-    source of its own (the source as it is when none applies; a dry run plans it and writes nothing)."""
-    sets = build_sets(source.project, tc.kind, source.tree)
-    patched = (planned_source if runner.dry else patched_source)(source, sets, cache)
-    if patched.warning:
-        log.warn(patched.warning)
-    elif patched.applied:
-        log.info(f"compiling a patched copy of the source ({'; '.join(patched.applied)})")
-    return patched
 
 
 def wave64_step(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request: WheelRequest,

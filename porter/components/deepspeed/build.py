@@ -22,15 +22,13 @@ from porter.executor import Executor, build_python
 from porter.fs import cache_dir, ensure_writable_dir, owned_temp
 from porter.hipify import wave64
 from porter.log import Logger, quiet_logger
-from porter.patching import plan as plan_patches
 from porter.run import Runner, make_env
 from porter.toolchain.check import ready
 from porter.toolchain.profile import Toolchain
 from porter.torch_facts import build_torch, need_for, refusal
 from ops_prebuild.build import BuildResult, EngineRun, OpResult, compile_catalogue, key
 from ops_prebuild.catalogue import Catalogue, OpSpec
-from ops_prebuild.source import (Patched, Source, build_sets, cached_source, git_commit, patched_source,
-                                 planned_source, resolve_source)
+from ops_prebuild.source import Patched, Source, build_copy, cached_source, git_commit, resolve_source
 
 
 def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, all_compatible: bool = False,
@@ -64,12 +62,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
     with ExitStack() as stack:
         with log.step("reading the source and its op catalogue"):
             source = _source(source_spec, cache, py_ex, runner, stack)
-            sets = build_sets(source.project, tc.kind)
-            patched = (planned_source if runner.dry else patched_source)(source, sets, cache)
-            if patched.warning:
-                log.warn(patched.warning)
-            elif patched.applied:
-                log.info(f"building from a patched copy of the source ({'; '.join(patched.applied)})")
+            patched = build_copy(source, tc.kind, cache, runner, log, only_present=False)
             unpatched = source
             source = patched.source if not runner.dry else source
             cat = read_catalogue(source, tc, python=python, runner=Runner(log, echo=log.verbose), executor=py_ex)
@@ -100,9 +93,7 @@ def build_ops(source_spec: str, tc: Toolchain, *, ops: list[str] | None = None, 
         if len(result.failed) == len(result.ops):
             raise CheckFailed(f"no op built ({', '.join(o.name for o in result.failed)} failed)",
                               hint=f"read the logs under {build_dir}")
-        # the patches as the manifest lists them: patched_source's plan made again on the same source (in memory,
-        # the few files the sets edit), per patch with its files' sha256 before and after
-        patches = [] if patched.warning or not sets else plan_patches(unpatched.tree, sets).records()
+        patches = list(patched.records)  # as the manifest lists them
         with log.step("packaging the wheel"):
             result.wheel, result.manifest = package(cat, tc, selected, result.ops, wheelhouse, python=python,
                                                     runner=runner, cache=cache, executor=py_ex,
