@@ -391,9 +391,10 @@ def show_compiled(what: str, compiled: list[dict[str, Any]], archs: list[str], c
         click.echo(f"# measured costs: {costs}")
 
 
-def compile_failures(compiled: list[dict[str, Any]], where: str, tc: Toolchain, *, what: str = "op") -> None:
+def compile_failures(compiled: list[dict[str, Any]], where: str, tc: Toolchain, *, what: str = "op",
+                     leave: str = "") -> None:
     """A compile-only build's failures: nothing compiled (exit 1), or some ops (kernels) did not (exit 3: the
-    others did), each named with its archs and the compiler's first error."""
+    others did), each named with its archs and the compiler's first error; ``leave``: how to leave one out."""
     from porter.errors import CheckFailed, PartialSuccess
     from ops_prebuild.build import OpResult, failures
 
@@ -405,7 +406,8 @@ def compile_failures(compiled: list[dict[str, Any]], where: str, tc: Toolchain, 
                                         for r in compiled})
     if len(failed) == len(compiled):
         raise CheckFailed(f"no {what} compiled " + text,
-                          hint=f"fix the first error of each {what} (its file and line are named), or leave it out")
+                          hint=f"fix the first error of each {what} (its file and line are named)"
+                               + (f", or leave it out {leave}" if leave else ""))
     raise PartialSuccess(f"{len(failed)} of {len(compiled)} {what}(s) failed to compile " + text,
                          hint=f"the other {what}s compiled; fix the first error of each (its file and line are named)")
 

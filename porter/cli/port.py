@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, arg, dry_run_option, jobs_option,
-                                json_option, opt, options, python_option, runner_for, show_compiled,
-                                compile_failures, show_plan, wheelhouse_option)
+from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, arg, compile_failures, dry_run_option,
+                                jobs_option, json_option, opt, options, python_option, runner_for, show_compiled,
+                                show_plan, wheelhouse_option)
 from porter.errors import refusal_line
 from porter.log import Logger
 

@@ -10,10 +10,9 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (BUILDERS, ShardChoice, ToolchainChoice, allow_wave32_option, allowed, builds,
-                                dry_run_option, jobs_option, json_option, opt, options,
-                                parse_shard, python_option, runner_for, show_plan,
-                                sharded, show_compiled, compile_failures, slurm_options, submit_shards,
-                                wheelhouse_option)
+                                compile_failures, dry_run_option, jobs_option, json_option, opt, options, parse_shard,
+                                python_option, runner_for, sharded, show_compiled, show_plan, slurm_options,
+                                submit_shards, wheelhouse_option)
 from porter.log import Logger
 from porter.toolchain.profile import Toolchain
 from porter.wheels import WheelRequest, build_wheel
