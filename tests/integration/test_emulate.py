@@ -157,6 +157,8 @@ def test_deepspeed_fused_optimizers_pass_at_both_wave_sizes(wave: int, deepspeed
     assert code == 0, rows
     assert set(verdict) == {(f"deepspeed.{k}", wave) for k in ("fused_adam", "fused_lamb", "fused_lion")}, rows
     manifest = json.loads(next(wheelhouse.glob("deepspeed-*.porter.json")).read_text())
+    compiled_from = {(p["set"], p["id"], p["state"]) for p in manifest["sources"]["patches"] if "applied_to" not in p}
+    assert ("deepspeed/rocm-sources", "hipblas-v2-datatype", "applied") in compiled_from  # the patched copy it built
     if wave == 64:  # type_shim.h's 16-lane reduction: safe for these three, proven by the checks just run
         safe = manifest["wave64"]["findings"]
         assert manifest["wave64"]["counts"] == {"safe": 3} and {f["op"] for f in safe} == {"fused_adam",
