@@ -126,3 +126,30 @@ def test_main_maps_config_error_to_exit_2(capsys: pytest.CaptureFixture[str]) ->
     err = capsys.readouterr().err
     assert "ERROR: no toolchain preset or file named 'no-such-preset'" in err and "TIP:" in err
     assert "Traceback" not in err
+
+
+def test_the_readiness_step_raises_in_a_real_run_and_returns_the_refusal_in_a_dry_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """toolchain.check.ready, every build's one readiness step: a chroot that does not exist stops a real run (exit 2
+    with the command that makes it) and is what a dry run says a real run would refuse; a root that is there passes
+    a dry run without asking the compiler."""
+    from porter.errors import ToolError
+    from porter.log import quiet_logger
+    from porter.run import RecordingRunner, Runner
+    import porter.toolchain.check
+    from porter.toolchain.check import ready
+
+    log = quiet_logger()
+    tc = load_toolchain("debian-trixie-rocm", environ={"PORTER_TRIXIE_ROOT": str(tmp_path / "missing")})
+    with pytest.raises(ToolError, match="does not exist") as exc:
+        ready(tc, Runner(log), log)
+    assert exc.value.hint and "make chroot-trixie" in exc.value.hint
+    version, refused = ready(tc, RecordingRunner(log), log)
+    assert version == "" and isinstance(refused, ToolError) and "does not exist" in refused.message
+    (tmp_path / "there" / "proc" / "self").mkdir(parents=True)
+    tc = load_toolchain("debian-trixie-rocm", environ={"PORTER_TRIXIE_ROOT": str(tmp_path / "there")})
+    asked = []
+    monkeypatch.setattr(porter.toolchain.check, "checked_compiler", lambda tc, log: asked.append(tc.name) or "22.0")
+    assert ready(tc, RecordingRunner(log), log) == ("", None) and asked == []  # a dry run asks no compiler
+    assert ready(tc, Runner(log), log, compiler=False) == ("", None) and asked == []
+    assert ready(tc, Runner(log), log) == ("22.0", None) and asked == [tc.name]
