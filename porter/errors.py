@@ -65,6 +65,12 @@ def refusal_line(message: str) -> str:
     return "# a real run here would be refused: " + " ".join(message.split())
 
 
+def stop_note(message: str) -> str:
+    """A dry run's plan note for a stop a real run would make after planning (a wave-64 finding): kept in the plan's
+    notes, so it is said even when another refusal comes first (the printed plan says it once)."""
+    return "a real run here would stop: " + message
+
+
 class FileSystemError(PorterError):
     """The file system refused a write or a read: no space, read-only, no permission, over quota."""
 

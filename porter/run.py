@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from porter.errors import CommandFailed, Interrupted, ToolError, refusal_line
+from porter.errors import CommandFailed, Interrupted, ToolError, refusal_line, stop_note
 from porter.log import Logger, quiet_logger
 
 EnvUpdate = Mapping[str, str | None]
@@ -53,7 +53,8 @@ def plan_lines(header: str, notes: Sequence[str], env: Mapping[str, str | None],
     unset), each command as it would run, then what a real run here would refuse."""
     import shlex
 
-    lines = [f"# plan: {header}", *(f"# note: {n}" for n in notes)]
+    said = stop_note(refusal) if refusal else None  # the last line says it
+    lines = [f"# plan: {header}", *(f"# note: {n}" for n in notes if n != said)]
     if env:
         lines.append("# env: " + " ".join(f"-u {k}" if v is None else f"{k}={shlex.quote(v)}"
                                           for k, v in sorted(env.items())))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError
+from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError, stop_note
 from porter.executor import build_python
 from porter.fs import cache_dir, owned_temp
 from porter.locks import hold
@@ -156,7 +156,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                         ops=kset.ops)
         notes = [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned),
                  *(f"patched: {a}" for a in patched.applied), *(lanes.allowed_notes() if lanes else []),
-                 *([f"a real run here would stop: {stop.message}"] if stop else [])]
+                 *([stop_note(stop.message)] if stop else [])]
         built = compile_catalogue(cat, tc, list(kset.ops), base / "build", python=python, py_ex=py_ex, runner=runner,
                                   log=log, cache=work_root, how=EngineRun(jobs=wplan.jobs, compile_only=not link,
                                                                           shard=shard, link_only=report_only),

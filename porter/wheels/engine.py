@@ -20,7 +20,7 @@ from packaging.utils import parse_wheel_filename
 
 from porter.artifacts.manifest import ExtensionEntry, OpEntry
 from porter.artifacts.wheelfile import Payload, read_wheel, rewrite_wheel
-from porter.errors import CheckFailed, PorterError
+from porter.errors import CheckFailed, PorterError, stop_note
 from porter.executor import build_python
 from porter.fs import cache_dir, ensure_writable_dir, owned_temp, sha256_file
 from porter.log import Logger, quiet_logger
@@ -235,7 +235,7 @@ def _gated(plan: BuildPlan, lanes: wave64.Wave64 | None, target: str) -> tuple[B
     if lanes is None:
         return plan, None
     stop = lanes.error(f"{plan.project} {plan.version} for {target}", LEAVE)
-    return replace(plan, notes=(*plan.notes, *([f"a real run here would stop: {stop.message}"] if stop else []),
+    return replace(plan, notes=(*plan.notes, *([stop_note(stop.message)] if stop else []),
                                 *lanes.allowed_notes())), stop
 
 

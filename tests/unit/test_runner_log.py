@@ -35,3 +35,16 @@ def test_quiet_logger_still_prints_errors() -> None:
     log.info("hidden")
     log.error("shown")
     assert stream.getvalue() == "ERROR: shown\n"
+
+
+def test_a_plan_says_a_stop_once_and_keeps_it_when_another_refusal_comes_first() -> None:
+    from porter.errors import stop_note
+    from porter.run import plan_lines
+
+    stop = "DeepSpeed 0.19.8 for emulate-wave64: 5 warp-size-32 finding(s) refused"
+    lines = plan_lines("2 op(s)", ["jobs: 2", stop_note(stop)], {}, [["ninja"]], stop)
+    assert sum(stop in ln for ln in lines) == 1 and lines[-1].endswith(stop), lines
+    assert "# note: jobs: 2" in lines
+    torch = "building DeepSpeed ops for mi300x needs a ROCm torch"
+    lines = plan_lines("2 op(s)", [stop_note(stop)], {}, [], torch)
+    assert lines[1] == f"# note: {stop_note(stop)}" and lines[-1].endswith(torch), lines

@@ -17,7 +17,7 @@ from porter.artifacts.manifest import ExtensionEntry, publish
 from porter.components.deepspeed import DEEPSPEED
 from porter.components.deepspeed.catalogue import read_catalogue
 from porter.components.deepspeed.wheel import base_wheel, compose, dist_version, wheel_patches
-from porter.errors import CheckFailed, ConfigError, PorterError
+from porter.errors import CheckFailed, ConfigError, PorterError, stop_note
 from porter.executor import Executor, build_python
 from porter.fs import cache_dir, ensure_writable_dir, owned_temp
 from porter.hipify import wave64
@@ -153,7 +153,7 @@ def _record_wave64(result: BuildResult, lanes: wave64.Wave64, stop: CheckFailed 
     result.wave64 = lanes.to_dict()
     if stop is not None:
         result.refusal = result.refusal or stop
-        result.plan.notes.append(f"a real run here would stop: {stop.message}")
+        result.plan.notes.append(stop_note(stop.message))
     result.plan.notes.extend(lanes.allowed_notes())
 
 
