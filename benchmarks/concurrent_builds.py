@@ -21,7 +21,7 @@ from pathlib import Path
 
 def compiler_calls(cache: Path) -> int:
     calls = 0
-    for log in cache.glob("ops/*/.ninja_log"):
+    for log in cache.glob("wheels/*/build/.ninja_log"):
         calls += sum(1 for line in log.read_text().splitlines() if line and not line.startswith("#")
                      and line.split("\t")[3].endswith(".o"))
     return calls

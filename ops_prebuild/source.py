@@ -1,7 +1,6 @@
 """Where a project's source comes from: an sdist file, an unpacked tree, or ``NAME==X`` (the package index).
 
-The project is anything with the shape of :class:`Project` (a component under ``porter/components/`` passes
-itself); this engine knows no project by name. Unpacked sdists and patched copies are cache entries: made in a
+This engine knows no project by name (a driver's name and download settings come with each call). Unpacked sdists and patched copies are cache entries: made in a
 temporary sibling, published once by rename under a lock, and checked by their marker when reused."""
 
 from __future__ import annotations
@@ -12,39 +11,21 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
 from porter import archive, faults
 from porter.errors import CommandFailed, ConfigError, ToolError
-from porter.fs import cache_dir, owned_temp, owned_temp_dir, sha256_file
+from porter.fs import owned_temp, owned_temp_dir, sha256_file
 from porter.locks import hold
 from porter.patching import PatchSet, failure_message, load_project, load_shipped
 from porter.patching import plan as plan_patches
 from porter.log import Logger
 from porter.run import Runner, make_env
-
-
-class Project(Protocol):
-    """What the engine needs to know of a project to find its source."""
-
-    name: str
-    """Its distribution name (``NAME==VERSION`` downloads that sdist)."""
-    title: str
-    tree_marks: str
-    """In words, what a tree of it has (for the error when a folder is not one)."""
-
-    def is_tree(self, tree: Path) -> bool: ...
-
-    def tree_version(self, tree: Path) -> str: ...
-
-
-def source_hint(project: Project) -> str:
-    return f"pass a {project.title} sdist (.tar.gz), its unpacked folder, or {project.name}==VERSION"
 
 
 @dataclass(frozen=True)
@@ -63,13 +44,6 @@ class Source:
     """Of the sdist, when there was one."""
     regime: str = ""
     """How the tree is told what to build, when a project has several ways (apex: ``env`` or ``flags``)."""
-
-
-def _identify(project: Project, tree: Path, origin: str) -> Source:
-    if project.is_tree(tree):
-        return Source(project.name, project.tree_version(tree), tree, origin)
-    raise ConfigError(f"{origin} is not a {project.title} source tree (no {project.tree_marks})",
-                      hint=source_hint(project))
 
 
 MARK = ".porter-unpacked"
@@ -231,32 +205,20 @@ def fetch_tree(spec: str, *, cache: Path, runner: Runner, hint: str, name: str |
     raise ConfigError(f"source not found: {spec}", hint=hint)
 
 
-def resolve_source(project: Project, spec: str, *, runner: Runner | None = None, cache: Path | None = None) -> Source:
-    """Resolve ``spec`` to an unpacked tree of ``project`` (sdists are unpacked once into ``cache``; a dry run
-    passes a temp folder that shadows the cache, so it writes nothing there)."""
-    tree, provenance = fetch_tree(spec, cache=cache or cache_dir(), runner=runner or Runner(),
-                                  hint=source_hint(project), name=project.name)
-    src = _identify(project, tree, spec)
-    return replace(src, sha256=provenance.get("sdist_sha256", ""))
-
-
-def cached_source(project: Project, spec: str, cache: Path) -> Source | None:
-    """The source if ``cache`` already holds it unpacked (read only: nothing is downloaded or written)."""
+def cached_tree(spec: str, cache: Path, name: str | None = None) -> tuple[Path, dict[str, str]] | None:
+    """What :func:`fetch_tree` gives if ``cache`` already holds it (read only: nothing is downloaded or written)."""
     path = Path(spec)
     if path.is_dir():
-        return _identify(project, path.resolve(), spec)
+        commit = git_commit(path)
+        return path.resolve(), ({"git_commit": commit} if commit else {})
     if path.is_file() and spec.endswith((".tar.gz", ".tgz")):
         digest = sha256_file(path)
         dest = cache / "sources" / f"{path.name.removesuffix('.tar.gz')}-{digest[:12]}"
-        if _unpacked(dest, digest):
-            return Source(project.name, project.tree_version(dest), dest, spec, digest)
-        return None
-    req = _requirement(project.name, spec)
-    if req:
-        dl = cache / "sdists" / "-".join(req)
-        found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []
-        return cached_source(project, str(found[0]), cache) if found else None
-    return None
+        return (dest, {"sdist": path.name, "sdist_sha256": digest}) if _unpacked(dest, digest) else None
+    req = _requirement(name, spec)
+    found = sorted((cache / "sdists" / "-".join(req)).glob("*.tar.gz")) if req else []
+    got = cached_tree(str(found[0]), cache) if found else None
+    return (got[0], {**got[1], "requirement": spec}) if got else None
 
 
 def mirror_tree(tree: Path, dest: Path, tops: list[str]) -> int:
@@ -322,12 +284,18 @@ def build_sets(project: str, kind: str, tree: Path | None = None) -> list[PatchS
 
 
 def build_copy(source: Source, kind: str, cache: Path, runner: Runner, log: Logger, *,
-               only_present: bool = True) -> Patched:
+               only_present: bool = True, asked: Sequence[PatchSet] = ()) -> Patched:
     """The project's patch sets for every build with a ``kind`` toolchain (:func:`build_sets`; ``only_present``:
-    those that edit a file the tree has) applied to a copy of the source of its own, which is said in the log: the
-    source as it is when none applies. A dry run (a recording ``runner``) plans it and writes nothing."""
-    sets = build_sets(source.project, kind, source.tree if only_present else None)
+    those that edit a file the tree has), after the sets the user ``asked`` for, applied to a copy of the source of
+    its own, which is said in the log: the source as it is when none applies. A set that cannot be applied leaves
+    the source as it is, with a warning; with sets asked for, it stops the build. A dry run (a recording
+    ``runner``) plans it and writes nothing."""
+    sets = [*asked, *(s for s in build_sets(source.project, kind, source.tree if only_present else None)
+                      if s.ref not in {a.ref for a in asked})]
     patched = (planned_source if runner.dry else patched_source)(source, sets, cache)
+    if patched.warning and asked:
+        raise ConfigError(patched.warning.replace(", built as it is", ""),
+                          hint="'porter patch check TREE --set SET' shows which patch no longer applies")
     if patched.warning:
         log.warn(patched.warning)
     elif patched.applied:
@@ -364,7 +332,7 @@ def _patched(source: Source, sets: list[PatchSet], cache: Path, *, write: bool) 
         return Patched(source, records=records)
     changed = {path: after for path, after, _ in changes}
     patched = [f"{path}\0".encode() + after for path, after, _ in sorted(changes)]
-    digest = hashlib.sha256(b"\0".join([_fingerprint(source.tree), *patched])).hexdigest()[:12]
+    digest = hashlib.sha256(b"\0".join([fingerprint(source.tree), *patched])).hexdigest()[:12]
     dest = cache / "sources" / f"{source.tree.name}+{'+'.join(s.name for s in sets)}-{digest}"
     if not write or (dest / ".porter-patched").is_file():
         return Patched(replace(source, tree=dest), applied, changed=changed, records=records)
@@ -392,7 +360,7 @@ def _patched(source: Source, sets: list[PatchSet], cache: Path, *, write: bool) 
     return Patched(replace(source, tree=dest), applied, changed=changed, records=records)
 
 
-def _fingerprint(tree: Path) -> bytes:
+def fingerprint(tree: Path) -> bytes:
     """The tree as it is now: where it lies, and each file's path, size and modification time. Two trees of one
     name (every tree the gauntlet checks out is called ``tree``) or a tree edited since its patched copy was made
     must not share that copy; the patched files' content alone cannot tell them apart."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -10,15 +11,12 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (CacheChoice, ShardChoice, Spec, ToolchainChoice, allow_wave32_option, allowed, builds,
-                                compile_failures, dry_run_option, jobs_option, json_option, opt, options, parse_shard,
-                                python_option, runner_for, sharded, show_compiled, show_plan, slurm_options,
+                                compile_failures, dry_run_option, jobs_option, json_option, left_out, opt, options,
+                                parse_shard, python_option, runner_for, sharded, show_compiled, show_plan, slurm_options,
                                 submit_shards, wheelhouse_option)
-from porter.ccache import CacheRequest
 from porter.cluster.slurm.shards import BuildFacts
-from porter.errors import PartialSuccess
 from porter.log import Logger
 from porter.run import Runner
-from porter.toolchain.profile import Toolchain
 
 SOURCE = Spec(("--source",), dict(required=True, metavar="SRC", help="DeepSpeed sdist (.tar.gz), unpacked source "
                                    "folder, or deepspeed==VERSION (fetched from PyPI)."))
@@ -44,16 +42,18 @@ class ListOptions(ToolchainChoice):
 def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
     """Every op of the tree (read from its own op_builder), its sources, and whether this toolchain can
     build it, and if not, why."""
-    from porter.components.deepspeed import DEEPSPEED
+    from porter.components import wheel_drivers
+    from porter.components.deepspeed.build import DRIVER
     from porter.components.deepspeed.catalogue import read_catalogue
-    from ops_prebuild.source import resolve_source
     from porter.executor import build_python
     from porter.fs import cache_dir
+    from porter.wheels.source import detect, resolve_source
 
     tc = req.toolchain()
     runner = Runner(log, echo=log.verbose)
     py_ex, py = build_python(tc.executor, tc.python, req.python)
-    src = resolve_source(DEEPSPEED, req.source, runner=runner, cache=tc.executor.work_dir(cache_dir()))
+    root, _ = resolve_source(req.source, DRIVER, tc.executor.work_dir(cache_dir()), runner)
+    src = detect(DRIVER, root, wheel_drivers())
     cat = read_catalogue(src, tc, python=py, runner=runner, executor=py_ex)
     rows: list[dict[str, Any]] = [{"name": o.name, "compatible": o.compatible, "reason": o.reason, "device": o.device,
              "module": o.module, "build_var": o.build_var, "sources": list(o.sources),
@@ -129,34 +129,45 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
 
     With --shards N --slurm the build runs as Slurm jobs instead: N array tasks (--shard I/N) and a link
     job after them (porter ops status DIR follows it)."""
-    from porter.components.deepspeed.build import build_ops
+    _check_build_options(req)
+    if req.shards is not None:
+        _submit_shards(log, req, as_json)
+        return
+    res = _build(req, log, runner_for(log, req.dry_run, log.verbose if req.compile_only else True))
+    _show_build(res, req, as_json)
+    if req.with_deps and not req.dry_run and res.wheel is not None:
+        from porter.components.deepspeed.build import download_dependencies
+
+        with log.step("downloading the wheel's dependencies (all but torch) into the wheelhouse"):
+            download_dependencies(res.wheel, req.wheelhouse, python=sys.executable, runner=Runner(log))
+    _failures(res, req)
+
+
+def _build(req: BuildOptions, log: Logger, runner: Runner) -> Any:
+    """The one build flow with DeepSpeed's driver: compile only, or the wheel (one shard of it, or its link)."""
+    from porter.components.deepspeed.build import DRIVER
+    from porter.wheels import WheelRequest, build_wheel
+    from porter.wheels.compile import compile_only
     from ops_prebuild.build import EngineRun
 
-    _check_build_options(req)
     tc = req.toolchain()
-    names = [n.strip() for spec in req.ops for n in spec.split(",") if n.strip()] or None
-    if req.shards is not None:
-        _submit_shards(log, tc, req, names, as_json)
-        return
-    how = EngineRun(jobs=req.jobs, compile_only=req.compile_only, compiler_cache=req.cache(),
-                    shard=parse_shard(req.shard), link_only=req.link_only, pch=req.pch, debug=req.debug_info)
-    result = build_ops(req.source, tc, ops=names, all_compatible=req.all_compatible, wheelhouse=req.wheelhouse, how=how,
-                       runner=runner_for(log, req.dry_run), python=req.python, with_deps=req.with_deps, log=log,
-                       allow_wave32=allowed(req.allow_wave32))
-    _show_build(result, req, tc, as_json)
-    _failures(result, req, tc)
+    request = WheelRequest(source=Path(req.source), toolchain=tc, output=req.wheelhouse, python=req.python,
+                           ops=tuple(n.strip() for spec in req.ops for n in spec.split(",") if n.strip()),
+                           all_compatible=req.all_compatible, jobs=req.jobs,
+                           allow_wave32=tuple(allowed(req.allow_wave32)),
+                           engine=EngineRun(compiler_cache=req.cache(), shard=parse_shard(req.shard),
+                                            link_only=req.link_only, pch=req.pch, debug=req.debug_info))
+    flow = compile_only if req.compile_only else build_wheel
+    return flow(DRIVER, req.source, request, runner=runner, log=log)
 
 
-def _failures(result: Any, req: BuildOptions, tc: Toolchain) -> None:
+def _failures(res: Any, req: BuildOptions) -> None:
     """Nothing compiled (exit 1), or some ops failed (exit 3: the others compiled, or shipped)."""
     if req.compile_only and not req.dry_run:
-        src = result.catalogue.source
-        compile_failures(result.compiled, f"{src.project} {src.version} ({src.origin})", tc,
+        compile_failures(res.compiled, f"{res.project} {res.version} ({req.source})", res.plan.toolchain,
                          leave="with --ops ('porter ops list' shows what DeepSpeed itself declares incompatible)")
-    elif result.failed:
-        raise PartialSuccess(f"{len(result.failed)} op(s) failed and were left out of the wheel: "
-                             + ", ".join(o.name for o in result.failed),
-                             hint="the other ops shipped; read the failed ops' logs")
+    else:
+        left_out(res.failed)
 
 
 def _check_build_options(req: BuildOptions) -> None:
@@ -169,62 +180,56 @@ def _check_build_options(req: BuildOptions) -> None:
         raise click.UsageError("--shards splits a build that links a wheel; --compile-only is not sharded")
 
 
-def _show_build(result: Any, req: BuildOptions, tc: Toolchain, as_json: bool) -> None:
-    """What ``ops build`` printed: the JSON document, the plan, the shard, the compile table or the wheel."""
-    if as_json:
-        emit_json(result.to_dict())
+def _show_build(res: Any, req: BuildOptions, as_json: bool) -> None:
+    """What ``ops build`` prints: the JSON document, the plan, the shard, the compile table or the wheel."""
+    built = res.engine if req.compile_only else res.engine.engine if res.engine else None
+    if as_json:  # the engine's document, with what the flow added (the wheel, the refusal, the compile report)
+        done = res.to_dict()
+        emit_json({**(built.to_dict() if built else {}), **(done if req.compile_only else {
+            k: done[k] for k in ("dry_run", "wheel", "manifest", "refusal", "wave64")})})
+    elif built is None:
+        pass
     elif req.dry_run:
-        show_plan(f"{len(result.plan.objects)} op(s), toolchain {tc.name}, {result.jobs} job(s)", result.plan,
-                  result.refusal)
-    elif result.shard:
-        click.echo(f"shard {result.shard['index']}/{result.shard['count']}: "
-                   f"{len(result.shard['objects'])} object(s) in {result.plan.build_dir}")
+        show_plan(f"{len(built.plan.objects)} op(s), toolchain {built.plan.toolchain.name}, {built.jobs} job(s)",
+                  built.plan, res.refusal)
+    elif built.shard:
+        click.echo(f"shard {built.shard['index']}/{built.shard['count']}: "
+                   f"{len(built.shard['objects'])} object(s) in {built.plan.build_dir}")
     elif req.compile_only:
-        show_compiled(f"{len(result.compiled)} op(s) for {', '.join(tc.arch_names)} with {tc.name}", result.compiled,
-                      list(tc.arch_names))
+        tc = built.plan.toolchain
+        show_compiled(f"{len(res.compiled)} op(s) for {', '.join(tc.arch_names)} with {tc.name}", res.compiled,
+                      list(tc.arch_names), res.costs)
     else:
-        for o in result.ops:
+        for o in built.ops:
             click.echo(f"  {o.name:<22} {o.status:<7} {o.seconds:6.1f}s  {o.log if o.status == 'failed' else ''}")
-        click.echo(f"wheel: {result.wheel}")
-        click.echo(f"manifest: {result.manifest}")
-    if not as_json and not req.dry_run and result.excluded:
-        click.echo(f"# not built, declared incompatible by {result.catalogue.source.project}'s own builders:")
-        for ex in result.excluded:
+        click.echo(f"wheel: {res.wheel}")
+        click.echo(f"manifest: {res.manifest}")
+    if built is not None and not as_json and not req.dry_run and built.excluded:
+        click.echo(f"# not built, declared incompatible by {built.catalogue.source.project}'s own builders:")
+        for ex in built.excluded:
             click.echo(f"  {ex['name']:<28} {ex['reason'] or '(no reason given)'}")
-    if result.cache_stats and not as_json:
-        click.echo(f"compiler cache: {result.cache_stats['hits']} hit(s), {result.cache_stats['misses']} miss(es)")
+    if built is not None and built.cache_stats and not as_json:
+        click.echo(f"compiler cache: {built.cache_stats['hits']} hit(s), {built.cache_stats['misses']} miss(es)")
 
 
-def _submit_shards(log: Logger, tc: Toolchain, req: BuildOptions, op_names: list[str] | None, as_json: bool) -> None:
-    """--shards N --slurm: this build as a request every job runs; the link job packages the wheel."""
+def _submit_shards(log: Logger, req: BuildOptions, as_json: bool) -> None:
+    """--shards N --slurm: this build as a request every job runs; the link job packages the wheel. A real
+    submission first unpacks (or downloads) the source into the shared cache, so the shards all find it there and
+    none races another to it."""
     def planner(runner: Runner) -> BuildFacts:
-        return _facts(req.source, tc, ops=op_names, all_compatible=req.all_compatible, python=req.python,
-                      compiler_cache=req.cache(), log=log, runner=runner, allow_wave32=allowed(req.allow_wave32))
+        if not runner.dry:
+            from porter.components.deepspeed.build import DRIVER
+            from porter.fs import cache_dir
+            from porter.wheels.source import resolve_source
+
+            with log.step("unpacking the source into the shared cache"):
+                resolve_source(req.source, DRIVER, req.toolchain().executor.work_dir(cache_dir()),
+                               runner.real(echo=log.verbose))
+        planned = _build(req, log, runner_for(log, True, echo=log.verbose))
+        return replace(BuildFacts.of(planned.engine), refusal=planned.refusal.message if planned.refusal else None)
 
     submit_shards(log, "deepspeed", req, planner, last={"link_only": True, "with_deps": req.with_deps},
                   as_json=as_json, says=f"link job {{}}; the wheel will land in {req.wheelhouse.resolve()}")
-
-
-def _facts(source: str, tc: Toolchain, *, ops: list[str] | None, all_compatible: bool, python: str | None,
-           compiler_cache: CacheRequest, log: Logger, runner: Runner, allow_wave32: list[str]) -> BuildFacts:
-    """The plan of this build (a dry run of it), for its shards. A real submission (``runner`` not a recording one)
-    first unpacks (or downloads) the source into the shared cache, so the shards all find it there and none races
-    another to it."""
-    from porter.components.deepspeed import DEEPSPEED
-    from porter.components.deepspeed.build import build_ops
-    from ops_prebuild.build import EngineRun
-    from ops_prebuild.source import resolve_source
-    from porter.fs import cache_dir
-
-    if not runner.dry:
-        with log.step("unpacking the source into the shared cache"):
-            resolve_source(DEEPSPEED, source, runner=runner.real(echo=log.verbose),
-                           cache=tc.executor.work_dir(cache_dir()))
-    res = build_ops(source, tc, ops=ops, all_compatible=all_compatible, wheelhouse=Path("."),
-                    python=python, log=log, runner=runner_for(log, True, echo=log.verbose),
-                    how=EngineRun(compiler_cache=compiler_cache),
-                    allow_wave32=allow_wave32)
-    return BuildFacts.of(res)
 
 
 @ops.command("status")

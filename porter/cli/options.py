@@ -412,6 +412,16 @@ def compile_failures(compiled: list[dict[str, Any]], where: str, tc: Toolchain, 
                          hint=f"the other {what}s compiled; fix the first error of each (its file and line are named)")
 
 
+def left_out(failed: list[Any]) -> None:
+    """A wheel that shipped without the ops that failed (exit 3), each named."""
+    from porter.errors import PartialSuccess
+
+    if failed:
+        raise PartialSuccess(f"{len(failed)} op(s) failed and were left out of the wheel: "
+                             + ", ".join(o.name for o in failed),
+                             hint="the other ops shipped; read the failed ops' logs")
+
+
 def show_plan(header: str, plan: Any, refusal: Any) -> None:
     """A dry run's plan as every build command prints it (:func:`porter.run.plan_lines`), with its build folder."""
     from porter.run import plan_lines

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,8 +11,8 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (BUILDERS, ShardChoice, ToolchainChoice, allow_wave32_option, allowed, builds,
-                                compile_failures, dry_run_option, jobs_option, json_option, opt, options, parse_shard,
-                                python_option, runner_for, sharded, show_compiled, show_plan, slurm_options,
+                                compile_failures, dry_run_option, jobs_option, json_option, left_out, opt, options,
+                                parse_shard, python_option, runner_for, sharded, show_compiled, show_plan, slurm_options,
                                 submit_shards, wheelhouse_option)
 from porter.log import Logger
 from porter.toolchain.profile import Toolchain
@@ -26,16 +27,23 @@ class DriverGroup(click.Group):
     installed plugin's): the same build, compile-only and shards, with the options every project shares."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        from porter.components import wheel_drivers
-
-        return sorted({*super().list_commands(ctx), *wheel_drivers()})
+        return sorted({*super().list_commands(ctx), *self._drivers(ctx)})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        drivers = self._drivers(ctx)
+        return found or (driver_command(cmd_name, drivers[cmd_name].title) if cmd_name in drivers else None)
+
+    def _drivers(self, ctx: click.Context) -> dict[str, Any]:
+        """The drivers no command of another group builds (``porter ops build`` builds DeepSpeed's)."""
         from porter.components import wheel_drivers
 
-        found = super().get_command(ctx, cmd_name)
-        drivers = wheel_drivers()
-        return found or (driver_command(cmd_name, drivers[cmd_name].title) if cmd_name in drivers else None)
+        root = ctx.find_root().command
+        assert isinstance(root, click.Group)
+        for name in root.list_commands(ctx):  # importing each command module registers what it builds
+            if name != self.name:
+                root.get_command(ctx, name)
+        return {n: d for n, d in wheel_drivers().items() if BUILDERS.get(n, (None, "wheel"))[1] == "wheel"}
 
 
 @click.group(cls=DriverGroup)
@@ -167,6 +175,8 @@ def _run(log: Logger, name: str, req: WheelOptions, as_json: bool, *, shard: tup
 
     drivers = wheel_drivers()
     request = req.request(req.toolchain())
+    request = dataclasses.replace(request, engine=dataclasses.replace(request.engine, shard=shard,
+                                                                      link_only=report_only))
     if not req.compile_only and (request.units or request.instances is not None or request.sample is not None):
         raise click.UsageError("--units, --sample and --instances select what --compile-only compiles; "
                                "add --compile-only")
@@ -180,7 +190,7 @@ def _run(log: Logger, name: str, req: WheelOptions, as_json: bool, *, shard: tup
         from porter.wheels.compile import compile_only as run_compile_only
 
         res = run_compile_only(drivers[name], req.source, request, runner=runner_for(log, req.dry_run, log.verbose),
-                               log=log, others=drivers, shard=shard, report_only=report_only)
+                               log=log, others=drivers)
         _show_compiled(res, as_json)
         return
     result = build_wheel(drivers[name], req.source, request, runner=runner_for(log, req.dry_run),
@@ -188,9 +198,13 @@ def _run(log: Logger, name: str, req: WheelOptions, as_json: bool, *, shard: tup
     if as_json:
         emit_json(result.to_dict())
     elif req.dry_run:
+        if result.engine is not None:  # what the engine compiles and links, then what setup.py builds
+            show_plan(f"{result.engine.project} {result.engine.version}, {len(result.engine.plan.objects)} op(s) "
+                      f"compiled and linked by porter's engine", result.engine.plan, None)
         click.echo(result.describe())
     else:
         click.echo(str(result.wheel))
+    left_out(result.failed)
 
 
 def _show_compiled(res: CompileOnlyResult, as_json: bool) -> None:

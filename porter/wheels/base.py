@@ -26,6 +26,7 @@ from porter.run import Result, Runner, make_env
 from porter.toolchain.profile import Toolchain
 from porter.wheels.costs import MeasuredCosts
 
+from ops_prebuild.build import EngineRun
 from ops_prebuild.catalogue import OpSpec
 from ops_prebuild.source import Source
 
@@ -102,6 +103,11 @@ class WheelRequest:
     """``--compile-only`` of flash-attn: compiler flags of upstream's to leave out (:func:`drop_flags`)."""
     allow_wave32: tuple[str, ...] = ()
     """Ops built for a 64-lane target despite unproven warp-size-32 code (``all``: every op; :mod:`porter.hipify.wave64`)."""
+    all_compatible: bool = False
+    """Every op the tree's own builders declare compatible with the toolchain (instead of ``ops``)."""
+    engine: EngineRun = EngineRun()
+    """How porter's engine compiles a driver's ops (compiler cache, precompiled header, debug info, one shard of the
+    compiles or the link after them); the flow sets its jobs and whether it links."""
 
 
 def drop_flags(flags: Sequence[str], drops: Sequence[str], *, what: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -173,6 +179,9 @@ class BuildPlan:
     """Why the build needs that torch, when it is not the obvious (linking a ROCm extension)."""
     per_job_source: str = "guess"
     """``guess`` (the driver's table), ``measured`` or ``partly measured`` (:attr:`WheelRequest.measured`)."""
+    setup_py: bool = True
+    """False: the wheel's Python side is the tree's package as it is, not setup.py's (the emulated target's apex,
+    whose setup.py would ask a CPU torch for ROCm)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -213,7 +222,7 @@ class WheelDriver(Protocol):
         ...
 
 
-LEAVE = "leave {ops} out (apex: --ops all,{minus})"
+LEAVE = "leave {ops} out with --ops (ROCm apex: --ops all,{minus})"
 """The hint of a wave-64 refusal (:meth:`porter.hipify.wave64.Wave64.error`) in a wheel build."""
 
 
@@ -240,6 +249,11 @@ class KernelSet:
     notes: tuple[str, ...] = ()
     unplanned: tuple[tuple[str, str], ...] = ()
     """(op, why) of selected ops porter could not plan: reported as failed, the others still compile."""
+    declared: tuple[OpSpec, ...] = ()
+    """Every op the tree declares, when the driver read more than ``ops`` (the wheel's record marks the others not
+    prebuilt; those the tree's builders declare incompatible are listed with their reason)."""
+    probes: tuple[tuple[str, bool], ...] = ()
+    """The tree's load-time feature probes answered in the build python (:class:`~ops_prebuild.catalogue.Catalogue`)."""
 
 
 def per_job(guess: int, request: WheelRequest, families: Sequence[str] | None = None,

@@ -18,16 +18,17 @@ profile), keyed to the source and the toolchain, so a second run compiles only w
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError, stop_note
+from porter.errors import ConfigError, NothingToDo, PorterError, stop_note
 from porter.executor import build_python
 from porter.fs import cache_dir, owned_temp
 from porter.locks import hold
+from porter.patching import resolve_sets
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
 from porter.toolchain.check import checked_compiler, ready
@@ -38,10 +39,10 @@ from porter.hipify import wave64
 from porter.wheels.base import (LEAVE, BuildPlan, DeviceSources, KernelContext, KernelSet, Machine, SourceInfo, WheelDriver,
                                 WheelRequest)
 from porter.wheels.source import detect, resolve_source
-from ops_prebuild.build import EngineRun, OpResult, compile_catalogue, key
-from ops_prebuild.catalogue import Catalogue
+from ops_prebuild.build import BuildResult, OpResult, compile_catalogue, key
+from ops_prebuild.catalogue import Catalogue, OpSpec
 from ops_prebuild.plan import Plan
-from ops_prebuild.source import Source, build_copy
+from ops_prebuild.source import Patched, Source, build_copy
 
 @dataclass
 class CompileOnlyResult:
@@ -69,6 +70,12 @@ class CompileOnlyResult:
     """--shard I/N: which shard ran and the objects it compiled."""
     linked: bool = False
     """The ops were linked into modules (a wheel build's engine step), not only compiled."""
+    engine: BuildResult | None = None
+    """The engine's own result (its catalogue, plan, compiler cache)."""
+    patched: Patched | None = None
+    """The copy of the source the ops were compiled from, and the patches applied to it."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Where the source came from (sdist sha256, git commit), as the manifest lists it."""
 
     @property
     def failed(self) -> list[OpResult]:
@@ -92,80 +99,78 @@ class CompileOnlyResult:
 def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, runner: Runner,
                  log: Logger | None = None, machine: Machine | None = None,
                  others: Mapping[str, WheelDriver] | None = None, torch_info: TorchInfo | None = None,
-                 costs_root: Path | None = None, shard: tuple[int, int] | None = None,
-                 report_only: bool = False, link: bool = False, origin: str | None = None) -> CompileOnlyResult:
-    """The whole compile-only flow (module docstring). A dry run (a recording ``runner``) plans everything (the CK
-    generator and hipify run into temp folders, as they decide the TUs), compiles nothing and writes nothing.
+                 costs_root: Path | None = None, link: bool = False) -> CompileOnlyResult:
+    """The engine's part of every build (module docstring): source -> patched copy -> the driver's ops -> wave-64
+    step -> the engine. A dry run (a recording ``runner``) plans everything (the CK generator and hipify run into
+    temp folders, as they decide the TUs), compiles nothing and writes nothing.
 
-    ``link``: the same flow for a wheel build (:func:`porter.wheels.engine.build_wheel` of a driver whose ops the
+    ``link``: the engine's part of a wheel build (:func:`porter.wheels.engine.build_wheel` of a driver whose ops the
     engine builds): any profile kind, the build python's torch must be of the profile's kind, every op is linked
-    into its module (``OpResult.so``) and nothing is measured (the compiler cache may answer). ``origin``: what keys
-    the work copy instead of the source's own path (a wheel build passes its patched temporary copy as the source).
-
-    ``costs_root``: where measured costs are read and merged (default: porter's cache).
-    ``shard=(i, n)``: compile only shard i of n of the units into the shared build folder (a Slurm array task); a
-    run with ``report_only`` afterwards compiles nothing, refuses when an object is missing (naming its shard)
-    and reports every unit.
-    """
+    into its module (``OpResult.so``) and nothing is measured (the compiler cache may answer); the patch set the
+    request asks for is applied to the copy too. ``request.engine``: the compiler cache, precompiled header and
+    debug info; with ``shard=(i, n)`` only shard i of n of the units is compiled into the shared build folder (a
+    Slurm array task), and a ``link_only`` run afterwards compiles nothing, refuses when an object is missing
+    (naming its shard) and links, or reports every unit. ``costs_root``: where measured costs are read and merged
+    (default: porter's cache)."""
     log = log or quiet_logger()
     tc = request.toolchain
-    _rocm_only(tc, link)
-    _, not_ready = ready(tc, runner, log, compiler=not link)  # a wheel's link checks it when it has device ops
+    _gpu_only(tc, link)
+    compiler_version, not_ready = ready(tc, runner, log, compiler=not link)  # a link checks it for device ops
     ex = tc.executor
     py_ex, python = build_python(ex, tc.python, request.python)
     machine, start = machine or Machine.current(), time.monotonic()
-    work_root = ex.work_dir(cache_dir())
+    work_root = ex.work_dir(cache_dir(), make=not runner.dry)
     with ExitStack() as stack:
         # scratch files (an unpacked sdist, the generator's output) where the build python sees them
         tmp = stack.enter_context(owned_temp(_made(work_root / "tmp") if py_ex.kind != "host" else None,
                                              "porter-compile-"))
-        with log.step(f"reading {driver.title} source {source}"):
-            root, provenance = resolve_source(source, driver, tmp if runner.dry else work_root, runner.real())
+        with log.step(f"reading {driver.title} source {source}") if not link else nullcontext():  # (its caller's)
+            root, provenance = resolve_source(source, driver, work_root, runner, tmp if runner.dry else None)
             info = detect(driver, root, others or {})
-        origin = origin or provenance.get("sdist_sha256") or str(root)
-        patched = build_copy(Source(info.project, info.version, root, str(source)), tc.kind, work_root, runner, log)
-        root = root if runner.dry else patched.source.tree  # a dry run plans the patch and writes nothing
+        request = replace(request, sources={**provenance, **request.sources})
+        asked = resolve_sets(request.patch_set) if link and request.patch_set else []
+        patched = build_copy(Source(info.project, info.version, root, str(source)), tc.kind, work_root, runner, log,
+                             asked=asked)
         if request.measured is None:
             request = replace(request, measured=costs_mod.load(driver.name, info.version, tc, costs_root))
         wplan = driver.plan(info, request, machine)
-        # the wave-64 step (a wheel build, link, has checked its own patched copy)
-        lanes = None if link else wave64_step(driver, info, wplan, request, patched.after,
-                                              "; ".join(a.split(":")[0] for a in patched.applied), log)
-        stop = lanes.error(f"{info.project} {info.version} for {tc.name}", LEAVE) if lanes else None
-        if stop is not None and not runner.dry:
-            raise stop
-        quiet = runner.real(echo=log.verbose)  # probes, and (a dry run) the generator into a temp folder
         torch, refused = build_torch(python, py_ex, runner, known=torch_info, what=f"linking {info.project} "
                                      f"{info.version}'s ops for {tc.name}",
                                      need=need_for(tc.kind) if link and request.torch_check else None)
         base = work_root / "wheels" / f"{driver.name}-{info.version}-{tc.name}-" \
-            f"{key(origin, tc.to_dict(), torch.version, torch.python_tag, *(['linked'] if link else []))}"
-        tree = base / "src"
+            f"{key(provenance.get('sdist_sha256') or str(root), patched.applied, tc.to_dict(), torch.version, torch.python_tag, *(['linked'] if link else []))}"
         # two runs of the same target take turns, from the work copy on (shards: until set up)
         base_lock = None if runner.dry else stack.enter_context(
             hold(base, f"compiling {driver.title} {info.version} for {tc.name}", say=log.info))
         scratch = tmp / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
-        ctx = KernelContext(source=root, tree=tmp / "tree" if runner.dry else tree, plan_tree=tree, toolchain=tc,
-                            python=python, py_ex=py_ex, runner=quiet, log=log, scratch=scratch,
-                            torch=torch)
+        tree = base / "src"
+        ctx = KernelContext(source=root if runner.dry else patched.source.tree,  # a dry run writes no patched copy
+                            tree=tmp / "tree" if runner.dry else tree, plan_tree=tree, toolchain=tc, python=python,
+                            py_ex=py_ex, runner=runner.real(echo=log.verbose), log=log, scratch=scratch, torch=torch)
         kset = _kernel_set(driver, info, request, ctx, log)
+        lanes = wave64_step(driver, info, wplan, request, patched.after,
+                            "; ".join(a.split(":")[0] for a in patched.applied), log, kset.ops)
+        stop = lanes.error(f"{info.project} {info.version} for {tc.name}", LEAVE) if lanes else None
+        if stop is not None and not runner.dry:
+            raise stop
         if link and not runner.dry and tc.kind != "cpu" and any(o.device for o in kset.ops):
-            checked_compiler(tc, log)  # a wheel of host-only ops needs no device compiler
+            compiler_version = checked_compiler(tc, log)  # a wheel of host-only ops needs no device compiler
         cat = Catalogue(source=Source(info.project, info.version, tree, source), torch=torch, accelerator="cuda",
-                        ops=kset.ops)
+                        ops=kset.declared or kset.ops, feature_probes=kset.probes)
         notes = [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned),
-                 *(f"patched: {a}" for a in patched.applied), *(lanes.allowed_notes() if lanes else []),
+                 *(lanes.allowed_notes() if lanes else []),
                  *([stop_note(stop.message)] if stop else [])]
         built = compile_catalogue(cat, tc, list(kset.ops), base / "build", python=python, py_ex=py_ex, runner=runner,
-                                  log=log, cache=work_root, how=EngineRun(jobs=wplan.jobs, compile_only=not link,
-                                                                          shard=shard, link_only=report_only),
-                                  refused=refused or not_ready, hipify=tuple(kset.hipify), mirror=False,
+                                  log=log, cache=work_root, compiler_version=compiler_version,
+                                  how=replace(request.engine, jobs=wplan.jobs, compile_only=not link),
+                                  refused=refused or not_ready, source_patches=patched.applied,
+                                  hipify=tuple(kset.hipify), mirror=False,
                                   hipify_from=ctx.tree, notes=notes,
                                   on_shard_setup=base_lock.release if base_lock is not None else None)
         result = _result(info, tc, built, wplan, kset, stop=stop, lanes=lanes)
-        result.dry_run = runner.dry
-        if runner.dry or shard is not None:  # a shard's units are reported by the run after every shard
+        result.dry_run, result.engine, result.patched, result.sources = runner.dry, built, patched, dict(request.sources)
+        if runner.dry or request.engine.shard is not None:  # a shard's units are reported by the run after all
             result.seconds = time.monotonic() - start
             return result
     return _finish(result, kset, driver.name, request, costs_root, log, start=start, link=link)
@@ -173,32 +178,29 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
 
 def _finish(result: CompileOnlyResult, kset: KernelSet, project: str, request: WheelRequest, costs_root: Path | None,
             log: Logger, *, start: float, link: bool) -> CompileOnlyResult:
-    """A whole compile-only run's report: the ops porter could not plan as failed, the costs measured; nothing
-    compiled at all is an error. A linking run (a wheel build) reports as it is: a failed op is its caller's."""
-    if link:  # (no wheel is written with a hole in it)
-        result.linked = True
-        result.seconds = time.monotonic() - start
-        return result
+    """A whole run's report: the ops porter could not plan as failed, the costs measured (a compile-only run's).
+    What failed is its caller's to say (:func:`porter.cli.options.compile_failures`; a wheel leaves them out)."""
     for name, why in kset.unplanned:  # per-op isolation from the first step: reported, not fatal
         result.ops.append(OpResult(name, "failed", error=why))
         result.compiled.append({"name": name, "status": "failed", "error": why, "log": "", "tus": [],
                                 "archs": {a: "failed" for a in request.toolchain.arch_names}, "seconds": 0.0})
+    if link:
+        result.linked = True
+        result.seconds = time.monotonic() - start
+        return result
     _record_costs(result, project, request, costs_root, log)
     result.seconds = time.monotonic() - start
-    if result.ops and len(result.failed) == len(result.ops):
-        first = result.failed[0]
-        raise CheckFailed(f"nothing compiled ({len(result.failed)} op(s) failed); first error: {first.error}",
-                          hint=f"read the logs, e.g. {first.log}")
     return result
 
 
 
-def _rocm_only(tc: Toolchain, link: bool) -> None:
-    """A compile-only build needs a rocm profile (a wheel build's link takes any kind)."""
-    if tc.kind != "rocm" and not link:
-        raise ConfigError(f"--compile-only compiles GPU code for every arch of a rocm profile; toolchain {tc.name} "
-                          f"is a {tc.kind} profile",
-                          hint="pick a rocm profile (-t debian-rocm7, -t mi300x, ...), or drop --compile-only")
+def _gpu_only(tc: Toolchain, link: bool) -> None:
+    """A compile-only build needs a GPU profile (a wheel build's link takes any kind)."""
+    if tc.kind == "cpu" and not link:
+        raise ConfigError(f"--compile-only compiles GPU code for every arch of a rocm or cuda profile; toolchain "
+                          f"{tc.name} is a cpu profile",
+                          hint="pick a GPU profile (-t debian-rocm7, -t mi300x, -t cuda-h100, ...), or drop "
+                               "--compile-only")
 
 
 def _made(folder: Path) -> Path:
@@ -219,13 +221,16 @@ def _result(info: SourceInfo, tc: Toolchain, built: Any, wplan: BuildPlan, kset:
 
 
 def wave64_step(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request: WheelRequest,
-                after: Callable[[str], str | None], by: str, log: Logger) -> wave64.Wave64 | None:
-    """A 64-lane wheel build's wave-64 step on the source (``after``: a file as the patch sets ``by`` leave it;
-    None: another target, or a driver that names no device sources)."""
-    if request.toolchain.wavefront != 64 or not isinstance(driver, DeviceSources):
+                after: Callable[[str], str | None], by: str, log: Logger,
+                ops: Sequence[OpSpec] = ()) -> wave64.Wave64 | None:
+    """A 64-lane wheel build's wave-64 step on the source (``after``: a file as the patch sets ``by`` leave it):
+    the device sources the driver names (:class:`DeviceSources`), else those of the device ``ops`` it compiles;
+    None: another target, or no device op."""
+    if request.toolchain.wavefront != 64:
         return None
-    return wave64.gate(driver.name, info.tree, after, by, driver.device_sources(info, plan, request),
-                       request.allow_wave32, log)
+    device = driver.device_sources(info, plan, request) if isinstance(driver, DeviceSources) else {
+        o.name: (o.sources, o.include_paths) for o in ops if o.device}
+    return wave64.gate(driver.name, info.tree, after, by, device, request.allow_wave32, log) if device else None
 
 
 def _kernel_set(driver: WheelDriver, info: SourceInfo, request: WheelRequest, ctx: KernelContext,

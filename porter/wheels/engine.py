@@ -1,41 +1,49 @@
-"""Turn an upstream tree into a verified, labelled wheel: the one algorithm behind every driver.
+"""Turn an upstream tree into a verified, labelled wheel: the one build flow behind every driver.
 
-    resolve source -> detect -> plan -> check torch -> copy -> patch -> pip wheel -> verify -> label -> manifest
+    resolve source -> detect -> plan -> check torch -> porter's patched copy -> wave-64 step
+      -> (an engine driver) its ops compiled and linked by the engine -> setup.py: the Python side only
+      -> (else) setup.py builds everything
+      -> verify -> label -> manifest
 
-The user's tree is never touched: the build runs on a copy (pip builds in place and setup.py scripts
-write into their own tree). ``--dry-run`` stops after the torch check and reports the plan, with the
-exact command and environment, through a recording runner.
+The user's tree is never touched: porter patches a copy of its own, and setup.py runs on a work copy of that (pip
+builds in place and setup.py scripts write into their own tree). ``--dry-run`` reports the plan, with the exact
+commands and environment, through a recording runner.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from packaging.tags import parse_tag
 from packaging.utils import parse_wheel_filename
 
 from porter.artifacts.manifest import ExtensionEntry, OpEntry
-from porter.artifacts.wheelfile import Payload, read_wheel, rewrite_wheel
+from porter.artifacts.wheelfile import Payload, read_wheel
 from porter.errors import CheckFailed, PorterError, stop_note
 from porter.executor import build_python
 from porter.fs import cache_dir, ensure_writable_dir, owned_temp, sha256_file
+from porter.locks import hold
 from porter.log import Logger, quiet_logger
+from porter.patching import resolve_sets
 from porter.run import Runner, env_changes, plan_lines
 from porter.toolchain.check import ready
 from porter.toolchain.profile import toolchain_env
-from porter.torch_facts import TorchInfo, build_torch, probe_torch
+from porter.torch_facts import TorchInfo, build_torch
 from porter.wheels import costs
 from porter.hipify import wave64
 from porter.wheels.base import LEAVE, BuildPlan, Machine, SourceInfo, WheelDriver, WheelRequest
-from porter.wheels.compile import wave64_step
+from porter.wheels.compile import CompileOnlyResult, compile_only as engine_step, wave64_step
 from porter.wheels.source import detect, resolve_source
 from porter.wheels.verify import relabel, verify_wheel
-from ops_prebuild.build import OpResult
-from ops_prebuild.source import build_sets
+from ops_prebuild.build import OpResult, failures, key
+from ops_prebuild.catalogue import Catalogue, OpSpec
+from ops_prebuild.source import Source, build_copy, fingerprint
 
 
 _IGNORE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".eggs")
@@ -54,9 +62,18 @@ class WheelResult:
     """Dry run only: why a real build here would be refused before any work (the torch check, ...)."""
     wave64: dict[str, Any] | None = None
     """A 64-lane build: each warp-size-32 finding in its device ops, with its state (:mod:`porter.hipify.wave64`)."""
+    engine: CompileOnlyResult | None = None
+    """The engine's part, when it built the ops (:class:`EngineDriver`)."""
+
+    @property
+    def failed(self) -> list[OpResult]:
+        return self.engine.failed if self.engine else []
 
     def to_dict(self) -> dict[str, Any]:
+        built = self.engine.engine if self.engine else None
         return {"dry_run": self.dry_run, "plan": self.plan.to_dict(), "command": self.argv, "env": self.env,
+                **({"ops": [o.__dict__ for o in built.ops], "excluded": built.excluded, "engine": built.to_dict()}
+                   if built else {}),
                 "wave64": self.wave64,
                 "torch": self.torch.to_dict() if self.torch else None,
                 "wheel": str(self.wheel) if self.wheel else None,
@@ -78,34 +95,15 @@ class WheelResult:
         return "\n".join(plan_lines(head, notes, self.env, [self.argv], self.refusal.message if self.refusal else None))
 
 
-# -- patch sets ----------------------------------------------------------------------------------
-
-def apply_patch_set(tree: Path, ref: str, version: str, log: Logger) -> list[dict[str, Any]]:
-    """Apply a patch set (``PROJECT/NAME``, ``PROJECT`` or a file) with porter's patch engine; return the patches
-    applied, as the wheel's manifest lists them."""
-    from porter.patching import apply, resolve_sets
-
-    applied = apply(tree, resolve_sets(ref), target_version=version)
-    log.info(f"patch set {ref}: {len(applied.changed)} file(s) changed")
-    return applied.plan.records()
-
-
-def check_patch_set(tree: Path, ref: str, version: str, log: Logger) -> None:
-    """A dry run's :func:`apply_patch_set`: the set checked against ``tree``, nothing written (a set that does not
-    apply to this version stops the build before any compiling)."""
-    from porter.patching import checked, resolve_sets
-
-    planned = checked(tree, resolve_sets(ref), target_version=version)
-    log.info(f"patch set {ref}: applies to {version} ({len(planned.changes)} file(s) would change)")
-
-
 # -- the build -----------------------------------------------------------------------------------
 
 def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runner: Runner,
                 log: Logger | None = None, machine: Machine | None = None,
                 others: Mapping[str, WheelDriver] | None = None, torch_info: TorchInfo | None = None) -> WheelResult:
     """The whole flow. ``runner`` runs (or, for probes, asks); a recording runner is a dry run: the build is only
-    recorded, nothing is written.
+    recorded, nothing is written. A driver whose ops porter's engine builds (:class:`EngineDriver`) has them
+    compiled and linked first (:func:`~porter.wheels.compile.compile_only`: one shard of them, with
+    ``request.engine.shard``), and its setup.py writes only the Python side.
 
     ``torch_info`` skips probing the build python (callers that already know it).
     """
@@ -113,14 +111,14 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
     tc = request.toolchain
     ex = tc.executor
     py_ex, python = build_python(ex, tc.python, request.python)
-    if not runner.dry:
+    if not runner.dry and request.engine.shard is None:
         ensure_writable_dir(request.output, what="wheelhouse")
     _, not_ready = ready(tc, runner, log, compiler=False)  # (the engine's link checks it)
     with owned_temp(_scratch(ex, runner), "porter-wheel-") as work:
         with log.step(f"reading {driver.title} source {source}"):
             # the shared cache (an sdist unpacked once, under a lock); a dry run writes only into its temp folder
-            root, provenance = resolve_source(source, driver, work if runner.dry else ex.work_dir(cache_dir()),
-                                              runner.real())
+            root, provenance = resolve_source(source, driver, ex.work_dir(cache_dir(), make=not runner.dry), runner,
+                                              work if runner.dry else None)
             info = detect(driver, root, others or {})
         request = replace(request, source=root, sources={**provenance, **request.sources})
         if request.measured is None:  # what a --compile-only run measured sizes MAX_JOBS (porter.wheels.costs)
@@ -134,53 +132,139 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         argv = py_ex.argv(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--disable-pip-version-"
                           "check", "-w", py_ex.visible(out, stage=False), py_ex.visible(tree, stage=False), *plan.pip_args)
         env = toolchain_env(tc, plan.env)
-        refs = ([request.patch_set] if request.patch_set is not None else []) + [
-            s.ref for s in build_sets(driver.name, tc.kind, root) if s.ref != request.patch_set]  # ck-rocm7, ...
-        if runner.dry:
-            for ref in refs:
-                check_patch_set(root, ref, info.version, log)
-            lanes = wave64_step(driver, info, plan, request, _planned(root, refs), "; ".join(refs), log)
-            plan, stop = _gated(plan, lanes, tc.name)
-            refused = refused or not_ready
-            runner.run(argv, env=env, cwd=tree)
-            return WheelResult(plan, argv, env_changes(env), torch, dry_run=True, refusal=refused or stop,
-                               wave64=lanes.to_dict() if lanes else None)
-        with log.step(f"copying {root} to a work tree"):
-            shutil.copytree(root, tree, ignore=_IGNORE, symlinks=True)
-            out.mkdir()
-        patches = _patch(tree, refs, request.patch_set, info.version, log, what=f"every {tc.kind} build "
-                         f"of {driver.title}")
-        lanes = wave64_step(driver, info, plan, request, lambda rel: _text(tree / rel), "; ".join(refs), log)
+        if engine is not None:
+            return _engine_wheel(driver, engine, source, request, info, plan, (argv, env), work, runner=runner, log=log,
+                                 machine=machine, others=others, torch=torch, refused=refused or not_ready)
+        # the patch set asked for, then the kind's (ck-rocm7, ...), on porter's copy of the source of its own
+        asked = resolve_sets(request.patch_set) if request.patch_set else []
+        patched = build_copy(Source(info.project, info.version, root, source), tc.kind,
+                             ex.work_dir(cache_dir(), make=not runner.dry), runner, log, asked=asked)
+        lanes = wave64_step(driver, info, plan, request, patched.after,
+                            "; ".join(a.split(":")[0] for a in patched.applied), log)
         plan, stop = _gated(plan, lanes, tc.name)
+        if runner.dry:
+            runner.run(argv, env=env, cwd=tree)
+            return WheelResult(plan, argv, env_changes(env), torch, dry_run=True, refusal=refused or not_ready or stop,
+                               wave64=lanes.to_dict() if lanes else None)
         if stop is not None:
             raise stop
-        if engine is not None:
-            torch = torch or probe_torch(python, replace(runner, echo=False), executor=py_ex)  # the modules' ABI
-            linked = _engine_ops(driver, tree, request, plan, root, runner=runner, log=log, machine=machine,
-                                 others=others, torch=torch)
-        if engine is not None and tc.kind == "emulated":  # no setup.py: it would ask the CPU torch for ROCm
+        with log.step(f"copying {patched.source.tree} to a work tree"):
+            shutil.copytree(patched.source.tree, tree, ignore=_IGNORE, symlinks=True)
+            out.mkdir()
+        built = _setup_py(plan, argv, env, tree, out, runner, log)
+        return _finish(built, plan, request, info, torch, list(patched.records), argv, env, log,
+                       wave64=lanes.to_dict() if lanes else None)
+
+
+def _setup_py(plan: BuildPlan, argv: list[str], env: dict[str, str], tree: Path, out: Path, runner: Runner,
+              log: Logger, *, what: str = "") -> Path:
+    """Upstream's setup.py run by ``pip wheel`` on the work tree: its one wheel."""
+    with log.step(f"building {plan.project} {plan.version} for +{plan.label} " + (what or f"(MAX_JOBS={plan.jobs})")):
+        runner.run(argv, env=env, cwd=tree, hint=f"the {plan.project} build failed; the output above is upstream's. "
+                                                 "Run with --dry-run to see the exact command and environment")
+    if len(built := sorted(out.glob("*.whl"))) != 1:
+        raise CheckFailed(f"pip wheel produced {len(built)} wheels in {out}, expected one")
+    return built[0]
+
+
+def _finish(built: Path, plan: BuildPlan, request: WheelRequest, info: SourceInfo, torch: TorchInfo | None,
+            patches: list[dict[str, Any]] | None, argv: list[str], env: dict[str, str], log: Logger, *,
+            wave64: dict[str, Any] | None, linked: CompileOnlyResult | None = None,
+            add: Mapping[str, Payload] | None = None) -> WheelResult:
+    """The wheel (with the engine's files ``add``ed) verified, labelled and published with its manifest."""
+    tag = torch.wheel_tag if add and torch else None  # (the engine's modules are ABI-bound to the build torch)
+    with log.step(f"verifying {built.name}" + (f" with the {len(linked.ops) - len(linked.failed)} module(s) the "
+                                               "engine built" if linked else "")):
+        entries = verify_wheel(built, plan.expect, add)
+    with log.step(f"labelling +{plan.label}"):
+        final, mpath = relabel(built, plan.label, request.output,
+                               _manifest(plan, request, built, tag, entries, torch, info, patches, linked),
+                               extra={**({"wave64": wave64} if wave64 else {}),
+                                      **({"build": _build_facts(linked, request)} if linked else {})}, add=add, tag=tag)
+    log.info(f"wrote {final} ({len(entries)} extension module(s)) and {mpath.name}")
+    return WheelResult(plan, argv, env_changes(env), torch, wheel=final, manifest=mpath, wave64=wave64, engine=linked)
+
+
+def _engine_wheel(driver: WheelDriver, engine: EngineDriver, source: str, request: WheelRequest, info: SourceInfo,
+                  plan: BuildPlan, command: tuple[list[str], dict[str, str]], work: Path, *, runner: Runner,
+                  log: Logger, machine: Machine | None, others: Mapping[str, WheelDriver] | None,
+                  torch: TorchInfo | None, refused: PorterError | None) -> WheelResult:
+    """A driver whose ops porter's engine builds: the ops compiled and linked from porter's patched copy of the
+    source (one shard of them, or the link after every shard), then setup.py writes the Python side of a copy of
+    it, and the modules go in, marked prebuilt. An op that fails is left out and named (the caller's exit 3); none
+    built stops the build."""
+    argv, env = command
+    linked = engine_step(driver, source, request, runner=runner, log=log, machine=machine, others=others,
+                         torch_info=torch, link=True)
+    plan = _engine_plan(plan, linked)
+    if runner.dry or request.engine.shard is not None:
+        if runner.dry:
+            runner.run(argv, env=env, cwd=work / "tree")
+        return WheelResult(plan, argv, env_changes(env), torch or (linked.engine.catalogue.torch if linked.engine else None), dry_run=runner.dry,
+                           refusal=refused or linked.refusal, wave64=linked.wave64, engine=linked)
+    if linked.ops and len(linked.failed) == len(linked.ops):
+        raise CheckFailed(f"no op of {plan.project} {plan.version} built, so no wheel was written, "
+                          + failures(linked.failed, source, request.toolchain),
+                          hint=f"read the logs, e.g. {linked.failed[0].log or 'above'}; or leave the op out with --ops")
+    assert linked.patched is not None and linked.engine is not None
+    base = _python_side(plan, command, linked.patched.source.tree, work, driver.name, runner, log,
+                        cache=request.toolchain.executor.work_dir(cache_dir()) / "python-side",
+                        torch=linked.engine.catalogue.torch.version)
+    add, edits = prebuilt_files(base, linked.engine.catalogue, linked.ops, engine, info.ops)
+    return _finish(base, plan, request, info, linked.engine.catalogue.torch, [*linked.patched.records, *edits], argv,
+                   env, log, wave64=linked.wave64, linked=linked, add=add)
+
+
+def _python_side(plan: BuildPlan, command: tuple[list[str], dict[str, str]], tree: Path, work: Path, package: str,
+                 runner: Runner, log: Logger, *, cache: Path, torch: str) -> Path:
+    """An engine-built wheel's Python side: upstream's setup.py with no op on a work copy of porter's patched copy
+    ``tree`` (the emulated target: the tree's ``package`` as it is), once per tree, command and build ``torch``
+    (setup.py may record it), published into the cache by rename under a lock (builds at once wait for it and
+    reuse it)."""
+    argv, env = command
+    python = argv[:argv.index("-m")]  # (the rest names this run's work folders)
+    entry = cache / f"{plan.project}-{plan.version}-" \
+        f"{key(fingerprint(tree).hex(), python, torch, plan.pip_args, env_changes(env), plan.setup_py)}"
+    if found := sorted(entry.glob("*.whl")) if entry.is_dir() else []:
+        return found[0]
+    entry.mkdir(parents=True, exist_ok=True)
+    with hold(entry, f"building {plan.project} {plan.version}'s Python side", say=log.info):
+        if found := sorted(entry.glob("*.whl")):  # another build made it while this one waited
+            return found[0]
+        with log.step(f"copying {tree} to a work tree"):
+            shutil.copytree(tree, work / "tree", ignore=_IGNORE, symlinks=True)
+            (work / "out").mkdir()
+        if plan.setup_py:
+            built = _setup_py(plan, argv, env, work / "tree", work / "out", runner, log, what="(the Python side)")
+        else:  # the emulated target: setup.py would ask the CPU torch for ROCm
             with log.step(f"packaging {plan.project} {plan.version}'s Python side as the tree has it"):
-                python_side(tree, driver.name, info.version, out)
-        else:
-            with log.step(f"building {plan.project} {plan.version} for +{plan.label} "
-                          + ("(the Python side)" if engine is not None else f"(MAX_JOBS={plan.jobs})")):
-                runner.run(argv, env=env, cwd=tree,
-                           hint=f"the {plan.project} build failed; the output above is upstream's. "
-                                "Run with --dry-run to see the exact command and environment")
-        if len(built := sorted(out.glob("*.whl"))) != 1:
-            raise CheckFailed(f"pip wheel produced {len(built)} wheels in {out}, expected one")
-        if engine is not None and torch is not None:  # (set above)
-            with log.step(f"adding the {len(linked)} module(s) the engine built"):
-                built = [with_prebuilt(built[0], work / "composed", linked, plan, info, torch, engine)]
-        with log.step(f"verifying {built[0].name}"):
-            entries = verify_wheel(built[0], plan.expect)
-        with log.step(f"labelling +{plan.label}"):
-            final, mpath = relabel(built[0], plan.label, request.output,
-                                   _manifest(plan, request, built[0], entries, torch, info, patches),
-                                   extra={"wave64": lanes.to_dict()} if lanes else None)
-        log.info(f"wrote {final} ({len(entries)} extension module(s)) and {mpath.name}")
-        return WheelResult(plan, argv, env_changes(env), torch, wheel=final, manifest=mpath,
-                           wave64=lanes.to_dict() if lanes else None)
+                built = python_side(work / "tree", package, plan.version, work / "out")
+        shutil.copy2(built, entry / f".{built.name}.part")
+        os.replace(entry / f".{built.name}.part", entry / built.name)
+    return entry / built.name
+
+
+def _engine_plan(plan: BuildPlan, linked: CompileOnlyResult) -> BuildPlan:
+    """The plan as the engine built it: its ops, its notes (the wave-64 step's, the patched copy's), and the modules
+    the wheel must hold (those that did not fail)."""
+    if linked.engine is None:
+        return plan
+    cat = linked.engine.catalogue
+    chosen = set(linked.engine.plan.objects)
+    ops = tuple(o for o in cat.ops if o.name in chosen)
+    failed = {o.name for o in linked.failed}
+    return replace(plan, ops=ops, notes=(*plan.notes, *(n for n in linked.notes if n not in plan.notes)),
+                   expect=replace(plan.expect, modules=tuple(o.module for o in ops if o.name not in failed),
+                                  host_only=tuple(o.module for o in ops if not o.device)))
+
+
+def _build_facts(linked: CompileOnlyResult, request: WheelRequest) -> dict[str, Any]:
+    """The manifest's ``build`` section of an engine build: the compiler cache's numbers, debug info, precompiled
+    headers."""
+    built = linked.engine
+    ccache = built.ccache if built else None
+    return {"cache": {**ccache.to_dict(), **built.cache_stats} if ccache and built else None,
+            "debug_info": request.engine.debug, "pch": request.engine.pch}
 
 
 def _scratch(ex: Any, runner: Runner) -> Path | None:
@@ -218,18 +302,6 @@ def _torch_step(plan: BuildPlan, request: WheelRequest, known: TorchInfo | None,
                             + (f"; {plan.needs_torch_why}" if plan.needs_torch_why else "") + ")")
 
 
-def _patch(tree: Path, refs: Sequence[str], asked: str | None, version: str, log: Logger, *,
-           what: str) -> list[dict[str, Any]] | None:
-    """Apply the patch sets to the work copy: the one asked for, then the kind's; the patches, as the manifest lists
-    them (None: not known)."""
-    patches: list[dict[str, Any]] | None = []
-    for ref in refs:
-        with log.step(f"applying patch set {ref}" + ("" if ref == asked else f" ({what})")):
-            got = apply_patch_set(tree, ref, version, log)
-        patches = None if patches is None or got is None else [*patches, *got]
-    return patches
-
-
 def _gated(plan: BuildPlan, lanes: wave64.Wave64 | None, target: str) -> tuple[BuildPlan, CheckFailed | None]:
     """The plan with the wave-64 step's notes, and the stop a refused finding makes."""
     if lanes is None:
@@ -237,41 +309,6 @@ def _gated(plan: BuildPlan, lanes: wave64.Wave64 | None, target: str) -> tuple[B
     stop = lanes.error(f"{plan.project} {plan.version} for {target}", LEAVE)
     return replace(plan, notes=(*plan.notes, *([stop_note(stop.message)] if stop else []),
                                 *lanes.allowed_notes())), stop
-
-
-def _engine_ops(driver: WheelDriver, tree: Path, request: WheelRequest, plan: BuildPlan, root: Path, *,
-                runner: Runner, log: Logger, machine: Machine | None, others: Mapping[str, WheelDriver] | None,
-                torch: TorchInfo) -> list[OpResult]:
-    """The plan's ops compiled and linked by porter's engine from the patched work copy; any failure stops the build
-    (no wheel with a hole in it)."""
-    from porter.wheels.compile import compile_only as engine_build
-
-    linked = engine_build(driver, str(tree), request, runner=runner, log=log, machine=machine, others=others,
-                          torch_info=torch, link=True,
-                          origin=f"{request.sources.get('sdist_sha256') or root} {request.patch_set or ''}")
-    if linked.failed:
-        from ops_prebuild.build import failures
-
-        raise CheckFailed(f"{len(linked.failed)} of {len(linked.ops)} op(s) of {plan.project} {plan.version} "
-                          "failed to build, so no wheel was written, " + failures(linked.failed, str(root),
-                                                                                 request.toolchain),
-                          hint=f"read the logs, e.g. {linked.failed[0].log or 'above'}; or leave the op out with --ops")
-    return linked.ops
-
-
-
-
-def _text(path: Path) -> str | None:
-    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
-
-
-def _planned(root: Path, refs: Sequence[str]) -> Callable[[str], str | None]:
-    """The files the patch sets ``refs`` would change, as they would be (a dry run writes none)."""
-    from porter.patching import plan as plan_patches, resolve_sets
-
-    sets = [s for ref in refs for s in resolve_sets(ref)]
-    changed = {c.path: c.after for c in plan_patches(root, sets).changes if c.after is not None} if sets else {}
-    return lambda rel: changed[rel].decode("utf-8", errors="replace") if rel in changed else None
 
 
 @runtime_checkable
@@ -292,21 +329,34 @@ class EngineDriver(Protocol):
         ...
 
 
-def with_prebuilt(base: Path, dest: Path, results: list[OpResult], plan: BuildPlan, info: SourceInfo,
-                  torch: TorchInfo, engine: EngineDriver) -> Path:
-    """Upstream's Python-only wheel with the engine's modules added at their import paths and marked prebuilt in
-    the driver's record of them, under the build torch's wheel tag (the modules are ABI-bound to it)."""
-    modules = {o.name: o.module for o in plan.ops}
-    add: dict[str, Payload] = {modules[r.name].replace(".", "/") + torch.ext_suffix: Path(r.so)
-                               for r in results if r.status != "failed" and r.name in modules}
-    installed = {o.name: False for o in info.ops}
-    installed.update({r.name: True for r in results if r.status != "failed"})
+@runtime_checkable
+class WheelEdits(Protocol):
+    """An :class:`EngineDriver` that changes more of its Python-only wheel than the record of its prebuilt ops."""
+
+    def wheel_edits(self, files: Mapping[str, bytes],
+                    probes: Mapping[str, bool]) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
+        """The files of the wheel (archive name -> bytes, the record already marked) to write anew, and the patches
+        that made them as the manifest lists them; ``probes``: the tree's feature probes answered at build time."""
+        ...
+
+
+def prebuilt_files(base: Path, cat: Catalogue, results: Sequence[OpResult], engine: EngineDriver,
+                   declared: Sequence[OpSpec] = ()) -> tuple[dict[str, Payload], list[dict[str, Any]]]:
+    """What goes into upstream's Python-only wheel ``base``: the engine's modules of ``cat`` at their import paths
+    (named for the build torch, whose wheel tag the wheel then takes: they are ABI-bound to it), the driver's record
+    marking them prebuilt (the other ops of ``cat`` and ``declared`` not), and the driver's own edits
+    (:class:`WheelEdits`); and the patches those edits made, as the manifest lists them."""
+    modules = {o.name: o.module for o in cat.ops if o.module}
+    ok = [r for r in results if r.status != "failed" and r.name in modules]
+    add: dict[str, Payload] = {modules[r.name].replace(".", "/") + cat.torch.ext_suffix: Path(r.so) for r in ok}
+    installed = {**{o.name: False for o in declared}, **{o: False for o in modules}, **{r.name: True for r in ok}}
     w = read_wheel(base)
     # a tree whose setup.py writes no such file has a loader that finds the modules by import alone: it gets one
     record = engine.version_info
-    add[record] = engine.mark_prebuilt(w.files[record].decode() if record in w.files else "", installed).encode()
-    dest.mkdir(parents=True, exist_ok=True)
-    return rewrite_wheel(base, dest, version=w.version, tag=torch.wheel_tag, purelib=False, add=add)
+    files = {**w.files, record: engine.mark_prebuilt(w.files[record].decode() if record in w.files else "",
+                                                     installed).encode()}
+    edits, patches = engine.wheel_edits(files, dict(cat.feature_probes)) if isinstance(engine, WheelEdits) else ({}, [])
+    return {**add, record: files[record], **edits}, patches
 
 
 def python_side(tree: Path, package: str, version: str, out: Path) -> Path:
@@ -320,12 +370,15 @@ def python_side(tree: Path, package: str, version: str, out: Path) -> Path:
     return write_wheel(out, WheelSpec(package, version, "py3-none-any", purelib=True), files)
 
 
-def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, entries: list[ExtensionEntry],
-              torch: TorchInfo | None, info: SourceInfo, patches: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The manifest's fields for the labelled wheel (its version and wheel section are set by :func:`relabel`);
-    ``patches``: those applied to the work copy (None: not known)."""
+def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, tag: str | None, entries: list[ExtensionEntry],
+              torch: TorchInfo | None, info: SourceInfo, patches: list[dict[str, Any]] | None = None,
+              linked: CompileOnlyResult | None = None) -> dict[str, Any]:
+    """The manifest's fields for the labelled wheel (its version and wheel section are set by :func:`relabel`;
+    ``tag``: the one it gets instead of ``wheel``'s);
+    ``patches``: those applied to the work copy (None: not known); ``linked``: the engine's part (each op's
+    result)."""
     tc = request.toolchain
-    tags = parse_wheel_filename(wheel.name)[3]
+    tags = parse_tag(tag) if tag else parse_wheel_filename(wheel.name)[3]
     python_tag = ".".join(sorted({t.interpreter for t in tags}))
     setup_py = info.tree / "setup.py"
     sources: dict[str, Any] = {"upstream_version": info.version, "setup.py_sha256": sha256_file(setup_py),
@@ -339,7 +392,9 @@ def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, entries: list
         if entry["module"] in plan.expect.host_only:
             entry["host_only"] = True
     ops: list[OpEntry] | None = None
-    if plan.ops:
+    if linked is not None:
+        ops = [{"name": r.name, "status": r.status, "seconds": round(r.seconds, 2), "log": r.log} for r in linked.ops]
+    elif plan.ops:
         have = {e["module"] for e in entries}
         ops = []
         for o in plan.ops:

@@ -12,13 +12,17 @@ from porter.run import Runner
 from porter.wheels.base import SourceInfo, WheelDriver
 
 
-def resolve_source(source: str, driver: WheelDriver, cache: Path, runner: Runner) -> tuple[Path, dict[str, str]]:
+def resolve_source(source: str, driver: WheelDriver, cache: Path, runner: Runner,
+                   scratch: Path | None = None) -> tuple[Path, dict[str, str]]:
     """A directory as is; an sdist (.tar.gz) unpacked once into ``cache``; ``name==version`` downloaded first
-    (its setup.py's metadata prepared with the build python's torch, and ``driver.sdist_env``)."""
-    from ops_prebuild.source import Download, fetch_tree
+    (its setup.py's metadata prepared with the build python's torch, and ``driver.sdist_env``). With ``scratch`` (a
+    dry run's), what the cache holds is read, and what it lacks is unpacked or downloaded into ``scratch``."""
+    from ops_prebuild.source import Download, cached_tree, fetch_tree
 
-    return fetch_tree(source, cache=cache, runner=runner, download=Download(False, tuple(driver.sdist_env.items())),
-                      hint="pass a source directory, an sdist .tar.gz, or name==version to download one")
+    found = cached_tree(source, cache, driver.name) if scratch is not None else None
+    return found or fetch_tree(source, cache=scratch or cache, runner=runner.real(), name=driver.name,
+                               download=Download(False, tuple(driver.sdist_env.items())),
+                               hint="pass a source directory, an sdist .tar.gz, or name==version to download one")
 
 
 def detect(driver: WheelDriver, root: Path, others: Mapping[str, WheelDriver]) -> SourceInfo:

@@ -18,7 +18,7 @@ from packaging.utils import parse_wheel_filename
 
 from porter.artifacts.labels import with_label
 from porter.artifacts.manifest import publish
-from porter.artifacts.wheelfile import module_name, rewrite_wheel
+from porter.artifacts.wheelfile import Payload, module_name, rewrite_wheel
 from porter.codeobjects import archs_in
 from porter.errors import CheckFailed, ConfigError
 from porter.artifacts.manifest import ExtensionEntry
@@ -39,11 +39,15 @@ def extensions_in(wheel: Path) -> list[WheelExtension]:
                 if n.endswith(".so") and ".data/" not in n.split("/")[0]]
 
 
-def verify_wheel(wheel: Path, expect: Expectation) -> list[ExtensionEntry]:
-    """Raise CheckFailed naming every problem; return the manifest entries of the extensions."""
-    exts = extensions_in(wheel)
+def verify_wheel(wheel: Path, expect: Expectation, add: Mapping[str, Payload] | None = None) -> list[ExtensionEntry]:
+    """Raise CheckFailed naming every problem; return the manifest entries of the extensions. ``add``: files the wheel
+    gets on top of (or instead of) its own when it is labelled."""
+    add = add or {}
+    exts = [e for e in extensions_in(wheel) if e.path not in add] + [
+        WheelExtension(n, module_name(n), p.read_bytes() if isinstance(p, Path) else p) for n, p in add.items()
+        if n.endswith(".so")]
     with zipfile.ZipFile(wheel) as zf:
-        names = zf.namelist()
+        names = [*zf.namelist(), *add]
     problems: list[str] = []
     hint: str | None = None
     if expect.prebuilt and not exts:
@@ -86,17 +90,20 @@ def verify_wheel(wheel: Path, expect: Expectation) -> list[ExtensionEntry]:
 # -- labelling ----------------------------------------------------------------------------------
 
 def relabel(wheel: Path, label: str, dest_dir: Path, fields: Mapping[str, Any],
-            extra: Mapping[str, Any] | None = None) -> tuple[Path, Path]:
+            extra: Mapping[str, Any] | None = None, *, add: Mapping[str, Payload] | None = None,
+            tag: str | None = None) -> tuple[Path, Path]:
     """Write ``wheel`` with the local version ``+label`` into ``dest_dir``, carrying the manifest of ``fields``
-    (:func:`porter.artifacts.manifest.publish`: the manifest beside it first, then the wheel by an atomic rename)."""
+    (:func:`porter.artifacts.manifest.publish`: the manifest beside it first, then the wheel by an atomic rename).
+    ``add``: files added to it (extension modules: then it is no longer pure, and takes ``tag``)."""
     _name, version, _build, _tags = parse_wheel_filename(wheel.name)
     new_version = with_label(str(version), label)
-    tag = wheel.name[:-len(".whl")].split("-", 2)[2]
-    if tag.count("-") > 2:  # a build tag sits before the python tag
-        tag = tag.split("-", 1)[1]
+    if tag is None:
+        tag = wheel.name[:-len(".whl")].split("-", 2)[2]
+        if tag.count("-") > 2:  # a build tag sits before the python tag
+            tag = tag.split("-", 1)[1]
     final, mpath, _ = publish(dest_dir, lambda tmp, data: rewrite_wheel(
-        wheel, tmp, version=new_version, tag=tag, purelib=_purelib(wheel), add={"{dist_info}/porter.json": data}),
-        extra=extra, **{**fields, "version": new_version})
+        wheel, tmp, version=new_version, tag=tag, purelib=_purelib(wheel) and not add,
+        add={**(add or {}), "{dist_info}/porter.json": data}), extra=extra, **{**fields, "version": new_version})
     return final, mpath
 
 

@@ -184,7 +184,7 @@ def test_deepspeed_ops_with_unproven_wave32_code_are_refused_for_a_64_lane_targe
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(res.stdout)
     assert doc["wave64"]["counts"] == {"refused": 5, "safe": 1}, doc["wave64"]
-    assert any(n.startswith("a real run here would stop: DeepSpeed 0.19.8") for n in doc["plan"]["notes"])
+    assert any(n.startswith("a real run here would stop: deepspeed 0.19.8") for n in doc["plan"]["notes"])
     res = run_porter(*argv[:-2], "--allow-wave32", "transformr", "--dry-run")
     assert res.returncode == 2 and "does not build: transformr" in res.stderr, res.stderr[-2000:]
     res = run_porter("ops", "list", "--source", str(deepspeed_sdist), "-t", "emulate-wave64", "--json")

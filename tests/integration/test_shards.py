@@ -124,7 +124,7 @@ def test_a_shard_killed_mid_compile_resumes_where_it_stopped(deepspeed_sdist: Pa
     proc = subprocess.Popen([*base, "--shard", "0/1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         def finished() -> list[Path]:  # ninja logs an object once its compile has ended (an .o appears earlier)
-            logs = list((tmp_path / "cache").glob("ops/*/.ninja-shard-0-of-1/.ninja_log"))
+            logs = list((tmp_path / "cache").glob("wheels/*/build/.ninja-shard-0-of-1/.ninja_log"))
             lines = logs[0].read_text().splitlines()[1:] if logs else []
             paths = [ln.split("\t")[3] for ln in lines if len(ln.split("\t")) > 3]
             return [logs[0].parent.parent / p for p in paths if p.endswith(".o")]

@@ -14,7 +14,7 @@ from porter.cluster.request import BuildRequest, read_request, write_request
 from porter.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-APEX_ENV = ROOT / "tests" / "fixtures" / "apex-env"
+APEX_ENV = ROOT / "tests" / "fixtures" / "apex-flags"  # setup.py builds it: a dry run starts no probe
 
 
 def run(tmp_path: Path, doc: dict[str, object], *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:

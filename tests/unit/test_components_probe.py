@@ -23,7 +23,7 @@ def test_registry_knows_each_project_once() -> None:
     assert len(dists) == len(set(dists))
     assert components.for_dist("megatron-fused-kernels") is components.get("megatron-deepspeed")
     assert components.for_dist("hjson") is None
-    assert set(components.wheel_drivers()) == {"apex", "flash-attn"}
+    assert set(components.wheel_drivers()) == {"apex", "deepspeed", "flash-attn"}
     with pytest.raises(ConfigError, match="did you mean apex"):
         components.get("apx")
 

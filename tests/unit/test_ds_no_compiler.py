@@ -2,7 +2,7 @@
 
 ``tests/fixtures/deepspeed-probe-at-import`` is a DeepSpeed-like package whose ``import deepspeed`` asks a feature
 probe that runs the C compiler (as DeepSpeed 0.18 does). It is packed as the base wheel DeepSpeed's setup.py would
-give; ``compose`` (porter's wheel writer) writes the final wheel; the wheel is unpacked and imported in this process.
+give; ``with_prebuilt`` (the one flow's step, with DeepSpeed's driver) writes the final wheel; the wheel is unpacked and imported in this process.
 A compiler call here is a subprocess, which the unit tier refuses (tests/conftest.py), so before the fix the import
 itself fails the test.
 """
@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from wheel.wheelfile import WheelFile
 
-from porter.components.deepspeed.wheel import compose, guard_files
+from porter.components.deepspeed.build import DRIVER
+from porter.components.deepspeed.wheel import guard_files
 from porter.errors import ToolError
 from porter.patching import apply, resolve_sets
 
@@ -43,13 +44,26 @@ def base_wheel(dest: Path, tree: Path = FIXTURE) -> Path:
 
 
 def porter_wheel(tmp_path: Path, base: Path, probes: dict[str, bool]) -> Path:
-    out = tmp_path / "out"
-    out.mkdir(exist_ok=True)
+    """``base`` with a stand-in cpu_adam module, as the one build flow writes it for DeepSpeed (:func:`prebuilt_files`
+    with its driver): the module marked prebuilt, the probes recorded, the op builder guarded."""
+    from ops_prebuild.build import OpResult
+    from ops_prebuild.catalogue import Catalogue, OpSpec
+    from ops_prebuild.source import Source
+    from porter.artifacts.wheelfile import rewrite_wheel
+    from porter.torch_facts import TorchInfo
+    from porter.wheels.engine import prebuilt_files
+
     so = tmp_path / "cpu_adam_op.so"
     so.write_bytes(b"\x7fELF stand-in")
-    return compose(base, out, version="0.18.8+cpu.x86.64.v2", tag="cp311-cp311-linux_x86_64",
-                   extensions={"deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so": so},
-                   installed_ops={"cpu_adam": True, "async_io": False}, extra_files={}, feature_probes=probes)
+    torch = TorchInfo("2.13.0+cpu", ext_suffix=".cpython-311-x86_64-linux-gnu.so", python_tag="cp311",
+                      platform_tag="linux_x86_64")
+    cat = Catalogue(Source("deepspeed", "0.18.8", FIXTURE), torch, "cpu",
+                    (OpSpec("cpu_adam", "deepspeed.ops.adam.cpu_adam_op"), OpSpec("async_io", "deepspeed.ops.aio")),
+                    tuple(probes.items()))
+    add, _ = prebuilt_files(base, cat, [OpResult("cpu_adam", "built", so=str(so))], DRIVER)
+    (tmp_path / "out").mkdir(exist_ok=True)
+    return rewrite_wheel(base, tmp_path / "out", version="0.18.8+cpu.x86.64.v2", tag=torch.wheel_tag, purelib=False,
+                         add=add)
 
 
 class Compiler:

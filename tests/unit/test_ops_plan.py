@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,8 @@ from ops_prebuild.catalogue import Catalogue, OpSpec, needing_unbuildable
 from ops_prebuild.plan import host_args, make_plan
 from porter.components.op_builder import profile_simd, simd_define
 from ops_prebuild.source import Source
-from porter.components.deepspeed.wheel import compose
 from porter.errors import ConfigError
+from porter.run import Runner
 from porter.resources import default_jobs
 from porter.toolchain.profile import load_toolchain
 from porter.torch_facts import TorchInfo, need_for, refusal
@@ -181,7 +182,13 @@ def test_failure_blocks_split_per_edge() -> None:
     assert _failure_blocks(out) == ["FAILED: /b/x/a.o\ng++ ...\nerror: boom", "FAILED: /b/y/b.o\nerror: bang"]
 
 
-def test_compose_injects_ops_and_relabels(tmp_path: Path) -> None:
+def test_the_one_flow_adds_deepspeeds_ops_marked_prebuilt_and_relabels_under_the_torch_tag(tmp_path: Path) -> None:
+    from ops_prebuild.build import OpResult
+    from ops_prebuild.catalogue import Catalogue
+    from porter.components.deepspeed.build import DRIVER
+    from porter.wheels.engine import prebuilt_files
+    from porter.wheels.verify import relabel
+
     base = tmp_path / "deepspeed-0.19.8-py3-none-any.whl"
     with WheelFile(base, "w") as wf:
         wf.writestr("deepspeed/__init__.py", b"")
@@ -191,11 +198,15 @@ def test_compose_injects_ops_and_relabels(tmp_path: Path) -> None:
         wf.writestr("deepspeed-0.19.8.dist-info/WHEEL", b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
     so = tmp_path / "x.so"
     so.write_bytes(b"\x7fELF fake")
-    (tmp_path / "out").mkdir()
-    out = compose(base, tmp_path / "out", version="0.19.8+cpu.x86.64.v2", tag="cp311-cp311-linux_x86_64",
-            extensions={"deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so": so},
-            installed_ops={"cpu_adam": True, "fused_adam": False},
-            extra_files={"{dist_info}/porter.json": b"{}"}, feature_probes={"io_submit:aio": False})
+    torch = replace(TORCH, ext_suffix=".cpython-311-x86_64-linux-gnu.so", python_tag="cp311", platform_tag="linux_x86_64")
+    cat = Catalogue(Source("deepspeed", "0.19.8", tmp_path), torch, "cpu",
+                    (OpSpec("cpu_adam", "deepspeed.ops.adam.cpu_adam_op"), OpSpec("fused_adam", "deepspeed.ops.adam")),
+                    (("io_submit:aio", False),))
+    add, patches = prebuilt_files(base, cat, [OpResult("cpu_adam", "built", so=str(so))], DRIVER)
+    assert patches == []  # (no op builder in this wheel to guard)
+    tc = load_toolchain("cpu", environ={})
+    out, _ = relabel(base, "cpu.x86.64.v2", tmp_path / "out", dict(component="deepspeed", tc=tc, torch=torch,
+                     python_tag="cp311", sources={}, extensions=[]), add=add, tag=torch.wheel_tag)
     with zipfile.ZipFile(out) as z:
         names = z.namelist()
         assert out.name == "deepspeed-0.19.8+cpu.x86.64.v2-cp311-cp311-linux_x86_64.whl"
@@ -264,12 +275,14 @@ def test_bf16_on_rocm_follows_the_profile_archs(tmp_path: Path) -> None:
 
 
 def test_compile_only_is_for_gpu_profiles(tmp_path: Path) -> None:
-    from porter.components.deepspeed.build import build_ops
-    from ops_prebuild.build import EngineRun
+    from porter.components.deepspeed.build import DRIVER
+    from porter.wheels import WheelRequest
+    from porter.wheels.compile import compile_only
 
+    cpu = load_toolchain("cpu", environ={})
     with pytest.raises(ConfigError, match="--compile-only compiles GPU code") as exc:
-        build_ops("deepspeed==0.19.8", load_toolchain("cpu", environ={}), ops=["cpu_adam"], wheelhouse=tmp_path,
-                  how=EngineRun(compile_only=True))
+        compile_only(DRIVER, "deepspeed==0.19.8", WheelRequest(source=tmp_path, toolchain=cpu, output=tmp_path,
+                                                               ops=("cpu_adam",)), runner=Runner())
     assert exc.value.exit_code == 2 and "debian-rocm7" in (exc.value.hint or "")
 
 

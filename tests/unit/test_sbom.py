@@ -239,15 +239,14 @@ def test_porter_sbom_says_it_in_words(tmp_path: Path) -> None:
 
 def test_deepspeed_lists_the_patches_made_to_the_wheels_own_files(tmp_path: Path) -> None:
     from porter.artifacts.wheelfile import read_wheel
-    from porter.components.deepspeed.wheel import compose, wheel_patches
-    from tests.unit.test_ds_no_compiler import BUILDER, base_wheel
+    from porter.components.deepspeed.wheel import wheel_patches
+    from tests.unit.test_ds_no_compiler import BUILDER, base_wheel, porter_wheel
 
     base = base_wheel(tmp_path)
-    records = wheel_patches(base)
+    records = wheel_patches(read_wheel(base).files)
     assert records and {r["set"] for r in records} == {"deepspeed/no-jit"}
     assert all(r["applied_to"] == "wheel" and r["state"] == "applied" for r in records)
-    out = compose(base, tmp_path, version="0.18.8+cpu.x86.64.v2", tag=CP, extensions={}, installed_ops={},
-                  extra_files={})
+    out = porter_wheel(tmp_path, base, {})
     changed = [f for r in records for f in r["files"] if f["path"] == BUILDER]
     assert changed[0]["before"] == hashlib.sha256(read_wheel(base).files[BUILDER]).hexdigest()
     assert changed[-1]["after"] == hashlib.sha256(read_wheel(out).files[BUILDER]).hexdigest()

@@ -136,27 +136,16 @@ def test_the_sbom_records_the_states_and_the_override() -> None:
     assert "  allowed: op k: k.cu:7: lane-arithmetic (by --allow-wave32)" in lines
 
 
-def test_the_emulated_targets_deepspeed_python_side_is_built_for_the_cpu_accelerator(monkeypatch: pytest.MonkeyPatch,
-                                                                                   tmp_path: Path) -> None:
+def test_the_emulated_targets_deepspeed_python_side_is_built_for_the_cpu_accelerator(tmp_path: Path) -> None:
     """With the CPU torch the emulated modules run on, DeepSpeed's setup.py for "cuda" looks for a CUDA toolkit
     (0.18.9: 'CUDA_HOME does not exist'): the emulated build asks for its CPU Python side; a ROCm build for its own."""
-    from porter.components.deepspeed import build
+    from porter.components.deepspeed.build import DRIVER
     from porter.toolchain.profile import load_toolchain
-    from porter.torch_facts import TorchInfo
-    from ops_prebuild.catalogue import Catalogue
-    from ops_prebuild.source import Source
+    from porter.wheels.base import Machine, SourceInfo, WheelRequest
 
-    asked: list[str] = []
-    monkeypatch.setattr(build, "base_wheel", lambda tree, cache, **kw: asked.append(kw["accelerator"]) or cache)
-    from porter.executor import HOST
-    from porter.log import quiet_logger
-    from porter.run import Runner
-
-    cat = Catalogue(source=Source("deepspeed", "0.18.9", tmp_path, str(tmp_path)), torch=TorchInfo("2.13.0+cpu"),
-                    accelerator="cuda")
-    for name in ("emulate-wave64", "debian-rocm7"):
-        build.base_wheel_of(cat, tmp_path, python="python3", runner=Runner(quiet_logger()), executor=HOST,
-                            tc=load_toolchain(name))
+    info = SourceInfo("deepspeed", "0.18.9", tmp_path)
+    asked = [DRIVER.plan(info, WheelRequest(source=tmp_path, toolchain=load_toolchain(name), output=tmp_path),
+                         Machine(2, 1 << 30)).env["DS_ACCELERATOR"] for name in ("emulate-wave64", "debian-rocm7")]
     assert asked == ["cpu", "cuda"]
 
 

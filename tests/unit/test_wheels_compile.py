@@ -409,7 +409,7 @@ def test_covering_samples_are_small_and_complete() -> None:
 
 
 def test_compile_only_refuses_cpu_profiles_and_the_triton_backend(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="compiles GPU code for every arch of a rocm profile"):
+    with pytest.raises(ConfigError, match="compiles GPU code for every arch of a rocm or cuda profile"):
         compile_only(get_driver("apex"), str(APEX_ROCM), request(APEX_ROCM, "cpu"), runner=FakeRunner(dry=True),
                      others=DRIVERS, costs_root=tmp_path)
     with pytest.raises(ConfigError, match="Triton backend compiles nothing ahead of time"):
@@ -632,7 +632,8 @@ def test_fa_compile_only_patches_a_ck_from_before_rocm7_on_a_copy(tmp_path: Path
     shutil.copyfile(FIXTURES / "flash-attn-ck-pre-rocm7" / arch, tree / arch)
     res = compile_only(get_driver("flash-attn"), str(tree), request(tree, archs=("gfx942",)), runner=FakeRunner(dry=True),
                        others=DRIVERS, machine=Machine(2, 24 * GiB), costs_root=tmp_path / "costs")
-    assert "patched: flash-attn/ck-rocm7: ck-constexpr-warp-size" in res.notes
+    assert "a real run builds from porter's patched copy of the source: flash-attn/ck-rocm7: ck-constexpr-warp-size" \
+        in res.notes
     assert "return warpSize;" in (tree / arch).read_text()  # the tree itself is never changed
     plain, _ = _fa_compile(tmp_path / "plain", archs=("gfx942",))
-    assert not [n for n in plain.notes if n.startswith("patched:")]
+    assert not [n for n in plain.notes if "patched copy" in n]

@@ -60,11 +60,11 @@ class ApexDriver:
     title = "ROCm apex"
     sdist_env: Mapping[str, str] = {}
     version_info = "apex/git_version_info_installed.py"
+    """Where apex's op_builder loader (DeepSpeed's, adapted) reads ``installed_ops``."""
 
     def mark_prebuilt(self, text: str, installed: Mapping[str, bool]) -> str:
         """(EngineDriver) ROCm apex's loader is DeepSpeed's: its ``installed_ops``."""
         return set_installed_ops(text, installed)
-    """Where apex's op_builder loader (DeepSpeed's, adapted) reads ``installed_ops``."""
 
     def on_engine(self, info: SourceInfo, plan: BuildPlan) -> bool:
         """The op_builder regime (APEX_BUILD_*): its ops are porter's engine's catalogue, compiled and linked there
@@ -167,7 +167,7 @@ class ApexDriver:
             expect=Expectation(modules=modules, optional=optional, prebuilt=True,
                                host_only=tuple(op.module for op in selected if op.group == "cpp"),
                                archs=tc.arch_names if tc.kind == "rocm" else (), empty_hint=empty_hint),
-            ops=selected, notes=tuple(notes))
+            ops=selected, notes=tuple(notes), setup_py=tc.kind != "emulated")
 
     # -- compile only ----------------------------------------------------------------------------
     def kernel_ops(self, info: SourceInfo, request: WheelRequest, ctx: KernelContext) -> KernelSet:

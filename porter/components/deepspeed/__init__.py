@@ -6,8 +6,8 @@ engine (:mod:`ops_prebuild`) by ``porter ops build``.
   objects: every op that ships a prebuilt module is marked prebuilt (else DeepSpeed JIT-compiles it anyway), and
   no op is marked prebuilt without its module;
 - :mod:`.catalogue`: the op catalogue, read from the tree's own ``op_builder`` in the build python;
-- :mod:`.build`: source -> patched copy -> catalogue -> the engine -> DeepSpeed's own wheel with the modules;
-- :mod:`.wheel`: that wheel (``installed_ops``, the no-JIT patch set, recorded feature probes).
+- :mod:`.build`: its driver of the one build flow (catalogue -> the engine -> DeepSpeed's own wheel with the modules);
+- :mod:`.wheel`: what porter changes in that wheel (the no-JIT patch set, recorded feature probes).
 """
 
 from __future__ import annotations
@@ -20,31 +20,23 @@ from ops_prebuild.source import Source
 from porter.components.base import InstalledCheck
 from porter.components.deepspeed import audit
 from porter.components.deepspeed.audit import OPTIMIZER_OPS, VERSION_INFO
+from porter.components.deepspeed.build import DRIVER, is_tree, tree_version
 from porter.components.op_builder import read_installed_ops
 
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest
     from porter.install.env import InstalledDist
 
-def is_tree(tree: Path) -> bool:
-    return (tree / "op_builder" / "builder.py").is_file() and (tree / "deepspeed").is_dir()
-
-
-def tree_version(tree: Path) -> str:
-    vfile = tree / "version.txt"
-    return vfile.read_text().strip() if vfile.is_file() else "0+unknown"
-
-
 class DeepSpeedComponent:
     name = "deepspeed"
     title = "DeepSpeed"
-    tree_marks = "op_builder/builder.py and deepspeed/"
     dists: tuple[str, ...] = ("deepspeed",)
     patch_project = "deepspeed"
     fetches = True  # (MatrixBuild) a matrix cell may name a release: NAME==VERSION
     takes_ops = True
     jit_kinds = audit.KINDS  # (JitSites: porter audit asks it)
     loads_on_import = {"deepspeed": OPTIMIZER_OPS}
+    driver = DRIVER  # porter ops build (the one build flow)
 
     def read_target(self, target: jit.Target) -> None:
         audit.read_target(target)
@@ -58,12 +50,6 @@ class DeepSpeedComponent:
 
     def installed_sites(self, ctx: jit.Audit, imports: set[str]) -> list[jit.Site]:
         return audit.installed_sites(ctx, imports)
-
-    def is_tree(self, tree: Path) -> bool:
-        return is_tree(tree)
-
-    def tree_version(self, tree: Path) -> str:
-        return tree_version(tree)
 
     def recognise(self, tree: Path) -> Source | None:
         return Source(self.name, tree_version(tree), tree) if is_tree(tree) else None

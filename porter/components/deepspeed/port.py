@@ -24,7 +24,7 @@ def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] 
     each patch where its problem is present; OUT (default TREE-ported) appears by one rename. Its ops are then
     built ahead of time from OUT with ``porter ops build --source OUT``. A recording ``runner`` is a dry run: the
     patches are checked against TREE, nothing is written."""
-    from porter.components.deepspeed import is_tree as deepspeed_tree
+    from porter.components.deepspeed.build import is_tree as deepspeed_tree
 
     log = log or quiet_logger()
     src = Path(tree)

@@ -1,10 +1,6 @@
-"""DeepSpeed's own wheel with the prebuilt ops in it.
+"""What porter changes in DeepSpeed's own wheel beyond the prebuilt modules and ``installed_ops``.
 
-DeepSpeed's own setup.py builds the pure-Python wheel (``DS_BUILD_OPS=0``; cached per source), then
-porter's one wheel writer writes it anew with the prebuilt ``.so`` modules, ``installed_ops`` set
-for them, the target named in the PEP 440 local label, and a platform tag.
-
-The wheel's own copy of DeepSpeed's op builder also gets porter's deepspeed/no-jit patch set (:data:`WHEEL_SETS`),
+The wheel's own copy of DeepSpeed's op builder gets porter's deepspeed/no-jit patch set (:data:`WHEEL_SETS`),
 edited in memory here and never in the source tree: DeepSpeed answers its load-time feature probes (``has_function``)
 by compiling a test program, on import (0.18) or when ``deepspeed.ops.__compatible_ops__`` is first read (0.19);
 patched, an installation porter wrote answers them from ``porter_feature_probes`` (the build python's answers,
@@ -14,78 +10,18 @@ recorded beside ``installed_ops``), so a prebuilt install starts no compiler by 
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from porter.artifacts.wheelfile import Payload, read_wheel, rewrite_wheel
-from porter.components.deepspeed.audit import VERSION_INFO
-from porter.components.op_builder import set_installed_ops
 from porter.errors import ToolError
-from porter.executor import HOST, Executor
 from porter.fs import owned_temp
-from porter.locks import hold
 from porter.patching import PatchSet, failure_message, load_shipped
 from porter.patching import Plan as PatchPlan, plan as plan_patches
-from porter.run import Runner, make_env
 
 WHEEL_SETS: tuple[tuple[str, str], ...] = (("deepspeed", "no-jit"),)
 """Patch sets (project, name) applied to the wheel's own copy of the files they edit; a file they do not need to
 change (no such probe, already patched in the source tree) is left as DeepSpeed's setup.py wrote it."""
-
-
-def base_wheel(tree: Path, cache: Path, *, python: str, accelerator: str, runner: Runner,
-               executor: Executor = HOST) -> Path:
-    """The pure-Python DeepSpeed wheel built by its own setup.py with no ops (a cache entry: one process builds
-    it, under a lock, and publishes it by rename; builds at once wait for it and reuse it)."""
-    found = sorted(cache.glob("*.whl")) if cache.is_dir() else []
-    if found:
-        return found[0]
-    cache.mkdir(parents=True, exist_ok=True)
-    with hold(cache, f"building DeepSpeed's own wheel from {tree.name}", say=runner.log.info):
-        found = sorted(cache.glob("*.whl"))
-        if found:  # another build made it while this one waited
-            return found[0]
-        # beside the cache entry (same filesystem, visible where the build python runs)
-        with owned_temp(cache.parent, ".porter-ds-") as tmp:
-            copy = Path(tmp) / "src"
-            shutil.copytree(tree, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-            out = Path(tmp) / "out"
-            runner.run(executor.argv(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                                     executor.inside(out), executor.inside(copy)),
-                       # its setup.py lists extras from sets: a fixed hash seed keeps METADATA's order (and the
-                       # wheel's bytes) the same from one build of the entry to the next
-                       cwd=copy, env=make_env({"DS_BUILD_OPS": "0", "DS_ACCELERATOR": accelerator,
-                                               "PYTHONHASHSEED": "0"}), timeout=1800,
-                       hint="DeepSpeed's setup.py failed to build its pure-Python wheel; see its output above")
-            wheels = sorted(out.glob("*.whl"))
-            if not wheels:
-                raise ToolError(f"pip wheel produced no wheel for {tree}")
-            os.replace(wheels[0], cache / wheels[0].name)
-    return cache / wheels[0].name
-
-
-def compose(base: Path, dest_dir: Path, *, version: str, tag: str, extensions: Mapping[str, Path],
-            installed_ops: Mapping[str, bool], extra_files: Mapping[str, bytes],
-            feature_probes: Mapping[str, bool] | None = None) -> Path:
-    """Write the final wheel into ``dest_dir`` (atomically); return its path. ``feature_probes`` (the build
-    python's answers to the tree's load-time ``has_function`` probes) are recorded beside ``installed_ops`` as
-    ``porter_feature_probes``; the wheel's copy of the op builder, patched with :data:`WHEEL_SETS`, answers from
-    them instead of compiling a test program."""
-    guarded = guard_files(read_wheel(base).files)
-
-    def edit(name: str, data: bytes) -> bytes:
-        if name in guarded:
-            return guarded[name]
-        if name != VERSION_INFO:
-            return data
-        return _feature_probes(set_installed_ops(data.decode(), installed_ops), feature_probes or {}).encode()
-
-    add: dict[str, Payload] = {**extensions, **extra_files}
-    return rewrite_wheel(base, dest_dir, version=version, tag=tag, purelib=False, add=add, edit=edit)
 
 
 def guard_files(files: Mapping[str, bytes]) -> dict[str, bytes]:
@@ -99,10 +35,10 @@ def guard_files(files: Mapping[str, bytes]) -> dict[str, bytes]:
     return {c.path: c.after for c in planned.changes if c.after is not None and c.path in files}
 
 
-def wheel_patches(base: Path) -> list[dict[str, Any]]:
-    """The patches :func:`compose` makes to the wheel's own copy of ``base``'s files, as its manifest lists them
+def wheel_patches(files: Mapping[str, bytes]) -> list[dict[str, Any]]:
+    """The patches :func:`guard_files` makes to the wheel's own copy of its ``files``, as its manifest lists them
     (:meth:`porter.patching.engine.Plan.records`, each with ``applied_to: wheel``)."""
-    planned = _guard_plan(read_wheel(base).files)
+    planned = _guard_plan(files)
     return [{**r, "applied_to": "wheel"} for r in planned.records()] if planned is not None else []
 
 
@@ -128,14 +64,11 @@ def _guard_plan(files: Mapping[str, bytes]) -> PatchPlan | None:
     return planned
 
 
-def _feature_probes(text: str, probes: Mapping[str, bool]) -> str:
+def probes_recorded(text: str, probes: Mapping[str, bool]) -> str:
+    """The record's text (``git_version_info_installed.py``) with the build python's answers to the tree's load-time
+    feature probes as ``porter_feature_probes``, which the no-JIT guard answers from instead of compiling a test
+    program."""
     line = "porter_feature_probes=" + repr(dict(sorted(probes.items())))
     if re.search(r"(?m)^porter_feature_probes\s*=", text):
         return re.sub(r"(?m)^porter_feature_probes\s*=.*$", line.replace("\\", "\\\\"), text, count=1)
     return text.rstrip("\n") + "\n" + line + "\n"
-
-
-def dist_version(base: Path) -> tuple[str, str]:
-    """(distribution name, version) from a wheel's METADATA."""
-    w = read_wheel(base)
-    return w.name, w.version
