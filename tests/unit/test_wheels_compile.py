@@ -637,3 +637,24 @@ def test_fa_compile_only_patches_a_ck_from_before_rocm7_on_a_copy(tmp_path: Path
     assert "return warpSize;" in (tree / arch).read_text()  # the tree itself is never changed
     plain, _ = _fa_compile(tmp_path / "plain", archs=("gfx942",))
     assert not [n for n in plain.notes if "patched copy" in n]
+
+
+def test_a_patch_set_asked_for_that_does_not_apply_stops_the_wheel_build_before_any_work(tmp_path: Path) -> None:
+    """``--patch-set`` goes into porter's patched copy with the sets of the profile's kind (build_copy): where the set
+    the user asked for does not apply, a dry run already stops (exit 2), naming the set; the kind's own sets only
+    warn, as in every build."""
+    from click.testing import CliRunner
+
+    from porter.cli import cli
+
+    diff = tmp_path / "stale.diff"
+    diff.write_text("--- a/apex/__init__.py\n+++ b/apex/__init__.py\n@@ -1 +1 @@\n-not a line of this tree\n"
+                    "+PATCHED_BY_PORTER = True\n")
+    r = CliRunner().invoke(cli, ["wheel", "apex", "--source", str(FIXTURES / "apex-flags"), "-t", "cpu", "--dry-run",
+                                 "--no-torch-check", "--patch-set", str(diff), "-o", str(tmp_path / "wh")])
+    assert isinstance(r.exception, ConfigError) and r.exception.exit_code == 2, r.output
+    assert "local/stale cannot be applied" in r.exception.message and "porter patch check" in (r.exception.hint or "")
+    r = CliRunner().invoke(cli, ["wheel", "apex", "--source", str(FIXTURES / "apex-flags"), "-t", "cpu", "--dry-run",
+                                 "--no-torch-check", "--patch-set", str(FIXTURES / "apex-patches" / "mark-patched.diff"),
+                                 "-o", str(tmp_path / "wh")])
+    assert r.exit_code == 0 and "building from a patched copy of the source" in r.output, r.output
