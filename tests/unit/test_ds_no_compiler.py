@@ -2,9 +2,9 @@
 
 ``tests/fixtures/deepspeed-probe-at-import`` is a DeepSpeed-like package whose ``import deepspeed`` asks a feature
 probe that runs the C compiler (as DeepSpeed 0.18 does). It is packed as the base wheel DeepSpeed's setup.py would
-give; ``with_prebuilt`` (the one flow's step, with DeepSpeed's driver) writes the final wheel; the wheel is unpacked and imported in this process.
-A compiler call here is a subprocess, which the unit tier refuses (tests/conftest.py), so before the fix the import
-itself fails the test.
+give; ``prebuilt_files`` (the one flow's step, with DeepSpeed's driver) and the wheel writer write the final wheel;
+the wheel is unpacked and imported in this process. A compiler call here is a subprocess, which the unit tier
+refuses (tests/conftest.py), so before the fix the import itself fails the test.
 """
 
 from __future__ import annotations
