@@ -13,7 +13,7 @@ from typing import Any
 from porter.artifacts import labels
 from porter.components.deepspeed.audit import VERSION_INFO
 from porter.components.deepspeed.catalogue import read_catalogue
-from porter.components.deepspeed.wheel import guard_files, probes_recorded, wheel_patches
+from porter.components.deepspeed.wheel import guarded, probes_recorded
 from porter.components.op_builder import set_installed_ops
 from porter.log import Logger
 from porter.run import Runner, make_env
@@ -72,9 +72,9 @@ class DeepSpeedDriver:
                     probes: Mapping[str, bool]) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
         """The feature-probe answers beside ``installed_ops``, and the no-JIT guard in the wheel's own copy of the op
         builder (:mod:`.wheel`)."""
-        edits = guard_files(files)
+        edits, patches = guarded(files)
         edits[VERSION_INFO] = probes_recorded(files[VERSION_INFO].decode(), probes).encode()
-        return edits, wheel_patches(files)
+        return edits, patches
 
 
 DRIVER = DeepSpeedDriver()

@@ -24,22 +24,28 @@ WHEEL_SETS: tuple[tuple[str, str], ...] = (("deepspeed", "no-jit"),)
 change (no such probe, already patched in the source tree) is left as DeepSpeed's setup.py wrote it."""
 
 
-def guard_files(files: Mapping[str, bytes]) -> dict[str, bytes]:
-    """The files of a wheel (archive name -> bytes) that :data:`WHEEL_SETS` change, as they change them: the sets are
-    planned in memory on a scratch copy of just those files. A needed edit that cannot be made (DeepSpeed moved a
-    line the set anchors on) is an error naming the file, the anchor and the closest line: a wheel that would run
-    the compiler at import is not written. Each patch decides by its own ``needed_if`` (no version gate)."""
+def guarded(files: Mapping[str, bytes]) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
+    """The files of a wheel (archive name -> bytes) that :data:`WHEEL_SETS` change, as they change them, and the
+    patches that change them as its manifest lists them (:meth:`porter.patching.engine.Plan.records`, each with
+    ``applied_to: wheel``): the sets are planned once, in memory, on a scratch copy of just those files. A needed
+    edit that cannot be made (DeepSpeed moved a line the set anchors on) is an error naming the file, the anchor and
+    the closest line: a wheel that would run the compiler at import is not written. Each patch decides by its own
+    ``needed_if`` (no version gate)."""
     planned = _guard_plan(files)
     if planned is None:
-        return {}
-    return {c.path: c.after for c in planned.changes if c.after is not None and c.path in files}
+        return {}, []
+    return ({c.path: c.after for c in planned.changes if c.after is not None and c.path in files},
+            [{**r, "applied_to": "wheel"} for r in planned.records()])
+
+
+def guard_files(files: Mapping[str, bytes]) -> dict[str, bytes]:
+    """The files :func:`guarded` changes."""
+    return guarded(files)[0]
 
 
 def wheel_patches(files: Mapping[str, bytes]) -> list[dict[str, Any]]:
-    """The patches :func:`guard_files` makes to the wheel's own copy of its ``files``, as its manifest lists them
-    (:meth:`porter.patching.engine.Plan.records`, each with ``applied_to: wheel``)."""
-    planned = _guard_plan(files)
-    return [{**r, "applied_to": "wheel"} for r in planned.records()] if planned is not None else []
+    """The patches :func:`guarded` makes, as the manifest lists them."""
+    return guarded(files)[1]
 
 
 def _guard_plan(files: Mapping[str, bytes]) -> PatchPlan | None:
