@@ -225,8 +225,8 @@ sys.exit(os.WEXITSTATUS(status))
 """
 """The guardian between porter and each command: it forks the command (same session, same process group, the
 same stdin and stdout), passes its exit status on (a signal as the same signal; a program not found as 127 and
-:data:`GUARD_NOT_FOUND`), and stops the group when porter dies (the thread that started it: porter runs commands
-from its main thread only) or asks it to."""
+:data:`GUARD_NOT_FOUND`), and stops the group when porter dies (the thread that started it: a thread that starts a
+command waits for it before it ends) or asks it to."""
 
 
 def guard_prefix() -> list[str]:

@@ -99,7 +99,8 @@ class CompileOnlyResult:
 def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, runner: Runner,
                  log: Logger | None = None, machine: Machine | None = None,
                  others: Mapping[str, WheelDriver] | None = None, torch_info: TorchInfo | None = None,
-                 costs_root: Path | None = None, link: bool = False) -> CompileOnlyResult:
+                 costs_root: Path | None = None, link: bool = False,
+                 on_ready: Callable[[Patched, TorchInfo], None] | None = None) -> CompileOnlyResult:
     """The engine's part of every build (module docstring): source -> patched copy -> the driver's ops -> wave-64
     step -> the engine. A dry run (a recording ``runner``) plans everything (the CK generator and hipify run into
     temp folders, as they decide the TUs), compiles nothing and writes nothing.
@@ -111,7 +112,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
     debug info; with ``shard=(i, n)`` only shard i of n of the units is compiled into the shared build folder (a
     Slurm array task), and a ``link_only`` run afterwards compiles nothing, refuses when an object is missing
     (naming its shard) and links, or reports every unit. ``costs_root``: where measured costs are read and merged
-    (default: porter's cache)."""
+    (default: porter's cache). ``on_ready``: called with the patched copy and the build torch once a real build
+    is sure to start, before the engine compiles (a wheel build starts its Python side there)."""
     log = log or quiet_logger()
     tc = request.toolchain
     _gpu_only(tc, link)
@@ -158,15 +160,15 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
             compiler_version = checked_compiler(tc, log)  # a wheel of host-only ops needs no device compiler
         cat = Catalogue(source=Source(info.project, info.version, tree, source), torch=torch, accelerator="cuda",
                         ops=kset.declared or kset.ops, feature_probes=kset.probes)
+        if on_ready is not None and not runner.dry and not (refused or not_ready):
+            on_ready(patched, torch)
         notes = [*wplan.notes, *kset.notes, *(f"{n}: not planned: {why}" for n, why in kset.unplanned),
-                 *(lanes.allowed_notes() if lanes else []),
-                 *([stop_note(stop.message)] if stop else [])]
+                 *(lanes.allowed_notes() if lanes else []), *([stop_note(stop.message)] if stop else [])]
         built = compile_catalogue(cat, tc, list(kset.ops), base / "build", python=python, py_ex=py_ex, runner=runner,
                                   log=log, cache=work_root, compiler_version=compiler_version,
                                   how=replace(request.engine, jobs=wplan.jobs, compile_only=not link),
                                   refused=refused or not_ready, source_patches=patched.applied,
-                                  hipify=tuple(kset.hipify), mirror=False,
-                                  hipify_from=ctx.tree, notes=notes,
+                                  hipify=tuple(kset.hipify), mirror=False, hipify_from=ctx.tree, notes=notes,
                                   on_shard_setup=base_lock.release if base_lock is not None else None)
         result = _result(info, tc, built, wplan, kset, stop=stop, lanes=lanes)
         result.dry_run, result.engine, result.patched, result.sources = runner.dry, built, patched, dict(request.sources)

@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -43,7 +44,7 @@ from porter.wheels.source import detect, resolve_source
 from porter.wheels.verify import relabel, verify_wheel
 from ops_prebuild.build import OpResult, failures, key
 from ops_prebuild.catalogue import Catalogue, OpSpec
-from ops_prebuild.source import Source, build_copy, fingerprint
+from ops_prebuild.source import Patched, Source, build_copy, fingerprint
 
 
 _IGNORE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".eggs")
@@ -194,22 +195,36 @@ def _engine_wheel(driver: WheelDriver, engine: EngineDriver, source: str, reques
     it, and the modules go in, marked prebuilt. An op that fails is left out and named (the caller's exit 3); none
     built stops the build."""
     argv, env = command
-    linked = engine_step(driver, source, request, runner=runner, log=log, machine=machine, others=others,
-                         torch_info=torch, link=True)
-    plan = _engine_plan(plan, linked)
-    if runner.dry or request.engine.shard is not None:
-        if runner.dry:
-            runner.run(argv, env=env, cwd=work / "tree")
-        return WheelResult(plan, argv, env_changes(env), torch or (linked.engine.catalogue.torch if linked.engine else None), dry_run=runner.dry,
-                           refusal=refused or linked.refusal, wave64=linked.wave64, engine=linked)
-    if linked.ops and len(linked.failed) == len(linked.ops):
-        raise CheckFailed(f"no op of {plan.project} {plan.version} built, so no wheel was written, "
-                          + failures(linked.failed, source, request.toolchain),
-                          hint=f"read the logs, e.g. {linked.failed[0].log or 'above'}; or leave the op out with --ops")
-    assert linked.patched is not None and linked.engine is not None
-    base = _python_side(plan, command, linked.patched.source.tree, work, driver.name, runner, log,
-                        cache=request.toolchain.executor.work_dir(cache_dir()) / "python-side",
-                        torch=linked.engine.catalogue.torch.version)
+    cache = request.toolchain.executor.work_dir(cache_dir()) / "python-side"
+    with ThreadPoolExecutor(1, thread_name_prefix="python-side") as pool:
+        side: list[Future[Path]] = []
+
+        def beside(patched: Patched, torch: TorchInfo) -> None:
+            """upstream's setup.py builds the Python side while the engine compiles (its last round leaves cores
+            idle): its steps are not shown (one live status at a time), its command is"""
+            log.info(f"building {plan.project} {plan.version}'s Python side beside the engine")
+            side.append(pool.submit(_python_side, plan, command, patched.source.tree, work, driver.name, runner,
+                                    quiet_logger(), cache=cache, torch=torch.version))
+
+        linked = engine_step(driver, source, request, runner=runner, log=log, machine=machine, others=others,
+                             torch_info=torch, link=True,
+                             on_ready=beside if request.engine.shard is None else None)
+        plan = _engine_plan(plan, linked)
+        if runner.dry or request.engine.shard is not None:
+            if runner.dry:
+                runner.run(argv, env=env, cwd=work / "tree")
+            return WheelResult(plan, argv, env_changes(env), torch or (linked.engine.catalogue.torch if linked.engine
+                                                                       else None), dry_run=runner.dry,
+                               refusal=refused or linked.refusal, wave64=linked.wave64, engine=linked)
+        if linked.ops and len(linked.failed) == len(linked.ops):
+            raise CheckFailed(f"no op of {plan.project} {plan.version} built, so no wheel was written, "
+                              + failures(linked.failed, source, request.toolchain),
+                              hint=f"read the logs, e.g. {linked.failed[0].log or 'above'}; or leave the op out "
+                                   "with --ops")
+        assert linked.patched is not None and linked.engine is not None
+        base = side[0].result() if side else _python_side(plan, command, linked.patched.source.tree, work,
+                                                          driver.name, runner, log, cache=cache,
+                                                          torch=linked.engine.catalogue.torch.version)
     add, edits = prebuilt_files(base, linked.engine.catalogue, linked.ops, engine, info.ops)
     return _finish(base, plan, request, info, linked.engine.catalogue.torch, [*linked.patched.records, *edits], argv,
                    env, log, wave64=linked.wave64, linked=linked, add=add)
