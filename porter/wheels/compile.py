@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -100,7 +100,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                  log: Logger | None = None, machine: Machine | None = None,
                  others: Mapping[str, WheelDriver] | None = None, torch_info: TorchInfo | None = None,
                  costs_root: Path | None = None, link: bool = False,
-                 on_ready: Callable[[Patched, TorchInfo], None] | None = None) -> CompileOnlyResult:
+                 on_ready: Callable[[Patched, TorchInfo], None] | None = None,
+                 found: tuple[Path, SourceInfo] | None = None) -> CompileOnlyResult:
     """The engine's part of every build (module docstring): source -> patched copy -> the driver's ops -> wave-64
     step -> the engine. A dry run (a recording ``runner``) plans everything (the CK generator and hipify run into
     temp folders, as they decide the TUs), compiles nothing and writes nothing.
@@ -113,7 +114,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
     Slurm array task), and a ``link_only`` run afterwards compiles nothing, refuses when an object is missing
     (naming its shard) and links, or reports every unit. ``costs_root``: where measured costs are read and merged
     (default: porter's cache). ``on_ready``: called with the patched copy and the build torch once a real build
-    is sure to start, before the engine compiles (a wheel build starts its Python side there)."""
+    is sure to start, before the engine compiles (a wheel build starts its Python side there). ``found``: the
+    source already read (its folder and what it is; ``request.sources`` says where it came from)."""
     log = log or quiet_logger()
     tc = request.toolchain
     _gpu_only(tc, link)
@@ -126,35 +128,30 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
         # scratch files (an unpacked sdist, the generator's output) where the build python sees them
         tmp = stack.enter_context(owned_temp(_made(work_root / "tmp") if py_ex.kind != "host" else None,
                                              "porter-compile-"))
-        with log.step(f"reading {driver.title} source {source}") if not link else nullcontext():  # (its caller's)
-            root, provenance = resolve_source(source, driver, work_root, runner, tmp if runner.dry else None)
-            info = detect(driver, root, others or {})
-        request = replace(request, sources={**provenance, **request.sources})
-        asked = resolve_sets(request.patch_set) if link and request.patch_set else []
-        patched = build_copy(Source(info.project, info.version, root, str(source)), tc.kind, work_root, runner, log,
-                             asked=asked)
+        root, info, request, patched = _patched_source(driver, source, request, found, work_root, runner, log,
+                                                       scratch=tmp if runner.dry else None, others=others, link=link)
         if request.measured is None:
             request = replace(request, measured=costs_mod.load(driver.name, info.version, tc, costs_root))
         wplan = driver.plan(info, request, machine)
         torch, refused = build_torch(python, py_ex, runner, known=torch_info, what=f"linking {info.project} "
                                      f"{info.version}'s ops for {tc.name}",
                                      need=need_for(tc.kind) if link and request.torch_check else None)
-        base = work_root / "wheels" / f"{driver.name}-{info.version}-{tc.name}-" \
-            f"{key(provenance.get('sdist_sha256') or str(root), patched.applied, tc.to_dict(), torch.version, torch.python_tag, *(['linked'] if link else []))}"
+        base = work_root / "wheels" / (f"{driver.name}-{info.version}-{tc.name}-" + key(
+            request.sources.get("sdist_sha256") or str(root), patched.applied, tc.to_dict(), torch.version,
+            torch.python_tag, *(["linked"] if link else [])))
         # two runs of the same target take turns, from the work copy on (shards: until set up)
         base_lock = None if runner.dry else stack.enter_context(
             hold(base, f"compiling {driver.title} {info.version} for {tc.name}", say=log.info))
-        scratch = tmp / "scratch"
-        scratch.mkdir(parents=True, exist_ok=True)
         tree = base / "src"
         ctx = KernelContext(source=root if runner.dry else patched.source.tree,  # a dry run writes no patched copy
                             tree=tmp / "tree" if runner.dry else tree, plan_tree=tree, toolchain=tc, python=python,
-                            py_ex=py_ex, runner=runner.real(echo=log.verbose), log=log, scratch=scratch, torch=torch)
+                            py_ex=py_ex, runner=runner.real(echo=log.verbose), log=log, scratch=_made(tmp / "scratch"),
+                            torch=torch)
         kset = _kernel_set(driver, info, request, ctx, log)
         lanes = wave64_step(driver, info, wplan, request, patched.after,
                             "; ".join(a.split(":")[0] for a in patched.applied), log, kset.ops)
-        stop = lanes.error(f"{info.project} {info.version} for {tc.name}", LEAVE) if lanes else None
-        if stop is not None and not runner.dry:
+        if (stop := lanes.error(f"{info.project} {info.version} for {tc.name}", LEAVE) if lanes else None) \
+                and not runner.dry:
             raise stop
         if link and not runner.dry and tc.kind != "cpu" and any(o.device for o in kset.ops):
             compiler_version = checked_compiler(tc, log)  # a wheel of host-only ops needs no device compiler
@@ -176,6 +173,24 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
             result.seconds = time.monotonic() - start
             return result
     return _finish(result, kset, driver.name, request, costs_root, log, start=start, link=link)
+
+
+def _patched_source(driver: WheelDriver, source: str, request: WheelRequest, found: tuple[Path, SourceInfo] | None,
+                    work_root: Path, runner: Runner, log: Logger, *, scratch: Path | None,
+                    others: Mapping[str, WheelDriver] | None,
+                    link: bool) -> tuple[Path, SourceInfo, WheelRequest, Patched]:
+    """The source read (unless ``found``: the request then says where it came from), what it is, the request with
+    its provenance, and porter's patched copy of it (a wheel build's also with the patch set the request asks for)."""
+    if found is None:
+        with log.step(f"reading {driver.title} source {source}"):
+            root, provenance = resolve_source(source, driver, work_root, runner, scratch)
+            info = detect(driver, root, others or {})
+        request = replace(request, sources={**provenance, **request.sources})
+    else:
+        root, info = found
+    asked = resolve_sets(request.patch_set) if link and request.patch_set else []
+    return root, info, request, build_copy(Source(info.project, info.version, root, str(source)),
+                                           request.toolchain.kind, work_root, runner, log, asked=asked)
 
 
 def _finish(result: CompileOnlyResult, kset: KernelSet, project: str, request: WheelRequest, costs_root: Path | None,

@@ -208,7 +208,7 @@ def _engine_wheel(driver: WheelDriver, engine: EngineDriver, source: str, reques
 
         linked = engine_step(driver, source, request, runner=runner, log=log, machine=machine, others=others,
                              torch_info=torch, link=True,
-                             on_ready=beside if request.engine.shard is None else None)
+                             on_ready=beside if request.engine.shard is None else None, found=(request.source, info))
         plan = _engine_plan(plan, linked)
         if runner.dry or request.engine.shard is not None:
             if runner.dry:
