@@ -32,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from porter.components.flash_attn import scaling as sc  # noqa: E402
+import fa_scaling_model as sc  # noqa: E402  (beside this script)
 from porter.components.flash_attn import ck_family  # noqa: E402
 from porter.errors import PorterError  # noqa: E402
 
