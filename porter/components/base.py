@@ -46,8 +46,6 @@ class Component(Protocol):
     title: str
     dists: tuple[str, ...]
     """Distribution names (canonical) it installs as."""
-    patch_project: str
-    """Its folder under ``patches/`` ('' when it has none)."""
 
     def recognise(self, tree: Path) -> Source | None:
         """The tree's version and regime, or None when it is not this project's."""

@@ -285,7 +285,6 @@ class CompiledMap:
     unsupported_res: tuple[tuple[re.Pattern[str], bool, str], ...]
     names_re: re.Pattern[str] | None                # candidates for unsupported_names (by prefix)
     unsupported_names: dict[str, str]
-    unsupported_patterns: tuple[tuple[re.Pattern[str], str], ...]  # full patterns, to pick the hint
     warp_file_re: re.Pattern[str] | None
     warp_rules: tuple[Rule, ...] = field(default=())
     warp_file_words: tuple[str, ...] = field(default=())
@@ -307,14 +306,13 @@ class CompiledMap:
         for p in m.unsupported_patterns:
             pat, boundary = _fast(p.pattern)
             res.append((re.compile(pat), boundary, p.hint))
-        full = tuple((re.compile(p.pattern), p.hint) for p in m.unsupported_patterns)
         warp_file_re = re.compile(m.warp_file_pattern) if m.warp_file_pattern else None
         rules = []
         for r in m.warp_rules:
             pat, boundary = _fast(r.pattern)
             rules.append(Rule(r, re.compile(pat), boundary, re.compile(r.context) if r.context else None))
         verdicts = tuple((v, re.compile(v.match)) for v in m.verdicts)
-        return CompiledMap(idents, ident_re, calls, call_re, tuple(res), names_re, names, full, warp_file_re,
+        return CompiledMap(idents, ident_re, calls, call_re, tuple(res), names_re, names, warp_file_re,
                            tuple(rules), m.warp_file_words, verdicts)
 
     def is_warp_code(self, masked: str) -> bool:
@@ -327,15 +325,6 @@ class CompiledMap:
             if any(w in low for w in self.warp_file_words):
                 return True
         return self.warp_file_re is not None and self.warp_file_re.search(masked) is not None
-
-    def hint_for(self, ident: str) -> str | None:
-        """The hint for a candidate name, or None when it is not one after all."""
-        if ident in self.unsupported_names:
-            return self.unsupported_names[ident]
-        for rx, hint in self.unsupported_patterns:
-            if rx.fullmatch(ident):
-                return hint
-        return None
 
     def apply(self, text: str, counts: Counter[str] | None = None) -> str:
         """Call rewrites, then identifier swaps. Counts replacements by CUDA name."""

@@ -44,7 +44,6 @@ class ToyComponent:
     name = "toy"
     title = "Toy"
     dists: tuple[str, ...] = ("toy-kernels",)
-    patch_project = ""
 
     def recognise(self, tree: Path) -> Source | None:
         marker = tree / "toy.txt"

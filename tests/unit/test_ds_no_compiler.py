@@ -22,7 +22,7 @@ import pytest
 from wheel.wheelfile import WheelFile
 
 from porter.components.deepspeed.build import DRIVER
-from porter.components.deepspeed.wheel import guard_files
+from porter.components.deepspeed.wheel import guarded
 from porter.errors import ToolError
 from porter.patching import apply, resolve_sets
 
@@ -165,13 +165,13 @@ def test_a_tree_already_patched_is_left_as_it_is(tmp_path: Path) -> None:
     builder.parent.mkdir(parents=True)
     builder.write_bytes((FIXTURE / BUILDER).read_bytes())
     apply(tree, resolve_sets("deepspeed/no-jit"))
-    assert guard_files({BUILDER: builder.read_bytes()}) == {}
-    assert guard_files({"deepspeed/__init__.py": b""}) == {}  # no op builder in the wheel: nothing to guard
+    assert guarded({BUILDER: builder.read_bytes()})[0] == {}
+    assert guarded({"deepspeed/__init__.py": b""})[0] == {}  # no op builder in the wheel: nothing to guard
 
 
 def test_a_moved_anchor_refuses_the_wheel_naming_it(tmp_path: Path) -> None:
     moved = (FIXTURE / BUILDER).read_text().replace("class OpBuilder(ABC):", "class OpBuilder(object):")
     with pytest.raises(ToolError) as err:
-        guard_files({BUILDER: moved.encode()})
+        guarded({BUILDER: moved.encode()})
     assert "deepspeed/no-jit" in err.value.message and "class OpBuilder(ABC):" in err.value.message
     assert BUILDER in err.value.message and "porter patch check" in (err.value.hint or "")

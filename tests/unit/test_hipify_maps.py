@@ -9,6 +9,7 @@ import pytest
 
 from porter.errors import ConfigError
 from porter.hipify.maps import builtin_map, combined_map, load_map, split_call
+from porter.hipify.scan import scan
 
 
 def apply(text: str, counts: Counter[str] | None = None) -> str:
@@ -81,7 +82,8 @@ def test_user_map_adds_and_overrides(tmp_path: Path) -> None:
     assert cmap.apply("cudaFooBar(); __HIP_PLATFORM_HCC__; my_sync(a, b, c, d)") == \
         "hipFooBar(); USE_ROCM; my(a, c, d)"
     assert cmap.apply("__shfl_sync(m, v, 0)") == "__shfl(v, 0)"  # built-ins still apply
-    assert cmap.hint_for("myCudaThing") == "port it"
+    assert [(f.identifier, f.message) for f in scan("myCudaThing(x);", "a.cu", cmap).unsupported] == \
+        [("myCudaThing", "port it")]
 
 
 @pytest.mark.parametrize("body, words", [

@@ -631,7 +631,6 @@ class ApexComponent(jit.NoSites):
     name = "apex"
     title = "ROCm apex"
     dists: tuple[str, ...] = ("apex",)
-    patch_project = ""
     fetches = False
     takes_ops = True
     driver = ApexDriver()

@@ -31,7 +31,6 @@ class DeepSpeedComponent:
     name = "deepspeed"
     title = "DeepSpeed"
     dists: tuple[str, ...] = ("deepspeed",)
-    patch_project = "deepspeed"
     fetches = True  # (MatrixBuild) a matrix cell may name a release: NAME==VERSION
     takes_ops = True
     jit_kinds = audit.KINDS  # (JitSites: porter audit asks it)

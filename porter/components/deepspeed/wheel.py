@@ -38,16 +38,6 @@ def guarded(files: Mapping[str, bytes]) -> tuple[dict[str, bytes], list[dict[str
             [{**r, "applied_to": "wheel"} for r in planned.records()])
 
 
-def guard_files(files: Mapping[str, bytes]) -> dict[str, bytes]:
-    """The files :func:`guarded` changes."""
-    return guarded(files)[0]
-
-
-def wheel_patches(files: Mapping[str, bytes]) -> list[dict[str, Any]]:
-    """The patches :func:`guarded` makes, as the manifest lists them."""
-    return guarded(files)[1]
-
-
 def _guard_plan(files: Mapping[str, bytes]) -> PatchPlan | None:
     sets: list[PatchSet] = [load_shipped(project, name) for project, name in WHEEL_SETS]
     names = {f for s in sets for p in s.patches for f in p.files}

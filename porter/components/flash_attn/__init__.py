@@ -513,7 +513,6 @@ class FlashAttnComponent(jit.NoSites):
     name = "flash-attn"
     title = "FlashAttention"
     dists: tuple[str, ...] = ("flash-attn",)
-    patch_project = ""
     fetches = True
     takes_ops = False
     driver = FlashAttnDriver()

@@ -84,14 +84,6 @@ def kernels(tree: Path) -> tuple[Kernel, ...]:
                  for k in KNOWN_KERNELS if (folder / k.sources[-1]).is_file())
 
 
-def generation(tree: Path) -> str:
-    """Which generation of ``megatron/fused_kernels/`` the tree has, in words (for reports)."""
-    names = {k.module for k in kernels(tree)}
-    if "fused_mix_prec_layer_norm_cuda" in names:
-        return "older (fused layer norm + masked softmax)"
-    return "current (scaled softmax kernels)"
-
-
 @dataclass(frozen=True)
 class JitGuard:
     """A start-up compile site in Megatron that a patch of megatron-deepspeed/rocm turns into an import of
@@ -142,7 +134,6 @@ class MegatronComponent(jit.NoSites):
     name = "megatron-deepspeed"
     title = "Megatron-DeepSpeed"
     dists: tuple[str, ...] = (DIST,)
-    patch_project = PATCH_PROJECT
     def resolve(self, raw: jit.Raw, at: jit.At, ctx: jit.Audit) -> jit.Site | None:
         """(JitSites) A start-up compile site its port guards (:data:`JIT_GUARDS`): covered by the installed prebuilt modules,
         guarded without them, or compiling when the tree is not ported."""

@@ -30,7 +30,6 @@ class NetPluginComponent:
     title = "RCCL network plugin (aws-ofi-nccl)"
     dists: tuple[str, ...] = ()
     """Not a wheel: a package folder with a manifest, installed where RCCL looks (NCCL_NET_PLUGIN)."""
-    patch_project = ""
 
     def recognise(self, tree: Path) -> Source | None:
         from porter.components.netplugin.projects import recognise

@@ -56,7 +56,6 @@ class ToyComponent(NoSites):
     name = "toy"
     title = "Toy"
     dists: tuple[str, ...] = ("toy",)
-    patch_project = ""
     driver = ToyDriver()
     fetches = False  # (MatrixBuild)
     takes_ops = False
