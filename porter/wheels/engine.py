@@ -222,9 +222,8 @@ def _engine_wheel(driver: WheelDriver, engine: EngineDriver, source: str, reques
                               hint=f"read the logs, e.g. {linked.failed[0].log or 'above'}; or leave the op out "
                                    "with --ops")
         assert linked.patched is not None and linked.engine is not None
-        base = side[0].result() if side else _python_side(plan, command, linked.patched.source.tree, work,
-                                                          driver.name, runner, log, cache=cache,
-                                                          torch=linked.engine.catalogue.torch.version)
+        assert side, "a real build that reached the engine has started its Python side (on_ready)"
+        base = side[0].result()
     add, edits = prebuilt_files(base, linked.engine.catalogue, linked.ops, engine, info.ops)
     return _finish(base, plan, request, info, linked.engine.catalogue.torch, [*linked.patched.records, *edits], argv,
                    env, log, wave64=linked.wave64, linked=linked, add=add)
