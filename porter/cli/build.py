@@ -9,7 +9,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from porter.cli.options import BUILDERS, dry_run_option, json_option, opt, options, wheelhouse_option
+from porter.cli.options import BUILDERS, dry_run_option, json_option, opt, options, shard_option, wheelhouse_option
 from porter.errors import ConfigError
 
 
@@ -55,9 +55,8 @@ class RunOptions:
     request_file: Path = opt("--request", required=True, type=click.Path(dir_okay=False, path_type=Path),
                              help="The build request (JSON): a sharded build's request.json, a matrix cell's, or one "
                                   "of yours (docs/ops.md shows its form).")
-    shard: str | None = opt("--shard", default=None, metavar="I/N",
-                            help="Compile only shard I of N of the build's compile steps (as the build command's "
-                                 "--shard).")
+    shard: str | None = shard_option.field(help="Compile only shard I of N of the build's compile steps (as the "
+                                                "build command's --shard).")
     last: bool = opt("--last", is_flag=True,
                      help="The run after every shard: add the request's 'last' options (link and package the wheel, "
                           "or report every unit of a compile-only build).")

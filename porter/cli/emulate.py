@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import json_option, python_option
+from porter.cli.options import json_option, only_option, python_option
 from porter.emulate.checks import FAMILIES
 from porter.errors import CheckFailed
 from porter.log import Logger
@@ -23,8 +23,9 @@ def emulate() -> None:
 
 @emulate.command("check")
 @click.argument("wheelhouse", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--only", "only", multiple=True, type=click.Choice(sorted(FAMILIES)),
-              help="Check only this kernel family (repeatable). Default: every family the wheels hold.")
+@only_option.but(type=click.Choice(sorted(FAMILIES)), metavar=None,
+                 help="Check only this kernel family (repeatable). Default: every family the wheels hold.").option(
+    "only")
 @python_option
 @json_option
 @click.pass_obj

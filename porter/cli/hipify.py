@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import arg, json_option, opt, options
+from porter.cli.options import arg, in_place_option, json_option, no_cache_option, opt, options, output_option
 from porter.errors import CheckFailed
 from porter.hipify import Finding, HipifyReport, hipify_tree
 from porter.hipify.engine import ALREADY_HIPIFIED, FindingGroup
@@ -21,9 +21,9 @@ class HipifyOptions:
     """``porter hipify``'s options: each field declares its own (``--help`` says what each is)."""
 
     src: Path = arg(type=click.Path(path_type=Path))
-    out: Path | None = opt("-o", "--output", type=click.Path(path_type=Path), default=None,
-                           help="Output directory (default: SRC-hip next to SRC). SRC is never touched.")
-    in_place: bool = opt("--in-place", is_flag=True, help="Rewrite SRC itself instead of writing a copy.")
+    out: Path | None = output_option.field(help="Output directory (default: SRC-hip next to SRC). SRC is never "
+                                                "touched.")
+    in_place: bool = in_place_option.field(help="Rewrite SRC itself instead of writing a copy.")
     check: bool = opt("--check", is_flag=True,
                       help="Write nothing; exit 1 when any file would change (for CI). Without -o it checks SRC "
                            "itself (0 on a tree porter already hipified); with -o, whether OUT is up to date.")
@@ -32,8 +32,7 @@ class HipifyOptions:
                                       "map.")
     fail_on_unsupported: bool = opt("--fail-on-unsupported", is_flag=True,
                                     help="Exit 1 when CUDA APIs without a HIP equivalent remain.")
-    no_cache: bool = opt("--no-cache", is_flag=True,
-                         help="Translate every file again, ignoring OUT/.porter-hipify.json.")
+    no_cache: bool = no_cache_option.field(help="Translate every file again, ignoring OUT/.porter-hipify.json.")
 
 
 @click.command()

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import Spec, json_option, opt, options
+from porter.cli.options import (Spec, arch_option, json_option, opt, options, output_option, python_option, site_option,
+                                toolchain_option, wheelhouse_option)
 from porter.image import COMPRESSION as IMAGE_COMPRESSION
 from porter.log import Logger
 from porter.run import Runner
@@ -31,25 +32,26 @@ class ImageCommandOptions:
     base: Path = opt("--base", type=click.Path(path_type=Path), required=True,
                      help="The userspace to start from: a site's .sif, a Docker/OCI archive (.tar) or a root folder "
                           "(a chroot).")
-    wheelhouse: Path | None = opt("--wheelhouse", type=click.Path(file_okay=False, exists=True, path_type=Path),
-                                  default=None, help="porter's wheels (and their dependencies) to install into the "
-                                                     "image.")
+    wheelhouse: Path | None = wheelhouse_option.field(
+        short="", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None, show_default=False,
+        help="porter's wheels (and their dependencies) to install into the image.")
     net_plugin: Path | None = opt(
         "--net-plugin", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None, metavar="PACKAGE",
         help="An RCCL network plugin package ('porter net-plugin build' wrote it) to carry inside: unpacked to "
              "/opt/porter/net-plugin, named by the site's plugin variable (NCCL_NET_PLUGIN) in the image's "
              "environment, and loaded there by the build and by %test. Give --wheelhouse, this, or both.")
-    output: Path = opt("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
-                       help="The image to write (IMAGE.sif); IMAGE.def and IMAGE.porter-tools/ are written beside it.")
-    toolchain: str = opt("-t", "--toolchain", required=True,
-                         help="The toolchain profile the wheels were built with (its label and archs go into the "
-                              "image's labels).")
-    python: str = opt("--python", default="/opt/venv/bin/python", show_default=True,
-                      help="The interpreter of the image's training environment (a path inside the image).")
-    site: str = opt("--site", default="", help="A site profile whose runtime environment becomes the image's "
-                                               "%environment (frontier, lumi-g, mi300x or a TOML file).")
-    archs: tuple[str, ...] = opt("--arch", multiple=True, metavar="GFX",
-                                 help="The node's GPU archs the install selects for (default: the profile's).")
+    output: Path = output_option.field(type=click.Path(dir_okay=False, path_type=Path), required=True,
+                                       help="The image to write (IMAGE.sif); IMAGE.def and IMAGE.porter-tools/ are "
+                                            "written beside it.")
+    toolchain: str = toolchain_option.field(required=True, help="The toolchain profile the wheels were built with (its "
+                                                                "label and archs go into the image's labels).")
+    python: str = python_option.field(envvar=None, show_envvar=False, callback=None, default="/opt/venv/bin/python",
+                                      show_default=True, help="The interpreter of the image's training environment (a "
+                                                              "path inside the image).")
+    site: str = site_option.field(default="", help="A site profile whose runtime environment becomes the image's "
+                                                   "%environment (frontier, lumi-g, mi300x or a TOML file).")
+    archs: tuple[str, ...] = arch_option.field(help="The node's GPU archs the install selects for (default: the "
+                                                    "profile's).")
     apptainer_root: Path | None = apptainer_root_option.field()
     tools: Path | None = opt("--tools", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
                              help="porter's wheel and its dependencies (default: built here; fetching the "

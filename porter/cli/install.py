@@ -9,14 +9,14 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import Spec, arg, json_option, opt, options, runner_for, target_python_option
+from porter.cli.options import (arch_option, arg, dry_run_option, json_option, only_option, opt, options, runner_for,
+                                target_python_option)
 from porter.errors import CheckFailed
 from porter.log import Logger
 from porter.run import Runner
 
-arch_option = Spec(("--arch",), dict(multiple=True, metavar="GFX", help="The node's GPU arch (gfx90a, gfx942, sm_90); "
-                                                                      "default: what rocminfo / nvidia-smi see."),
-                   "archs")
+node_arch_option = arch_option.but(help="The node's GPU arch (gfx90a, gfx942, sm_90); default: what rocminfo / "
+                                       "nvidia-smi see.")
 
 
 @dataclass(frozen=True)
@@ -25,15 +25,14 @@ class InstallCommandOptions:
 
     wheelhouse: Path = arg(type=click.Path(file_okay=False, path_type=Path))
     python: str | None = target_python_option.field()
-    archs: tuple[str, ...] = arch_option.field()
-    only: tuple[str, ...] = opt("--only", multiple=True, metavar="NAMES",
-                                help="Install only these components or projects (repeat or comma-separate).")
+    archs: tuple[str, ...] = node_arch_option.field()
+    only: tuple[str, ...] = only_option.field(help="Install only these components or projects (repeat or "
+                                                   "comma-separate).")
     reinstall: bool = opt("--reinstall", is_flag=True, help="Install again even when the same wheel is installed.")
     no_deps: bool = opt("--no-deps", is_flag=True, help="Do not let pip install dependencies from the wheelhouse.")
     lock_timeout: float = opt("--lock-timeout", type=float, default=1800.0, show_default=True,
                               help="Seconds to wait for another install into the same environment.")
-    dry_run: bool = opt("--dry-run", is_flag=True,
-                        help="Select and check the wheels, print the pip command, install nothing.")
+    dry_run: bool = dry_run_option.field(help="Select and check the wheels, print the pip command, install nothing.")
     node_root: Path = opt("--node-root", type=click.Path(file_okay=False, exists=True, path_type=Path),
                           default=Path("/"), show_default=True,
                           help="The root folder of the userspace the wheels will load in (a chroot, an image's root "
@@ -80,7 +79,7 @@ def install_cmd(log: Logger, /, req: InstallCommandOptions, as_json: bool) -> No
 
 @click.command("verify")
 @target_python_option
-@arch_option
+@node_arch_option
 @click.option("--no-import", "no_import", is_flag=True, help="Skip the import check (static checks only).")
 @json_option
 @click.pass_obj
@@ -130,7 +129,7 @@ def verify_cmd(log: Logger, python: str | None, archs: tuple[str, ...], no_impor
 
 @click.command("report")
 @target_python_option
-@arch_option
+@node_arch_option
 @json_option
 @click.pass_obj
 def report_cmd(log: Logger, python: str | None, archs: tuple[str, ...], as_json: bool) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import arg, json_option, opt, options, target_python_option
+from porter.cli.options import (account_option, arg, json_option, nodes_option, opt, options, out_option,
+                                partition_option, site_option, target_python_option, time_option)
 
 
 @click.group()
@@ -24,7 +25,7 @@ class PlanOptions:
     """``porter launch plan``'s options (the site, the model's shape, the layout asked for): each field declares its
     own."""
 
-    site_ref: str = opt("--site", required=True, metavar="NAME|FILE", help="Site profile ('porter site list').")
+    site_ref: str = site_option.field(required=True)
     preset: str | None = opt("--model", default=None, metavar="PRESET",
                              help="gpt-1.3b, gpt-22b, gpt-175b, gpt-1t (the shape options below override its fields).")
     layers: int | None = opt("--layers", type=int, default=None)
@@ -32,7 +33,7 @@ class PlanOptions:
     heads: int | None = opt("--heads", type=int, default=None)
     seq: int | None = opt("--seq", type=int, default=None)
     vocab: int | None = opt("--vocab", type=int, default=None)
-    nodes: int = opt("--nodes", type=int, required=True, help="Number of nodes.")
+    nodes: int = nodes_option.field(required=True)
     tp: int | None = opt("--tp", type=int, default=None, help="Tensor parallel size (default: the smallest that fits).")
     pp: int | None = opt("--pp", type=int, default=None,
                          help="Pipeline parallel size (default: the smallest that fits).")
@@ -73,13 +74,12 @@ def plan_cmd(req: PlanOptions, as_json: bool) -> None:
 class LaunchWriteOptions(PlanOptions):
     """``porter launch write``'s options: each field declares its own (``--help`` says what each is)."""
 
-    out_dir: Path = opt("-o", "--out", type=click.Path(file_okay=False, path_type=Path), required=True,
-                        help="Folder for job.sbatch, the DeepSpeed config and plan.json.")
+    out_dir: Path = out_option.field(required=True, help="Folder for job.sbatch, the DeepSpeed config and plan.json.")
     python: str | None = target_python_option.field()
     entry: str = opt("--entry", default="pretrain_gpt.py", show_default=True, help="The training script.")
-    account: str = opt("--account", default="", help="Slurm account.")
-    partition: str = opt("--partition", default="", help="Slurm partition (default: the site's).")
-    time_limit: str = opt("--time", default="", help="Slurm time limit (default: the site's).")
+    account: str = account_option.field(default="")
+    partition: str = partition_option.field(default="", help="Slurm partition (default: the site's).")
+    time_limit: str = time_option.field(default="", help="Slurm time limit (default: the site's).")
     broadcast_env: str = opt("--broadcast-env", default="", metavar="TARBALL",
                              help="A packed Python environment (conda-pack) to sbcast to node-local storage and run "
                                   "from.")

@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (Spec, arg, dry_run_option, flags, json_option, opt, options, runner_for,
-                                slurm_options)
+from porter.cli.options import (Spec, arg, dir_option, dry_run_option, flags, force_option, json_option, options,
+                                runner_for, slurm_option, slurm_options, wait_option, wheelhouse_option)
 from porter.log import Logger
 from porter.run import Runner, make_env
 
@@ -49,17 +49,17 @@ class MatrixRunOptions:
     file: Path = arg(type=click.Path(dir_okay=False, path_type=Path))
     mode: str | None = flags(
         Spec(("--local",), dict(flag_value="local", help="Run the cells here, one after another, then index.")),
-        Spec(("--slurm",), dict(flag_value="slurm", help="Submit one job array (one task per cell) and an index job "
-                                                         "that waits on it (afterok).")))
-    directory: Path | None = opt("-d", "--dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-                                 help="The matrix folder, on a filesystem every node sees (default: the file's 'dir').")
-    wheelhouse: Path | None = opt("-o", "--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=None,
-                                  help="Where the wheels and the index go (default: the file's 'wheelhouse', else "
-                                       "DIR/wheelhouse).")
-    force: bool = opt("--force", is_flag=True,
-                      help="Reuse a matrix folder: its plan, results and report are replaced (wheels are kept).")
-    wait: bool = opt("--wait", is_flag=True,
-                     help="With --slurm: wait for the last job (the index job's report), then exit as --local does.")
+        slurm_option.but(flag_value="slurm", help="Submit one job array (one task per cell) and an index job that "
+                                                  "waits on it (afterok)."))
+    directory: Path | None = dir_option.field(help="The matrix folder, on a filesystem every node sees (default: the "
+                                                   "file's 'dir').")
+    wheelhouse: Path | None = wheelhouse_option.field(default=None, show_default=False,
+                                                      help="Where the wheels and the index go (default: the file's "
+                                                           "'wheelhouse', else DIR/wheelhouse).")
+    force: bool = force_option.field(help="Reuse a matrix folder: its plan, results and report are replaced (wheels "
+                                          "are kept).")
+    wait: bool = wait_option.field(help="With --slurm: wait for the last job (the index job's report), then exit as "
+                                        "--local does.")
     dry_run: bool = dry_run_option.field()
     time_limit: str | None = None
     slurm: dict[str, Any] = field(default_factory=dict)

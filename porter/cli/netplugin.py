@@ -9,17 +9,16 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import Spec, ToolchainChoice, arg, dry_run_option, json_option, opt, options
+from porter.cli.options import (ToolchainChoice, arg, dry_run_option, jobs_option, json_option, opt, options,
+                                out_option, python_option, site_option, source_option)
 from porter.errors import CheckFailed, refusal_line
 from porter.log import Logger
 
-PROBE_PYTHON = Spec(("--python",), dict(
-    default=None, metavar="PATH",
-    help="The python that runs porter's probe where the toolchain runs (inside its chroot or container). Default: "
-         "python3 there; porter's own python on the host."))
-SITE = Spec(("--site",), dict(default=None, metavar="NAME|FILE",
-                              help="The site the plugin must serve: built with ROCm for an AMD site, the site's RCCL "
-                                   "major (a build that cannot is refused before building)."))
+PROBE_PYTHON = python_option.but(envvar=None, show_envvar=False, help=(
+    "The python that runs porter's probe where the toolchain runs (inside its chroot or container). Default: python3 "
+    "there; porter's own python on the host."))
+SITE = site_option.but(help="The site the plugin must serve: built with ROCm for an AMD site, the site's RCCL major (a "
+                            "build that cannot is refused before building).")
 
 
 @click.group("net-plugin")
@@ -36,18 +35,18 @@ def net_plugin() -> None:
 class NetPluginBuildOptions(ToolchainChoice):
     """``porter net-plugin build``'s options: each field declares its own (``--help`` says what each is)."""
 
-    source: Path = opt("--source", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
-                       help="An aws-ofi-nccl or aws-ofi-rccl tree: a clone (autogen.sh) or a release tarball "
-                            "(configure).")
-    out_dir: Path = opt("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=Path("net-plugin"),
-                        show_default=True, help="Folder for the package (.tar.gz) and its .porter.json manifest.")
+    source: Path = source_option.field(type=click.Path(exists=True, file_okay=False, path_type=Path), metavar=None,
+                                       help="An aws-ofi-nccl or aws-ofi-rccl tree: a clone (autogen.sh) or a release "
+                                            "tarball (configure).")
+    out_dir: Path = out_option.field(default=Path("net-plugin"), show_default=True,
+                                     help="Folder for the package (.tar.gz) and its .porter.json manifest.")
     libfabric: str = opt("--libfabric", default="", metavar="PREFIX",
                          help="libfabric's install prefix as the toolchain sees it (default: where the compiler finds "
                               "it).")
     configure_args: tuple[str, ...] = opt("--configure-arg", multiple=True, metavar="ARG",
                                           help="More configure options, passed last (repeat): --with-hwloc=/opt/hwloc.")
     site_ref: str | None = SITE.field()
-    jobs: int = opt("-j", "--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="make -j.")
+    jobs: int = jobs_option.field(default=2, show_default=True, help="make -j.")
     python: str = PROBE_PYTHON.field(default="python3", show_default=True)
     release_version: str = opt("--release-version", default="", metavar="VERSION",
                                help="The plugin's version, for a clone whose autogen reads it from git "

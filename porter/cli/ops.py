@@ -10,16 +10,17 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (CacheChoice, ShardChoice, Spec, ToolchainChoice, allow_wave32_option, allowed, builds,
-                                compile_failures, dry_run_option, jobs_option, json_option, left_out, opt, options,
-                                parse_shard, python_option, runner_for, sharded, show_compiled, show_plan, slurm_options,
-                                submit_shards, wheelhouse_option)
+from porter.cli.options import (CacheChoice, ShardChoice, ToolchainChoice, allow_wave32_option, allowed, builds,
+                                compile_failures, compile_only_option, dry_run_option, jobs_option, json_option,
+                                left_out, ops_option, opt, options, parse_shard, python_option, runner_for, sharded,
+                                show_compiled, show_plan, slurm_options, source_option, submit_shards,
+                                wheelhouse_option)
 from porter.cluster.slurm.shards import BuildFacts
 from porter.log import Logger
 from porter.run import Runner
 
-SOURCE = Spec(("--source",), dict(required=True, metavar="SRC", help="DeepSpeed sdist (.tar.gz), unpacked source "
-                                   "folder, or deepspeed==VERSION (fetched from PyPI)."))
+SOURCE = source_option.but(help="DeepSpeed sdist (.tar.gz), unpacked source folder, or deepspeed==VERSION (fetched "
+                                "from PyPI).")
 
 
 @click.group()
@@ -86,13 +87,12 @@ class BuildOptions(ShardChoice, CacheChoice, ToolchainChoice):
     """``porter ops build``'s options: each field declares its own (``--help`` says what each is)."""
 
     source: str = SOURCE.field()
-    ops: tuple[str, ...] = opt("--ops", multiple=True, metavar="OPS", help="Ops to build: repeat or comma-separate.")
+    ops: tuple[str, ...] = ops_option.field()
     all_compatible: bool = opt("--all-compatible", is_flag=True, help="Build every op this toolchain can build.")
     wheelhouse: Path = wheelhouse_option.field()
     jobs: int | None = jobs_option.field()
     dry_run: bool = dry_run_option.field()
-    compile_only: bool = opt(
-        "--compile-only", is_flag=True,
+    compile_only: bool = compile_only_option.field(
         help="Compile every translation unit of the selected ops for every arch of the (rocm or cuda) profile, "
              "through the same ninja graph, and report per op and arch: compiled or the first error, code objects "
              "per object file, time and peak memory per unit. Nothing is linked or packaged. Without a ROCm torch, "

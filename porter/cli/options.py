@@ -45,11 +45,19 @@ class Spec:
     argument: bool = False
     """A positional argument (``click.argument``), not an option."""
 
-    def field(self, **more: Any) -> Any:
-        attrs = {**self.attrs, **more}
-        many = attrs.get("multiple") or attrs.get("nargs") == -1
-        default = attrs.get("default", False if attrs.get("is_flag") else () if many else None)
-        return dataclasses.field(default=default, metadata={OPTION: (dataclasses.replace(self, attrs=attrs),)})
+    def field(self, *, short: str | None = None, **more: Any) -> Any:
+        """An options-class field that declares this option (``short``, ``more``: as :meth:`but`)."""
+        spec = self.but(short=short, **more)
+        many = spec.attrs.get("multiple") or spec.attrs.get("nargs") == -1
+        default = spec.attrs.get("default", False if spec.attrs.get("is_flag") else () if many else None)
+        return dataclasses.field(default=default, metadata={OPTION: (spec,)})
+
+    def but(self, *, short: str | None = None, **more: Any) -> Spec:
+        """The same option as one command takes it: its help narrowed to what it is there, its default...;
+        ``short``: its one-letter form there ('' for none, where the command gives the letter to another)."""
+        decls = self.decls if short is None else (*([short] if short else []),
+                                                  *(d for d in self.decls if d.startswith("--")))
+        return dataclasses.replace(self, decls=decls, attrs={**self.attrs, **more})
 
     def option(self, name: str) -> Callable[[F], F]:
         if self.argument:
@@ -125,11 +133,9 @@ python_option = Spec(("--python",), dict(
          "chroot or container). Default: the profile's 'python', else porter's own python on the host. (For node "
          "commands, --python is the training environment's python.)"), "python")
 
-target_python_option = Spec(
-    ("--python",), dict(default=None, metavar="PATH", callback=_python_path,
-                        help="The training environment's python (what is installed into, verified or launched), as "
-                             "the compute nodes see it. Default: the python running porter. (For builds, --python "
-                             "is the build python.)"), "python")
+target_python_option = python_option.but(envvar=None, show_envvar=False, help=(
+    "The training environment's python (what is installed into, verified or launched), as the compute nodes see it. "
+    "Default: the python running porter. (For builds, --python is the build python.)"))
 
 wheelhouse_option = Spec(
     ("-o", "--wheelhouse"), dict(type=click.Path(file_okay=False, path_type=Path), default=Path("wheelhouse"),
@@ -139,12 +145,56 @@ wheelhouse_option = Spec(
 jobs_option = Spec(("-j", "--jobs"), dict(type=click.IntRange(min=1), default=None,
                                           help="Parallel compile jobs (default: from cores and free memory)."), "jobs")
 
+# Options more than one command takes, each declared here once with its one meaning; a command narrows the help to
+# what the option is there (Spec.but, Spec.field).
+source_option = Spec(("--source",), dict(required=True, metavar="SRC",
+                                         help="The project's source: its tree, an sdist (.tar.gz), or NAME==VERSION "
+                                              "to download."))
+compile_only_option = Spec(("--compile-only",), dict(
+    is_flag=True, help="Compile every translation unit for every arch of the profile and report per op and arch: "
+                       "compiled or the first error. Nothing is linked or packaged."))
+ops_option = Spec(("--ops",), dict(multiple=True, metavar="OPS", help="Ops to build: repeat or comma-separate."))
+in_place_option = Spec(("--in-place",), dict(is_flag=True, help="Change the tree itself instead of a copy."))
+arch_option = Spec(("--arch",), dict(multiple=True, metavar="GFX",
+                                     help="GPU archs, overriding the profile's (repeat or comma-separate): gfx90a, "
+                                          "gfx942, sm_90."), "archs")
+toolchain_option = Spec(("-t", "--toolchain"), dict(
+    default=None, metavar="NAME|FILE", help="Toolchain preset name or TOML file (default: $PORTER_TOOLCHAIN, else "
+                                            "'cpu')."))
+site_option = Spec(("--site",), dict(default=None, metavar="NAME|FILE",
+                                     help="Site profile: a preset ('porter site list') or a TOML file."))
+set_option = Spec(("-s", "--set"), dict(multiple=True, metavar="PROJECT[/NAME]|FILE",
+                                        help="Patch set(s): a shipped set (deepspeed/no-jit), every set of a project "
+                                             "(deepspeed), or a set file of your own. Repeat for several."))
+skip_option = Spec(("--skip",), dict(multiple=True, metavar="NAME", help="Leave this one out (repeatable)."))
+only_option = Spec(("--only",), dict(multiple=True, metavar="NAMES", help="Only these (repeat or comma-separate)."))
+force_option = Spec(("--force",), dict(is_flag=True, help="Go on over what porter would otherwise refuse to replace."))
+target_version_option = Spec(("--target-version",), dict(
+    default=None, metavar="VERSION", help="Treat the tree as this version of its project for the patch sets "
+                                          "(instead of reading it from the tree)."))
+nodes_option = Spec(("--nodes",), dict(type=click.IntRange(min=1), default=None, help="Number of nodes."))
+output_option = Spec(("-o", "--output"), dict(type=click.Path(path_type=Path), default=None,
+                                             help="Where the result is written."))
+out_option = Spec(("-o", "--out"), dict(type=click.Path(file_okay=False, path_type=Path), default=None,
+                                       help="The folder the result is written to."))
+no_cache_option = Spec(("--no-cache",), dict(is_flag=True, help="Do not use porter's cache for this step."))
+dir_option = Spec(("-d", "--dir"), dict(type=click.Path(file_okay=False, path_type=Path), default=None,
+                                       help="The folder of a Slurm run's scripts, results and logs, on a filesystem "
+                                            "every node sees."))
+wait_option = Spec(("--wait",), dict(is_flag=True, help="With --slurm: wait for the last job, then report."))
+slurm_option = Spec(("--slurm",), dict(is_flag=True, help="Submit the work as Slurm jobs instead of running it here."))
+shard_option = Spec(("--shard",), dict(default=None, metavar="I/N",
+                                       help="Compile only shard I of N of the build's compile steps."))
+partition_option = Spec(("--partition",), dict(default=None, help="Slurm partition."))
+account_option = Spec(("--account",), dict(default=None, help="Slurm account to charge."))
+time_option = Spec(("--time",), dict(default=None, help="Slurm time limit."), "time_limit")
+
 
 @dataclasses.dataclass(frozen=True)
 class CacheChoice:
     """The compiler cache: ccache keyed to the toolchain, on by default when found where the compiler runs."""
 
-    no_cache: bool = opt("--no-cache", is_flag=True, help="Compile without ccache.")
+    no_cache: bool = no_cache_option.field(help="Compile without ccache.")
     cache_dir: Path | None = opt("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                                  envvar="PORTER_CCACHE_DIR",
                                  help="ccache folder (default: ccache/ under porter's cache, inside the chroot for "
@@ -168,11 +218,8 @@ class ToolchainChoice:
     """``--toolchain`` plus the overrides that sit on top of file/env/preset: the base of a building command's
     options."""
 
-    toolchain_ref: str | None = opt("-t", "--toolchain", default=None, metavar="NAME|FILE",
-                                    help="Toolchain preset name or TOML file (default: $PORTER_TOOLCHAIN, else "
-                                         "'cpu').")
-    archs: tuple[str, ...] = opt("--arch", multiple=True,
-                                 help="Override the target archs (repeat or comma-separate): gfx90a, gfx942, sm_90.")
+    toolchain_ref: str | None = toolchain_option.field()
+    archs: tuple[str, ...] = arch_option.field()
     cpu_isa: str | None = opt("--cpu-isa", default=None, help="Override the host ISA (-march value).")
 
     def toolchain(self) -> Toolchain:
@@ -184,21 +231,20 @@ class ShardChoice:
     """A build split into shards: one shard here (``--shard``), or all of them as Slurm jobs (``--shards N
     --slurm``, with :func:`slurm_options`)."""
 
-    shard: str | None = opt("--shard", default=None, metavar="I/N",
-                            help="Compile only shard I of N of the build's compile steps into the (shared) build "
-                                 "folder, and stop: N such runs (a Slurm job array) then one run with --link-only "
-                                 "(--report-only for --compile-only) equal one local build.")
+    shard: str | None = shard_option.field(help="Compile only shard I of N of the build's compile steps into the "
+                                                "(shared) build folder, and stop: N such runs (a Slurm job array) then "
+                                                "one run with --link-only (--report-only for --compile-only) equal one "
+                                                "local build.")
     shards: int | None = opt("--shards", type=click.IntRange(min=1), default=None, metavar="N",
                              help="With --slurm: submit a job array of N tasks, each running this build with --shard "
                                   "I/N into the shared build folder, then one job after them (afterok) that links the "
                                   "wheel into -o (--compile-only: reports every unit).")
-    use_slurm: bool = opt("--slurm", is_flag=True,
-                          help="Submit the build as Slurm jobs (with --shards N) instead of building here.")
-    shards_dir: Path | None = opt("-d", "--dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-                                  help="With --slurm: the folder for the job scripts, results and logs, on a "
-                                       "filesystem every node sees (default: shards/<build> in porter's cache, which "
-                                       "must be shared too).")
-    wait: bool = opt("--wait", is_flag=True, help="With --slurm: wait for the last job, then report.")
+    use_slurm: bool = slurm_option.field(help="Submit the build as Slurm jobs (with --shards N) instead of building "
+                                              "here.")
+    shards_dir: Path | None = dir_option.field(help="With --slurm: the folder for the job scripts, results and logs, "
+                                                   "on a filesystem every node sees (default: shards/<build> in "
+                                                   "porter's cache, which must be shared too).")
+    wait: bool = wait_option.field()
     time_limit: str | None = None
     """--time (:func:`slurm_options`)."""
     slurm: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -211,14 +257,13 @@ def slurm_options(*, task: str = "cell", final: str = "index") -> Callable[[F], 
     (the index, the link), whose time limit is ``--<final>-time``."""
     def decorate(f: F) -> F:
         opts = [
-            click.option("--partition", default=None, envvar="PORTER_SLURM_PARTITION", show_envvar=True,
-                         help="Partition of every job."),
-            click.option("--account", default=None, envvar="PORTER_SLURM_ACCOUNT", show_envvar=True,
-                         help="Account to charge."),
+            partition_option.but(envvar="PORTER_SLURM_PARTITION", show_envvar=True,
+                                 help="Partition of every job.").option("partition"),
+            account_option.but(envvar="PORTER_SLURM_ACCOUNT", show_envvar=True).option("account"),
             click.option("--qos", default=None, envvar="PORTER_SLURM_QOS", show_envvar=True,
                          help="QOS of every job."),
-            click.option("--time", "time_limit", default=None, envvar="PORTER_SLURM_TIME", show_envvar=True,
-                         help=f"Time limit of each {task} task (2:00:00)."),
+            time_option.but(envvar="PORTER_SLURM_TIME", show_envvar=True,
+                            help=f"Time limit of each {task} task (2:00:00).").option("time_limit"),
             click.option("--cpus-per-task", type=click.IntRange(min=1), default=None,
                          envvar="PORTER_SLURM_CPUS_PER_TASK", show_envvar=True, help=f"CPUs of each {task} task."),
             click.option("--mem", default=None, envvar="PORTER_SLURM_MEM", show_envvar=True,

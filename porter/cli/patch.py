@@ -8,16 +8,14 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import json_option
+from porter.cli.options import dry_run_option, force_option, json_option, set_option, target_version_option
 from porter.errors import NothingToDo
 from porter.log import Logger
 
 tree_arg = click.argument("tree", type=click.Path(file_okay=False, path_type=Path))
-set_opt = click.option("-s", "--set", "set_refs", multiple=True, metavar="PROJECT[/NAME]|FILE",
-                       help="Shipped set (deepspeed/no-jit), all sets of a project (deepspeed), or a set "
-                            "TOML / unified-diff .patch file. Repeat for several; applied in order.")
-version_opt = click.option("--target-version", default=None, metavar="VERSION",
-                           help="Treat the tree as this project version (skips reading it from the tree).")
+set_opt = set_option.but(help="Shipped set (deepspeed/no-jit), all sets of a project (deepspeed), or a set TOML / "
+                              "unified-diff .patch file. Repeat for several; applied in order.").option("set_refs")
+version_opt = target_version_option.option("target_version")
 
 
 @click.group()
@@ -102,7 +100,7 @@ def check_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version
 @tree_arg
 @set_opt
 @version_opt
-@click.option("--dry-run", is_flag=True, help="Print the unified diff that would be applied; write nothing.")
+@dry_run_option.but(help="Print the unified diff that would be applied; write nothing.")
 @json_option
 @click.pass_obj
 def apply_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version: str | None, dry_run: bool,
@@ -140,11 +138,11 @@ def apply_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version
 
 @patch.command("revert")
 @tree_arg
-@click.option("-s", "--set", "set_refs", multiple=True, metavar="PROJECT/NAME",
-              help="Revert only these applied sets (default: all, newest first). Sets applied on top of one "
-                   "on the same file are re-applied after it.")
-@click.option("--force", is_flag=True, help="Restore originals even over files changed since the patch.")
-@click.option("--dry-run", is_flag=True, help="Print the diff that reverting would apply; write nothing.")
+@set_option.but(metavar="PROJECT/NAME", help="Revert only these applied sets (default: all, newest first). Sets "
+                                              "applied on top of one on the same file are re-applied after it.").option(
+    "set_refs")
+@force_option.but(help="Restore originals even over files changed since the patch.").option("force")
+@dry_run_option.but(help="Print the diff that reverting would apply; write nothing.")
 @json_option
 @click.pass_obj
 def revert_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], force: bool, dry_run: bool,

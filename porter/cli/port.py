@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, arg, compile_failures, dry_run_option,
-                                jobs_option, json_option, opt, options, python_option, runner_for, show_compiled,
-                                show_plan, wheelhouse_option)
+from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, arg, compile_failures,
+                                compile_only_option, dry_run_option, in_place_option, jobs_option, json_option, opt,
+                                options, python_option, runner_for, set_option, show_compiled, show_plan, skip_option,
+                                target_version_option, wheelhouse_option)
 from porter.errors import refusal_line
 from porter.log import Logger
 
@@ -60,14 +61,14 @@ class PortOptions:
     dest: Path | None = opt("--dest", type=click.Path(file_okay=False, path_type=Path), default=None,
                             help="Where the ported copy goes (default: next to TREE, named after it). It appears only "
                                  "when the whole port worked.")
-    in_place: bool = opt("--in-place", is_flag=True, help="Change TREE itself instead of a copy.")
-    target_version: str | None = opt("--target-version", default=None,
-                                     help="Treat the tree as this version of its project for the patch sets.")
-    sets: tuple[str, ...] = opt("--set", multiple=True, metavar="SET",
-                                help="Patch set(s) to apply instead of every set of the project: a shipped set "
-                                     "(megatron-deepspeed/rocm), a project, or a set file of your own. Repeatable.")
-    skip: tuple[str, ...] = opt("--skip", multiple=True, metavar="PATCH",
-                                help="Leave this patch (by id, see 'porter patch list') out of the port. Repeatable.")
+    in_place: bool = in_place_option.field(help="Change TREE itself instead of a copy.")
+    target_version: str | None = target_version_option.field()
+    sets: tuple[str, ...] = set_option.field(short="", metavar="SET",
+                                             help="Patch set(s) to apply instead of every set of the project: a "
+                                                  "shipped set (megatron-deepspeed/rocm), a project, or a set file of "
+                                                  "your own. Repeatable.")
+    skip: tuple[str, ...] = skip_option.field(metavar="PATCH", help="Leave this patch (by id, see 'porter patch "
+                                                                    "list') out of the port. Repeatable.")
     dry_run: bool = dry_run_option.field()
 
 
@@ -78,7 +79,7 @@ class PortMegatronOptions(ToolchainChoice, PortOptions):
     wheelhouse: Path = wheelhouse_option.field()
     no_kernels: bool = opt("--no-kernels", is_flag=True,
                            help="Port the tree only (hipify, patch); do not build the fused kernels (no torch needed).")
-    compile_only: bool = opt("--compile-only", is_flag=True,
+    compile_only: bool = compile_only_option.field(
                              help="Port the tree and compile the kernels for every arch of the profile, reporting per "
                                   "kernel and arch; nothing is linked or packaged (a HIP view of torch's headers "
                                   "stands in for a ROCm torch).")

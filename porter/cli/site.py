@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import target_python_option, json_option
+from porter.cli.options import json_option, nodes_option, skip_option, target_python_option
 
 
 @click.group()
@@ -75,9 +75,9 @@ def show_cmd(ref: str, as_json: bool) -> None:
 @site.command("preflight")
 @click.argument("ref", metavar="NAME|FILE")
 @target_python_option
-@click.option("--nodes", type=click.IntRange(min=1), default=None,
-              help="Nodes of the job (default: $SLURM_JOB_NUM_NODES, else 1); a one-node job needs no network plugin.")
-@click.option("--skip", "skip", multiple=True, metavar="CHECK", help="Skip a check: env, miopen, plugin, ops, archs.")
+@nodes_option.but(help="Nodes of the job (default: $SLURM_JOB_NUM_NODES, else 1); a one-node job needs no network "
+                       "plugin.").option("nodes")
+@skip_option.but(metavar="CHECK", help="Skip a check: env, miopen, plugin, ops, archs.").option("skip")
 @json_option
 @click.pass_obj
 def preflight_cmd(log: Any, ref: str, python: str | None, nodes: int | None, skip: tuple[str, ...],

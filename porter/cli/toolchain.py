@@ -9,7 +9,7 @@ import click
 
 from porter.artifacts import labels
 from porter.cli import emit_json
-from porter.cli.options import json_option
+from porter.cli.options import arch_option, json_option, output_option
 from porter.errors import CheckFailed
 from porter.log import Logger
 from porter.fs import atomic_write_text
@@ -67,8 +67,8 @@ def show_cmd(ref: str, as_json: bool) -> None:
 
 @toolchain.command("detect")
 @json_option
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the proposed profile as TOML to this file.")
+@output_option.but(type=click.Path(dir_okay=False, path_type=Path),
+                   help="Write the proposed profile as TOML to this file.").option("output")
 @click.pass_obj
 def detect_cmd(log: Logger, as_json: bool, output: Path | None) -> None:
     """Find compilers (ROCM_PATH, HIP_PATH, CUDA_HOME, PATH) and visible GPUs; propose a profile.
@@ -97,7 +97,7 @@ def detect_cmd(log: Logger, as_json: bool, output: Path | None) -> None:
 
 @toolchain.command("check")
 @click.argument("ref", metavar="NAME|FILE")
-@click.option("--arch", "archs", multiple=True, help="Override the profile's archs (repeat or comma-separate).")
+@arch_option.option("archs")
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the linked multi-arch shared object in this folder.")
 @json_option

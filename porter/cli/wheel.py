@@ -11,9 +11,10 @@ import click
 
 from porter.cli import emit_json
 from porter.cli.options import (BUILDERS, ShardChoice, ToolchainChoice, allow_wave32_option, allowed, builds,
-                                compile_failures, dry_run_option, jobs_option, json_option, left_out, opt, options,
-                                parse_shard, python_option, runner_for, sharded, show_compiled, show_plan, slurm_options,
-                                submit_shards, wheelhouse_option)
+                                compile_failures, compile_only_option, dry_run_option, jobs_option, json_option,
+                                left_out, ops_option, opt, options, parse_shard, python_option, runner_for, sharded,
+                                show_compiled, show_plan, slurm_options, source_option, submit_shards,
+                                wheelhouse_option)
 from porter.log import Logger
 from porter.toolchain.profile import Toolchain
 from porter.wheels import WheelRequest, build_wheel
@@ -84,11 +85,11 @@ class SampleType(click.ParamType):  # type: ignore[type-arg]  # generic from cli
 class WheelOptions(ToolchainChoice):
     """``porter wheel PROJECT``'s options every project shares: each field declares its own (see ``--help``)."""
 
-    source: str = opt("--source", required=True, metavar="SRC", help="The project's tree or sdist.")
+    source: str = source_option.field(help="The project's tree or sdist.")
     wheelhouse: Path = wheelhouse_option.field()
     python: str | None = python_option.field()
     jobs: int | None = jobs_option.field()
-    compile_only: bool = opt("--compile-only", is_flag=True,
+    compile_only: bool = compile_only_option.field(
                              help="Compile every translation unit for every arch of the (rocm) profile with porter's "
                                   "planner and report per op and arch; no setup.py, nothing linked or packaged. Each "
                                   "TU's time and peak memory are recorded for later MAX_JOBS choices.")
@@ -114,9 +115,8 @@ class WheelOptions(ToolchainChoice):
 
 @dataclass(frozen=True)
 class ApexOptions(WheelOptions):
-    source: str = opt("--source", required=True, metavar="DIR|SDIST", help="ROCm apex tree (a checkout) or sdist.")
-    ops: tuple[str, ...] = opt(
-        "--ops", multiple=True, metavar="OPS",
+    source: str = source_option.field(metavar="DIR|SDIST", help="ROCm apex tree (a checkout) or sdist.")
+    ops: tuple[str, ...] = ops_option.field(
         help="Ops to prebuild: names (amp_C, fused_adam_cuda), groups (cpp, cuda) or all; repeat or comma-separate; "
              "-NAME leaves an op out (all,-fast_multihead_attn). Default: all the profile can build (cpp only for a "
              "cpu profile).")
@@ -139,8 +139,8 @@ class ShardedWheelOptions(ShardChoice, WheelOptions):
 
 @dataclass(frozen=True)
 class FlashAttnOptions(ShardedWheelOptions):
-    source: str = opt("--source", required=True, metavar="DIR|SDIST|flash-attn==X",
-                      help="flash-attention tree, sdist .tar.gz, or a version to download from the package index.")
+    source: str = source_option.field(metavar="DIR|SDIST|flash-attn==X", help="flash-attention tree, sdist .tar.gz, "
+                                      "or a version to download from the package index.")
     backend: str = opt("--backend", type=click.Choice(["ck", "triton"]), default="ck", show_default=True,
                        help="ck: compile the composable_kernel extension; triton: pure-Python wheel, JIT at run time.")
     units: tuple[str, ...] = opt("--units", multiple=True, metavar="GLOB",

@@ -198,3 +198,71 @@ def test_a_field_fed_by_a_separate_click_option_is_caught() -> None:
         b: str | None = None  # declared again by a @click.option("--b") on the command
 
     assert undeclared(TwiceOptions) == ["b"]
+
+
+def declarations(text: str) -> list[str]:
+    """The long option names a module's source declares: in ``Spec((...))``, ``opt(...)`` and ``click.option(...)``
+    (a command that takes a shared option through ``Spec.but`` / ``Spec.field`` declares nothing)."""
+    import ast
+
+    names = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("Spec", "opt", "click.option"):
+            decls = node.args[0].elts if ast.unparse(node.func) == "Spec" and isinstance(node.args[0], ast.Tuple) \
+                else node.args
+            names += [d.value for d in decls if isinstance(d, ast.Constant) and isinstance(d.value, str)
+                      and d.value.startswith("--")]
+    return names
+
+
+def declared_twice(texts: dict[str, str]) -> dict[str, list[str]]:
+    where: dict[str, list[str]] = {}
+    for name, text in texts.items():
+        for option in declarations(text):
+            where.setdefault(option, []).append(name)
+    return {o: w for o, w in where.items() if len(w) > 1}
+
+
+def test_each_option_name_is_declared_in_one_place() -> None:
+    """One declaration per option name across every command (porter/cli/options.py holds the shared ones); a
+    command narrows the help with Spec.but or Spec.field, it does not declare the option again."""
+    texts = {p.name: p.read_text() for p in sorted(Path(__file__).resolve().parents[2].joinpath("porter", "cli")
+                                                   .glob("*.py"))}
+    assert sum(len(declarations(t)) for t in texts.values()) > 80
+    assert declared_twice(texts) == {}
+
+
+def test_an_option_declared_again_is_caught() -> None:
+    texts = {"a.py": 'x = Spec(("-o", "--out"), dict())\n@click.option("--dry-run", is_flag=True)\ndef f(): ...\n',
+             "b.py": 'class B:\n    out: str = opt("-o", "--out", default="")\n    y: str = shared.but(help="")\n'}
+    assert declared_twice(texts) == {"--out": ["a.py", "b.py"]}
+
+
+def kinds_by_name(cmds: dict[str, click.Command]) -> dict[str, set[tuple[bool, bool]]]:
+    """Each option name: what it is across commands (a flag or not, taken once or many times)."""
+    kinds: dict[str, set[tuple[bool, bool]]] = {}
+    for cmd in cmds.values():
+        for p in cmd.params:
+            if isinstance(p, click.Option):
+                for name in p.opts:
+                    kinds.setdefault(name, set()).add((p.is_flag, p.multiple))
+    return kinds
+
+
+def test_an_option_name_is_the_same_kind_of_option_in_every_command() -> None:
+    """One meaning per name: --arch is repeatable everywhere, --dry-run a flag everywhere..."""
+    kinds = kinds_by_name(commands())
+    assert len(kinds) > 100
+    assert {n: k for n, k in kinds.items() if len(k) > 1} == {}
+
+
+def test_an_option_that_changes_kind_in_one_command_is_caught() -> None:
+    @click.command()
+    @click.option("--arch", multiple=True)
+    def one(arch: tuple[str, ...]) -> None: ...
+
+    @click.command()
+    @click.option("--arch")
+    def two(arch: str) -> None: ...
+
+    assert kinds_by_name({"one": one, "two": two}) == {"--arch": {(False, True), (False, False)}}
