@@ -27,10 +27,9 @@ from porter.resources import default_jobs
 from porter.run import Runner
 from porter.toolchain.archs import HOST_ONLY
 from porter.toolchain.profile import Toolchain, toolchain_env
-from ops_prebuild.catalogue import Catalogue, OpSpec, source_tops
+from ops_prebuild.catalogue import Catalogue, OpSpec
 from ops_prebuild.measure import SUFFIX as COST_SUFFIX
 from ops_prebuild.plan import CCACHE_STATS, Plan, Step, make_plan
-from ops_prebuild.source import mirror_tree
 
 # Memory one compile job may take: host C++ ops ~1 GiB, nvcc/hipcc device units ~3 GiB.
 PER_JOB_BYTES = {"cpu": 1 << 30, "device": 3 << 30}
@@ -135,7 +134,7 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
                       py_ex: Executor, runner: Runner, log: Logger, cache: Path, how: EngineRun = EngineRun(),
                       compiler_version: str = "", refused: PorterError | None = None,
                       source_patches: tuple[str, ...] = (), what: str = "", hipify: Sequence[str] | None = None,
-                      mirror: bool = True, torch_view: bool | None = None, hipify_from: Path | None = None,
+                      torch_view: bool | None = None, hipify_from: Path | None = None,
                       notes: Sequence[str] = (), on_shard_setup: Callable[[], None] | None = None) -> BuildResult:
     """The engine: any catalogue's selected ops -> hipify (rocm) -> one ninja plan -> compile (all, one shard, or
     none with ``link_only``) -> link unless ``compile_only`` -> per op result and, compile-only, per op x arch
@@ -146,9 +145,7 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
     what comes before (its source, its catalogue, its checks) and after (its wheel).
 
     ``hipify``: the ops whose CUDA sources the engine hipifies on a rocm profile (into a copy under the build
-    folder; default: every device op; ``()``: the sources are HIP already). ``mirror``: compile from a hard-linked
-    mirror of the source tree inside the build folder (the same relative paths for every release: the compiler
-    cache hits across them). ``torch_view``: a compile-only run without a ROCm torch sees torch's headers through a
+    folder; default: every device op; ``()``: the sources are HIP already). ``torch_view``: a compile-only run without a ROCm torch sees torch's headers through a
     generated HIP view (default: when an op was hipified here). ``hipify_from``: where hipify reads the sources
     when they are not at ``cat.source.tree`` yet (a dry run's copy). ``notes`` go first in the plan's notes.
     ``on_shard_setup``: called once a shard run lets go of the build folder's lock, for the caller's own locks."""
@@ -175,7 +172,7 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             remote="" if compile_only else compiler_cache.remote)
         plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not runner.dry,
                          compile_only=compile_only, extra_includes=view, cache=ccache,
-                         tree=build_dir / "src" if mirror else None, pch=how.pch, debug=how.debug)
+                         pch=how.pch, debug=how.debug)
         plan.notes[:] = [*notes, *plan.notes, *_notes(cat, view, source_patches, emulated, not runner.dry)]
         per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]
         n_jobs = how.jobs or default_jobs(per_job, spare=1)  # one spare: no core idles while the last units compile
@@ -183,7 +180,7 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
                              hip_view=str(view[0]) if view else "", source_patches=source_patches)
         if runner.dry:
             return _dry(result, ex, start)
-        _write_build_dir(plan, cat, selected, build_dir, log, mirror=mirror)
+        _write_build_dir(plan, build_dir, log)
         stats, part, ninja_file, log_name = build_dir / CCACHE_STATS, None, "build.ninja", "build.log"
         if shard is not None:
             part, tag = plan.shard(*shard), f"shard-{shard[0]}-of-{shard[1]}"
@@ -259,16 +256,13 @@ def _torch_view(cat: Catalogue, cache: Path, python: str, runner: Runner, py_ex:
         return (hip_view.make_view(cat.torch, cache, python=python, runner=runner, executor=py_ex),)
 
 
-def _write_build_dir(plan: Plan, cat: Catalogue, selected: list[OpSpec], build_dir: Path, log: Logger, *,
-                     mirror: bool) -> None:
-    """The build folder as the plan needs it: killed compiles' leftovers gone, the source mirror, the plan's files
-    (an unchanged one keeps its time) and build.ninja."""
+def _write_build_dir(plan: Plan, build_dir: Path, log: Logger) -> None:
+    """The build folder as the plan needs it: killed compiles' leftovers gone, the plan's files (an unchanged one
+    keeps its time) and build.ninja."""
     build_dir.mkdir(parents=True, exist_ok=True)
     left = remove_stale_outputs(build_dir)  # the private files of compiles killed mid-write
     if left:
         log.info(f"removed {len(left)} half-written output(s) of killed compiles, e.g. {left[0].name}")
-    if mirror:
-        mirror_tree(cat.source.tree, build_dir / "src", source_tops(selected))
     for path, text in plan.files.items():
         if not Path(path).is_file() or Path(path).read_text() != text:
             Path(path).parent.mkdir(parents=True, exist_ok=True)

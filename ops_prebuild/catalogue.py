@@ -125,6 +125,6 @@ def needing_unbuildable(ops: Sequence[OpSpec]) -> tuple[OpSpec, ...]:
 
 
 def source_tops(ops: Sequence[OpSpec]) -> list[str]:
-    """The top folders of the tree that the ops' sources and include paths live in (what a mirror holds)."""
+    """The top folders of the tree that the ops' sources and include paths live in (what a build copies)."""
     rels = [p for op in ops for p in (*op.sources, *op.include_paths) if not os.path.isabs(p)]
     return sorted({Path(p).parts[0] for p in rels if Path(p).parts and Path(p).parts[0] != ".."})

@@ -182,7 +182,7 @@ def _include_dir(path: str, tree: Path, tc: Toolchain, v: Visible) -> str:
 def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
               *, sources: dict[str, dict[str, str]] | None = None, stage: bool = True,
               compile_only: bool = False, extra_includes: tuple[Path, ...] = (),
-              cache: CompilerCache | None = None, tree: Path | None = None, pch: bool = False,
+              cache: CompilerCache | None = None, pch: bool = False,
               debug: str = "full") -> Plan:
     """Plan every command. ``sources`` maps op -> {original: hipified path} for ROCm builds. Commands run through
     the toolchain's executor: every path in them is one its programs see (files outside a chroot are staged into
@@ -192,15 +192,15 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     come first on device ops' include path (the torch HIP view). ``cache``: every compile goes through ccache where
     the compiler runs (links are not cached), with base_dir at the build folder's grandparent (porter's work
     folder; a port's: the tree it builds in) and the compiler started in the build folder, so the cache key holds
-    paths relative to it. ``tree``: where the sources are read (default the source tree; ``ops build`` passes its
-    mirror inside the build folder, which makes those relative paths the same for every release). ``pch``: GCC
+    paths relative to it (a build folder beside the copy of the sources it compiles, as the one build flow's:
+    the same for every release). ``pch``: GCC
     host compiles that differ only in their op's name share one precompiled torch header
     (:func:`_share_torch_header`); not with ``compile_only``, whose costs are per unit. ``debug``: what the
     builders' ``-g`` becomes (:data:`DEBUG_INFO`): ``full`` keeps it; ``lines`` (line tables and function names:
     backtraces keep file:line) and ``none`` compile faster and make smaller objects. nvcc's own ``-g`` stays."""
     if debug not in DEBUG_INFO:
         raise ConfigError(f"debug info {debug!r} is not one of {', '.join(DEBUG_INFO)}")
-    tree = tree or cat.source.tree
+    tree = cat.source.tree
     ex = tc.executor
 
     within = (*cat.torch.include_dirs, *cat.torch.cuda_include_dirs)  # nested (csrc/api/include): staged as one

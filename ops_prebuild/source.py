@@ -221,35 +221,6 @@ def cached_tree(spec: str, cache: Path, name: str | None = None) -> tuple[Path, 
     return (got[0], {**got[1], "requirement": spec}) if got else None
 
 
-def mirror_tree(tree: Path, dest: Path, tops: list[str]) -> int:
-    """Hard-link (or copy, across filesystems) the folders ``tops`` of ``tree`` into ``dest``, so every
-    build of every release compiles its sources from the same place relative to its build folder: with
-    ccache's base_dir that place is what the cache key holds, and an unchanged file of the next release
-    hits. Safe while another shard compiles from ``dest``: files are only added or atomically replaced.
-    Returns how many files were linked or copied."""
-    changed = 0
-    for top in sorted(set(tops)):
-        root = tree / top
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
-        for src in files:
-            rel = src.relative_to(tree)
-            out = dest / rel
-            st = src.stat()
-            try:
-                have = out.stat()
-                if have.st_ino == st.st_ino or (have.st_size == st.st_size and have.st_mtime_ns == st.st_mtime_ns):
-                    continue
-            except FileNotFoundError:
-                pass
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_name(f".{out.name}.porter-tmp-{os.getpid()}")
-            tmp.unlink(missing_ok=True)
-            _link_or_copy(str(src), str(tmp))
-            os.replace(tmp, out)
-            changed += 1
-    return changed
-
-
 @dataclass(frozen=True)
 class Patched:
     """What :func:`patched_source` did: the source to build from, and in words what was applied."""

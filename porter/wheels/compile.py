@@ -165,7 +165,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                                   log=log, cache=work_root, compiler_version=compiler_version,
                                   how=replace(request.engine, jobs=wplan.jobs, compile_only=not link),
                                   refused=refused or not_ready, source_patches=patched.applied,
-                                  hipify=tuple(kset.hipify), mirror=False, hipify_from=ctx.tree, notes=notes,
+                                  hipify=tuple(kset.hipify), hipify_from=ctx.tree, notes=notes,
                                   on_shard_setup=base_lock.release if base_lock is not None else None)
         result = _result(info, tc, built, wplan, kset, stop=stop, lanes=lanes)
         result.dry_run, result.engine, result.patched, result.sources = runner.dry, built, patched, dict(request.sources)

@@ -323,44 +323,29 @@ def test_shards_split_the_compiles_and_links_read_a_response_file(tmp_path: Path
     assert not small.links()[0].rsp and "rspfile_content = $rsp" in small.ninja()
 
 
-def test_a_cached_plan_reads_the_mirror_and_keys_paths_relative_to_the_work_folder(tmp_path: Path) -> None:
-    """What lets the next release hit: sources read from the build folder's mirror, base_dir at the work
-    folder, and (in a chroot, whose cwd is its root) the compiler started in the build folder."""
+def test_a_cached_plan_keys_paths_relative_to_the_build_folder(tmp_path: Path) -> None:
+    """What lets the next release hit: the sources copied beside the build folder (the one build flow's layout),
+    base_dir above both, and (in a chroot, whose cwd is its root) the compiler started in the build folder."""
     from ops_prebuild.catalogue import source_tops
     from porter.ccache import CompilerCache
 
     root = tmp_path / "trixie"
     tc = load_toolchain("debian-trixie-rocm", environ={"PORTER_TRIXIE_ROOT": str(root)})
     assert tc.executor.work_root is not None
-    build = tc.executor.work_root / "ops" / "deepspeed-0.19.8-x"
+    keyed = tc.executor.work_root / "wheels" / "deepspeed-0.19.8-x"
     cache = CompilerCache("/usr/bin/ccache", tc.executor.work_root / "ccache", "0123456789abcdef")
-    plan = make_plan(catalogue(), tc, [CPU_ADAM, FUSED_ADAM], build, stage=False, cache=cache, tree=build / "src")
+    cat = Catalogue(Source("deepspeed", "0.19.8", keyed / "src", "test"), TORCH, "cuda", (CPU_ADAM, FUSED_ADAM, EVO))
+    plan = make_plan(cat, tc, [CPU_ADAM, FUSED_ADAM], keyed / "build", stage=False, cache=cache)
     w = tc.executor.inside(tc.executor.work_root)
-    assert plan.env["CCACHE_BASEDIR"] == w
+    assert plan.env["CCACHE_BASEDIR"] == f"{w}/wheels"
     adam = plan.steps[0]
-    assert adam.argv[:6] == ("chroot", str(root), "env", "-C", f"{w}/ops/deepspeed-0.19.8-x", "/usr/bin/ccache")
-    assert adam.argv[adam.argv.index("-c") + 1] == f"{w}/ops/deepspeed-0.19.8-x/src/csrc/adam/cpu_adam.cpp"
-    assert f"-I{w}/ops/deepspeed-0.19.8-x/src/csrc/includes" in adam.argv
+    assert adam.argv[:6] == ("chroot", str(root), "env", "-C", f"{w}/wheels/deepspeed-0.19.8-x/build", "/usr/bin/ccache")
+    assert adam.argv[adam.argv.index("-c") + 1] == f"{w}/wheels/deepspeed-0.19.8-x/src/csrc/adam/cpu_adam.cpp"
+    assert f"-I{w}/wheels/deepspeed-0.19.8-x/src/csrc/includes" in adam.argv
     assert all("env" not in s.argv for s in plan.links())  # links are not cached
     host = make_plan(catalogue(), load_toolchain("cpu", environ={}), [CPU_ADAM], tmp_path / "b", cache=cache)
     assert host.steps[0].argv[0] == "/usr/bin/ccache" and host.env["CCACHE_BASEDIR"] == str(tmp_path.parent)
     assert source_tops([CPU_ADAM, FUSED_ADAM, EVO]) == ["a.cu", "csrc"]
-
-
-def test_the_mirror_links_once_and_follows_a_changed_file(tmp_path: Path) -> None:
-    from ops_prebuild.source import mirror_tree
-
-    tree, dest = tmp_path / "tree", tmp_path / "build" / "src"
-    (tree / "csrc" / "adam").mkdir(parents=True)
-    (tree / "csrc" / "adam" / "a.cpp").write_text("int a;\n")
-    (tree / "setup.py").write_text("")
-    assert mirror_tree(tree, dest, ["csrc"]) == 1 and not (dest / "setup.py").exists()
-    assert (dest / "csrc/adam/a.cpp").stat().st_ino == (tree / "csrc/adam/a.cpp").stat().st_ino
-    assert mirror_tree(tree, dest, ["csrc"]) == 0  # nothing changed: nothing touched
-    (tree / "csrc/adam/a.cpp").unlink()
-    (tree / "csrc/adam/a.cpp").write_text("int b;\n")  # an editor's save: a new file
-    assert mirror_tree(tree, dest, ["csrc"]) == 1 and (dest / "csrc/adam/a.cpp").read_text() == "int b;\n"
-    assert not [p for p in dest.rglob("*") if "porter-tmp" in p.name]
 
 
 CPU_LION = OpSpec(name="cpu_lion", builder="CPULionBuilder", build_var="DS_BUILD_CPU_LION",

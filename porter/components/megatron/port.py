@@ -259,7 +259,7 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
     built = compile_catalogue(cat, tc, list(cat.ops), build_dir, python=python, py_ex=py_ex, runner=runner, log=log,
                               cache=tc.executor.work_dir(cache_dir()),
                               how=EngineRun(jobs=jobs or default_jobs(6 << 30), compile_only=compile_only),
-                              hipify=(), mirror=False, torch_view=True,
+                              hipify=(), torch_view=True,
                               what=f"building the fused kernels of {src.name} for {tc.name}")
     result.plan, ops = built.plan, built.ops
     result.plan.notes.extend(lanes.allowed_notes() if lanes is not None else [])
