@@ -255,14 +255,13 @@ def build_sets(project: str, kind: str, tree: Path | None = None) -> list[PatchS
 
 
 def build_copy(source: Source, kind: str, cache: Path, runner: Runner, log: Logger, *,
-               only_present: bool = True, asked: Sequence[PatchSet] = ()) -> Patched:
-    """The project's patch sets for every build with a ``kind`` toolchain (:func:`build_sets`; ``only_present``:
-    those that edit a file the tree has), after the sets the user ``asked`` for, applied to a copy of the source of
+               asked: Sequence[PatchSet] = ()) -> Patched:
+    """The project's patch sets for every build with a ``kind`` toolchain (:func:`build_sets`: those that edit a
+    file the tree has), after the sets the user ``asked`` for, applied to a copy of the source of
     its own, which is said in the log: the source as it is when none applies. A set that cannot be applied leaves
     the source as it is, with a warning; with sets asked for, it stops the build. A dry run (a recording
     ``runner``) plans it and writes nothing."""
-    sets = [*asked, *(s for s in build_sets(source.project, kind, source.tree if only_present else None)
-                      if s.ref not in {a.ref for a in asked})]
+    sets = [*asked, *(s for s in build_sets(source.project, kind, source.tree) if s.ref not in {a.ref for a in asked})]
     patched = (planned_source if runner.dry else patched_source)(source, sets, cache)
     if patched.warning and asked:
         raise ConfigError(patched.warning.replace(", built as it is", ""),

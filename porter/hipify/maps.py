@@ -199,8 +199,8 @@ def builtin_map() -> ExtraMap:
     return load_map(BUILTIN_MAP)
 
 
-def combined_map(user_maps: Iterable[str | Path | ExtraMap] = (), *, builtin: bool = True) -> ExtraMap:
-    result = builtin_map() if builtin else ExtraMap()
+def combined_map(user_maps: Iterable[str | Path | ExtraMap] = ()) -> ExtraMap:
+    result = builtin_map()
     for m in user_maps:
         result = result.merged(m if isinstance(m, ExtraMap) else load_map(m))
     return result

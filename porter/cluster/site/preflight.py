@@ -185,15 +185,14 @@ def check_ops_and_archs(site: Site, python: str, runner: Runner, skip: set[str])
 
 
 def preflight(site: Site, *, python: str, nodes: int, skip: set[str], environ: Mapping[str, str], runner: Runner,
-              mounts_text: str | None = None, host: str = "") -> Report:
+              host: str = "") -> Report:
     unknown = skip - set(CHECKS)
     if unknown:
         raise ConfigError(f"unknown preflight check(s): {', '.join(sorted(unknown))}", hint=f"checks: {', '.join(CHECKS)}")
-    if mounts_text is None:
-        try:
-            mounts_text = Path("/proc/mounts").read_text()
-        except OSError:
-            mounts_text = ""
+    try:
+        mounts_text = Path("/proc/mounts").read_text()
+    except OSError:
+        mounts_text = ""
     checks: list[Check] = []
     for name in ("env", "miopen", "plugin"):
         if name in skip:
