@@ -191,17 +191,17 @@ def _engine_wheel(driver: WheelDriver, engine: EngineDriver, source: str, reques
                   log: Logger, machine: Machine | None, others: Mapping[str, WheelDriver] | None,
                   torch: TorchInfo | None, refused: PorterError | None) -> WheelResult:
     """A driver whose ops porter's engine builds: the ops compiled and linked from porter's patched copy of the
-    source (one shard of them, or the link after every shard), then setup.py writes the Python side of a copy of
-    it, and the modules go in, marked prebuilt. An op that fails is left out and named (the caller's exit 3); none
-    built stops the build."""
+    source (one shard of them, or the link after every shard) while setup.py writes the Python side of a copy of
+    it on a thread, and the modules go in, marked prebuilt. An op that fails is left out and named (the caller's
+    exit 3); none built stops the build (after the thread's pip has finished: nothing is left running)."""
     argv, env = command
     cache = request.toolchain.executor.work_dir(cache_dir()) / "python-side"
     with ThreadPoolExecutor(1, thread_name_prefix="python-side") as pool:
         side: list[Future[Path]] = []
 
         def beside(patched: Patched, torch: TorchInfo) -> None:
-            """upstream's setup.py builds the Python side while the engine compiles (its last round leaves cores
-            idle): its steps are not shown (one live status at a time), its command is"""
+            """Upstream's setup.py builds the Python side while the engine compiles (its last round leaves cores
+            idle). Its command is shown, its steps are not (a terminal shows one live status at a time)."""
             log.info(f"building {plan.project} {plan.version}'s Python side beside the engine")
             side.append(pool.submit(_python_side, plan, command, patched.source.tree, work, driver.name, runner,
                                     quiet_logger(), cache=cache, torch=torch.version))
