@@ -14,7 +14,7 @@ from porter.cli.options import (ToolchainChoice, arg, dry_run_option, jobs_optio
 from porter.errors import CheckFailed, refusal_line
 from porter.log import Logger
 
-PROBE_PYTHON = python_option.but(envvar=None, show_envvar=False, help=(
+PROBE_PYTHON = python_option.but(envvar=None, show_envvar=False, callback=None, help=(
     "The python that runs porter's probe where the toolchain runs (inside its chroot or container). Default: python3 "
     "there; porter's own python on the host."))
 SITE = site_option.but(help="The site the plugin must serve: built with ROCm for an AMD site, the site's RCCL major (a "
