@@ -8,12 +8,17 @@ hipify and fused kernels) lives in its component: :mod:`porter.components.megatr
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from porter import __version__, faults
 from porter.errors import ConfigError, PorterError
+from porter.fs import atomic_write_json, owned_temp_dir, publish_dir
+from porter.log import Logger
 from porter.patching import PatchFailed
 from porter.patching.model import PatchSet, resolve_sets
 from porter.patching.engine import Plan as PatchPlan, PatchResult, failure_message, plan as patch_plan
@@ -90,6 +95,16 @@ class PortResult:
     wheel: Path | None = None
     manifest: Path | None = None
 
+    def took(self, plan: PatchPlan, changed: Sequence[str], skipped: Mapping[str, Sequence[str]],
+             notes: Sequence[str] | None = None) -> PortResult:
+        """What the patch ``plan`` did to the tree (``changed``: the files written), or in a dry run would do; the
+        notes: the sets' own (each once) unless given."""
+        self.version, self.patched = plan.sets[0].version, list(changed)
+        self.patch_results = [r.to_dict() for sp in plan.sets for r in sp.results]
+        self.patches = summarize(plan, skipped)
+        self.notes = list(notes if notes is not None else dict.fromkeys(n for sp in plan.sets for n in sp.notes))
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         return {"source": str(self.source), "out": str(self.out), "toolchain": self.toolchain,
                 "version": self.version, "hipified": self.hipified, "patched": self.patched,
@@ -117,6 +132,27 @@ def destination(tree: Path, out: Path | None, in_place: bool, suffix: str) -> Pa
         raise ConfigError(f"{dest} exists and was not written by porter port",
                           hint="pass a new --dest folder, or remove this one")
     return dest
+
+
+@contextmanager
+def staged(src: Path, dest: Path, in_place: bool, log: Logger) -> Iterator[Path]:
+    """The tree a port writes: ``dest`` itself in place; else a copy beside it (of ``dest``, a re-run's, or of
+    ``src``) published as ``dest`` by one rename once the port is done (a re-run's earlier port is swapped out in
+    one step, then removed). A port that fails leaves ``dest`` as it was."""
+    if in_place:
+        yield dest
+        return
+    staging = owned_temp_dir(dest.parent, f".{dest.name}.")
+    try:
+        with log.step("copying the tree"):
+            work = staging / "t"
+            shutil.copytree(dest if dest.exists() else src, work, symlinks=True)
+            atomic_write_json(work / PORT_RECORD, {"source": str(src), "porter_version": __version__})
+        yield work
+        faults.reached("port")
+        publish_dir(work, dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def patch_sets(refs: Sequence[str] = (), skip: Sequence[str] = (), *,
@@ -167,4 +203,4 @@ STATE_WORDS = {"would-apply": "would apply", "applied": "applied", "already": "a
 
 
 __all__ = ["PORT_RECORD", "STATE_WORDS", "PatchSummary", "PortResult", "check_patches", "destination", "patch_sets",
-           "summarize"]
+           "staged", "summarize"]

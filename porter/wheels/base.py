@@ -31,6 +31,7 @@ from ops_prebuild.catalogue import OpSpec
 from ops_prebuild.source import Source
 
 if TYPE_CHECKING:
+    from porter.hipify.wave64 import Wave64
     from porter.torch_facts import TorchInfo
 
 GiB = 1 << 30
@@ -237,6 +238,14 @@ class DeviceSources(Protocol):
         ...
 
 
+@runtime_checkable
+class Assessed(Protocol):
+    """A driver whose device code was assessed for a 64-lane target before the build (Megatron's port, which knows
+    the findings porter's patches fixed): the flow's wave-64 step takes that assessment instead of scanning."""
+
+    lanes: Wave64 | None
+
+
 @dataclass(frozen=True)
 class KernelSet:
     """What a driver hands the compile-only flow: porter planner ops and what to do before planning."""
@@ -254,6 +263,9 @@ class KernelSet:
     prebuilt; those the tree's builders declare incompatible are listed with their reason)."""
     probes: tuple[tuple[str, bool], ...] = ()
     """The tree's load-time feature probes answered in the build python (:class:`~ops_prebuild.catalogue.Catalogue`)."""
+    torch_view: bool | None = None
+    """True: the ops are HIP already but include torch's CUDA headers, which a compile-only run without a ROCm torch
+    sees through porter's HIP view (None: when an op is hipified in the build)."""
 
 
 def per_job(guess: int, request: WheelRequest, families: Sequence[str] | None = None,

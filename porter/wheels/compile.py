@@ -36,8 +36,8 @@ from porter.toolchain.profile import Toolchain
 from porter.torch_facts import TorchInfo, build_torch, need_for
 from porter.wheels import costs as costs_mod
 from porter.hipify import wave64
-from porter.wheels.base import (LEAVE, BuildPlan, DeviceSources, KernelContext, KernelSet, Machine, SourceInfo, WheelDriver,
-                                WheelRequest)
+from porter.wheels.base import (LEAVE, Assessed, BuildPlan, DeviceSources, KernelContext, KernelSet, Machine,
+                                SourceInfo, WheelDriver, WheelRequest)
 from porter.wheels.source import detect, resolve_source
 from ops_prebuild.build import BuildResult, OpResult, compile_catalogue, key
 from ops_prebuild.catalogue import Catalogue, OpSpec
@@ -137,8 +137,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                                      f"{info.version}'s ops for {tc.name}",
                                      need=need_for(tc.kind) if link and request.torch_check else None)
         base = work_root / "wheels" / (f"{driver.name}-{info.version}-{tc.name}-" + key(
-            request.sources.get("sdist_sha256") or str(root), patched.applied, tc.to_dict(), torch.version,
-            torch.python_tag, *(["linked"] if link else [])))
+            request.sources.get("sdist_sha256") or info.origin or str(root), patched.applied, tc.to_dict(),
+            torch.version, torch.python_tag, *(["linked"] if link else [])))
         # two runs of the same target take turns, from the work copy on (shards: until set up)
         base_lock = None if runner.dry else stack.enter_context(
             hold(base, f"compiling {driver.title} {info.version} for {tc.name}", say=log.info))
@@ -165,8 +165,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                                   log=log, cache=work_root, compiler_version=compiler_version,
                                   how=replace(request.engine, jobs=wplan.jobs, compile_only=not link),
                                   refused=refused or not_ready, source_patches=patched.applied,
-                                  hipify=tuple(kset.hipify), hipify_from=ctx.tree, notes=notes,
-                                  on_shard_setup=base_lock.release if base_lock is not None else None)
+                                  hipify=tuple(kset.hipify), torch_view=kset.torch_view, hipify_from=ctx.tree,
+                                  notes=notes, on_shard_setup=base_lock.release if base_lock is not None else None)
         result = _result(info, tc, built, wplan, kset, stop=stop, lanes=lanes)
         result.dry_run, result.engine, result.patched, result.sources = runner.dry, built, patched, dict(request.sources)
         if runner.dry or request.engine.shard is not None:  # a shard's units are reported by the run after all
@@ -242,9 +242,11 @@ def wave64_step(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request:
                 ops: Sequence[OpSpec] = ()) -> wave64.Wave64 | None:
     """A 64-lane wheel build's wave-64 step on the source (``after``: a file as the patch sets ``by`` leave it):
     the device sources the driver names (:class:`DeviceSources`), else those of the device ``ops`` it compiles;
-    None: another target, or no device op."""
+    None: another target, or no device op. A driver that assessed its code itself (:class:`Assessed`) has its own."""
     if request.toolchain.wavefront != 64:
         return None
+    if isinstance(driver, Assessed):
+        return driver.lanes
     device = driver.device_sources(info, plan, request) if isinstance(driver, DeviceSources) else {
         o.name: (o.sources, o.include_paths) for o in ops if o.device}
     return wave64.gate(driver.name, info.tree, after, by, device, request.allow_wave32, log) if device else None

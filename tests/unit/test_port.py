@@ -15,9 +15,12 @@ from ops_prebuild.build import OpResult
 from porter.errors import ConfigError
 from porter.artifacts.manifest import read_manifest
 from porter.fs import sha256_file
-from porter.components.megatron.port import _plan, kernel_ops, package_kernels, prepare_tree
+from porter.components.megatron.port import KernelBuild, kernel_ops, package_kernels, port_megatron
 from porter.port import PORT_RECORD
-from porter.toolchain.profile import load_toolchain
+from porter.log import quiet_logger
+from porter.run import RecordingRunner
+from porter.toolchain.profile import Toolchain, load_toolchain
+from ops_prebuild.plan import Plan
 from porter.torch_facts import TorchInfo
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "patch"
@@ -32,6 +35,12 @@ def torch_info(tmp: Path, hip: str | None = None) -> TorchInfo:
                      site_packages=str(tmp / "site"))
 
 
+def planned(tree: Path, tc: Toolchain, torch: TorchInfo) -> Plan:
+    """The kernels' plan as a dry run of the port makes it (on the flow: nothing runs, nothing is written)."""
+    return KernelBuild("0.2.0", tree).build(tree, tc, torch, RecordingRunner(quiet_logger()), quiet_logger(), python=None,
+                                            jobs=None).plan
+
+
 @pytest.fixture
 def mds(tmp_path: Path) -> Path:
     dest = tmp_path / "Megatron-DeepSpeed"
@@ -39,34 +48,39 @@ def mds(tmp_path: Path) -> Path:
     return dest
 
 
-def test_prepare_tree_copies_and_refuses_bad_outputs(mds: Path, tmp_path: Path) -> None:
-    tc = load_toolchain("frontier")
-    out = prepare_tree(mds, None, False, tc)
-    assert out == tmp_path / "Megatron-DeepSpeed-frontier"
+def test_port_copies_beside_the_tree_and_refuses_bad_outputs(mds: Path, tmp_path: Path) -> None:
+    tc = load_toolchain("cuda-h100")  # (no hipify: the copy and the checks of the output alone)
+
+    def port(tree: Path, out: Path | None = None, in_place: bool = False) -> Path:
+        return port_megatron(tree, tc, out=out, in_place=in_place, kernels=False).out
+
+    out = port(mds)
+    assert out == tmp_path / "Megatron-DeepSpeed-cuda-h100"
     assert (out / PORT_RECORD).is_file() and (out / "megatron/fused_kernels/__init__.py").is_file()
     assert not (mds / ".porter").exists()
-    assert prepare_tree(mds, out, False, tc) == out  # a re-run reuses its own earlier port
+    assert port(mds, out) == out  # a re-run replaces its own earlier port
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "x").write_text("not ours")
     with pytest.raises(ConfigError, match="was not written by porter port"):
-        prepare_tree(mds, tmp_path / "other", False, tc)
+        port(mds, tmp_path / "other")
     with pytest.raises(ConfigError, match="inside it"):
-        prepare_tree(mds, mds / "sub", False, tc)
+        port(mds, mds / "sub")
     with pytest.raises(ConfigError, match="exclude each other"):
-        prepare_tree(mds, tmp_path / "x", True, tc)
+        port(mds, tmp_path / "x", in_place=True)
     with pytest.raises(ConfigError, match="not a Megatron-DeepSpeed tree"):
-        prepare_tree(tmp_path / "other", None, False, tc)
+        port(tmp_path / "other")
 
 
 def test_rocm_plan_uses_profile_archs_and_wavefront(mds: Path, tmp_path: Path) -> None:
     tc = load_toolchain("lumi-g")
-    plan = _plan(mds, tc, torch_info(tmp_path), "0.2.0", stage=False)
+    plan = planned(mds, tc, torch_info(tmp_path))
     assert sorted(plan.outputs) == ["scaled_masked_softmax_cuda", "scaled_softmax_cuda",
                                     "scaled_upper_triang_masked_softmax_cuda"]
     device = [s for s in plan.steps if s.kind == "compile" and s.inputs[0].endswith("_cuda.cu")]
     assert len(device) == 3
     for step in device:
         argv = list(step.argv)
+        argv = argv[1:] if Path(argv[0]).name == "ccache" else argv  # (the compiler cache, where one is installed)
         assert argv[0] == tc.compiler
         assert [a for a in argv if a.startswith("--offload-arch=")] == [f"--offload-arch={t.spec}" for t in tc.targets]
         assert "-DROCM_WAVEFRONT_SIZE=64" in argv and "-D__HIP_PLATFORM_AMD__=1" in argv
@@ -116,10 +130,10 @@ def test_older_generation_is_recognised_and_its_layer_norm_planned(tmp_path: Pat
     tree = tmp_path / "bloom"
     shutil.copytree(OLDER, tree)
     assert is_tree(tree) and "fused_mix_prec_layer_norm_cuda" in {k.module for k in kernels(tree)}
-    out = prepare_tree(tree, None, False, load_toolchain("frontier"))
+    out = port_megatron(tree, load_toolchain("cuda-h100"), kernels=False).out
     assert (out / "megatron/fused_kernels/layer_norm_cuda_kernel.cu").is_file()
-    rocm = _plan(tree, load_toolchain("debian-rocm7", environ={"PORTER_ROCM7_ROOT": str(tmp_path / "r7")}),
-                 torch_info(tmp_path), "0", stage=False)
+    rocm = planned(tree, load_toolchain("debian-rocm7", environ={"PORTER_ROCM7_ROOT": str(tmp_path / "r7")}),
+                   torch_info(tmp_path))
     assert sorted(rocm.outputs) == ["fused_mix_prec_layer_norm_cuda", "scaled_masked_softmax_cuda",
                                     "scaled_upper_triang_masked_softmax_cuda"]
     ln = next(s for s in rocm.steps if s.output.endswith("layer_norm_cuda_kernel.cu.o"))
@@ -133,7 +147,7 @@ def test_a_tree_without_the_common_softmax_kernels_is_refused(tmp_path: Path) ->
     shutil.copytree(OLDER, tree)
     (tree / "megatron/fused_kernels/scaled_masked_softmax_cuda.cu").unlink()
     with pytest.raises(ConfigError, match="masked and upper-triangular"):
-        prepare_tree(tree, None, False, load_toolchain("frontier"))
+        port_megatron(tree, load_toolchain("frontier"), kernels=False)
 
 
 def test_ported_older_loader_imports_its_own_kernels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,18 +4,16 @@ published as OUT by one rename; its ops are then built ahead of time from OUT (`
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from porter import __version__
 from porter.errors import ConfigError
-from porter.fs import atomic_write_json, ensure_writable_dir, owned_temp_dir, publish_dir
+from porter.fs import ensure_writable_dir
 from porter.log import Logger, quiet_logger
 from porter.patching import apply
 from porter.run import Runner
 
-from porter.port import PORT_RECORD, PortResult, check_patches, destination, patch_sets, summarize
+from porter.port import PortResult, check_patches, destination, patch_sets, staged
 def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = None,
                    in_place: bool = False, sets: Sequence[str] = (), skip: Sequence[str] = (),
                    target_version: str | None = None, log: Logger | None = None,
@@ -37,31 +35,13 @@ def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] 
     pp = check_patches(src, psets, skipped, target_version, dest)
     result = PortResult(src, dest, "", pp.sets[0].version, sets=[ps.ref for ps in psets], kernels=False)
     if runner is not None and runner.dry:
-        result.patched = [c.path for c in pp.changes]
-        result.patches = summarize(pp, skipped)
-        result.notes = [n for sp in pp.sets for n in sp.notes]
-        return result
+        return result.took(pp, [c.path for c in pp.changes], skipped)
     if not in_place:
         ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest", create=True)
-    staging = None if in_place else owned_temp_dir(dest.parent, f".{dest.name}.")
-    try:
-        work = dest
-        if staging is not None:
-            with log.step("copying the tree"):
-                work = staging / "t"
-                shutil.copytree(dest if dest.exists() else src, work, symlinks=True)
-                atomic_write_json(work / PORT_RECORD, {"source": str(src), "porter_version": __version__})
+    with staged(src, dest, in_place, log) as work:
         with log.step(f"applying {', '.join(result.sets)}"):
             done = apply(work, psets, target_version=target_version)
-        result.patched = list(done.changed)
-        result.patch_results = [r.to_dict() for sp in done.plan.sets for r in sp.results]
-        result.patches = summarize(done.plan, skipped)
-        result.notes = list(dict.fromkeys(n for sp in done.plan.sets for n in sp.notes))
-        if staging is not None:
-            publish_dir(work, dest)
-    finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+        result.took(done.plan, done.changed, skipped)
     return result
 
 

@@ -2,9 +2,9 @@
 
 Steps, in order: check everything (tree, output, toolchain root, the build python's torch), copy
 the tree beside OUT (unless in place), hipify the fused kernels (ROCm profiles), apply the
-``megatron-deepspeed/rocm`` patch set (:mod:`porter.patching`: text edits only), plan the fused
-kernels as one catalogue on the AOT engine (:mod:`ops_prebuild`), compile them and package one wheel
-(``megatron-fused-kernels``, top-level modules as Megatron imports them) with its manifest; then OUT
+``megatron-deepspeed/rocm`` patch set (:mod:`porter.patching`: text edits only), build the fused
+kernels on the one build flow (:class:`KernelBuild`: the AOT engine, with the compiler checked first) and
+package one wheel (``megatron-fused-kernels``, top-level modules as Megatron imports them) with its manifest; then OUT
 appears by one rename. A torch of another kind than the profile's is refused before any work (a dry
 run prints the plan and the refusal); ``--no-kernels`` ports the tree without building the kernels.
 
@@ -18,27 +18,22 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from porter import __version__
 from porter.artifacts import labels
 from porter.artifacts.labels import with_label
 from porter.artifacts.manifest import ExtensionEntry, publish
 from porter.artifacts.wheelfile import Payload, WheelSpec, write_wheel
 from porter.components.megatron import (DIST, HELPERS_MODULE, HELPERS_SOURCE, KERNEL_DIR, PACKAGE_INFO,
                                         PATCH_PROJECT, is_tree, kernels)
-from porter import faults
-from porter import torch_hip_view as hip_view
 from porter.errors import CheckFailed, ConfigError, PorterError
 from porter.hipify import wave64
 from porter.hipify.engine import HipifyReport
 from porter.hipify.scan import Finding
-from porter.executor import HOST, Executor, build_python
-from porter.fs import atomic_write_json, cache_dir, ensure_writable_dir, files_digest, owned_temp_dir, publish_dir
-from porter.locks import hold
+from porter.executor import build_python
+from porter.fs import ensure_writable_dir
 from porter.log import Logger, quiet_logger
 from porter.patching import apply
 from porter.patching.model import PatchSet
@@ -47,12 +42,14 @@ from porter.run import Runner
 from porter.toolchain.check import ready
 from porter.toolchain.profile import Toolchain
 from porter.torch_facts import TorchInfo, build_torch, need_for
-from ops_prebuild.build import EngineRun, OpResult, compile_catalogue, failures
-from ops_prebuild.catalogue import Catalogue, OpSpec
-from ops_prebuild.plan import Plan, make_plan
-from ops_prebuild.source import Source, git_commit
+from porter.wheels.base import (BuildPlan, Expectation, KernelContext, KernelSet, Machine, SourceInfo, WheelRequest,
+                                choose_jobs)
+from porter.wheels.compile import CompileOnlyResult, compile_only
+from ops_prebuild.build import OpResult, failures
+from ops_prebuild.catalogue import OpSpec
+from ops_prebuild.source import git_commit
 
-from porter.port import PORT_RECORD, PortResult, check_patches, destination, patch_sets, summarize
+from porter.port import PortResult, check_patches, destination, patch_sets, staged
 HELPERS_OP = "helpers"
 
 
@@ -65,27 +62,6 @@ def check_tree(tree: Path) -> Path:
                           "and upper-triangular scaled softmax kernels (what both generations of Megatron-DeepSpeed "
                           "have)", hint="pass the top folder of a Megatron-DeepSpeed checkout")
     return tree
-
-
-def output_dir(tree: Path, out: Path | None, in_place: bool, toolchain: Toolchain) -> Path:
-    """Where the ported tree goes: TREE itself (in place), or OUT (default TREE-<profile>), checked."""
-    return destination(check_tree(tree), out, in_place, toolchain.name)
-
-
-def prepare_tree(tree: Path, out: Path | None, in_place: bool, toolchain: Toolchain) -> Path:
-    """Copy TREE to OUT (atomically) and return it; in place: TREE. A re-run reuses its own port."""
-    dest = output_dir(tree, out, in_place, toolchain)
-    if in_place or dest.exists():
-        return dest
-    ensure_writable_dir(dest.parent, what="parent folder of the ported tree", create=True)
-    tmp = owned_temp_dir(dest.parent, f".{dest.name}.")
-    try:
-        shutil.copytree(tree.resolve(), tmp / "t", symlinks=True)
-        atomic_write_json(tmp / "t" / PORT_RECORD, {"source": str(tree.resolve()), "porter_version": __version__})
-        os.replace(tmp / "t", dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
 
 
 def kernel_ops(tc: Toolchain, tree: Path) -> list[OpSpec]:
@@ -150,10 +126,10 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     dry_run = runner.dry
     src = check_tree(Path(tree))
     _check_request(src, tc, kernels=kernels, compile_only=compile_only)
-    dest = output_dir(src, Path(out) if out is not None else None, in_place, tc)
+    dest = destination(src, Path(out) if out is not None else None, in_place, tc.name)  # TREE-<profile> by default
     psets, skipped = patch_sets(sets, skip, project=PATCH_PROJECT)
-    ex = tc.executor
-    py_ex, python = build_python(ex, tc.python, python)
+    asked_python = python
+    py_ex, python = build_python(tc.executor, tc.python, python)
     torch_info: TorchInfo | None = None
     refused: PorterError | None = None
     if kernels and not dry_run and not compile_only:
@@ -163,43 +139,27 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         ensure_writable_dir(Path(wheelhouse), what="wheelhouse")
     if not dry_run and not in_place:
         ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest", create=True)
-    if kernels:  # the torch rule first (bad input, exit 2), the patches, then the toolchain's readiness
+    if kernels:  # the torch rule first (bad input, exit 2), the patches, then the toolchain's root (its compiler:
+        # when the kernels build)
         torch_info, refused = build_torch(python, py_ex, runner, need=None if compile_only else need_for(tc.kind),
                                           what=f"building Megatron's fused kernels for {tc.name}")
         if not dry_run:
             check_patches(src, psets, skipped, target_version, dest)  # fail before any compile or copy
-        refused = refused or ready(tc, runner, log, compiler=tc.kind in ("rocm", "cuda"))[1]
+        refused = refused or ready(tc, runner, log, compiler=False)[1]
     if dry_run:
         pp = check_patches(src, psets, skipped, target_version, dest)  # checked against the tree; nothing written
-        result = PortResult(src, dest, tc.name, pp.sets[0].version, patched=[c.path for c in pp.changes],
-                            patch_results=[r.to_dict() for sp in pp.sets for r in sp.results], kernels=kernels,
-                            refusal=refused, compile_only=compile_only, sets=[ps.ref for ps in psets],
-                            patches=summarize(pp, skipped), notes=_version_notes(src, pp))
+        result = PortResult(src, dest, tc.name, "", kernels=kernels, refusal=refused, compile_only=compile_only,
+                            sets=[ps.ref for ps in psets]).took(pp, [c.path for c in pp.changes], skipped,
+                                                                _version_notes(src, pp))
         if torch_info is not None:
-            with log.step("planning the fused kernels"):
-                view = _view(tc, torch_info) if compile_only else ()
-                result.plan = _plan(dest, tc, torch_info, result.version, stage=False, compile_only=compile_only, read=src,
-                                    extra_includes=view, name=dest.name)
+            result.plan = KernelBuild(result.version, src, compile_only=compile_only).build(
+                src, tc, torch_info, runner, log, python=asked_python, jobs=jobs).plan
         return result
     if refused is not None:
         raise refused
-    if in_place:
-        work = dest
+    with staged(src, dest, in_place, log) as work:
         return _port_into(work, src, dest, tc, psets, skipped, torch_info, wheelhouse, jobs, target_version, log,
-                          runner, compile_only=compile_only, python=python, py_ex=py_ex, allow=allow_wave32)
-    with log.step("copying the tree"):
-        staging = owned_temp_dir(dest.parent, f".{dest.name}.")
-    try:
-        work = staging / "t"
-        shutil.copytree(dest if dest.exists() else src, work, symlinks=True)
-        atomic_write_json(work / PORT_RECORD, {"source": str(src), "porter_version": __version__})
-        result = _port_into(work, src, dest, tc, psets, skipped, torch_info, wheelhouse, jobs, target_version, log,
-                            runner, compile_only=compile_only, python=python, py_ex=py_ex, allow=allow_wave32)
-        faults.reached("port")
-        publish_dir(work, dest)  # a re-run: the earlier port is swapped out in one step, then removed
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return result
+                          runner, compile_only=compile_only, python=asked_python, allow=allow_wave32)
 
 
 def _check_request(src: Path, tc: Toolchain, *, kernels: bool, compile_only: bool) -> None:
@@ -219,8 +179,8 @@ def _check_request(src: Path, tc: Toolchain, *, kernels: bool, compile_only: boo
 def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[PatchSet],
                skipped: Mapping[str, Sequence[str]], torch_info: TorchInfo | None,
                wheelhouse: str | os.PathLike[str] | None, jobs: int | None, target_version: str | None,
-               log: Logger, runner: Runner, *, compile_only: bool = False, python: str = "",
-               py_ex: Executor = HOST, allow: Sequence[str] = ()) -> PortResult:
+               log: Logger, runner: Runner, *, compile_only: bool = False, python: str | None = None,
+               allow: Sequence[str] = ()) -> PortResult:
     result = PortResult(src, dest, tc.name, "", kernels=torch_info is not None, compile_only=compile_only,
                         sets=[ps.ref for ps in psets])
     report = None
@@ -235,11 +195,7 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
                                         if skipped else "")):
         check_patches(work, psets, skipped, target_version, dest)
         done = apply(work, psets, target_version=target_version)
-    result.version = done.plan.sets[0].version
-    result.patched = list(done.changed)
-    result.patch_results = [r.to_dict() for sp in done.plan.sets for r in sp.results]
-    result.patches = summarize(done.plan, skipped)
-    result.notes = _version_notes(src, done.plan)
+    result.took(done.plan, done.changed, skipped, _version_notes(src, done.plan))
     fixed = _report_findings(work, report, done.plan, result, log, assessed=torch_info is not None and
                              tc.wavefront == 64) if report is not None else {}
     if torch_info is None:
@@ -252,17 +208,9 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
                            leave="apply the shipped patches that fix such code (no --skip of them)")
         if stop is not None:
             raise stop
-    cat, build_dir = _catalogue(work, tc, torch_info, result.version, stage=True, compile_only=compile_only,
-                                name=dest.name)
-    from porter.resources import default_jobs
-
-    built = compile_catalogue(cat, tc, list(cat.ops), build_dir, python=python, py_ex=py_ex, runner=runner, log=log,
-                              cache=tc.executor.work_dir(cache_dir()),
-                              how=EngineRun(jobs=jobs or default_jobs(6 << 30), compile_only=compile_only),
-                              hipify=(), torch_view=True,
-                              what=f"building the fused kernels of {src.name} for {tc.name}")
+    built = KernelBuild(result.version, src, compile_only=compile_only, lanes=lanes).build(
+        work, tc, torch_info, runner, log, python=python, jobs=jobs)
     result.plan, ops = built.plan, built.ops
-    result.plan.notes.extend(lanes.allowed_notes() if lanes is not None else [])
     result.built = [o.__dict__ for o in ops]
     failed = [o for o in ops if o.status == "failed"]
     if compile_only:
@@ -334,80 +282,47 @@ def _wave64(work: Path, tc: Toolchain, report: HipifyReport, fixed: Mapping[Find
                          fixed={rooted(f): by for f, by in fixed.items()}, allow=allow)
 
 
-def _view(tc: Toolchain, torch_info: TorchInfo) -> tuple[Path, ...]:
-    """The torch HIP view a compile-only ROCm port without a ROCm torch would use, named (else none)."""
-    if tc.kind != "rocm" or not hip_view.needed(torch_info):
-        return ()
-    return (hip_view.view_dir(torch_info, tc.executor.work_dir(cache_dir(), make=False)),)
+PER_JOB = 6 << 30
+"""Memory per compile job of a fused kernel (the engine's default for device code)."""
 
 
-def _catalogue(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, stage: bool,
-               compile_only: bool = False, name: str = "", read: Path | None = None) -> tuple[Catalogue, Path]:
-    """The kernels as a catalogue for the engine, and their build folder. On the host it builds in the ported tree
-    (``.porter/build``); through a chroot or container, the ported kernel folder is copied under the executor's
-    work root (``stage=False`` only names it), so every source and header is where the compiler sees it.
-    ``read``: the tree whose kernels are planned when ``work`` is not written yet (a dry run names the port's
-    destination)."""
-    ex = tc.executor
-    tree = work
-    if ex.kind == "host":
-        build_dir = work / ".porter" / "build" / tc.name
-    else:  # named by what is staged: a port of another tree never shares it, one of the same kernels waits
-        staged = work if (work / KERNEL_DIR).is_dir() or read is None else read
-        root = ex.work_dir(cache_dir(), make=stage) / "port" / \
-            f"{name or work.name}-{_kernels_key(staged, tc)}-{tc.name}-{labels.make(tc)}"
-        tree, build_dir = root / "src", root / "build"
-        if stage:
-            _stage(work, tree, tc)
-    ops = prebuilt_ops(tc, read if read is not None and not (work / KERNEL_DIR).is_dir() else work)
-    if compile_only:  # the GPU compile check; the host-only helpers are not part of it
-        ops = [o for o in ops if o.device]
-    cat = Catalogue(source=Source("megatron-deepspeed", version or "0", tree, str(work)), torch=torch_info,
-                    accelerator="cuda" if tc.kind != "cpu" else "cpu", ops=tuple(ops))
-    return cat, build_dir
+class KernelBuild:
+    """(WheelDriver, Assessed) The port's kernels on the one build flow (:func:`porter.wheels.compile.compile_only`):
+    the fused kernels and the dataset helpers of the ported tree, compiled and linked by the AOT engine in a build
+    folder of porter's cache keyed to the source tree, where the toolchain's compiler sees them. The port hipified
+    and patched the tree and assessed it for a 64-lane target (:func:`_wave64`, which knows the findings porter's
+    patches fixed) before; there is no setup.py: the wheel is porter's own (:func:`package_kernels`)."""
 
+    name = PATCH_PROJECT
+    title = "Megatron-DeepSpeed"
+    sdist_env: Mapping[str, str] = {}
 
-STAGED = ".porter-staged"
+    def __init__(self, version: str, origin: Path, *, compile_only: bool = False,
+                 lanes: wave64.Wave64 | None = None) -> None:
+        self.version, self.origin, self.compile_only, self.lanes = version or "0", origin, compile_only, lanes
 
+    def detect(self, root: Path) -> SourceInfo:
+        return SourceInfo(PATCH_PROJECT, self.version, root, str(self.origin))
 
-def _kernels_key(tree: Path, tc: Toolchain) -> str:
-    """The identity of what a port stages from ``tree``: each kernel file's path and bytes (a dry run names it by
-    the source's, which porting then changes)."""
-    files = sorted((tree / KERNEL_DIR).rglob("*")) if tc.gpu else []
-    return files_digest(tree, (f for f in [*files, tree / HELPERS_SOURCE] if f.is_file()))[:12]
+    def plan(self, info: SourceInfo, request: WheelRequest, machine: Machine) -> BuildPlan:
+        return BuildPlan(project=info.project, version=info.version, regime="aot", backend=None,
+                         label=labels.make(request.toolchain), pip_args=(), env={}, needs_torch=None,
+                         jobs=choose_jobs(PER_JOB, machine, request.jobs), per_job_bytes=PER_JOB,
+                         expect=Expectation(), setup_py=False)
 
+    def kernel_ops(self, info: SourceInfo, request: WheelRequest, ctx: KernelContext) -> KernelSet:
+        """What the wheel carries (:func:`prebuilt_ops`; a compile-only run: the GPU code alone), HIP already."""
+        ops = [o for o in prebuilt_ops(request.toolchain, ctx.source) if o.device or not self.compile_only]
+        for rel in sorted({KERNEL_DIR if o.device else HELPERS_SOURCE for o in ops}):
+            ctx.copy(rel)
+        return KernelSet(ops=tuple(ops), torch_view=True)
 
-def _stage(work: Path, tree: Path, tc: Toolchain) -> None:
-    """The ported kernels (and the helpers' source) copied to ``tree``, where the toolchain's compiler sees them:
-    made once, under a lock, and published by rename; a staging that did not finish is made again."""
-    if (tree / STAGED).is_file():
-        return
-    tree.parent.mkdir(parents=True, exist_ok=True)
-    with hold(tree, f"staging the kernels of {work.name}"):
-        if (tree / STAGED).is_file():  # another port of the same kernels staged them while this one waited
-            return
-        tmp = owned_temp_dir(tree.parent, ".src-")
-        try:
-            if tc.gpu:
-                shutil.copytree(work / KERNEL_DIR, tmp / KERNEL_DIR)
-            if (work / HELPERS_SOURCE).is_file():
-                (tmp / HELPERS_SOURCE).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(work / HELPERS_SOURCE, tmp / HELPERS_SOURCE)
-            (tmp / STAGED).write_text("")
-            shutil.rmtree(tree, ignore_errors=True)  # one that did not finish (no marker): ours, under the lock
-            os.replace(tmp, tree)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _plan(work: Path, tc: Toolchain, torch_info: TorchInfo, version: str, *, stage: bool,
-          compile_only: bool = False, extra_includes: tuple[Path, ...] = (), name: str = "",
-          read: Path | None = None) -> Plan:
-    """The kernels' plan, as the engine will run it (a dry run prints it; :func:`_catalogue` says where)."""
-    cat, build_dir = _catalogue(work, tc, torch_info, version, stage=stage, compile_only=compile_only, name=name,
-                                read=read)
-    return make_plan(cat, tc, list(cat.ops), build_dir, stage=stage, compile_only=compile_only,
-                     extra_includes=extra_includes)
+    def build(self, tree: Path, tc: Toolchain, torch_info: TorchInfo, runner: Runner, log: Logger, *,
+              python: str | None, jobs: int | None) -> CompileOnlyResult:
+        """The kernels of ``tree`` (the ported copy, or in a dry run the source) built, or planned."""
+        request = WheelRequest(source=tree, toolchain=tc, output=tree, python=python, jobs=jobs)
+        return compile_only(self, str(self.origin), request, runner=runner, log=log, torch_info=torch_info,
+                            link=not self.compile_only, found=(tree, self.detect(tree)))
 
 
 def plan_specs(tree: Path, tc: Toolchain) -> dict[str, OpSpec]:
@@ -458,5 +373,4 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
     return dest, mpath
 
 
-__all__ = ["HELPERS_OP", "helpers_op", "kernel_ops", "output_dir", "package_kernels", "port_megatron", "prebuilt_ops",
-           "prepare_tree"]
+__all__ = ["HELPERS_OP", "helpers_op", "kernel_ops", "package_kernels", "port_megatron", "prebuilt_ops"]
