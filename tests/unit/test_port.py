@@ -219,3 +219,20 @@ def test_port_compile_only_with_a_failed_kernel_exits_3_naming_it(tmp_path: Path
         assert "full log: /b/ln/build.log" in err and "Traceback" not in err
         if extra:
             assert json.loads(out)["compiled"][1]["status"] == "failed"
+
+
+def test_kernel_jobs_are_sized_from_what_a_compile_only_port_measured(mds: Path, tmp_path: Path) -> None:
+    """On the one build flow, the port's kernels take their MAX_JOBS from measured costs as every build does."""
+    from porter.wheels import costs
+    from porter.wheels.base import Machine, WheelRequest
+    from porter.components.megatron.port import PER_JOB
+
+    tc, machine, drv = load_toolchain("mi300x"), Machine(cores=64, free_bytes=25 << 30), KernelBuild("0.2.0", mds)
+    info = drv.detect(mds)
+    guess = drv.plan(info, WheelRequest(source=mds, toolchain=tc, output=tmp_path), machine)
+    assert guess.per_job_source == "guess" and guess.per_job_bytes == PER_JOB and guess.jobs == 4
+    costs.record(info.project, info.version, tc, [("scaled_softmax_cuda", 40.0, 1400 * 1024)], tmp_path)
+    measured = costs.load(info.project, info.version, tc, tmp_path)
+    p = drv.plan(info, WheelRequest(source=mds, toolchain=tc, output=tmp_path, measured=measured), machine)
+    assert p.per_job_source == "measured" and p.per_job_bytes == 1792 << 20 and p.jobs == 13
+    assert any("measured compile costs" in n for n in p.notes)

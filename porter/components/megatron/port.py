@@ -43,7 +43,7 @@ from porter.toolchain.check import ready
 from porter.toolchain.profile import Toolchain
 from porter.torch_facts import TorchInfo, build_torch, need_for
 from porter.wheels.base import (BuildPlan, Expectation, KernelContext, KernelSet, Machine, SourceInfo, WheelRequest,
-                                choose_jobs)
+                                choose_jobs, per_job)
 from porter.wheels.compile import CompileOnlyResult, compile_only
 from ops_prebuild.build import OpResult, failures
 from ops_prebuild.catalogue import OpSpec
@@ -283,7 +283,7 @@ def _wave64(work: Path, tc: Toolchain, report: HipifyReport, fixed: Mapping[Find
 
 
 PER_JOB = 6 << 30
-"""Memory per compile job of a fused kernel (the engine's default for device code)."""
+"""Memory per compile job of a fused kernel, until a compile-only port has measured it."""
 
 
 class KernelBuild:
@@ -305,10 +305,13 @@ class KernelBuild:
         return SourceInfo(PATCH_PROJECT, self.version, root, str(self.origin))
 
     def plan(self, info: SourceInfo, request: WheelRequest, machine: Machine) -> BuildPlan:
+        """The jobs: as many as cores and memory allow, each sized from what compile-only ports measured (else a
+        guess), unless asked."""
+        size, how, note = per_job(PER_JOB, request)
         return BuildPlan(project=info.project, version=info.version, regime="aot", backend=None,
                          label=labels.make(request.toolchain), pip_args=(), env={}, needs_torch=None,
-                         jobs=choose_jobs(PER_JOB, machine, request.jobs), per_job_bytes=PER_JOB,
-                         expect=Expectation(), setup_py=False)
+                         jobs=choose_jobs(size, machine, request.jobs), per_job_bytes=size, per_job_source=how,
+                         notes=(note,) if note else (), expect=Expectation(), setup_py=False)
 
     def kernel_ops(self, info: SourceInfo, request: WheelRequest, ctx: KernelContext) -> KernelSet:
         """What the wheel carries (:func:`prebuilt_ops`; a compile-only run: the GPU code alone), HIP already."""
