@@ -74,6 +74,37 @@ def _hermetic_porter_env(monkeypatch: pytest.MonkeyPatch, _session_porter_cache:
     monkeypatch.setenv("PORTER_CACHE_DIR", str(_session_porter_cache))
 
 
+_CALL_PASSED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_PASSED] = report.passed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _build_folders_go_with_a_passed_test(request: pytest.FixtureRequest, _session_porter_cache: Path) -> Iterator[None]:
+    """The build folders a passed integration test made in the session's cache go when it ends, as its tmp_path
+    does (tmp_path_retention_policy): each is keyed to what the test built (often a tree in its own temp folder,
+    which no other test builds again), and one of the emulated target's holds two precompiled headers of 770 MB.
+    A later test that builds the same again finds its objects in the compiler cache, which stays."""
+    wheels = _session_porter_cache / "wheels"
+    before = set(os.listdir(wheels)) if wheels.is_dir() else set()
+    yield
+    if "tests/integration" not in str(request.node.path).replace(os.sep, "/") \
+            or not request.node.stash.get(_CALL_PASSED, False) or not wheels.is_dir():
+        return
+    for name in set(os.listdir(wheels)) - before:
+        path = wheels / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 @pytest.fixture(autouse=True)
 def _no_subprocess_in_unit_tests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if "tests/unit" not in str(request.node.path).replace(os.sep, "/"):
