@@ -13,6 +13,7 @@ from ops_prebuild.source import Source
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest
     from porter.install.env import InstalledDist
+    from porter.wheels.base import WheelDriver
 
 
 @dataclass
@@ -54,3 +55,18 @@ class Component(Protocol):
     def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
         """Component-specific checks of an installed copy (no subprocess)."""
         ...
+
+
+class FromDriver:
+    """What a component built by a wheel driver answers by default: a tree is its when the driver detects it, and an
+    installed copy has no checks of its own. A component inherits it and overrides what it knows."""
+
+    name: str
+    driver: WheelDriver
+
+    def recognise(self, tree: Path) -> Source | None:
+        info = self.driver.detect(tree)
+        return Source(self.name, info.version, tree, regime=info.regime) if info else None
+
+    def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
+        return InstalledCheck()

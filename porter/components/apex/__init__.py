@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 from porter.artifacts import labels
 from porter.components import jit, static
 from porter.components.apex import audit
-from ops_prebuild.source import Source
-from porter.components.base import InstalledCheck
+from porter.components.base import FromDriver
 from porter.components.op_builder import bf16, profile_simd, set_installed_ops
 from porter.errors import ConfigError
 from ops_prebuild.catalogue import OpSpec
@@ -35,8 +34,6 @@ from porter.wheels.base import (GiB, BuildPlan, Expectation, KernelSet, Machine,
                                 choose_jobs, per_job)
 
 if TYPE_CHECKING:
-    from porter.artifacts.manifest import Manifest
-    from porter.install.env import InstalledDist
     from porter.wheels.base import KernelContext
 
 CPP_GROUP_VAR = "APEX_BUILD_CPP_OPS"
@@ -625,7 +622,7 @@ def reads_hip_at_import(setup_py: Path) -> int | None:
     return None
 
 
-class ApexComponent(jit.NoSites):
+class ApexComponent(FromDriver, jit.NoSites):
     """ROCm apex as a component: built by ``porter wheel apex`` with :class:`ApexDriver`."""
 
     name = "apex"
@@ -644,13 +641,6 @@ class ApexComponent(jit.NoSites):
 
     def installed_sites(self, ctx: jit.Audit, imports: set[str]) -> list[jit.Site]:
         return audit.installed_sites(ctx, imports)
-
-    def recognise(self, tree: Path) -> Source | None:
-        info = self.driver.detect(tree)
-        return Source(self.name, info.version, tree, regime=info.regime) if info else None
-
-    def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
-        return InstalledCheck()
 
 
 APEX = ApexComponent()

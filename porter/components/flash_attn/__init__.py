@@ -29,15 +29,12 @@ from packaging.version import InvalidVersion, Version
 
 from porter.artifacts import labels
 from porter.components import jit, static
-from ops_prebuild.source import Source
-from porter.components.base import InstalledCheck
+from porter.components.base import FromDriver
 from porter.errors import ConfigError
 from porter.wheels.base import (BACKENDS, GiB, BuildPlan, Expectation, KernelSet, Machine, SourceInfo, WheelRequest,
                                 choose_jobs, drop_flags, per_job)
 
 if TYPE_CHECKING:
-    from porter.artifacts.manifest import Manifest
-    from porter.install.env import InstalledDist
     from porter.wheels.base import KernelContext
 
 CK_DIR = "csrc/composable_kernel"
@@ -507,7 +504,7 @@ def allowed_archs(setup_text: str, version: str) -> tuple[str, ...]:
     return _ALLOWED_BY_VERSION[-1][1]
 
 
-class FlashAttnComponent(jit.NoSites):
+class FlashAttnComponent(FromDriver, jit.NoSites):
     """FlashAttention 2 as a component: built by ``porter wheel flash-attn`` with :class:`FlashAttnDriver`."""
 
     name = "flash-attn"
@@ -526,13 +523,6 @@ class FlashAttnComponent(jit.NoSites):
                          f"{self.name} {dist.version}", "call", "compiles",
                          "every attention kernel is compiled by Triton at first use; build the CK backend with "
                          "'porter wheel flash-attn' or warm TRITON_CACHE_DIR on node-local disk")]
-
-    def recognise(self, tree: Path) -> Source | None:
-        info = self.driver.detect(tree)
-        return Source(self.name, info.version, tree, regime=info.regime) if info else None
-
-    def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
-        return InstalledCheck()
 
 
 FLASH_ATTN = FlashAttnComponent()

@@ -210,9 +210,8 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
             raise stop
     built = KernelBuild(result.version, src, compile_only=compile_only, lanes=lanes).build(
         work, tc, torch_info, runner, log, python=python, jobs=jobs)
-    result.plan, ops = built.plan, built.ops
+    result.plan, ops, failed = built.plan, built.ops, built.failed
     result.built = [o.__dict__ for o in ops]
-    failed = [o for o in ops if o.status == "failed"]
     if compile_only:
         result.compiled = built.compiled
         if len(failed) == len(ops):

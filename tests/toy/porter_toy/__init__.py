@@ -17,8 +17,7 @@ from pathlib import Path
 
 from ops_prebuild.catalogue import OpSpec
 from porter.artifacts import labels
-from ops_prebuild.source import Source
-from porter.components.base import InstalledCheck
+from porter.components.base import FromDriver
 from porter.components.jit import At, Audit, Kind, NoSites, Raw, Site
 from porter.wheels.base import (BuildPlan, Expectation, KernelContext, KernelSet, Machine, SourceInfo, WheelRequest,
                                 choose_jobs)
@@ -52,7 +51,7 @@ class ToyDriver:
         return KernelSet(ops=ops)
 
 
-class ToyComponent(NoSites):
+class ToyComponent(FromDriver, NoSites):
     name = "toy"
     title = "Toy"
     dists: tuple[str, ...] = ("toy",)
@@ -60,13 +59,6 @@ class ToyComponent(NoSites):
     fetches = False  # (MatrixBuild)
     takes_ops = False
     jit_kinds = {"toy": Kind("the toy's kernels JIT-build at first use", "fails: no compiler", True)}  # (JitSites)
-
-    def recognise(self, tree: Path) -> Source | None:
-        info = self.driver.detect(tree)
-        return Source(self.name, info.version, tree, regime=info.regime) if info else None
-
-    def check_installed(self, dist: object, manifest: object, kind: str) -> InstalledCheck:
-        return InstalledCheck()
 
     def resolve(self, raw: Raw, at: At, audit: Audit) -> Site | None:
         """A ``load(name="toy_...")``: covered when the target ships the toy's module of that name."""
