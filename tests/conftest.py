@@ -89,13 +89,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def _build_folders_go_with_a_passed_test(request: pytest.FixtureRequest, _session_porter_cache: Path) -> Iterator[None]:
     """The build folders a passed integration test made in the session's cache go when it ends, as its tmp_path
     does (tmp_path_retention_policy): each is keyed to what the test built (often a tree in its own temp folder,
-    which no other test builds again), and one of the emulated target's holds two precompiled headers of 770 MB.
-    A later test that builds the same again finds its objects in the compiler cache, which stays."""
+    which no other test builds again), and one of the emulated target's holds two precompiled headers of about
+    750 MB. A later test that builds the same again finds its objects in the compiler cache, which stays."""
+    if "tests/integration" not in str(request.node.path).replace(os.sep, "/"):
+        yield
+        return
     wheels = _session_porter_cache / "wheels"
     before = set(os.listdir(wheels)) if wheels.is_dir() else set()
     yield
-    if "tests/integration" not in str(request.node.path).replace(os.sep, "/") \
-            or not request.node.stash.get(_CALL_PASSED, False) or not wheels.is_dir():
+    if not request.node.stash.get(_CALL_PASSED, False) or not wheels.is_dir():
         return
     for name in set(os.listdir(wheels)) - before:
         path = wheels / name
