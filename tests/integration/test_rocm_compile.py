@@ -253,12 +253,16 @@ def test_two_trees_ported_at_once_into_same_named_folders_keep_their_own_kernels
     destinations with the same folder name (every CI job's ``--dest ported``). Their kernels were staged under the
     cache by that name alone, with no lock: one removed the other's sources mid-compile, or compiled them into the
     other's build. Now the staging is named by what it holds and made under a lock: both ports succeed, and each
-    one's objects carry its own tree's marker, never the other's."""
+    one's objects carry its own tree's marker, never the other's. Each tree leaves out its scaled_softmax kernel
+    (the two kernels every generation has are what makes it a Megatron tree): a third less to compile, the same
+    race."""
     procs = {}
     for side in ("a", "b"):
         tree = tmp_path / side / "Megatron-DeepSpeed"
         shutil.copytree(FIXTURES / "megatron-kernels", tree)
-        cpp = tree / "megatron/fused_kernels/scaled_softmax.cpp"
+        for name in ("scaled_softmax.cpp", "scaled_softmax_cuda.cu"):
+            (tree / "megatron/fused_kernels" / name).unlink()
+        cpp = tree / "megatron/fused_kernels/scaled_masked_softmax.cpp"
         cpp.write_text(cpp.read_text() + f'\n__attribute__((used)) static const char porter_tree[] = "porter-tree-{side}";\n')
         procs[side] = subprocess.Popen(
             [sys.executable, "-m", "porter", "port", "megatron-deepspeed", str(tree), "-t", "debian-rocm7", "--arch",
@@ -268,9 +272,9 @@ def test_two_trees_ported_at_once_into_same_named_folders_keep_their_own_kernels
     for side, proc in procs.items():
         out, err = proc.communicate(timeout=1800)
         assert proc.returncode == 0, err[-4000:]
-        rec = next(r for r in json.loads(out)["compiled"] if r["name"] == "scaled_softmax_cuda")
+        rec = next(r for r in json.loads(out)["compiled"] if r["name"] == "scaled_masked_softmax_cuda")
         assert rec["archs"] == {"gfx942": "compiled"}, rec
-        host = next(tu["object"] for tu in rec["tus"] if tu["source"].endswith("scaled_softmax.cpp"))
+        host = next(tu["object"] for tu in rec["tus"] if tu["source"].endswith("scaled_masked_softmax.cpp"))
         data = Path(host).read_bytes()
         other = "b" if side == "a" else "a"
         assert f"porter-tree-{side}".encode() in data and f"porter-tree-{other}".encode() not in data, host
