@@ -332,7 +332,9 @@ def _share_torch_header(plan: Plan, units: list[tuple[int, list[str]]], v: Visib
         if replaces is not None:  # the header includes it itself
             k = next(j for j in range(len(own) - 1) if (own[j], own[j + 1]) == replaces)
             del own[k:k + 2]
-        argv = [*own[:at], *cache, *own[at:], "-x", "c++-header", v(header), "-MMD", "-MF", f"{v(gch)}.d",
+        # -c: after a unit's own "-x c++" (the emulated target's device units), GCC's driver takes a second -x
+        # without -c for a link; ccache adds -c itself, so only a build without ccache failed
+        argv = [*own[:at], *cache, *own[at:], "-c", "-x", "c++-header", v(header), "-MMD", "-MF", f"{v(gch)}.d",
                 "-o", v(gch)]
         plan.steps.append(Step("", "pch", tuple(argv), str(gch), (str(header),), str(gch) + ".d",
                                (*PUBLISH, str(gch), "--")))

@@ -40,6 +40,24 @@ def test_every_wave_operation_computes_what_hip_specifies(wave: int, tmp_path: P
     assert f"failed 0 (wave {wave})" in res.stdout, res.stdout
 
 
+def test_the_planned_precompiled_header_step_makes_a_header_without_ccache(tmp_path: Path) -> None:
+    """The device units' flags begin with "-x c++"; the prelude's precompiled header is made with those flags and
+    "-x c++-header". Without -c, GCC's driver linked (undefined reference to main), and only ccache, which adds -c
+    itself, hid it: every emulated build on a machine without ccache failed. The step as planned (no cache), run
+    by the real g++ on a small header in place of the prelude (the flags are what is tested, not torch)."""
+    from tests.unit.test_emulate import _plan
+
+    (device,) = [a for k, a in _plan(tmp_path) if k == "pch" and a[1:3] == ["-x", "c++"]]
+    header = device[device.index("c++-header") + 1]
+    small = tmp_path / "small.h"
+    small.write_text("#pragma once\ntemplate <int W> struct wave { static constexpr int size = W; };\n")
+    argv = [str(small) if a == header else a for a in device]
+    gch = Path(argv[argv.index("-o") + 1])
+    gch.parent.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(argv, capture_output=True, text=True)
+    assert res.returncode == 0 and gch.stat().st_size > 0, res.stderr[-2000:]
+
+
 def _port(tree: Path, toolchain: str, out: Path, *extra: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     wheelhouse = out / "wheelhouse"
