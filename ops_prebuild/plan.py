@@ -256,8 +256,8 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
         own_dir = f"-I{v(emulate.INCLUDE_DIR)}"  # the op's own include folders: no header of the prelude is there
         _share_torch_header(plan, emulated, v, before, at, text=f"#include <{emulate.PRELUDE}>\n",
                             replaces=("-include", emulate.PRELUDE), ignore=lambda a: a.startswith("-I") and a != own_dir)
-        if cache is not None and any(s.kind == "pch" for s in plan.steps):
-            plan.env["CCACHE_SLOPPINESS"] = "pch_defines,time_macros"  # ccache's condition for caching PCH use
+    if cache is not None and any(s.kind == "pch" for s in plan.steps):  # --pch's header too, not only the prelude's
+        plan.env["CCACHE_SLOPPINESS"] = "pch_defines,time_macros"  # ccache's condition for caching PCH use
     return plan
 
 

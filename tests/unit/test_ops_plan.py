@@ -345,6 +345,12 @@ def test_a_cached_plan_keys_paths_relative_to_the_build_folder(tmp_path: Path) -
     assert all("env" not in s.argv for s in plan.links())  # links are not cached
     host = make_plan(catalogue(), load_toolchain("cpu", environ={}), [CPU_ADAM], tmp_path / "b", cache=cache)
     assert host.steps[0].argv[0] == "/usr/bin/ccache" and host.env["CCACHE_BASEDIR"] == str(tmp_path.parent)
+    assert "CCACHE_SLOPPINESS" not in host.env
+    # --pch: without ccache's PCH sloppiness every step was "could not use precompiled header", none cached
+    shared = make_plan(catalogue(), load_toolchain("cpu", environ={}), [CPU_ADAM, CPU_LION], tmp_path / "c",
+                       cache=cache, pch=True)
+    assert shared.env["CCACHE_SLOPPINESS"] == "pch_defines,time_macros"
+    assert [s.argv[0] for s in shared.steps if s.kind in ("pch", "compile")] == ["/usr/bin/ccache"] * 4
     assert source_tops([CPU_ADAM, FUSED_ADAM, EVO]) == ["a.cu", "csrc"]
 
 
