@@ -13,14 +13,12 @@ from porter.patching.model import Edit
 class EditFailed(Exception):
     """An edit cannot be applied; the engine adds the patch id and file."""
 
-    def __init__(self, reason: str, *, anchor: str = "", closest: str = "", closest_line: int = 0,
-                 found: int | None = None) -> None:
+    def __init__(self, reason: str, *, anchor: str = "", closest: str = "", closest_line: int = 0) -> None:
         super().__init__(reason)
         self.reason = reason
         self.anchor = anchor
         self.closest = closest
         self.closest_line = closest_line
-        self.found = found
 
 
 @dataclass
@@ -36,15 +34,9 @@ class Lines:
         text: list[str] = []
         ends: list[str] = []
         for raw in data.splitlines(keepends=True):
-            if raw.endswith("\r\n"):
-                text.append(raw[:-2])
-                ends.append("\r\n")
-            elif raw.endswith("\n"):
-                text.append(raw[:-1])
-                ends.append("\n")
-            else:
-                text.append(raw)
-                ends.append("")
+            end = "\r\n" if raw.endswith("\r\n") else "\n" if raw.endswith("\n") else ""
+            text.append(raw[:len(raw) - len(end)])
+            ends.append(end)
         crlf = ends.count("\r\n")
         newline = "\r\n" if crlf and crlf >= ends.count("\n") else "\n"
         return cls(text, ends, newline)
@@ -70,11 +62,6 @@ class Lines:
         del self.ends[index]
         if last_without_newline and self.ends:
             self.ends[-1] = ""
-
-
-def text_lines(text: str) -> list[str]:
-    """The lines an edit inserts (a trailing newline in the TOML text ends the last line)."""
-    return text.splitlines()
 
 
 def find_line(pattern: re.Pattern[str], text: str) -> tuple[int, str] | None:
@@ -110,7 +97,7 @@ def _already(edit: Edit, lines: Lines, hits: list[int]) -> bool | None:
     """True when the edit's result is already in place, False when it is not, None when unclear."""
     if edit.applied_if:
         return re.search(edit.applied_if, lines.render(), re.MULTILINE) is not None
-    new = text_lines(edit.text)
+    new = edit.text.splitlines()  # a trailing newline in the TOML text ends the last line
     if edit.action == "insert_after" and hits:
         return all(lines.text[i + 1:i + 1 + len(new)] == new for i in hits)
     if edit.action == "insert_before" and hits:
@@ -125,19 +112,24 @@ def apply_edit(edit: Edit, lines: Lines) -> bool:
     """Apply one edit in place. Returns False when it was already applied (nothing changed)."""
     pattern = edit.pattern()
     hits = [i for i, line in enumerate(lines.text) if pattern.search(line)]
-    done = _already(edit, lines, hits)
-    if done:
+    if _already(edit, lines, hits):
         return False
     if len(hits) != edit.count:
         if not hits:
             best, at = closest(lines.text, edit.anchor)
-            raise EditFailed("anchor not found", anchor=edit.anchor, closest=best, closest_line=at, found=0)
+            raise EditFailed("anchor not found", anchor=edit.anchor, closest=best, closest_line=at)
         where = ", ".join(str(i + 1) for i in hits[:8])
         raise EditFailed(f"anchor matched {len(hits)} lines (expected {edit.count}) at line(s) {where}",
-                         anchor=edit.anchor, found=len(hits))
-    new = text_lines(edit.text)
-    if edit.action == "replace":
-        for i in reversed(hits):
+                         anchor=edit.anchor)
+    new = edit.text.splitlines()
+    for i in reversed(hits):
+        if edit.action == "insert_before":
+            lines.insert(i, new)
+        elif edit.action == "insert_after":
+            lines.insert(i + 1, new)
+        elif edit.action == "delete":
+            lines.delete(i)
+        else:
             if edit.regex:
                 value = pattern.sub(edit.text, lines.text[i])
             else:
@@ -149,13 +141,4 @@ def apply_edit(edit: Edit, lines: Lines) -> bool:
                 lines.ends[i] = lines.newline
                 lines.text[i + 1:i + 1] = pieces[1:]
                 lines.ends[i + 1:i + 1] = [lines.newline] * (len(pieces) - 2) + [end]
-    elif edit.action == "insert_before":
-        for i in reversed(hits):
-            lines.insert(i, new)
-    elif edit.action == "insert_after":
-        for i in reversed(hits):
-            lines.insert(i + 1, new)
-    else:
-        for i in reversed(hits):
-            lines.delete(i)
     return True
