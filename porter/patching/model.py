@@ -18,15 +18,16 @@ recorded fact (what it was verified on), not a gate.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -35,7 +36,7 @@ from porter.fs import read_user_text
 from porter.userdata import check_keys, parse_toml
 
 Action = Literal["replace", "insert_before", "insert_after", "delete"]
-ACTIONS: tuple[str, ...] = ("replace", "insert_before", "insert_after", "delete")
+ACTIONS: tuple[str, ...] = get_args(Action)
 PROJECTS_PACKAGE = "porter.patchsets"
 
 
@@ -240,9 +241,10 @@ def _edit(data: Mapping[str, Any], where: str) -> Edit:
     if action != "delete" and "text" not in data:
         raise ConfigError(f"{where}: action {action} needs text", hint="add text = '''...'''")
     applied_if = _str(data, "applied_if", where, "")
-    for rx, what in ((anchor, "anchor"), (applied_if, "applied_if")):
-        if (what == "applied_if" and rx) or (what == "anchor" and regex):
-            _regex(rx, where, what)
+    if regex:
+        _regex(anchor, where, "anchor")
+    if applied_if:
+        _regex(applied_if, where, "applied_if")
     return Edit(action=action, anchor=anchor, regex=regex, count=count, text=text,  # type: ignore[arg-type]
                 applied_if=applied_if)
 
@@ -385,16 +387,17 @@ def project_names() -> list[str]:
     return sorted(p.name for p in _root().iterdir() if p.is_dir() and p.joinpath("manifest.toml").is_file())
 
 
-def load_project(name: str) -> Project:
-    folder = _root().joinpath(name)
-    manifest = folder.joinpath("manifest.toml")
-    if not manifest.is_file():
-        import difflib
+def _unknown(message: str, name: str, known: Sequence[str], listing: str) -> ConfigError:
+    """The refusal of an unknown name, suggesting the close ones and listing the known ones."""
+    close = difflib.get_close_matches(name, known, n=3)
+    return ConfigError(message, hint=(f"did you mean {', '.join(close)}? " if close else "")
+                       + f"{listing}: {', '.join(known) or '(none)'}")
 
-        close = difflib.get_close_matches(name, project_names(), n=3)
-        raise ConfigError(f"no shipped patch sets for project {name!r}",
-                          hint=(f"did you mean {', '.join(close)}? " if close else "")
-                          + f"known projects: {', '.join(project_names()) or '(none)'}")
+
+def load_project(name: str) -> Project:
+    manifest = _root().joinpath(name).joinpath("manifest.toml")
+    if not manifest.is_file():
+        raise _unknown(f"no shipped patch sets for project {name!r}", name, project_names(), "known projects")
     where = f"patches/{name}/manifest.toml"
     data = parse_toml(manifest.read_text(encoding="utf-8"), where)
     check_keys(data, {"project"}, where)
@@ -416,12 +419,7 @@ def load_project(name: str) -> Project:
 def load_shipped(project: str, name: str) -> PatchSet:
     proj = load_project(project)
     if name not in proj.all_sets:
-        import difflib
-
-        close = difflib.get_close_matches(name, proj.all_sets, n=3)
-        raise ConfigError(f"project {project!r} has no patch set {name!r}",
-                          hint=(f"did you mean {', '.join(close)}? " if close else "")
-                          + f"its sets: {', '.join(proj.all_sets) or '(none)'}")
+        raise _unknown(f"project {project!r} has no patch set {name!r}", name, proj.all_sets, "its sets")
     folder = _root().joinpath(project)
     path = folder.joinpath(f"{name}.toml")
     return parse_set(path.read_text(encoding="utf-8"), project=project, name=name,
