@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +47,10 @@ def list_cmd(project: str | None, as_json: bool) -> None:
             rows.append({"set": s.ref, "description": s.description, "versions": s.versions or "any",
                          "decides_need": s.decides_need,
                          "patches": [{"id": p.id, "why": p.why, "files": list(p.files) or [p.diff_name],
-                                      "needed_if": ({"regex": p.needed_if.regex, "files": list(p.needed_if.files)}
-                                                    if p.needed_if else None),
+                                      "needed_if": asdict(p.needed_if) if p.needed_if else None,
                                       "versions": p.versions}
                                      for p in s.patches],
-                         "verified": [{"ref": v.ref, "commit": v.commit, "date": v.date, "note": v.note}
-                                      for v in s.verified]})
+                         "verified": [asdict(v) for v in s.verified]})
     if as_json:
         emit_json(rows)
         return
@@ -148,9 +147,7 @@ def apply_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version
 def revert_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], force: bool, dry_run: bool,
                as_json: bool) -> None:
     """Restore the bytes from before the applied sets on every file they changed (journal in TREE/.porter)."""
-    from porter.patching import plan_revert, revert
-
-    from porter.patching.model import resolve_sets
+    from porter.patching import plan_revert, resolve_sets, revert
 
     refs: list[str] = []
     for r in set_refs:  # a set file names its journal entry by its own ref; others are matched by name

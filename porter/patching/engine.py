@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,7 +33,7 @@ from porter import __version__
 from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError
 from porter.fs import atomic_path, atomic_write_json, sha256_bytes
 from porter.patching import udiff
-from porter.patching.model import Patch, PatchSet, VersionSource, check_relpath
+from porter.patching.model import Patch, PatchSet, VersionSource, check_relpath, load_file, load_shipped
 from porter.patching.text import EditFailed, Lines, apply_edit, find_line
 
 JOURNAL_DIR = ".porter"
@@ -90,11 +90,8 @@ class PatchResult:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"set": self.set, "patch": self.patch, "file": self.file, "status": self.status}
-        for key in ("edit", "reason", "anchor", "closest", "closest_line", "evidence"):
-            if getattr(self, key):
-                d[key] = getattr(self, key)
-        return d
+        """Every field that is set (``set``, ``patch``, ``file`` and ``status`` always)."""
+        return {k: v for k, v in asdict(self).items() if v or k in ("set", "patch", "file", "status")}
 
 
 @dataclass(frozen=True)
@@ -110,12 +107,7 @@ class FileChange:
         out = difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
                                    "/dev/null" if self.before is None else f"a/{self.path}",
                                    "/dev/null" if self.after is None else f"b/{self.path}")
-        lines = []
-        for line in out:
-            if not line.endswith("\n"):
-                line += "\n\\ No newline at end of file\n"
-            lines.append(line)
-        return "".join(lines)
+        return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in out)
 
 
 @dataclass(frozen=True)
@@ -300,75 +292,67 @@ def detect_version(root: Path, sources: Iterable[VersionSource]) -> tuple[str, s
     return None
 
 
-def _in_range(version: str, spec: str) -> bool:
+def _maybe_in_range(version: str, spec: str) -> bool | None:
+    """Whether ``version`` is in ``spec``; None when ``version`` is not a PEP 440 version."""
     try:
         return SpecifierSet(spec).contains(Version(version), prereleases=True)
     except ValueError:  # InvalidVersion, or a number past Python's int-from-string limit (4300 digits)
-        raise ConfigError(f"version {version!r} is not a PEP 440 version",
-                          hint="pass --target-version with a version such as 0.19.8") from None
-
-
-def _maybe_in_range(version: str, spec: str) -> bool | None:
-    """Like ``_in_range``; None when ``version`` is not a PEP 440 version."""
-    try:
-        return SpecifierSet(spec).contains(Version(version), prereleases=True)
-    except ValueError:  # InvalidVersion, or a number past Python's int-from-string limit
         return None
 
 
-def resolve_version(root: Path, pset: PatchSet, target_version: str | None) -> str:
-    """The tree's version for a set whose range is a gate (some patch cannot tell need by itself)."""
-    if target_version:
-        _in_range(target_version, ">=0")  # validates it
-        if pset.versions and not _in_range(target_version, pset.versions):
-            raise ConfigError(f"{pset.ref} is for {pset.project} {pset.versions}; --target-version "
-                              f"{target_version} is outside that range",
-                              hint="pick a set for that version, or a version in the range")
-        return target_version
-    found = detect_version(root, pset.version_from)
-    if found is None:
-        if not pset.versions:
-            return ""
-        files = ", ".join(s.file for s in pset.version_from) or "(none declared)"
-        raise ConfigError(f"cannot read the {pset.project} version of {root} (looked in {files})",
-                          hint=f"is this a {pset.project} tree? If it is, pass --target-version X")
-    version, source = found
-    if pset.versions and not _in_range(version, pset.versions):
-        raise ConfigError(f"{pset.ref} is for {pset.project} {pset.versions}, but the tree is version "
-                          f"{version} (from {source})",
-                          hint=f"use --target-version to apply it anyway (e.g. --target-version "
-                               f"{_example(pset.versions)}) once you have checked the patch fits")
-    return version
+def _in_range(version: str, spec: str) -> bool:
+    """Like ``_maybe_in_range``, refusing a version that is not PEP 440."""
+    inside = _maybe_in_range(version, spec)
+    if inside is None:
+        raise ConfigError(f"version {version!r} is not a PEP 440 version",
+                          hint="pass --target-version with a version such as 0.19.8")
+    return inside
 
 
 def set_version(root: Path, pset: PatchSet, target_version: str | None) -> tuple[str, list[str]]:
     """The version recorded for ``pset`` on this tree, and notes.
 
     A set whose every patch names its problem (``needed_if``) decides need by itself: its range is what it
-    was verified on, so a version outside it, or none found, is a note, not an error. Other sets are gated.
+    was verified on, so a version outside it, or none found, is a note, not an error. Other sets are gated:
+    the tree's version (or ``target_version``) must be in their range.
     """
-    if not pset.decides_need:
-        return resolve_version(root, pset, target_version), []
-    verified = f"{pset.ref} was verified on {pset.project} {pset.versions}" if pset.versions else ""
+    gated = not pset.decides_need
     if target_version:
         _in_range(target_version, ">=0")  # validates it
         version, source = target_version, "--target-version"
     else:
         found = detect_version(root, pset.version_from)
         if found is None:
-            if not pset.version_from:
-                return "", []
             files = ", ".join(s.file for s in pset.version_from)
+            if gated and pset.versions:
+                raise ConfigError(f"cannot read the {pset.project} version of {root} (looked in "
+                                  f"{files or '(none declared)'})",
+                                  hint=f"is this a {pset.project} tree? If it is, pass --target-version X")
+            if gated or not pset.version_from:
+                return "", []
             return "", [f"no {pset.project} version found in the tree (looked in {files}); "
                         "each patch decides by its needed_if whether it is needed"]
         version, source = found
-    inside = _maybe_in_range(version, pset.versions) if pset.versions else True
+    if not pset.versions:
+        return version, []
+    if gated:
+        if _in_range(version, pset.versions):
+            return version, []
+        if target_version:
+            raise ConfigError(f"{pset.ref} is for {pset.project} {pset.versions}; --target-version "
+                              f"{target_version} is outside that range",
+                              hint="pick a set for that version, or a version in the range")
+        raise ConfigError(f"{pset.ref} is for {pset.project} {pset.versions}, but the tree is version "
+                          f"{version} (from {source})",
+                          hint=f"use --target-version to apply it anyway (e.g. --target-version "
+                               f"{_example(pset.versions)}) once you have checked the patch fits")
+    inside = _maybe_in_range(version, pset.versions)
     if inside is None:
         return version, [f"version {version!r} (from {source}) is not a PEP 440 version; "
                          "each patch decides by its needed_if whether it is needed"]
     if not inside:
-        return version, [f"{verified}; the tree is {version} (from {source}): each patch decides by its "
-                         "needed_if whether it is needed"]
+        return version, [f"{pset.ref} was verified on {pset.project} {pset.versions}; the tree is {version} "
+                         f"(from {source}): each patch decides by its needed_if whether it is needed"]
     return version, []
 
 
@@ -390,10 +374,9 @@ def _evidence(pattern: re.Pattern[str], data: bytes) -> str | None:
     return f"line {number}: {line.strip()[:120]!r}"
 
 
-def _glob_evidence(work: _Work, patch: Patch, pattern: re.Pattern[str], where: str) -> str | None:
+def _glob_evidence(work: _Work, globs: Iterable[str], pattern: re.Pattern[str], where: str) -> str | None:
     """The first place, in the files ``needed_if.files`` selects, where the patch's problem shows."""
-    assert patch.needed_if is not None
-    for glob in patch.needed_if.files:
+    for glob in globs:
         for path in sorted(work.root.glob(glob)):
             if not path.is_file():
                 continue
@@ -412,12 +395,11 @@ class _Need:
     """A patch's ``needed_if`` as its plan asks it, per file: is the problem there, and what each outcome reads."""
 
     def __init__(self, work: _Work, pset: PatchSet, patch: Patch, where: str) -> None:
-        self.pset, self.patch = pset, patch
-        self.need = patch.needed_if
+        self.pset, self.patch, self.need = pset, patch, patch.needed_if
         self.pattern = self.need.pattern() if self.need is not None else None
         self.patch_evidence = ""
         if self.need is not None and self.pattern is not None and not self.need.per_file:
-            self.patch_evidence = _glob_evidence(work, patch, self.pattern, where) or ""
+            self.patch_evidence = _glob_evidence(work, self.need.files, self.pattern, where) or ""
 
     def needed_in(self, data: bytes | None) -> tuple[bool, str]:
         """(is the problem present for this file, where it was seen)."""
@@ -491,7 +473,7 @@ def _plan_diff(work: _Work, need: _Need, only: set[str] | None, where: str) -> l
         return [PatchResult(pset.ref, patch.id, patch.diff_name, "failed", reason=f"bad diff: {exc}")]
     results: list[PatchResult] = []
     for n, fd in enumerate(files, 1):
-        rel, real = safe_path(work.root, fd.path, where)
+        rel, real = safe_path(work.root, fd.new_path or fd.old_path or "", where)
         if only is not None and rel not in only:
             continue
         data = work.read(rel, real)
@@ -504,7 +486,7 @@ def _plan_diff(work: _Work, need: _Need, only: set[str] | None, where: str) -> l
             results.append(need.absent(rel, data, n))
             continue
         try:
-            new, _ = udiff.apply_file(fd, lines)
+            new = udiff.apply_file(fd, lines)
         except EditFailed as exc:
             results.append(need.failed(rel, n, exc, evidence))
             continue
@@ -534,14 +516,21 @@ def _plan_set(work: _Work, pset: PatchSet, version: str,
                          f"{version}: its needed_if decides")
         seen = dict(work.state)
         results.extend(_plan_patch(work, pset, patch, only))
-        files = []
-        for rel, data in work.state.items():
-            prev = seen[rel] if rel in seen else _read(work.root / rel)
-            if data != prev:
-                files.append((rel, _sha(prev), _sha(data)))
+        files = tuple((rel, _sha(prev), _sha(data)) for rel, prev, data in _changed(work, seen))
         if files:
-            applied.append(PatchRecord(pset.ref, patch.id, patch.digest, patch.why, tuple(files)))
+            applied.append(PatchRecord(pset.ref, patch.id, patch.digest, patch.why, files))
     return results, notes, applied
+
+
+def _changed(work: _Work, before: dict[str, bytes | None]) -> list[tuple[str, bytes | None, bytes | None]]:
+    """(file, bytes before, bytes now) per file whose bytes differ from ``before``, a snapshot of ``work.state``
+    (a file not in it: as on disk)."""
+    out = []
+    for rel, data in work.state.items():
+        prev = before[rel] if rel in before else _read(work.root / rel)
+        if data != prev:
+            out.append((rel, prev, data))
+    return out
 
 
 def _check_target(work: _Work, pset: PatchSet) -> None:
@@ -585,12 +574,8 @@ def plan(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_versi
         _check_target(work, pset)
         before = dict(work.state)
         results, more, applied = _plan_set(work, pset, version)
-        changes = []
-        for rel, data in work.state.items():
-            prev = before[rel] if rel in before else _read(root / rel)
-            if data != prev:
-                changes.append(FileChange(rel, prev, data, work.modes.get(rel)))
-        set_plans.append(SetPlan(pset.ref, pset.origin, pset.digest, version, tuple(results), tuple(changes),
+        changes = tuple(FileChange(rel, prev, data, work.modes.get(rel)) for rel, prev, data in _changed(work, before))
+        set_plans.append(SetPlan(pset.ref, pset.origin, pset.digest, version, tuple(results), changes,
                                  tuple(notes + more), applied=tuple(applied)))
     return Plan(root, tuple(set_plans))
 
@@ -631,12 +616,12 @@ Layer = tuple[dict[str, Any], dict[str, Any]]
 
 def _layers(entries: list[dict[str, Any]]) -> dict[str, list[Layer]]:
     """Per file, the sets that changed it, oldest first (by the record's ``seq``; older journals: entry order)."""
-    out: dict[str, list[tuple[int, int, Layer]]] = {}
-    for index, entry in enumerate(entries):
+    out: dict[str, list[Layer]] = {}
+    for entry in entries:
         for rec in entry["files"]:
-            out.setdefault(rec["path"], []).append((int(rec.get("seq", 0)), index, (entry, rec)))
-    return {path: [layer for _, _, layer in sorted(items, key=lambda t: (t[0], t[1]))]
-            for path, items in out.items()}
+            out.setdefault(rec["path"], []).append((entry, rec))
+    # a stable sort: records with the same seq keep the journal's entry order
+    return {path: sorted(stack, key=lambda layer: int(layer[1].get("seq", 0))) for path, stack in out.items()}
 
 
 def _next_seq(entries: list[dict[str, Any]]) -> int:
@@ -683,8 +668,7 @@ class FileState:
         return self.state == "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "state": self.state, "unchanged": self.unchanged, "detail": self.detail,
-                "below": list(self.below), "above": list(self.above)}
+        return {"path": self.path, "state": self.state, "unchanged": self.unchanged, **asdict(self)}
 
 
 @dataclass(frozen=True)
@@ -703,9 +687,7 @@ class SetState:
         return "applied" if all(f.unchanged for f in self.files) else "changed"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"set": self.set, "state": self.state, "version": self.version, "applied_at": self.applied_at,
-                "origin": self.origin, "patches": list(self.patches), "not_needed": list(self.not_needed),
-                "files": [f.to_dict() for f in self.files]}
+        return {"set": self.set, "state": self.state, **asdict(self), "files": [f.to_dict() for f in self.files]}
 
 
 def journal_status(tree: str | os.PathLike[str]) -> tuple[SetState, ...]:
@@ -739,7 +721,6 @@ def _slug(ref: str) -> str:
 class _Txn:
     """File writes that can be undone: each write remembers what was there before."""
 
-    root: Path
     undo: list[tuple[Path, bytes | None, int | None]] = field(default_factory=list)
 
     def write(self, path: Path, data: bytes | None, mode: int | None) -> None:
@@ -767,8 +748,7 @@ def _write(path: Path, data: bytes | None, mode: int | None) -> None:
 
 
 def _cleanup_journal_dir(root: Path) -> None:
-    d = root / JOURNAL_DIR
-    for sub in (root / ORIGINALS, d):
+    for sub in (root / ORIGINALS, root / JOURNAL_DIR):
         try:
             sub.rmdir()
         except OSError:
@@ -810,8 +790,7 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
     if not any(s.changes for s in p.sets):
         return Applied(p, ())
     root = p.tree
-    journal = read_journal(root)
-    entries: list[dict[str, Any]] = journal["sets"]
+    entries: list[dict[str, Any]] = read_journal(root)["sets"]
     layers = _layers(entries)
     for sp in p.sets:  # a set cannot change a file again underneath a set applied on top of it there
         for c in sp.changes:
@@ -824,7 +803,7 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
                                   hint=f"revert the set(s) above first (porter patch revert {root} --set "
                                        f"{above[-1]}), then apply them again after {sp.ref}")
     seq = _next_seq(entries)
-    txn = _Txn(root)
+    txn = _Txn()
     created_dirs = [d for d in (root / JOURNAL_DIR, root / ORIGINALS) if not d.exists()]
     try:
         for sp in p.sets:
@@ -885,8 +864,6 @@ SetLoader = Callable[[dict[str, Any]], "PatchSet | None"]
 
 def load_recorded(entry: dict[str, Any]) -> PatchSet | None:
     """The set a journal entry records, when porter can still load it with the very data it applied."""
-    from porter.patching.model import load_file, load_shipped
-
     origin = entry.get("origin", "shipped")
     try:
         if origin == "shipped":
@@ -986,7 +963,7 @@ def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, f
     planned = plan_revert(tree, refs, force=force, load_set=load_set)
     root, keep, chosen, restore, upper = planned.root, planned.keep, planned.chosen, planned.restore, planned.upper
     dropped: list[Path] = []
-    txn = _Txn(root)
+    txn = _Txn()
     try:
         for rel, (data, mode) in restore.items():
             txn.write(root / rel, data, mode)

@@ -27,10 +27,6 @@ class FileDiff:
     new_path: str | None  # None: /dev/null (a deleted file)
     hunks: list[Hunk] = field(default_factory=list)
 
-    @property
-    def path(self) -> str:
-        return self.new_path or self.old_path or ""
-
 
 _DIFF_HINT = ("a unified diff: '--- a/FILE' and '+++ b/FILE' headers, then '@@ -L,N +L,N @@' hunks of ' ', '-' "
               "and '+' lines (diff -u, git diff)")
@@ -77,8 +73,7 @@ def parse(text: str, strip: int | None = None) -> list[FileDiff]:
                 raise DiffError(f"hunk header at diff line {i + 1} has a line number too large to read") from None
             i += 1
             last = ""
-            while i < len(lines) and (len(hunk.old) < old_n or len(hunk.new) < new_n or
-                                      (i < len(lines) and lines[i].startswith("\\"))):
+            while i < len(lines) and (len(hunk.old) < old_n or len(hunk.new) < new_n or lines[i].startswith("\\")):
                 body = lines[i]
                 if body.startswith("\\"):
                     if last in (" ", "-"):
@@ -118,23 +113,23 @@ def _find(haystack: list[str], needle: list[str], near: int) -> int | None:
     return min(starts, key=lambda j: abs(j - near))
 
 
-def apply_file(fd: FileDiff, lines: Lines | None) -> tuple[Lines | None, bool]:
-    """Apply one file's hunks. Returns (new lines or None for a deleted file, changed?)."""
+def apply_file(fd: FileDiff, lines: Lines | None) -> Lines | None:
+    """Apply one file's hunks. Returns the new lines, or None for a deleted file."""
     if fd.old_path is None:  # a new file
         new = fd.hunks[0].new if fd.hunks else []
         if lines is not None:
             if lines.text == new:
-                return lines, False
+                return lines
             raise EditFailed("the diff creates this file, but it already exists with other content")
         created = Lines([], [], "\n")
         created.insert(0, new)
         if fd.hunks and fd.hunks[0].new_no_newline and created.ends:
             created.ends[-1] = ""
-        return created, True
+        return created
     if lines is None:
         raise EditFailed("file to patch does not exist")
     if fd.new_path is None:  # a deletion
-        return None, True
+        return None
     work = Lines(list(lines.text), list(lines.ends), lines.newline)
     offset = 0
     for hunk in fd.hunks:
@@ -147,7 +142,7 @@ def apply_file(fd: FileDiff, lines: Lines | None) -> tuple[Lines | None, bool]:
         offset = at - (hunk.old_start - 1) + len(hunk.new) - len(hunk.old)
         # apply now so later hunks are placed against the updated text
         _replace(work, at, hunk)
-    return work, True
+    return work
 
 
 def _replace(work: Lines, at: int, hunk: Hunk) -> None:
