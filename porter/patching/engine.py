@@ -15,6 +15,7 @@ and names it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import difflib
 import json
@@ -34,7 +35,7 @@ from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError
 from porter.fs import atomic_path, atomic_write_json, sha256_bytes
 from porter.patching import udiff
 from porter.patching.model import Patch, PatchSet, VersionSource, check_relpath, load_file, load_shipped
-from porter.patching.text import EditFailed, Lines, apply_edit, find_line
+from porter.patching.text import EditFailed, Lines, apply_edit
 
 JOURNAL_DIR = ".porter"
 JOURNAL = f"{JOURNAL_DIR}/patches.json"
@@ -367,11 +368,15 @@ def _example(spec: str) -> str:
 # planning
 
 def _evidence(pattern: re.Pattern[str], data: bytes) -> str | None:
-    found = find_line(pattern, data.decode("utf-8", "surrogateescape"))
-    if found is None:
+    """``line N: 'text'`` of the line where ``pattern`` first matches; None if it does not."""
+    text = data.decode("utf-8", "surrogateescape")
+    m = pattern.search(text)
+    if m is None:
         return None
-    number, line = found
-    return f"line {number}: {line.strip()[:120]!r}"
+    start = text.rfind("\n", 0, m.start()) + 1
+    end = text.find("\n", m.start())
+    number = text.count("\n", 0, m.start()) + 1
+    return f"line {number}: {text[start:end if end >= 0 else len(text)].strip()[:120]!r}"
 
 
 def _glob_evidence(work: _Work, globs: Iterable[str], pattern: re.Pattern[str], where: str) -> str | None:
@@ -396,7 +401,7 @@ class _Need:
 
     def __init__(self, work: _Work, pset: PatchSet, patch: Patch, where: str) -> None:
         self.pset, self.patch, self.need = pset, patch, patch.needed_if
-        self.pattern = self.need.pattern() if self.need is not None else None
+        self.pattern = re.compile(self.need.regex, re.MULTILINE) if self.need is not None else None
         self.patch_evidence = ""
         if self.need is not None and self.pattern is not None and not self.need.per_file:
             self.patch_evidence = _glob_evidence(work, self.need.files, self.pattern, where) or ""
@@ -412,8 +417,9 @@ class _Need:
 
     def absent(self, rel: str, data: bytes | None, n: int = 0) -> PatchResult:
         assert self.need is not None
+        where = f" in {', '.join(self.need.files)}" if self.need.files else ""
         why = "file absent, so the problem is too" if self.need.per_file and data is None else \
-            f"problem not present: no match for {self.need.describe()}"
+            f"problem not present: no match for needed_if {self.need.regex!r}{where}"
         return PatchResult(self.pset.ref, self.patch.id, rel, "not-needed", edit=n, reason=why)
 
     def failed(self, rel: str, n: int, exc: EditFailed, evidence: str) -> PatchResult:
@@ -731,10 +737,8 @@ class _Txn:
 
     def rollback(self) -> None:
         for path, data, mode in reversed(self.undo):
-            try:
+            with contextlib.suppress(OSError):
                 _write(path, data, mode)
-            except OSError:
-                pass
 
 
 def _write(path: Path, data: bytes | None, mode: int | None) -> None:
@@ -749,10 +753,8 @@ def _write(path: Path, data: bytes | None, mode: int | None) -> None:
 
 def _cleanup_journal_dir(root: Path) -> None:
     for sub in (root / ORIGINALS, root / JOURNAL_DIR):
-        try:
+        with contextlib.suppress(OSError):
             sub.rmdir()
-        except OSError:
-            pass
 
 
 # --------------------------------------------------------------------------------------------

@@ -58,9 +58,6 @@ class Edit:
     """Regex that, when it matches the file, means this edit is already in place (overrides the default
     detection: inserted lines already beside the anchor, or the replacement present instead of the anchor)."""
 
-    def pattern(self) -> re.Pattern[str]:
-        return re.compile(self.anchor if self.regex else re.escape(self.anchor))
-
 
 @dataclass(frozen=True, kw_only=True)
 class Need:
@@ -72,16 +69,9 @@ class Need:
     """Tree-relative globs of the files to search. Empty: each of the patch's own files, decided per file
     (a file where the regex does not match, or that is absent, is not edited)."""
 
-    def pattern(self) -> re.Pattern[str]:
-        return re.compile(self.regex, re.MULTILINE)
-
     @property
     def per_file(self) -> bool:
         return not self.files
-
-    def describe(self) -> str:
-        where = f" in {', '.join(self.files)}" if self.files else ""
-        return f"needed_if {self.regex!r}{where}"
 
 
 @dataclass(frozen=True, kw_only=True)

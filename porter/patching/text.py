@@ -64,16 +64,6 @@ class Lines:
             self.ends[-1] = ""
 
 
-def find_line(pattern: re.Pattern[str], text: str) -> tuple[int, str] | None:
-    """The 1-based number and text of the line where ``pattern`` first matches ``text``; None if it does not."""
-    m = pattern.search(text)
-    if m is None:
-        return None
-    start = text.rfind("\n", 0, m.start()) + 1
-    end = text.find("\n", m.start())
-    return text.count("\n", 0, m.start()) + 1, text[start:end if end >= 0 else len(text)].rstrip("\r")
-
-
 def closest(lines: list[str], needle: str) -> tuple[str, int]:
     """The line most like ``needle`` (difflib ratio), and its 1-based number; ("", 0) if none."""
     target = needle.strip()
@@ -110,7 +100,7 @@ def _already(edit: Edit, lines: Lines, hits: list[int]) -> bool | None:
 
 def apply_edit(edit: Edit, lines: Lines) -> bool:
     """Apply one edit in place. Returns False when it was already applied (nothing changed)."""
-    pattern = edit.pattern()
+    pattern = re.compile(edit.anchor if edit.regex else re.escape(edit.anchor))
     hits = [i for i, line in enumerate(lines.text) if pattern.search(line)]
     if _already(edit, lines, hits):
         return False
