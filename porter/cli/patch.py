@@ -76,8 +76,7 @@ def check_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], target_version
               as_json: bool) -> None:
     """Report, edit by edit, whether the sets would apply to TREE, are applied, or are not needed there
     (changes nothing). Exit 1 if a needed patch cannot be applied."""
-    from porter.patching import PatchFailed, plan
-    from porter.patching.engine import failure_message
+    from porter.patching import PatchFailed, failure_message, plan
 
     p = plan(tree, _sets(set_refs), target_version=target_version)
     if as_json:

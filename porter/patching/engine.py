@@ -170,9 +170,7 @@ class SetPlan:
         """Per patch id, its most telling status over all its files and edits (failed first)."""
         out: dict[str, str] = {}
         for r in self.results:
-            prev = out.get(r.patch)
-            if prev is None or _RANK.index(r.status) < _RANK.index(prev):
-                out[r.patch] = r.status
+            out[r.patch] = min(out.get(r.patch, r.status), r.status, key=_RANK.index)
         return out
 
 
@@ -226,8 +224,7 @@ def tree_root(tree: str | os.PathLike[str]) -> Path:
 def safe_path(root: Path, rel: str, where: str = "") -> tuple[str, Path]:
     """Resolve a tree-relative path; refuse anything (``..``, absolute, symlinks) leading outside."""
     rel = check_relpath(rel, where or "patch")
-    full = root / rel
-    real = full.resolve()
+    real = (root / rel).resolve()
     if not real.is_relative_to(root):
         raise ConfigError(f"{where + ': ' if where else ''}{rel} leads outside the tree (resolves to {real})",
                           hint="porter never writes outside the tree; remove the symlink or fix the path")
@@ -272,9 +269,7 @@ class _Work:
 
     def peek(self, rel: str) -> bytes | None:
         """The file as the plan has it so far, without taking it into the plan."""
-        if rel in self.state:
-            return self.state[rel]
-        return _read(safe_path(self.root, rel, "journal")[1])
+        return self.state[rel] if rel in self.state else _read(safe_path(self.root, rel, "journal")[1])
 
 
 # --------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from typing import Any, Literal, get_args
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from porter.errors import ConfigError, shown
-from porter.fs import read_user_text
+from porter.fs import exists, read_user_text
 from porter.userdata import check_keys, parse_toml
 
 Action = Literal["replace", "insert_before", "insert_after", "delete"]
@@ -418,11 +418,7 @@ def load_shipped(project: str, name: str) -> PatchSet:
 
 def load_file(path: Path) -> PatchSet:
     """A user's set: a set TOML file, or a plain unified-diff ``.patch`` / ``.diff`` file."""
-    try:
-        found = path.is_file()
-    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
-        found = False
-    if not found:
+    if not exists(path, file=True):  # also a name too long for the file system, a NUL byte
         raise ConfigError(f"patch set file not found: {path}",
                           hint="pass a set TOML file, a .patch/.diff file, or a shipped set (porter patch list)")
     text = read_user_text(path, str(path), kind="a patch set (TOML) or a unified diff")

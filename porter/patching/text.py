@@ -125,10 +125,7 @@ def apply_edit(edit: Edit, lines: Lines) -> bool:
             else:
                 value = lines.text[i].replace(edit.anchor, edit.text)
             pieces = value.split("\n")
-            lines.text[i] = pieces[0]
-            if len(pieces) > 1:  # a multi-line replacement: the extra lines take the file's newline
-                end = lines.ends[i]
-                lines.ends[i] = lines.newline
-                lines.text[i + 1:i + 1] = pieces[1:]
-                lines.ends[i + 1:i + 1] = [lines.newline] * (len(pieces) - 2) + [end]
+            lines.text[i:i + 1] = pieces
+            # a multi-line replacement: the extra lines take the file's newline, the last keeps the line's own
+            lines.ends[i:i + 1] = [lines.newline] * (len(pieces) - 1) + [lines.ends[i]]
     return True

@@ -83,15 +83,12 @@ def parse(text: str, strip: int | None = None) -> list[FileDiff]:
                     i += 1
                     continue
                 tag, content = (body[:1] or " "), body[1:]
-                if tag == " ":
-                    hunk.old.append(content)
-                    hunk.new.append(content)
-                elif tag == "-":
-                    hunk.old.append(content)
-                elif tag == "+":
-                    hunk.new.append(content)
-                else:
+                if tag not in " -+":
                     raise DiffError(f"unexpected line {i + 1} in a hunk: {body[:60]!r}")
+                if tag != "+":  # a context or removed line
+                    hunk.old.append(content)
+                if tag != "-":  # a context or added line
+                    hunk.new.append(content)
                 last = tag
                 i += 1
             if len(hunk.old) != old_n or len(hunk.new) != new_n:
@@ -108,9 +105,7 @@ def _find(haystack: list[str], needle: list[str], near: int) -> int | None:
     if not needle:
         return min(max(near, 0), len(haystack))
     starts = [j for j in range(len(haystack) - len(needle) + 1) if haystack[j:j + len(needle)] == needle]
-    if not starts:
-        return None
-    return min(starts, key=lambda j: abs(j - near))
+    return min(starts, key=lambda j: abs(j - near), default=None)
 
 
 def apply_file(fd: FileDiff, lines: Lines | None) -> Lines | None:
