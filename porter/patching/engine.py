@@ -267,10 +267,6 @@ class _Work:
             self.modes[rel] = real.stat().st_mode & 0o7777 if data is not None else None
         return self.state[rel]
 
-    def peek(self, rel: str) -> bytes | None:
-        """The file as the plan has it so far, without taking it into the plan."""
-        return self.state[rel] if rel in self.state else _read(safe_path(self.root, rel, "journal")[1])
-
 
 # --------------------------------------------------------------------------------------------
 # versions
@@ -398,14 +394,14 @@ class _Need:
         self.pset, self.patch, self.need = pset, patch, patch.needed_if
         self.pattern = re.compile(self.need.regex, re.MULTILINE) if self.need is not None else None
         self.patch_evidence = ""
-        if self.need is not None and self.pattern is not None and not self.need.per_file:
+        if self.need is not None and self.pattern is not None and self.need.files:
             self.patch_evidence = _glob_evidence(work, self.need.files, self.pattern, where) or ""
 
     def needed_in(self, data: bytes | None) -> tuple[bool, str]:
         """(is the problem present for this file, where it was seen)."""
         if self.need is None or self.pattern is None:
             return True, ""
-        if not self.need.per_file:
+        if self.need.files:  # the globs decide for the whole patch
             return bool(self.patch_evidence), self.patch_evidence
         ev = _evidence(self.pattern, data) if data is not None else None
         return ev is not None, ev or ""
@@ -413,7 +409,7 @@ class _Need:
     def absent(self, rel: str, data: bytes | None, n: int = 0) -> PatchResult:
         assert self.need is not None
         where = f" in {', '.join(self.need.files)}" if self.need.files else ""
-        why = "file absent, so the problem is too" if self.need.per_file and data is None else \
+        why = "file absent, so the problem is too" if not self.need.files and data is None else \
             f"problem not present: no match for needed_if {self.need.regex!r}{where}"
         return PatchResult(self.pset.ref, self.patch.id, rel, "not-needed", edit=n, reason=why)
 
@@ -540,7 +536,7 @@ def _check_target(work: _Work, pset: PatchSet) -> None:
     if not names:
         return
     for name in names:
-        rel, real = safe_path(work.root, name, f"{pset.ref}")
+        rel, real = safe_path(work.root, name, pset.ref)
         if (work.state[rel] is not None) if rel in work.state else real.is_file():
             return
     shown = ", ".join(dict.fromkeys(names))
@@ -645,11 +641,13 @@ def _layer_state(layers: list[Layer], index: int, now: str | None) -> tuple[str,
 
 
 def _entry_intact(work: _Work, layers: dict[str, list[Layer]], entry: dict[str, Any]) -> bool:
+    """Every file of the journal's ``entry`` is as its set left it, in the plan so far (the sets above it aside)."""
     for rec in entry["files"]:
-        rel = safe_path(work.root, rec["path"], "journal")[0]
+        rel, real = safe_path(work.root, rec["path"], "journal")
         stack = layers[rec["path"]]
         index = next(i for i, (e, _) in enumerate(stack) if e is entry)
-        if _layer_state(stack, index, _sha(work.peek(rel)))[0] != "ok":
+        now = work.state[rel] if rel in work.state else _read(real)
+        if _layer_state(stack, index, _sha(now))[0] != "ok":
             return False
     return True
 

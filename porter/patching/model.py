@@ -69,10 +69,6 @@ class Need:
     """Tree-relative globs of the files to search. Empty: each of the patch's own files, decided per file
     (a file where the regex does not match, or that is absent, is not edited)."""
 
-    @property
-    def per_file(self) -> bool:
-        return not self.files
-
 
 @dataclass(frozen=True, kw_only=True)
 class Patch:
