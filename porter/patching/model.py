@@ -419,10 +419,9 @@ def load_file(path: Path) -> PatchSet:
                           hint="pass a set TOML file, a .patch/.diff file, or a shipped set (porter patch list)")
     text = read_user_text(path, str(path), kind="a patch set (TOML) or a unified diff")
     if path.suffix in (".patch", ".diff"):
-        digest = hashlib.sha256(text.encode()).hexdigest()
         patch = Patch(id=path.stem, why=f"user diff {path.name}", diff=text, diff_name=path.name)
         return PatchSet(project="local", name=path.stem, description=f"unified diff {path.name}", versions="",
-                        patches=(patch,), origin=str(path.resolve()), digest=digest)
+                        patches=(patch,), origin=str(path.resolve()), digest=patch.digest)
     return parse_set(text, project="local", name=path.stem, where=str(path), base=path.parent,
                      origin=str(path.resolve()))
 

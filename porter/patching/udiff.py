@@ -57,8 +57,7 @@ def parse(text: str, strip: int | None = None) -> list[FileDiff]:
     while i < len(lines):
         line = lines[i]
         if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            fd = FileDiff(_name(line[4:], strip), _name(lines[i + 1][4:], strip))
-            files.append(fd)
+            files.append(FileDiff(_name(line[4:], strip), _name(lines[i + 1][4:], strip)))
             i += 2
             continue
         m = _HUNK.match(line)
@@ -75,22 +74,21 @@ def parse(text: str, strip: int | None = None) -> list[FileDiff]:
             last = ""
             while i < len(lines) and (len(hunk.old) < old_n or len(hunk.new) < new_n or lines[i].startswith("\\")):
                 body = lines[i]
+                i += 1
                 if body.startswith("\\"):
                     if last in (" ", "-"):
                         hunk.old_no_newline = True
                     if last in (" ", "+"):
                         hunk.new_no_newline = True
-                    i += 1
                     continue
                 tag, content = (body[:1] or " "), body[1:]
                 if tag not in " -+":
-                    raise DiffError(f"unexpected line {i + 1} in a hunk: {body[:60]!r}")
+                    raise DiffError(f"unexpected line {i} in a hunk: {body[:60]!r}")
                 if tag != "+":  # a context or removed line
                     hunk.old.append(content)
                 if tag != "-":  # a context or added line
                     hunk.new.append(content)
                 last = tag
-                i += 1
             if len(hunk.old) != old_n or len(hunk.new) != new_n:
                 raise DiffError(f"hunk at diff line {m.string!r} is truncated")
             files[-1].hunks.append(hunk)
