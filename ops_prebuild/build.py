@@ -28,6 +28,7 @@ from porter.run import Runner
 from porter.toolchain.archs import HOST_ONLY
 from porter.toolchain.profile import Toolchain, toolchain_env
 from ops_prebuild.catalogue import Catalogue, OpSpec
+from ops_prebuild.hipify_step import hipify_sources
 from ops_prebuild.measure import SUFFIX as COST_SUFFIX
 from ops_prebuild.plan import CCACHE_STATS, Plan, Step, make_plan
 
@@ -81,9 +82,8 @@ class BuildResult:
     def excluded(self) -> list[dict[str, str]]:
         """The ops of the catalogue not built because the tree's own builders declare them incompatible with this
         toolchain (DeepSpeed's ``is_compatible``), each with the builder's own reason: never dropped in silence."""
-        chosen = {o for o in self.plan.objects}
         return [{"name": o.name, "reason": o.reason} for o in self.catalogue.ops
-                if not o.compatible and o.name not in chosen]
+                if not o.compatible and o.name not in self.plan.objects]
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheel": str(self.wheel) if self.wheel else None,
@@ -133,7 +133,7 @@ class EngineRun:
 def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], build_dir: Path, *, python: str,
                       py_ex: Executor, runner: Runner, log: Logger, cache: Path, how: EngineRun = EngineRun(),
                       compiler_version: str = "", refused: PorterError | None = None,
-                      source_patches: tuple[str, ...] = (), what: str = "", hipify: Sequence[str] | None = None,
+                      source_patches: tuple[str, ...] = (), hipify: Sequence[str] | None = None,
                       torch_view: bool | None = None, hipify_from: Path | None = None,
                       notes: Sequence[str] = (), on_shard_setup: Callable[[], None] | None = None) -> BuildResult:
     """The engine: any catalogue's selected ops -> hipify (rocm) -> one ninja plan -> compile (all, one shard, or
@@ -150,17 +150,19 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
     when they are not at ``cat.source.tree`` yet (a dry run's copy). ``notes`` go first in the plan's notes.
     ``on_shard_setup``: called once a shard run lets go of the build folder's lock, for the caller's own locks."""
     compile_only, compiler_cache, shard, link_only = how.compile_only, how.compiler_cache, how.shard, how.link_only
-    ex = tc.executor
     start = time.monotonic()
     with ExitStack() as stack:
         if not runner.dry:  # two builds of one target take turns from here on (hipify rewrites build_dir/hip); the
             # shards of one build only while they set up
-            lock = stack.enter_context(hold(build_dir, what or f"building {cat.source.project} "
-                                            f"{cat.source.version} for {tc.name}", say=log.info))
+            lock = stack.enter_context(hold(build_dir, f"building {cat.source.project} {cat.source.version} for "
+                                            f"{tc.name}", say=log.info))
         to_hipify = [o for o in selected if o.device and (hipify is None or o.name in hipify)] if tc.hip else []
         quiet = replace(runner, echo=log.verbose)
-        hip_map = hipify_for_rocm(hipify_from or cat.source.tree, to_hipify, build_dir, python=python, log=log,
-                                  runner=quiet, executor=py_ex) if to_hipify else None
+        hip_map = None
+        if to_hipify:  # a copy of the ops' sources, hipified with torch's hipify in the build python
+            with log.step(f"hipifying {len(to_hipify)} op(s)' CUDA sources (a copy; the tree is untouched)"):
+                hip_map = hipify_sources(hipify_from or cat.source.tree, to_hipify, build_dir / "hip",
+                                         python=python, runner=quiet, executor=py_ex)
         emulated = tc.kind == "emulated" and any(o.device for o in selected)
         wants_view = (bool(to_hipify) if torch_view is None else torch_view) and compile_only and tc.kind == "rocm"
         view = _torch_view(cat, cache, python, quiet, py_ex, log, emulated=emulated) if wants_view or emulated else ()
@@ -179,7 +181,7 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
         result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, compile_only=compile_only, ccache=ccache,
                              hip_view=str(view[0]) if view else "", source_patches=source_patches)
         if runner.dry:
-            return _dry(result, ex, start)
+            return _dry(result, tc.executor, start)
         _write_build_dir(plan, build_dir, log)
         stats, part, ninja_file, log_name = build_dir / CCACHE_STATS, None, "build.ninja", "build.log"
         if shard is not None:
@@ -369,19 +371,6 @@ def check_outputs(build_dir: Path, outputs: list[str]) -> list[str]:
         atomic_write_text(path, json.dumps({k: v for k, v in rec.items() if k not in bad}, indent=1,
                                            sort_keys=True) + "\n")
     return bad
-
-
-def hipify_for_rocm(tree: Path, ops: list[OpSpec], build_dir: Path, *, python: str, log: Logger, runner: Runner,
-                    executor: Executor) -> dict[str, dict[str, str]]:
-    """Hipify (for real, with torch's hipify in the build python) a copy of the ops' sources."""
-    from ops_prebuild.hipify_step import hipify_sources
-
-    with log.step(f"hipifying {len(ops)} op(s)' CUDA sources (a copy; the tree is untouched)"):
-        return hipify_sources(tree, ops, build_dir / "hip",
-                              python=python, runner=runner, executor=executor)
-
-
-_NINJA_FAILED = re.compile(r"^FAILED: (.*)$", re.M)
 
 
 UNIT_TIMES = "porter.unit-times/1"
@@ -599,20 +588,16 @@ def failures(failed: list[OpResult], where: str, tc: Toolchain,
 
 def _failure_blocks(output: str) -> list[str]:
     """Split ninja's output into one block per failed edge (FAILED: line up to the next status line)."""
-    blocks, current = [], None
+    blocks: list[list[str]] = []
+    current: list[str] | None = None
     for line in output.splitlines():
         if line.startswith("FAILED: "):
-            if current is not None:
-                blocks.append("\n".join(current))
             current = [line]
+            blocks.append(current)
         elif re.match(r"^\[\d+/\d+\] ", line) or line.startswith("ninja: "):
-            if current is not None:
-                blocks.append("\n".join(current))
-                current = None
+            current = None
         elif current is not None:
             current.append(line)
-    if current is not None:
-        blocks.append("\n".join(current))
-    return blocks
+    return ["\n".join(b) for b in blocks]
 
 
