@@ -209,7 +209,7 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
         return ex.visible(path, stage=stage, within=within)
 
     plan = Plan(build_dir, tc, compile_only=compile_only)
-    plan.env = {k: v for k, v in tc.env.items()}
+    plan.env = dict(tc.env)
     measure = (sys.executable, "-m", "ops_prebuild.measure")
     if cache is not None:
         # a port builds inside the tree it ports: from its top, so two ports of one tree in different folders (or
@@ -368,16 +368,13 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str,
     if tc.kind == "emulated" and op.device:
         return _emulated_argv(op, cat, tc, src, obj, device, common, half, v)
     if device and tc.kind == "rocm":
-        wave = str(tc.wavefront)
         # torch's own ROCm extension flags first, so the builder's -U flags can undo them, as in torch
-        args = ["-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2", "-DCUDA_HAS_FP16=1",
-                "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1", *op.nvcc_args,
-                *cxx_standard(op.nvcc_args, cat),
-                f"-DROCM_WAVEFRONT_SIZE={wave}", *half, "-fno-gpu-rdc",
-                *(f"--offload-arch={t.spec}" for t in tc.targets if not arch or t.name == arch),
-                *([offload] if offload else []), *common,
-                "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj]
-        return ex.argv(tc.compiler, *args)
+        return ex.argv(tc.compiler, "-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2",
+                       "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1",
+                       *op.nvcc_args, *cxx_standard(op.nvcc_args, cat), f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}",
+                       *half, "-fno-gpu-rdc",
+                       *(f"--offload-arch={t.spec}" for t in tc.targets if not arch or t.name == arch),
+                       *([offload] if offload else []), *common, "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj)
     host: list[str] = []
     if tc.kind == "rocm" and op.device:
         host = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}", *half]
