@@ -140,7 +140,11 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
 
         with log.step("downloading the wheel's dependencies (all but torch) into the wheelhouse"):
             download_dependencies(res.wheel, req.wheelhouse, python=sys.executable, runner=Runner(log))
-    _failures(res, req)
+    if req.compile_only and not req.dry_run:  # nothing compiled (exit 1), or some ops failed (exit 3)
+        compile_failures(res.compiled, f"{res.project} {res.version} ({req.source})", res.plan.toolchain,
+                         leave="with --ops ('porter ops list' shows what DeepSpeed itself declares incompatible)")
+    else:
+        left_out(res.failed)  # some ops failed (exit 3: the others shipped)
 
 
 def _build(req: BuildOptions, log: Logger, runner: Runner) -> Any:
@@ -159,15 +163,6 @@ def _build(req: BuildOptions, log: Logger, runner: Runner) -> Any:
                                             link_only=req.link_only, pch=req.pch, debug=req.debug_info))
     flow = compile_only if req.compile_only else build_wheel
     return flow(DRIVER, req.source, request, runner=runner, log=log)
-
-
-def _failures(res: Any, req: BuildOptions) -> None:
-    """Nothing compiled (exit 1), or some ops failed (exit 3: the others compiled, or shipped)."""
-    if req.compile_only and not req.dry_run:
-        compile_failures(res.compiled, f"{res.project} {res.version} ({req.source})", res.plan.toolchain,
-                         leave="with --ops ('porter ops list' shows what DeepSpeed itself declares incompatible)")
-    else:
-        left_out(res.failed)
 
 
 def _check_build_options(req: BuildOptions) -> None:
