@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from porter.ccache import CacheRequest
 from porter.log import Logger
@@ -208,11 +209,6 @@ class CacheChoice:
                             remote=self.cache_remote)
 
 
-def resolve_toolchain(toolchain_ref: str | None, archs: tuple[str, ...] = (), cpu_isa: str | None = None) -> Toolchain:
-    split = tuple(a for spec in archs for a in spec.split(",") if a)
-    return load_toolchain(toolchain_ref, overrides={"archs": split, "cpu_isa": cpu_isa})
-
-
 @dataclasses.dataclass(frozen=True)
 class ToolchainChoice:
     """``--toolchain`` plus the overrides that sit on top of file/env/preset: the base of a building command's
@@ -223,7 +219,8 @@ class ToolchainChoice:
     cpu_isa: str | None = opt("--cpu-isa", default=None, help="Override the host ISA (-march value).")
 
     def toolchain(self) -> Toolchain:
-        return resolve_toolchain(self.toolchain_ref, self.archs, self.cpu_isa)
+        archs = tuple(a for spec in self.archs for a in spec.split(",") if a)
+        return load_toolchain(self.toolchain_ref, overrides={"archs": archs, "cpu_isa": self.cpu_isa})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,8 +289,6 @@ def submitted_request(component: str, toolchain_ref: str | None, source: str, *,
     """The running command's build as a request its jobs run (:mod:`porter.cluster.request`): every option the
     user gave (on the command line or through the environment: frozen now), paths made absolute, the jobs' own
     compile ``jobs``, and ``last`` for the run after every shard. How to submit is left out."""
-    from click.core import ParameterSource
-
     from porter.cluster.request import RUNNER_OWNS, BuildRequest
 
     ctx = click.get_current_context()
@@ -328,15 +323,6 @@ def into(request: type[Any], *, rest: str = "") -> Callable[[F], F]:
     return decorate
 
 
-def given_on_command_line(*params: str) -> list[str]:
-    """The options among ``params`` the user typed (not their defaults, not PORTER_SLURM_* from the env)."""
-    from click.core import ParameterSource
-
-    ctx = click.get_current_context()
-    opts = {p.name: p.opts[-1] for p in ctx.command.params}
-    return [opts[p] for p in params if ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE]
-
-
 def parse_shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -358,8 +344,11 @@ def path_or_name(value: str) -> str:
 def sharded(req: Any, *, final: str) -> bool:
     """Whether a build submits its shards as Slurm jobs (``--shards N --slurm``), by the rules every sharded build
     keeps; ``final``: the job after the shards (``link``, ``report``), whose ``--FINAL-only`` such jobs run."""
-    if req.shards is None and not req.use_slurm:
-        given = given_on_command_line("wait", "shards_dir", "time_limit", *req.slurm)
+    if req.shards is None and not req.use_slurm:  # then none of its options may be typed (PORTER_SLURM_* may be set)
+        ctx = click.get_current_context()
+        typed = {p.name: p.opts[-1] for p in ctx.command.params
+                 if p.name and ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE}
+        given = [typed[p] for p in ("wait", "shards_dir", "time_limit", *req.slurm) if p in typed]
         if given:
             raise click.UsageError(f"{', '.join(given)}: only with --shards N --slurm")
         return False
@@ -380,6 +369,7 @@ def submit_shards(log: Logger, component: str, req: Any, planner: Callable[[Runn
     standing for its id."""
     import sys
 
+    from porter.cli import emit_json
     from porter.cluster.slurm import shards as sh
     from porter.cluster.slurm.sbatch import SlurmSettings
     from porter.fs import cache_dir
@@ -395,15 +385,7 @@ def submit_shards(log: Logger, component: str, req: Any, planner: Callable[[Runn
     runner = runner_for(log, req.dry_run, echo=not req.dry_run)
     run = sh.submit_build(shard_req, lambda: planner(runner), settings=settings, runner=runner, env=env,
                           dir_given=req.shards_dir is not None, wait=req.wait, log=log)
-    show_shard_run(log, run, as_json, says)
-
-
-def show_shard_run(log: Any, run: Any, as_json: bool, last: str) -> None:
-    """What ``--shards N --slurm`` says: the JSON, the dry run's plan, the status after ``--wait``, or the job ids
-    (``last``: the last job in words, ``{}`` standing for its id); then the error of a failed build."""
-    from porter.cli import emit_json
-    from porter.cluster.slurm import shards as sh
-
+    # what it says: the JSON, the dry run's plan, the status after --wait, or the job ids; then a failed build's error
     if as_json:
         emit_json(run.to_dict())
     elif run.dry_run is not None:
@@ -413,7 +395,7 @@ def show_shard_run(log: Any, run: Any, as_json: bool, last: str) -> None:
     else:
         sub = run.submission or {}
         click.echo(f"array job {sub.get('array_job')} ({run.request.shards} shard(s)), "
-                   + last.format(sub.get("link_job")))
+                   + says.format(sub.get("link_job")))
         log.tip(f"porter ops status {run.request.dir}")
     if run.status is not None:
         err = sh.outcome(run.status)
