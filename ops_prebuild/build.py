@@ -549,17 +549,16 @@ def compile_report(plan: Plan, results: list[OpResult], tc: Toolchain) -> list[d
                              for o in read_code_objects(path) if o.arch == a}
                     tu["code_objects"] = sorted(found)
                     device_archs.append(set(found.values()))
-                tus.append(tu)
-                continue
-            whole = whole and all(Path(st.output).is_file() for st in steps)
-            device = any(a.startswith(("--offload-arch=", "-gencode")) for a in steps[0].argv)
-            if device and Path(steps[0].output).is_file():
-                objects = read_code_objects(steps[0].output)
-                tu["code_objects"] = sorted({o.target for o in objects})
-                if objects:
-                    device_archs.append({o.arch for o in objects})
-                else:  # a device compile of a unit with no kernel in it (host wrappers): nothing to hold per arch
-                    tu["host_only"] = True
+            else:
+                whole = whole and all(Path(st.output).is_file() for st in steps)
+                device = any(a.startswith(("--offload-arch=", "-gencode")) for a in steps[0].argv)
+                if device and Path(steps[0].output).is_file():
+                    objects = read_code_objects(steps[0].output)
+                    tu["code_objects"] = sorted({o.target for o in objects})
+                    if objects:
+                        device_archs.append({o.arch for o in objects})
+                    else:  # a device compile of a unit with no kernel in it (host wrappers): nothing to hold per arch
+                        tu["host_only"] = True
             tus.append(tu)
         ok = r.status != "failed"
         # an op compiled in parts whose failures are all in some archs' device parts: the other archs compiled
