@@ -177,12 +177,10 @@ def fetch_tree(spec: str, *, cache: Path, runner: Runner, hint: str, name: str |
     req = _requirement(name, spec)
     if req:
         dl = cache / "sdists" / "-".join(req)
-        found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []
-        if not found:
+        if not any(dl.glob("*.tar.gz")):
             dl.parent.mkdir(parents=True, exist_ok=True)
             with hold(dl, f"downloading {spec}", say=runner.log.info):
-                found = sorted(dl.glob("*.tar.gz")) if dl.is_dir() else []
-                if not found:  # pip writes into a temp folder; the sdist is published by rename once complete
+                if not any(dl.glob("*.tar.gz")):  # pip writes to a temp folder; the whole sdist is renamed in
                     with owned_temp(dl.parent, ".download-") as tmp:
                         try:
                             runner.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
@@ -197,7 +195,7 @@ def fetch_tree(spec: str, *, cache: Path, runner: Runner, hint: str, name: str |
                             raise ConfigError(f"pip downloaded no sdist for {spec}")
                         dl.mkdir(parents=True, exist_ok=True)
                         os.replace(got[0], dl / got[0].name)
-                    found = sorted(dl.glob("*.tar.gz"))
+        found = sorted(dl.glob("*.tar.gz"))
         tree, provenance = fetch_tree(str(found[0]), cache=cache, runner=runner, hint=hint)
         return tree, {**provenance, "requirement": spec}
     if path.exists():
