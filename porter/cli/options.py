@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -123,8 +124,6 @@ def allowed(value: str | None) -> list[str]:
 def _python_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A relative path to a python (``.venv/bin/python``) is made absolute here: porter runs it from other
     folders (pip in a temp folder, a probe in the build folder). A bare name (``python3``) stays a PATH lookup."""
-    import os
-
     return os.path.abspath(value) if value and "/" in value and not os.path.isabs(value) else value
 
 
