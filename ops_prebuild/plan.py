@@ -222,6 +222,7 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     # ccache makes paths under base_dir relative to where the compiler runs: ninja starts it in the build
     # folder, and a chroot's own cwd is its root, so there it is changed back to the build folder
     cwd = ("env", "-C", ex.inside(build_dir)) if cache is not None and ex.kind == "chroot" else ()
+    before = [*cwd, *cache.prefix()] if cache is not None else []  # what goes before the compiler
     for op in ops:
         hipified = (sources or {}).get(op.name)
         inc_root = build_dir / "hip" if hipified else tree
@@ -240,8 +241,7 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
                     emulated.append((len(plan.steps), argv))
                 elif pch and not compile_only and not dev and _GCC.fullmatch(os.path.basename(argv[at])):
                     shareable.append((len(plan.steps), argv))
-                if cache is not None:
-                    argv = [*argv[:at], *cwd, *cache.prefix(), *argv[at:]]
+                argv = [*argv[:at], *before, *argv[at:]]
                 wrapper = (*measure, f"{out}{COST_SUFFIX}", "--") if compile_only else ()
                 plan.steps.append(Step(op.name, "compile", tuple(argv), str(out), (str(src),), str(out) + ".d",
                                        wrapper, arch=arch))
@@ -249,7 +249,6 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
         plan.objects[op.name] = objs
         if not compile_only:
             _link(plan, op, cat, tc, objs, odir, v)
-    before = [*cwd, *cache.prefix()] if cache is not None else []
     if shareable:
         _share_torch_header(plan, shareable, v, before, at)
     if emulated:  # porter's prelude (torch's extension header and the HIP-on-CPU ones), parsed once per flag set
