@@ -36,8 +36,8 @@ def hipify_sources(tree: Path, ops: list[OpSpec], dest: Path, *, python: str, ru
     for rel in sorted({s.split("/")[0] for o in ops for s in o.sources} | {"csrc"}):
         if (tree / rel).is_dir():  # csrc/, and e.g. deepspeed/ where inference v2 keeps its kernels
             shutil.copytree(tree / rel, staging / rel, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    groups = [[[executor.inside(staging / p) for p in o.include_paths],
-               [executor.inside(staging / s) for s in o.sources]]
+    seen = {s: executor.inside(staging / s) for o in ops for s in o.sources}  # as the build python names them
+    groups = [[[executor.inside(staging / p) for p in o.include_paths], [seen[s] for s in o.sources]]
               for o in ops]  # each op with its own include dirs (see porter/probes/hipify_ext.py)
     mapping: dict[str, str] = run_probe("hipify_ext", [executor.inside(staging), json.dumps(groups)],
                                         python=python, runner=runner, executor=executor, env=make_env(),
@@ -45,12 +45,9 @@ def hipify_sources(tree: Path, ops: list[OpSpec], dest: Path, *, python: str, ru
     sync_tree(staging, dest)
     shutil.rmtree(staging)
     inner = executor.inside(staging)
-
-    def host(path: str) -> str:
-        return str(dest / os.path.relpath(path, inner))  # an in-root path back to the host's (in dest)
-
-    return {o.name: {s: host(mapping.get(executor.inside(staging / s), executor.inside(staging / s)))
-                     for s in o.sources} for o in ops}
+    # each source's in-root path (hipified, or as it was) back to the host's, in dest
+    return {o.name: {s: str(dest / os.path.relpath(mapping.get(seen[s], seen[s]), inner)) for s in o.sources}
+            for o in ops}
 
 
 def sync_tree(src: Path, dest: Path) -> None:
