@@ -81,7 +81,7 @@ def test_ops_build_parses_into_one_request() -> None:
 
 def test_slurm_settings_without_shards_are_refused_by_name() -> None:
     """What --shards N --slurm needs is refused by name without them, the same way for ops build and FlashAttention
-    (one given_on_command_line); before, FlashAttention silently dropped --partition, --time and the others."""
+    (one check in options.sharded); before, FlashAttention silently dropped --partition, --time and the others."""
     from click.testing import CliRunner
 
     for argv in (["wheel", "flash-attn", "--source", "x", "--partition", "p"],
