@@ -17,7 +17,7 @@ Checks, each one named so a job may skip it (``--skip``):
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -58,10 +58,6 @@ class Report:
         return {"site": self.site, "host": self.host, "ok": self.ok, "checks": [asdict(c) for c in self.checks]}
 
 
-def _expandable(value: str) -> bool:
-    return "$" in value
-
-
 def check_env(site: Site, environ: Mapping[str, str]) -> Check:
     wrong: list[str] = []
     want = runtime_env(site)
@@ -69,7 +65,7 @@ def check_env(site: Site, environ: Mapping[str, str]) -> Check:
         got = environ.get(key)
         if got is None or got == "":
             wrong.append(f"{key} is not set (the site sets {value})")
-        elif not _expandable(value) and got != value:
+        elif "$" not in value and got != value:
             wrong.append(f"{key}={got}, the site sets {value}")
     if wrong:
         return Check("env", "failed", "; ".join(wrong))
@@ -117,19 +113,13 @@ def check_miopen(environ: Mapping[str, str], mounts_text: str) -> Check:
     return Check("miopen", "ok", "node-local and writable: " + ", ".join(seen))
 
 
-def plugin_path(site: Site, environ: Mapping[str, str]) -> str:
-    if site.plugin is None:
-        return ""
-    return environ.get(site.plugin.env_var) or os.path.expandvars(site.plugin.library)
-
-
 def check_plugin(site: Site, environ: Mapping[str, str], nodes: int) -> Check:
     from porter.components.netplugin.node import inspect_library, manifest_near
     from porter.components.netplugin.checks import site_refusals
 
     if site.plugin is None:
         return Check("plugin", "skipped", f"site {site.name} names no network plugin")
-    path = plugin_path(site, environ)
+    path = environ.get(site.plugin.env_var) or os.path.expandvars(site.plugin.library)
     if not path:
         status = "note" if nodes == 1 else "failed"
         return Check("plugin", status, f"no {site.plugin.name} library: {site.plugin.env_var} is not set"
@@ -193,16 +183,10 @@ def preflight(site: Site, *, python: str, nodes: int, skip: set[str], environ: M
         mounts_text = Path("/proc/mounts").read_text()
     except OSError:
         mounts_text = ""
-    checks: list[Check] = []
-    for name in ("env", "miopen", "plugin"):
-        if name in skip:
-            checks.append(Check(name, "skipped", "--skip"))
-        elif name == "env":
-            checks.append(check_env(site, environ))
-        elif name == "miopen":
-            checks.append(check_miopen(environ, mounts_text))
-        else:
-            checks.append(check_plugin(site, environ, nodes))
+    first: dict[str, Callable[[], Check]] = {"env": lambda: check_env(site, environ),
+                                             "miopen": lambda: check_miopen(environ, mounts_text),
+                                             "plugin": lambda: check_plugin(site, environ, nodes)}
+    checks = [Check(name, "skipped", "--skip") if name in skip else check() for name, check in first.items()]
     if {"ops", "archs"} - skip:
         checks += check_ops_and_archs(site, python, runner, skip)
     checks += [Check(n, "skipped", "--skip") for n in ("archs", "ops") if n in skip]
