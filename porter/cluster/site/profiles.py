@@ -13,7 +13,7 @@ import dataclasses
 import difflib
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -129,17 +129,7 @@ class Site:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["node"]["devices"] = self.node.devices
-        d["runtime"]["env"] = dict(self.runtime.env)
-        out: dict[str, Any] = _lists(d)
-        return out
-
-
-def _lists(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _lists(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_lists(v) for v in obj]
-    return obj
+        return d
 
 
 # -- loading ----------------------------------------------------------------------------------------------
@@ -217,22 +207,11 @@ def _table(cls: type[Any], data: Mapping[str, Any], where: str, table: str) -> A
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise ConfigError(f"{where}: [{table}] {key} must be a table of strings")
             values[key] = dict(value)
-        elif kind == "int":
-            if not _is(value, int):
-                raise ConfigError(f"{where}: [{table}] {key} must be a whole number, not {shown(value)}")
-            values[key] = value
-        elif kind == "float":
-            if not (_is(value, int) or isinstance(value, float)) or not math.isfinite(value):
-                raise ConfigError(f"{where}: [{table}] {key} must be a number, not {shown(value)}")
-            values[key] = float(value)
-        elif kind == "bool":
-            if not isinstance(value, bool):
-                raise ConfigError(f"{where}: [{table}] {key} must be true or false, not {shown(value)}")
-            values[key] = value
         else:
-            if not isinstance(value, str):
-                raise ConfigError(f"{where}: [{table}] {key} must be a string, not {shown(value)}")
-            values[key] = value
+            fits, what = _SCALARS.get(kind, _SCALARS["str"])
+            if not fits(value):
+                raise ConfigError(f"{where}: [{table}] {key} must be {what}, not {shown(value)}")
+            values[key] = float(value) if kind == "float" else value
     try:
         return cls(**values)
     except TypeError as exc:  # a required key is missing
@@ -246,6 +225,15 @@ def _is(value: Any, kind: type) -> bool:
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool) and value in _INT64
     return isinstance(value, kind)
+
+
+_SCALARS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "int": (lambda v: _is(v, int), "a whole number"),
+    "float": (lambda v: (_is(v, int) or isinstance(v, float)) and math.isfinite(v), "a number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+}
+"""What a field of each scalar type accepts from TOML, and how a refusal names it."""
 
 
 def _validate(site: Site, where: str) -> None:
