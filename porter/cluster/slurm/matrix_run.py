@@ -30,6 +30,7 @@ import shlex
 import shutil
 import socket
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,8 +244,6 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
 
 def _cell_entry(plan: Plan, cell: Cell) -> dict[str, Any]:
     """One cell as the report shows it, read from its result file and its wheel's manifest."""
-    import json
-
     from porter.artifacts.manifest import manifest_path, read_manifest
 
     entry: dict[str, Any] = {"index": cell.index, "id": cell.id, "component": cell.component, "source": cell.source,
@@ -280,9 +279,7 @@ def _cell_entry(plan: Plan, cell: Cell) -> dict[str, Any]:
 
 def collect(plan: Plan) -> dict[str, Any]:
     cells = [_cell_entry(plan, c) for c in plan.cells]
-    counts: dict[str, int] = {}
-    for c in cells:
-        counts[c["status"]] = counts.get(c["status"], 0) + 1
+    counts = dict(Counter(c["status"] for c in cells))
     return {"name": plan.name, "dir": str(plan.dir), "wheelhouse": str(plan.wheelhouse), "counts": counts,
             "cells": cells}
 
@@ -317,8 +314,6 @@ def finish(directory: str | os.PathLike[str], *, log: Logger | None = None) -> d
 
 
 def read_report(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
-    import json
-
     path = Path(directory) / REPORT
     try:
         data: dict[str, Any] = json.loads(path.read_text())

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,9 +210,7 @@ def status(directory: str | Path) -> dict[str, Any]:
 
 
 def describe(doc: Mapping[str, Any]) -> list[str]:
-    counts: dict[str, int] = {}
-    for t in doc["tasks"]:
-        counts[t["status"]] = counts.get(t["status"], 0) + 1
+    counts = Counter(t["status"] for t in doc["tasks"])
     sub = doc.get("submission") or {}
     lines = [f"[{doc['state']}] {doc['shards']} shard(s)"
              + (f" (array job {sub['array_job']}, link job {sub['link_job']})" if sub.get("array_job") else "")
@@ -270,8 +269,6 @@ class ShardRun:
 
 
 def check_shards(shards: int, facts: BuildFacts) -> None:
-    if shards < 1:
-        raise ConfigError(f"--shards must be at least 1, not {shards}")
     if facts.compile_steps == 0:
         raise ConfigError("the build's plan has no compile step to shard", hint="check --ops and the toolchain")
     if shards > facts.compile_steps:
@@ -331,8 +328,6 @@ def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settin
     with what a real run here would refuse."""
     log = log or quiet_logger()
     dry_run = runner.dry
-    if req.shards < 1:
-        raise ConfigError(f"--shards must be at least 1, not {req.shards}")
     programs: sl.Programs | None = None
     refusal: str | None = None
     try:
