@@ -14,6 +14,7 @@ holds, so a folder on a filesystem every node sees is all they need.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import shutil
@@ -26,7 +27,6 @@ from typing import Any
 from porter import __version__
 from porter.cluster.slurm import sbatch as sl
 from porter.fs import atomic_write_json, atomic_write_text
-from porter.log import Logger
 from porter.run import Runner
 
 SUBMISSION = "submission.json"
@@ -124,20 +124,15 @@ class JobFolder:
                         index_script=self.final_script, settings=settings, programs=programs, runner=runner,
                         env=env, task_log=f"{self.task}-%a.log", final=self.final, **extra)
         record = {"array_job": sub.array_job, f"{self.final}_job": sub.index_job, "array_argv": sub.array_argv,
-                  f"{self.final}_argv": sub.index_argv, "settings": settings.to_dict(), "submitted": now()}
+                  f"{self.final}_argv": sub.index_argv, "settings": dataclasses.asdict(settings), "submitted": now()}
         atomic_write_json(self.submission_path, record)
         return sub, record
 
-    def wait(self, done: Path, sub: sl.Submission, *, programs: sl.Programs, runner: Runner, env: Mapping[str, str],
-             log: Logger, poll: float, lost_hint: str | None = None, check_every: float = 10.0) -> None:
-        sl.wait_for(done, submission=sub, programs=programs, runner=runner, env=env, log=log, poll=poll,
-                    check_every=check_every, final=self.final, lost_hint=lost_hint)
-
-    def still_running_warning(self, finished: bool) -> str | None:
+    def still_running_warning(self, finished: bool) -> list[str]:
         """A warning when the folder holds a submission whose final job left nothing yet: its jobs may
         still run and would write into the new run's files."""
         sub = self.submission()
         if sub is None or finished:
-            return None
-        return (f"{self.dir} holds an earlier submission without a result from its {self.final} job: its jobs "
-                f"{sub.get('array_job')} and {sub.get(f'{self.final}_job')} may still run (scancel them)")
+            return []
+        return [f"{self.dir} holds an earlier submission without a result from its {self.final} job: its jobs "
+                f"{sub.get('array_job')} and {sub.get(f'{self.final}_job')} may still run (scancel them)"]

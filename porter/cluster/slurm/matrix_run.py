@@ -24,6 +24,7 @@ rule, so a local run rehearses the cluster run exactly.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -119,15 +120,12 @@ def preflight(plan: Plan, *, force: bool) -> list[str]:
     writable, and a folder that already holds a matrix is only reused with ``--force``. Returns warnings."""
     ensure_writable_dir(plan.dir, what="matrix folder", option="--dir")
     ensure_writable_dir(plan.wheelhouse, what="wheelhouse", option="-o")
-    warnings: list[str] = []
-    if (plan.dir / PLAN).exists():
-        if not force:
-            raise ConfigError(f"{plan.dir} already holds a matrix ({PLAN})",
-                              hint="pass --force to replace its plan and results (wheels are kept), "
-                                   "or another --dir")
-        running = plan.folder.still_running_warning((plan.dir / REPORT).exists())
-        warnings += [running] if running else []
-    return warnings
+    if not (plan.dir / PLAN).exists():
+        return []
+    if not force:
+        raise ConfigError(f"{plan.dir} already holds a matrix ({PLAN})",
+                          hint="pass --force to replace its plan and results (wheels are kept), or another --dir")
+    return plan.folder.still_running_warning((plan.dir / REPORT).exists())
 
 
 def write_plan(plan: Plan, *, force: bool) -> None:
@@ -230,10 +228,8 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
                 doc["error"] = first_error(output)
     else:
         doc.update(status="failed", error=first_error(output))
-    try:
+    with contextlib.suppress(OSError):
         out.rmdir()  # empty once shipped; what a failed build left stays for a look
-    except OSError:
-        pass
     atomic_write_json(plan.result_path(cell), doc)
     log.info(f"cell {cell.index} {cell.id}: {doc['status']} in {seconds:.1f} s"
              + (f": {doc['wheel']}" if doc.get("wheel") else f"; log {plan.build_log(cell)}"))
@@ -428,7 +424,8 @@ class RunResult:
         return {"mode": self.mode, "dir": str(self.plan.dir), "submission": self.submission, "report": self.report}
 
 
-def _dry_run_lines(plan: Plan, mode: str, argvs: list[list[str]], refusal: str | None) -> list[str]:
+def _dry_run_lines(plan: Plan, argvs: list[list[str]], refusal: str | None) -> list[str]:
+    """The plan as text, then the Slurm submission's commands (``argvs``, none to run the cells here)."""
     from porter.errors import refusal_line
 
     lines = [f"# matrix {plan.name}: {len(plan.cells)} cell(s) in {plan.dir}, wheels into {plan.wheelhouse}"]
@@ -439,7 +436,7 @@ def _dry_run_lines(plan: Plan, mode: str, argvs: list[list[str]], refusal: str |
         lines.append(shlex.join(plan.argv(cell)))
     lines.append(f"# then: index {plan.wheelhouse} and write {plan.dir / REPORT}")
     lines.append(shlex.join([plan.python, "-m", "porter", "matrix", "finish", str(plan.dir)]))
-    if mode == "slurm":
+    if argvs:
         lines.append("# submitted as:")
         lines += [shlex.join(a) for a in argvs]
     if refusal:
@@ -457,37 +454,27 @@ def run_matrix(matrix: Matrix, *, mode: str, force: bool, runner: Runner, env: M
     dry_run = runner.dry
     plan = plan_of(matrix)
     settings = settings if settings is not None else matrix.slurm
-    programs: sl.Programs | None = None
-    refusal = None
-    if mode == "slurm":
-        try:
-            programs = sl.find_programs(env)
-        except ToolError as exc:
-            if not dry_run:
-                raise
-            refusal = exc.message
+    programs, refusal = sl.programs_or_refusal(env, runner) if mode == "slurm" else (None, None)
     warnings = preflight(plan, force=force)
+    name, tasks = f"porter-matrix-{plan.name}", len(plan.cells)
     if dry_run:
-        argvs: list[list[str]] = []
-        if mode == "slurm":
-            argvs = plan.folder.argvs(name=f"porter-matrix-{plan.name}", tasks=len(plan.cells), settings=settings,
-                                      programs=programs)
-        return RunResult(plan, mode, dry_run=_dry_run_lines(plan, mode, argvs, refusal))
+        slurm = mode == "slurm"
+        argvs = plan.folder.argvs(name=name, tasks=tasks, settings=settings, programs=programs) if slurm else []
+        return RunResult(plan, mode, dry_run=_dry_run_lines(plan, argvs, refusal))
+    if mode == "slurm":
+        warnings += sl.local_disk_warnings({"matrix folder": plan.dir, "python": plan.python})
     for w in warnings:
         log.warn(w)
-    if mode == "slurm":
-        for warning in sl.local_disk_warnings({"matrix folder": plan.dir, "python": plan.python}):
-            log.warn(warning)
     write_plan(plan, force=force)
     if mode == "local":
         return RunResult(plan, mode, report=run_local(plan, runner=runner, env=env, log=log))
     assert programs is not None
-    sub, submission = plan.folder.submit(name=f"porter-matrix-{plan.name}", tasks=len(plan.cells),
-                                         settings=settings, programs=programs, runner=runner, env=env)
+    sub, submission = plan.folder.submit(name=name, tasks=tasks, settings=settings, programs=programs, runner=runner,
+                                         env=env)
     log.info(f"submitted {len(plan.cells)} cell(s) as array job {sub.array_job} (at most "
              f"{min(settings.max_parallel, len(plan.cells))} at once) and index job {sub.index_job} "
              f"(afterok:{sub.array_job})")
     if not wait:
         return RunResult(plan, mode, submission=submission)
-    plan.folder.wait(plan.dir / REPORT, sub, programs=programs, runner=runner, env=env, log=log, poll=poll)
+    sl.wait_for(plan.dir / REPORT, submission=sub, programs=programs, runner=runner, env=env, log=log, poll=poll)
     return RunResult(plan, mode, report=read_report(plan.dir), submission=submission)

@@ -112,18 +112,11 @@ class SlurmSettings:
             changes["sbatch_args"] = self.sbatch_args + changes["sbatch_args"]
         return dataclasses.replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["sbatch_args"] = list(self.sbatch_args)
-        return d
-
     def common_args(self) -> list[str]:
         """Options every job gets: where it runs and who pays."""
         out = [f"--{k}={v}" for k, v in (("partition", self.partition), ("account", self.account),
                                           ("qos", self.qos)) if v]
         return out + list(self.sbatch_args)
-
-
 
 
 @dataclass(frozen=True)
@@ -150,6 +143,17 @@ def find_programs(env: Mapping[str, str], *, what: str = "the matrix", local: st
     sbatch, scontrol = found["sbatch"], found["scontrol"]
     assert sbatch is not None and scontrol is not None
     return Programs(sbatch, scontrol, found["squeue"], found["scancel"])
+
+
+def programs_or_refusal(env: Mapping[str, str], runner: Runner, **where: str) -> tuple[Programs | None, str | None]:
+    """:func:`find_programs` (``where``: its ``what`` and ``local``); where they are missing, a dry run (a recording
+    ``runner``) gets the refusal to end with instead of the error."""
+    try:
+        return find_programs(env, **where), None
+    except ToolError as exc:
+        if not runner.dry:
+            raise
+        return None, exc.message
 
 
 def local_disk_warnings(paths: Mapping[str, str | Path]) -> list[str]:
@@ -200,9 +204,6 @@ class Submission:
     index_job: str
     array_argv: list[str]
     index_argv: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def submit(*, name: str, cells: int, directory: Path, cell_script: Path, index_script: Path,

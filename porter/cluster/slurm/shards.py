@@ -35,7 +35,7 @@ from porter import __version__
 from porter.cluster.request import BuildRequest, write_request
 from porter.cluster.slurm import sbatch as sl
 from porter.cluster.slurm.folder import JobFolder, read_exit_code, read_json
-from porter.errors import CheckFailed, ConfigError, PorterError, ToolError, refusal_line
+from porter.errors import CheckFailed, ConfigError, PorterError, refusal_line
 from porter.fs import atomic_write_json, ensure_writable_dir
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
@@ -284,8 +284,7 @@ def preflight(req: ShardRequest) -> list[str]:
     ensure_writable_dir(req.cache, what="porter cache (the shared build folder)", option="PORTER_CACHE_DIR=")
     warnings = sl.local_disk_warnings({"shards folder": req.dir, "porter cache": req.cache,
                                        "wheelhouse": req.wheelhouse, "python": req.python})
-    running = req.folder.still_running_warning(read_exit_code(req.link_exit) is not None)
-    return warnings + ([running] if running else [])
+    return warnings + req.folder.still_running_warning(read_exit_code(req.link_exit) is not None)
 
 
 def _dry_run_lines(req: ShardRequest, settings: sl.SlurmSettings, programs: sl.Programs | None,
@@ -328,14 +327,7 @@ def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settin
     with what a real run here would refuse."""
     log = log or quiet_logger()
     dry_run = runner.dry
-    programs: sl.Programs | None = None
-    refusal: str | None = None
-    try:
-        programs = sl.find_programs(env, what="the shards", local=LOCAL)
-    except ToolError as exc:
-        if not dry_run:
-            raise
-        refusal = exc.message
+    programs, refusal = sl.programs_or_refusal(env, runner, what="the shards", local=LOCAL)
     if not dry_run:  # before the planner writes anything (it unpacks the source into the cache)
         ensure_writable_dir(req.cache, what="porter cache (the shared build folder)", option="PORTER_CACHE_DIR=")
         ensure_writable_dir(req.wheelhouse, what="wheelhouse", option="-o")
@@ -366,9 +358,9 @@ def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settin
     log.info(f"submitted {req.shards} shard(s) as array job {sub.array_job} and link job {sub.index_job} "
              f"(afterok:{sub.array_job}); the wheel will land in {req.wheelhouse}")
     if wait:
-        req.folder.wait(req.link_exit, sub, programs=programs, runner=runner, env=env, log=log, poll=poll,
-                        check_every=check_every,
-                        lost_hint=f"a shard failed or was lost, so afterok:{sub.array_job} never held; read "
-                                  f"'porter ops status {req.dir}' and the logs in {req.dir / 'logs'}")
+        sl.wait_for(req.link_exit, submission=sub, programs=programs, runner=runner, env=env, log=log, poll=poll,
+                    check_every=check_every, final="link",
+                    lost_hint=f"a shard failed or was lost, so afterok:{sub.array_job} never held; read "
+                              f"'porter ops status {req.dir}' and the logs in {req.dir / 'logs'}")
         run.status = status(req.dir)
     return run
