@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from porter.cluster.site.profiles import Site, runtime_env
+from porter.cluster.site.profiles import Site, runtime_env, site_names
 from porter.components.megatron.launch import CONFIG, training_args, training_config
 from porter.errors import ConfigError
 from porter.fs import atomic_write_json, atomic_write_text, ensure_writable_dir
@@ -43,6 +43,8 @@ from porter.fs import atomic_write_json, atomic_write_text, ensure_writable_dir
 GIB = 1 << 30
 USABLE = 0.9
 PLAN_SCHEMA = "porter.launch-plan/1"
+SHAPE = ("layers", "hidden", "heads", "seq", "vocab")
+"""A model's shape: what a preset fixes and the command line may override."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +57,7 @@ class Model:
     vocab: int = 51200
 
     def __post_init__(self) -> None:
-        for key in ("layers", "hidden", "heads", "seq", "vocab"):
+        for key in SHAPE:
             if getattr(self, key) < 1:
                 raise ConfigError(f"model {self.name}: {key} must be >= 1, not {getattr(self, key)}")
         if self.hidden % self.heads:
@@ -78,8 +80,7 @@ MODELS: dict[str, Model] = {m.name: m for m in (
 def model_of(preset: str | None, *, layers: int | None = None, hidden: int | None = None, heads: int | None = None,
              seq: int | None = None, vocab: int | None = None) -> Model:
     """A named preset (its fields overridable) or a shape given whole."""
-    given = {k: v for k, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("seq", seq),
-                               ("vocab", vocab)) if v is not None}
+    given = {k: v for k, v in zip(SHAPE, (layers, hidden, heads, seq, vocab)) if v is not None}
     if preset is not None:
         if preset not in MODELS:
             import difflib
@@ -88,8 +89,7 @@ def model_of(preset: str | None, *, layers: int | None = None, hidden: int | Non
             raise ConfigError(f"unknown model preset {preset!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
                               hint=f"presets: {', '.join(MODELS)}; or give --layers --hidden --heads")
         base = MODELS[preset]
-        return Model(name=base.name if not given else f"{base.name}-custom",
-                     **{k: given.get(k, getattr(base, k)) for k in ("layers", "hidden", "heads", "seq", "vocab")})
+        return dataclasses.replace(base, name=base.name if not given else f"{base.name}-custom", **given)
     missing = [k for k in ("layers", "hidden", "heads") if k not in given]
     if missing:
         raise ConfigError(f"no model: give --model PRESET or --{' --'.join(missing)}",
@@ -304,12 +304,9 @@ def sbatch_script(p: Plan, site: Site, opts: JobOptions, *, config: Path, site_r
              f"#SBATCH --ntasks-per-node={n.devices}", f"#SBATCH --cpus-per-task={n.cores_per_gcd}"]
     if sch.request_gpus:
         lines.append(f"#SBATCH --gpus-per-node={n.devices}")
-    for key, value in (("partition", opts.partition or sch.partition), ("qos", sch.qos),
-                       ("account", opts.account), ("time", opts.time or sch.time)):
-        if value:
-            lines.append(f"#SBATCH --{key}={value}")
-    for arg in sch.sbatch_args + (n.nvme_sbatch if opts.broadcast_env and n.nvme else ()):
-        lines.append(f"#SBATCH {arg}")
+    lines += [f"#SBATCH --{key}={value}" for key, value in (("partition", opts.partition or sch.partition),
+              ("qos", sch.qos), ("account", opts.account), ("time", opts.time or sch.time)) if value]
+    lines += [f"#SBATCH {arg}" for arg in sch.sbatch_args + (n.nvme_sbatch if opts.broadcast_env and n.nvme else ())]
     lines += ["", f"# written by porter launch write: {p.model.name} on {p.nodes} node(s) of {site.name}, "
               f"TP {p.tp} x PP {p.pp} x DP {p.dp}, ZeRO-{p.zero_stage}",
               f"# memory per device: {p.memory.describe()}", "set -euo pipefail", ""]
@@ -359,19 +356,11 @@ def write_job(p: Plan, site: Site, opts: JobOptions, out_dir: Path) -> Written:
     atomically)."""
     out_dir = ensure_writable_dir(out_dir.resolve(), what="job folder", option="-o", create=True)
     config = out_dir / CONFIG
-    site_ref = site.file if site.file and Path(site.file).is_file() and not _builtin(site) else site.name
+    builtin = site.name in site_names() and Path(site.file).parent.parts[-2:] == ("site", "builtin")
+    site_ref = site.file if site.file and Path(site.file).is_file() and not builtin else site.name
     atomic_write_json(config, training_config(p))
     atomic_write_json(out_dir / "plan.json", p.to_dict())
     script = out_dir / "job.sbatch"
     atomic_write_text(script, sbatch_script(p, site, opts, config=config, site_ref=site_ref))
     script.chmod(0o755)
     return Written(script, config, out_dir / "plan.json")
-
-
-def _builtin(site: Site) -> bool:
-    from porter.cluster.site.profiles import site_names
-
-    return site.name in site_names() and Path(site.file).parent.name == "builtin" and \
-        Path(site.file).parent.parent.name == "site"
-
-
