@@ -28,6 +28,7 @@ written or submitted.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -81,16 +82,11 @@ class Cell:
         return BuildRequest(self.component, options, self.args)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "id": self.id, "component": self.component, "source": self.source,
-                "toolchain": self.toolchain, "toolchain_name": self.toolchain_name, "label": self.label,
-                "ops": list(self.ops), "python": self.python, "jobs": self.jobs, "args": list(self.args)}
+        return dataclasses.asdict(self) | {"ops": list(self.ops), "args": list(self.args)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Cell:
-        return cls(index=int(d["index"]), id=str(d["id"]), component=str(d["component"]), source=str(d["source"]),
-                   toolchain=str(d["toolchain"]), toolchain_name=str(d["toolchain_name"]), label=str(d["label"]),
-                   ops=tuple(str(o) for o in d.get("ops", ())), python=d.get("python"), jobs=d.get("jobs"),
-                   args=tuple(str(a) for a in d["args"]))
+        return cls(**{**d, "ops": tuple(d.get("ops", ())), "args": tuple(d["args"])})
 
 
 @dataclass(frozen=True)
@@ -109,8 +105,6 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-") or "x"
 
 
-
-
 def _strings(value: Any, where: str, key: str) -> list[str]:
     if value is None:
         return []
@@ -122,16 +116,6 @@ def _strings(value: Any, where: str, key: str) -> list[str]:
         raise ConfigError(f"{where}: {key!r} holds {nul!r}, with a NUL byte",
                           hint="no path, name, version or argument can contain NUL; remove it")
     return list(value)
-
-
-def _is_file_ref(ref: str) -> bool:
-    return ref.endswith(".toml") or "/" in ref
-
-
-def _source_stem(source: str) -> str:
-    if "==" in source:
-        return source.split("==", 1)[1]
-    return _SDIST.sub("", Path(source).name)
 
 
 def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[str] | None = None,
@@ -187,13 +171,11 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
         raise ConfigError(f"{where}: {len(problems)} problem(s) in the matrix; nothing was submitted:\n  "
                           + "\n  ".join(problems),
                           hint="fix the matrix file; porter toolchain list shows the presets")
-    cells: list[Cell] = []
-    for index, c in enumerate(planned):
-        cells.append(Cell(index=index, id=c["id"], component=c["component"], source=c["source"],
-                          toolchain=c["toolchain"], toolchain_name=c["toolchain_name"], label=c["label"],
-                          ops=tuple(c["ops"]), python=build_python, jobs=jobs, args=tuple(c["args"])))
+    cells = tuple(Cell(index=index, ops=tuple(c["ops"]), python=build_python, jobs=jobs, args=tuple(c["args"]),
+                       **{k: c[k] for k in ("id", "component", "source", "toolchain", "toolchain_name", "label")})
+                  for index, c in enumerate(planned))
     return Matrix(name=_safe(name), file=file, dir=folder, wheelhouse=house, python=python or sys.executable,
-                  cells=tuple(cells), slurm=slurm)
+                  cells=cells, slurm=slurm)
 
 
 def _python_and_jobs(data: Mapping[str, Any], where: str) -> tuple[str | None, int | None]:
@@ -244,14 +226,15 @@ def _entry_cells(entry: dict[str, Any], ewhere: str, default_tcs: list[str], her
     items: list[tuple[str, str, str | None]] = [(v, f"{comp}=={v}", None) for v in versions]
     for s in sources:
         p = s if "==" in s else str(here(s))
-        items.append((_source_stem(p), p, s))
+        items.append((p.split("==", 1)[1] if "==" in p else _SDIST.sub("", Path(p).name), p, s))
     cells = []
     for stem, source, given in items:
         for ref in tcs:
-            tc_name = Path(ref).stem if _is_file_ref(ref) else ref
+            is_file = ref.endswith(".toml") or "/" in ref  # a profile file; else a preset's name
+            tc_name = Path(ref).stem if is_file else ref
             cells.append({"id": _safe("-".join(x for x in (comp, tag, stem, tc_name) if x)), "component": comp,
-                          "source": source, "given": given, "toolchain": str(here(ref)) if _is_file_ref(ref) else ref,
-                          "ref": ref, "toolchain_name": tc_name, "ops": ops, "args": args, "where": ewhere})
+                          "source": source, "given": given, "toolchain": str(here(ref)) if is_file else ref,
+                          "toolchain_name": tc_name, "ops": ops, "args": args, "where": ewhere})
     return cells
 
 
@@ -282,11 +265,10 @@ def _check_cells(planned: list[dict[str, Any]], environ: Mapping[str, str] | Non
         if tc is None:
             continue
         c["label"] = labels.make(tc)
-        key = (c["component"], c["source"], labels.make(tc))
-        if key in wheels and wheels[key] != c["id"]:
-            problems.append(f"cells {wheels[key]} and {c['id']}: both would write the same wheel "
-                            f"({c['component']} from {c['source']} labelled +{labels.make(tc)})")
-        wheels.setdefault(key, c["id"])
+        first = wheels.setdefault((c["component"], c["source"], c["label"]), c["id"])
+        if first != c["id"]:
+            problems.append(f"cells {first} and {c['id']}: both would write the same wheel "
+                            f"({c['component']} from {c['source']} labelled +{c['label']})")
 
 
 def _check_components(planned: list[dict[str, Any]], problems: list[str]) -> None:

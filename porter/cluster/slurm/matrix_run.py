@@ -154,7 +154,6 @@ def _slurm_ids(env: Mapping[str, str]) -> dict[str, str]:
     return {k: env[v] for k, v in keys.items() if env.get(v)}
 
 
-
 def _move(src: Path, dest: Path) -> None:
     """Rename ``src`` onto ``dest``; across filesystems, copy beside ``dest`` and rename."""
     try:
