@@ -27,7 +27,7 @@ import dataclasses
 import shlex
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -249,7 +249,6 @@ class ShardRun:
     status: dict[str, Any] | None = None
     """After --wait: the build's status (the link job's wheel)."""
     dry_run: list[str] | None = None
-    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         req = self.request
@@ -266,15 +265,6 @@ class ShardRun:
         if self.status is not None:
             doc.update(status=self.status, wheel=self.status["link"].get("wheel"))
         return doc
-
-
-def check_shards(shards: int, facts: BuildFacts) -> None:
-    if facts.compile_steps == 0:
-        raise ConfigError("the build's plan has no compile step to shard", hint="check --ops and the toolchain")
-    if shards > facts.compile_steps:
-        raise ConfigError(f"{shards} shards for {facts.compile_steps} compile step(s): some shards would "
-                          "compile nothing",
-                          hint=f"pass --shards {facts.compile_steps} or fewer")
 
 
 def preflight(req: ShardRequest) -> list[str]:
@@ -311,11 +301,6 @@ def build_key(build_dir: Path) -> str:
     return build_dir.parent.name if build_dir.name == "build" else build_dir.name
 
 
-def default_dir(cache: Path, build_dir: Path) -> Path:
-    """Where a sharded build's folder goes unless --dir says: beside its build folder's name, in the cache."""
-    return cache / "shards" / build_key(build_dir)
-
-
 def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settings: sl.SlurmSettings,
                  runner: Runner, env: Mapping[str, str], dir_given: bool = True,
                  wait: bool = False, log: Logger | None = None, poll: float = 0.5,
@@ -323,8 +308,8 @@ def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settin
     """``porter ops build --shards N --slurm``: find sbatch, check the folders, read the build's plan
     (``planner``: a dry run of the same build), write the folder, submit the held array and the link job
     (afterok), release; with ``wait``, until the link job recorded its exit code. ``dir_given`` False:
-    ``req.dir`` is replaced by :func:`default_dir`. A dry run (a recording ``runner``) describes it all and ends
-    with what a real run here would refuse."""
+    ``req.dir`` becomes ``shards/<the build's key>`` in the cache. A dry run (a recording ``runner``) describes it
+    all and ends with what a real run here would refuse."""
     log = log or quiet_logger()
     dry_run = runner.dry
     programs, refusal = sl.programs_or_refusal(env, runner, what="the shards", local=LOCAL)
@@ -336,8 +321,12 @@ def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settin
     facts = planner()
     req = req.with_facts(facts)
     if not dir_given:
-        req = dataclasses.replace(req, dir=default_dir(req.cache, facts.build_dir))
-    check_shards(req.shards, facts)
+        req = dataclasses.replace(req, dir=req.cache / "shards" / build_key(facts.build_dir))
+    if facts.compile_steps == 0:
+        raise ConfigError("the build's plan has no compile step to shard", hint="check --ops and the toolchain")
+    if req.shards > facts.compile_steps:
+        raise ConfigError(f"{req.shards} shards for {facts.compile_steps} compile step(s): some shards would "
+                          "compile nothing", hint=f"pass --shards {facts.compile_steps} or fewer")
     if dry_run:
         try:
             preflight(req)
@@ -348,8 +337,8 @@ def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settin
         raise CheckFailed(f"the build would be refused: {facts.refusal}",
                           hint="fix it before submitting; nothing was submitted")
     assert programs is not None
-    run = ShardRun(req, warnings=preflight(req))
-    for w in run.warnings:
+    run = ShardRun(req)
+    for w in preflight(req):
         log.warn(w)
     write_jobs(req)
     sub, run.submission = req.folder.submit(
