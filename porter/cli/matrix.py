@@ -30,8 +30,7 @@ def matrix() -> None:
 def _show(doc: dict[str, Any]) -> None:
     from porter.cluster.slurm.matrix_run import describe
 
-    for line in describe(doc):
-        click.echo(line)
+    click.echo("\n".join(describe(doc)))
 
 
 def _exit_for(doc: dict[str, Any]) -> None:

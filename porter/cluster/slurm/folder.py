@@ -76,12 +76,8 @@ class JobFolder:
     def final_log(self) -> Path:
         return self.dir / "logs" / f"{self.final}.log"
 
-    @property
-    def submission_path(self) -> Path:
-        return self.dir / SUBMISSION
-
     def submission(self) -> dict[str, Any] | None:
-        return read_json(self.submission_path)
+        return read_json(self.dir / SUBMISSION)
 
     def reset(self, *folders: str, files: tuple[str, ...] = ()) -> None:
         """Empty ``jobs/``, ``logs/`` and the run's own ``folders`` (made anew), and remove the submission
@@ -125,7 +121,7 @@ class JobFolder:
                         env=env, task_log=f"{self.task}-%a.log", final=self.final, **extra)
         record = {"array_job": sub.array_job, f"{self.final}_job": sub.index_job, "array_argv": sub.array_argv,
                   f"{self.final}_argv": sub.index_argv, "settings": dataclasses.asdict(settings), "submitted": now()}
-        atomic_write_json(self.submission_path, record)
+        atomic_write_json(self.dir / SUBMISSION, record)
         return sub, record
 
     def still_running_warning(self, finished: bool) -> list[str]:

@@ -251,10 +251,8 @@ def _cell_entry(plan: Plan, cell: Cell) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as exc:
         entry.update(status="failed", error=f"result file unreadable: {exc}")
         return entry
-    for key in ("status", "returncode", "seconds", "host", "started", "finished", "error", "log", "slurm",
-                "wheel", "wheel_path"):
-        if key in result:
-            entry[key] = result[key]
+    entry.update((k, result[k]) for k in ("status", "returncode", "seconds", "host", "started", "finished", "error",
+                                          "log", "slurm", "wheel", "wheel_path") if k in result)
     if entry["status"] == "running":
         entry.update(status="incomplete", error=f"started on {result.get('host')} at {result.get('started')} "
                                                 "and left no result: still running, or killed (see job_log)")
@@ -288,19 +286,17 @@ def finish(directory: str | os.PathLike[str], *, log: Logger | None = None) -> d
     plan = read_plan(directory)
     started = now()
     doc = collect(plan)
-    shipped = [c for c in doc["cells"] if c["status"] in SHIPPED]
     index: dict[str, Any] | None = None
-    index_error = None
-    if shipped:
+    index_error: str | None = "no cell built a wheel; nothing to index"
+    if any(c["status"] in SHIPPED for c in doc["cells"]):
         try:
             written = write_index(plan.wheelhouse)
         except PorterError as exc:
             index_error = exc.message
         else:
+            index_error = None
             index = {"simple": str(plan.wheelhouse / "simple"), "manifest": str(plan.wheelhouse / INDEX_NAME),
                      "wheels": len(written["wheels"])}
-    else:
-        index_error = "no cell built a wheel; nothing to index"
     report = {"schema": REPORT_SCHEMA, "porter_version": __version__, **doc, "index": index,
               "index_error": index_error, "index_started": started, "finished": now()}
     atomic_write_json(plan.dir / REPORT, report)
@@ -309,9 +305,8 @@ def finish(directory: str | os.PathLike[str], *, log: Logger | None = None) -> d
 
 
 def read_report(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
-    path = Path(directory) / REPORT
     try:
-        data: dict[str, Any] = json.loads(path.read_text())
+        data: dict[str, Any] = json.loads((Path(directory) / REPORT).read_text())
     except FileNotFoundError:
         return None
     return data
