@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +109,7 @@ def write_cmd(req: LaunchWriteOptions, as_json: bool) -> None:
                       broadcast_env=req.broadcast_env, preflight_skip=req.preflight_skip, job_name=req.job_name)
     written = write_job(p, site, opts, req.out_dir)
     if as_json:
-        emit_json({"plan": p.to_dict(), "written": written.to_dict()})
+        emit_json({"plan": p.to_dict(), "written": asdict(written)})  # its paths as text
     else:
         click.echo("\n".join(p.describe()))
         click.echo(f"wrote {written.script}, {written.config}, {written.plan}")

@@ -347,9 +347,6 @@ class Written:
     config: Path
     plan: Path
 
-    def to_dict(self) -> dict[str, str]:
-        return {k: str(v) for k, v in dataclasses.asdict(self).items()}
-
 
 def write_job(p: Plan, site: Site, opts: JobOptions, out_dir: Path) -> Written:
     """``job.sbatch``, the training's config (:data:`CONFIG`) and ``plan.json`` in ``out_dir`` (each written
