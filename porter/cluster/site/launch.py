@@ -245,7 +245,7 @@ def plan(site: Site, model: Model, *, nodes: int, tp: int | None = None, pp: int
         raise ConfigError(f"no TP x PP divides {world} devices with {model.layers} layers and {model.heads} heads",
                           hint="change --nodes or give --tp and --pp")
     capacity = int(site.node.device_memory_gib * GIB)
-    best: Plan | None = None
+    tried: list[Plan] = []
     for t, p in candidates:
         dp = world // (t * p)
         if global_batch is not None:
@@ -262,9 +262,8 @@ def plan(site: Site, model: Model, *, nodes: int, tp: int | None = None, pp: int
                     zero_stage=zero_stage, recompute=recompute, memory=mem, notes=tuple(notes))
         if mem.fits:
             return cand
-        if best is None or mem.total < best.memory.total:
-            best = cand
-    assert best is not None  # the layout that came closest is the one the refusal names
+        tried.append(cand)
+    best = min(tried, key=lambda c: c.memory.total)  # the layout that came closest is the one the refusal names
     what = f"TP {best.tp} x PP {best.pp} x DP {best.dp}"
     raise ConfigError(f"{model.name} ({model.parameters / 1e9:.1f}B parameters) does not fit on {nodes} node(s) of "
                       f"{site.name}: with {what}, the closest layout, a device needs {best.memory.describe()}",

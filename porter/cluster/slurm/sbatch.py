@@ -127,10 +127,8 @@ class Programs:
     scancel: Path | None
 
 
-LOCAL_MATRIX = "run the cells on this machine one after another with --local"
-
-
-def find_programs(env: Mapping[str, str], *, what: str = "the matrix", local: str = LOCAL_MATRIX) -> Programs:
+def find_programs(env: Mapping[str, str], *, what: str = "the matrix",
+                  local: str = "run the cells on this machine one after another with --local") -> Programs:
     """Slurm's commands on the env's PATH; sbatch or scontrol missing is an error that names the local
     alternative (``local``: what to do instead on this machine)."""
     path = env.get("PATH")
