@@ -332,9 +332,8 @@ def outcome(doc: Mapping[str, Any]) -> PorterError | None:
     failed, the others shipped), CheckFailed (1: nothing shipped, or the index failed)."""
     cells = doc["cells"]
     bad = [c for c in cells if c["status"] != "built"]
-    shipped = [c for c in cells if c["status"] in SHIPPED]
     where = doc["dir"]
-    if doc.get("index_error") or not shipped:
+    if doc.get("index_error") or not any(c["status"] in SHIPPED for c in cells):
         return CheckFailed(f"matrix {doc['name']}: {doc.get('index_error') or 'no cell built a wheel'}",
                            hint=f"read the cells' logs (porter matrix status {where})")
     if bad:

@@ -106,10 +106,9 @@ class SlurmSettings:
 
     def merged(self, overrides: Mapping[str, Any]) -> SlurmSettings:
         """These settings with every override that is not None (or empty) applied."""
-        changes: dict[str, Any] = {k: (tuple(v) if k == "sbatch_args" else v) for k, v in overrides.items()
-                                   if v is not None and v != ()}
+        changes: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None and v != ()}
         if "sbatch_args" in changes:
-            changes["sbatch_args"] = self.sbatch_args + changes["sbatch_args"]
+            changes["sbatch_args"] = self.sbatch_args + tuple(changes["sbatch_args"])
         return dataclasses.replace(self, **changes)
 
     def common_args(self) -> list[str]:
