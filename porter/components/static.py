@@ -33,19 +33,11 @@ Truth = Callable[[ast.expr, "Scope"], bool | None]
 CallHook = Callable[[ast.Call, "Scope"], Any]
 
 
-def _no_truth(node: ast.expr, scope: Scope) -> bool | None:
-    return None
-
-
-def _no_call(node: ast.Call, scope: Scope) -> Any:
-    return UNKNOWN
-
-
 @dataclass
 class Scope:
     names: dict[str, Any] = field(default_factory=dict)
-    truth: Truth = _no_truth
-    call: CallHook = _no_call
+    truth: Truth = lambda node, scope: None
+    call: CallHook = lambda node, scope: UNKNOWN
     skipped: list[str] = field(default_factory=list)
     """Source snippets porter could not evaluate (for the plan's notes)."""
     source: str = ""
@@ -90,15 +82,11 @@ def value(node: ast.expr | None, scope: Scope) -> Any:
     if isinstance(node, (ast.List, ast.Tuple)):
         out: list[Any] = []
         for elt in node.elts:
-            if isinstance(elt, ast.Starred):
-                v = value(elt.value, scope)
-                if isinstance(v, list):
-                    out += v
-                else:
-                    scope.skip(elt)
-                continue
-            v = value(elt, scope)
-            if v is UNKNOWN:
+            starred = isinstance(elt, ast.Starred)
+            v = value(elt.value if isinstance(elt, ast.Starred) else elt, scope)
+            if starred and isinstance(v, list):
+                out += v
+            elif starred or v is UNKNOWN:
                 scope.skip(elt)
             else:
                 out.append(v)
@@ -208,15 +196,22 @@ def terminates(block: Sequence[ast.stmt]) -> bool:
             and dotted(last.value.func) in ("sys.exit", "exit", "quit"))
 
 
+def branch(st: ast.If, scope: Scope) -> bool | None:
+    """Whether an ``if`` takes its body (False: its ``else``; None: not known). A guard (one branch always ends the
+    script) leaves the other branch unconditional."""
+    t = truth_of(st.test, scope)
+    if t is None and terminates(st.body) != terminates(st.orelse):
+        return terminates(st.orelse)
+    return t
+
+
 def run(body: Sequence[ast.stmt], scope: Scope) -> Any:
     """Execute assignments, ``+=``, ``if`` and ``return`` (value, or None when the block does not return)."""
     for st in body:
-        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
-            if st.targets[0].id not in scope.fixed:
-                scope.names[st.targets[0].id] = value(st.value, scope)
-        elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
-            if st.target.id not in scope.fixed:
-                scope.names[st.target.id] = value(st.value, scope)
+        if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None:
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+            if len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id not in scope.fixed:
+                scope.names[targets[0].id] = value(st.value, scope)
         elif isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name) and isinstance(st.op, ast.Add):
             if st.target.id in scope.fixed:
                 continue
@@ -231,13 +226,7 @@ def run(body: Sequence[ast.stmt], scope: Scope) -> Any:
         elif isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):
             scope.call(st.value, scope)  # a call the hook knows (a generator run, ...); others do nothing
         elif isinstance(st, ast.If):
-            t = truth_of(st.test, scope)
-            if t is None:
-                # a guard (one branch always ends the script) leaves the other branch unconditional
-                if terminates(st.body) and not terminates(st.orelse):
-                    t = False
-                elif terminates(st.orelse) and not terminates(st.body):
-                    t = True
+            t = branch(st, scope)
             if t is None:
                 scope.skip(st.test)
                 continue
@@ -251,11 +240,8 @@ def run(body: Sequence[ast.stmt], scope: Scope) -> Any:
 
 def strings(v: Any) -> list[str]:
     """The strings of a value (a list of them, or one), ROOT-relative paths kept as is."""
-    if isinstance(v, str):
-        return [v] if v != ROOT else ["."]
-    if isinstance(v, list):
-        return [x if x != ROOT else "." for x in v if isinstance(x, str)]
-    return []
+    items = [v] if isinstance(v, str) else v if isinstance(v, list) else []
+    return [x if x != ROOT else "." for x in items if isinstance(x, str)]
 
 
 def parse(text: str, where: str) -> ast.Module:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -132,10 +132,7 @@ class ApexDriver:
         per_job_bytes, source, cost_note = per_job(PER_JOB_ROCM if tc.kind == "rocm" else PER_JOB_CPU, request)
         jobs = choose_jobs(per_job_bytes, machine, request.jobs)
         env["MAX_JOBS"] = str(jobs)
-        if tc.kind == "rocm":
-            env["PYTORCH_ROCM_ARCH"] = ";".join(tc.archs)
-        else:
-            env["PYTORCH_ROCM_ARCH"] = None
+        env["PYTORCH_ROCM_ARCH"] = ";".join(tc.archs) if tc.kind == "rocm" else None
         # apex's own version suffixes (+DESIRED_CUDA) would fight porter's label
         env.update({"DESIRED_CUDA": None, "APEX_COMMIT": None})
         if regime == "env":
@@ -319,34 +316,32 @@ def _apex_version(root: Path, setup_text: str) -> str:
 def read_op_builder(folder: Path) -> tuple[OpSpec, ...]:
     """Ops from ``op_builder/*.py``: classes with string attributes BUILD_VAR, NAME (and INCLUDE_FLAG)."""
     ops: list[OpSpec] = []
-    for path in sorted(folder.glob("*.py")):
-        try:
-            tree = ast.parse(path.read_text(errors="replace"), str(path))
-        except SyntaxError as exc:
-            raise ConfigError(f"{path}: cannot parse ({exc.msg}, line {exc.lineno})") from None
-        for node in tree.body:
-            if not isinstance(node, ast.ClassDef):
-                continue
-            attrs: dict[str, str] = {}
-            for stmt in node.body:
-                if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-                        and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
-                    attrs[stmt.targets[0].id] = stmt.value.value
-            if "BUILD_VAR" in attrs and "NAME" in attrs:
-                group = "cpp" if attrs.get("INCLUDE_FLAG") == CPP_GROUP_VAR else "cuda"
-                ops.append(OpSpec(attrs["NAME"], f"apex.{attrs['NAME']}", group == "cuda", attrs["BUILD_VAR"]))
+    for _path, _text, node in _classes(folder):
+        attrs: dict[str, str] = {}
+        for stmt in node.body:
+            if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                    and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
+                attrs[stmt.targets[0].id] = stmt.value.value
+        if "BUILD_VAR" in attrs and "NAME" in attrs:
+            device = attrs.get("INCLUDE_FLAG") != CPP_GROUP_VAR
+            ops.append(OpSpec(attrs["NAME"], f"apex.{attrs['NAME']}", device, attrs["BUILD_VAR"]))
     return tuple(ops)
 
 
-def _mentions(node: ast.AST, flag: str) -> bool:
-    return any(isinstance(n, ast.Constant) and n.value == flag for n in ast.walk(node))
+def _classes(folder: Path) -> Iterator[tuple[Path, str, ast.ClassDef]]:
+    """Each top-level class of ``folder/*.py``, with its file and that file's text (one that does not parse: an error)."""
+    for path in sorted(folder.glob("*.py")):
+        text = path.read_text(errors="replace")
+        for node in static.parse(text, str(path)).body:
+            if isinstance(node, ast.ClassDef):
+                yield path, text, node
 
 
 def _flag_group(test: ast.AST) -> str | None:
-    for group in ("cuda", "cpp"):  # "--distributed_adam" in argv or "--cuda_ext" in argv: the cuda group
-        if _mentions(test, f"--{group}_ext"):
-            return group
-    return None
+    """``cuda`` or ``cpp`` for a test that mentions ``--cuda_ext`` / ``--cpp_ext`` (``"--distributed_adam" in argv or
+    "--cuda_ext" in argv``: the cuda group)."""
+    words = {n.value for n in ast.walk(test) if isinstance(n, ast.Constant)}
+    return next((g for g in ("cuda", "cpp") if f"--{g}_ext" in words), None)
 
 
 def _extension_calls(node: ast.AST) -> list[tuple[str, ast.Call]]:
@@ -358,9 +353,7 @@ def _extension_calls(node: ast.AST) -> list[tuple[str, ast.Call]]:
         fname = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
         if not fname.endswith("Extension"):
             continue
-        value: ast.expr | None = next((k.value for k in call.keywords if k.arg == "name"), None)
-        if value is None and call.args:
-            value = call.args[0]
+        value = next((k.value for k in call.keywords if k.arg == "name"), call.args[0] if call.args else None)
         if isinstance(value, ast.Constant) and isinstance(value.value, str):
             found.append((value.value, call))
     return found
@@ -489,37 +482,32 @@ def builder_specs(folder: Path, rocm: str = "") -> dict[str, BuildSpec]:
     ``nvcc_args()`` as the ROCm branch of each method returns them (or class attributes ``SOURCES``,
     ``INCLUDE_PATHS``, ``CXX_ARGS``, ``NVCC_ARGS``)."""
     out: dict[str, BuildSpec] = {}
-    for path in sorted(folder.glob("*.py")):
-        text = path.read_text(errors="replace")
-        tree = static.parse(text, str(path))
-        for node in tree.body:
-            if not isinstance(node, ast.ClassDef):
-                continue
-            attrs: dict[str, Any] = {}
-            methods: dict[str, ast.FunctionDef] = {}
-            scope = static.Scope(names=_seed(rocm), truth=_rocm_truth, call=_builder_call, source=text)
-            for stmt in node.body:
-                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-                    attrs[stmt.targets[0].id] = static.value(stmt.value, scope)
-                elif isinstance(stmt, ast.FunctionDef):
-                    methods[stmt.name] = stmt
-            if not (isinstance(attrs.get("NAME"), str) and isinstance(attrs.get("BUILD_VAR"), str)):
-                continue
+    for path, text, node in _classes(folder):
+        attrs: dict[str, Any] = {}
+        methods: dict[str, ast.FunctionDef] = {}
+        scope = static.Scope(names=_seed(rocm), truth=_rocm_truth, call=_builder_call, source=text)
+        for stmt in node.body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                attrs[stmt.targets[0].id] = static.value(stmt.value, scope)
+            elif isinstance(stmt, ast.FunctionDef):
+                methods[stmt.name] = stmt
+        if not (isinstance(attrs.get("NAME"), str) and isinstance(attrs.get("BUILD_VAR"), str)):
+            continue
 
-            def get(method: str, attr: str) -> Any:
-                if method in methods:
-                    sub = static.Scope(names=_seed(rocm), truth=_rocm_truth, call=_builder_call, source=text)
-                    sub.names.update({k: v for k, v in attrs.items()})
-                    got = static.run(methods[method].body, sub)
-                    scope.skipped += sub.skipped
-                    if sub.names.get("__version_macros__"):
-                        scope.names["__version_macros__"] = True
-                    return got
-                return attrs.get(attr, [])
+        def get(method: str, attr: str) -> Any:
+            if method in methods:
+                sub = static.Scope(names=_seed(rocm), truth=_rocm_truth, call=_builder_call, source=text)
+                sub.names.update(attrs)
+                got = static.run(methods[method].body, sub)
+                scope.skipped += sub.skipped
+                if sub.names.get("__version_macros__"):
+                    scope.names["__version_macros__"] = True
+                return got
+            return attrs.get(attr, [])
 
-            out[attrs["NAME"]] = _spec_from(attrs["NAME"], f"{path.name}:{node.name}", get("sources", "SOURCES"),
-                                            get("include_paths", "INCLUDE_PATHS"), get("cxx_args", "CXX_ARGS"),
-                                            get("nvcc_args", "NVCC_ARGS"), scope)
+        out[attrs["NAME"]] = _spec_from(attrs["NAME"], f"{path.name}:{node.name}", get("sources", "SOURCES"),
+                                        get("include_paths", "INCLUDE_PATHS"), get("cxx_args", "CXX_ARGS"),
+                                        get("nvcc_args", "NVCC_ARGS"), scope)
     return out
 
 
@@ -531,10 +519,8 @@ def _walk_flags(text: str, where: str, rocm: str) -> list[tuple[str, str, str, B
     tree = static.parse(text, where)
     scope = static.Scope(names=_seed(rocm), truth=_rocm_truth, call=_builder_call, source=text, fixed=_FIXED)
     found: list[tuple[str, str, str, BuildSpec]] = []
-    rank = {"required": 0, "optional": 1, "excluded": 2}
-
     def worse(a: str, b: str) -> str:
-        return a if rank[a] >= rank[b] else b
+        return max(a, b, key=("required", "optional", "excluded").index)
 
     def record(stmt: ast.stmt, group: str, state: str) -> None:
         for name, call in _extension_calls(stmt):
@@ -556,11 +542,7 @@ def _walk_flags(text: str, where: str, rocm: str) -> list[tuple[str, str, str, B
                 if group is None:
                     static.run([st], scope)
                     continue
-                t = static.truth_of(st.test, scope)
-                if t is None and static.terminates(st.body) and not static.terminates(st.orelse):
-                    t = False
-                elif t is None and static.terminates(st.orelse) and not static.terminates(st.body):
-                    t = True
+                t = static.branch(st, scope)
                 if t is None:
                     visit(st.body, group, worse(state, "optional"))
                     visit(st.orelse, group, worse(state, "optional"))
@@ -633,14 +615,9 @@ class ApexComponent(FromDriver, jit.NoSites):
     driver = ApexDriver()
     jit_kinds = audit.KINDS  # (JitSites: porter audit asks it)
 
-    def builder_roots(self, tree: Path, target: jit.Target | None) -> list[Path]:
-        return audit.builder_roots(tree, target)
-
-    def resolve(self, raw: jit.Raw, at: jit.At, ctx: jit.Audit) -> jit.Site | None:
-        return audit.resolve(raw, at, ctx)
-
-    def installed_sites(self, ctx: jit.Audit, imports: set[str]) -> list[jit.Site]:
-        return audit.installed_sites(ctx, imports)
+    builder_roots = staticmethod(audit.builder_roots)
+    resolve = staticmethod(audit.resolve)
+    installed_sites = staticmethod(audit.installed_sites)
 
 
 APEX = ApexComponent()
