@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -71,9 +71,8 @@ class Site:
 
     def to_dict(self, kinds: Mapping[str, Kind]) -> dict[str, Any]:
         k = kinds[self.kind]
-        return {"kind": self.kind, "file": self.file, "line": self.line, "what": self.what, "origin": self.origin,
-                "when": self.when, "status": self.status, "detail": self.detail, "module": self.module or None,
-                "cost": k.cost, "without_compiler": k.no_compiler, "fails_without_compiler": k.fails}
+        return {**asdict(self), "module": self.module or None, "cost": k.cost, "without_compiler": k.no_compiler,
+                "fails_without_compiler": k.fails}
 
 
 @dataclass(frozen=True)
@@ -136,11 +135,8 @@ class Audit:
     target: Target | None
     builders: Mapping[str, Mapping[str, str]]
     loads: Loads
-    resolver: Callable[[Raw, At], Site]
+    resolve: Callable[[Raw, At], Site]
     """The audit's own answer for a site: the first component's that claims it, else porter's."""
-
-    def resolve(self, raw: Raw, at: At) -> Site:
-        return self.resolver(raw, at)
 
     @property
     def python(self) -> str:
@@ -236,43 +232,38 @@ class _Finder(ast.NodeVisitor):
                 self.cpp_funcs.add(bound)
             elif mod.split(".")[0] == "triton" and a.name in ("jit", "autotune"):
                 self.triton_decorators.add(bound)
-            elif (op := _loaded(self.loads, mod, a.name)) is not None:
+            elif (op := self.loads.get(mod.split(".")[0], {}).get(a.name)) is not None:
+                # importing a package's op-loading class (an optimizer) loads its op
                 self._add("op", node, f"{a.name} (from {mod}) loads op {op} when built", key=f"op:{op}")
 
     # scopes ----------------------------------------------------------------------------------
-    def _scope(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
+    def _scope(self, node: ast.AST) -> None:
         self.depth += 1
         self.generic_visit(node)
         self.depth -= 1
 
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-        self._triton(node)
-        self._scope(node)
+    visit_Lambda = _scope
 
-    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
-        self._triton(node)
-        self._scope(node)
-
-    def visit_Lambda(self, node: ast.Lambda) -> None:
-        self._scope(node)
-
-    def _triton(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """A scope; a Triton kernel when a triton decorator is on it."""
         for dec in node.decorator_list:
             name = _dotted(dec.func if isinstance(dec, ast.Call) else dec)
             head, _, tail = name.partition(".")
             if (head in self.triton_names and tail in ("jit", "autotune", "heuristics")) or \
                     name in self.triton_decorators:
                 self.sites.append(Raw("triton", node.lineno, f"@{name} {node.name}", "call", node.name))
-                return
+                break
+        self._scope(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     # calls -----------------------------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         name = _dotted(func)
-        if isinstance(func, ast.Attribute) and func.attr in ("load", "load_inline") and \
-                (_dotted(func.value) in self.cpp_modules or _dotted(func.value).endswith("cpp_extension")):
-            self._torch_jit(node, name)
-        elif isinstance(func, ast.Name) and func.id in self.cpp_funcs:
+        if (isinstance(func, ast.Attribute) and func.attr in ("load", "load_inline") and
+                (_dotted(func.value) in self.cpp_modules or _dotted(func.value).endswith("cpp_extension"))) or \
+                (isinstance(func, ast.Name) and func.id in self.cpp_funcs):
             self._torch_jit(node, name)
         elif isinstance(func, ast.Attribute) and func.attr in _LOADS and isinstance(func.value, ast.Call) \
                 and _dotted(func.value.func).split(".")[-1].endswith("Builder"):
@@ -302,11 +293,6 @@ class _Finder(ast.NodeVisitor):
             return _literal(arg.elts[0]) in ("make", "gmake")
         text = _literal(arg)
         return text == "make" or text.startswith("make ")
-
-
-def _loaded(loads: Loads, module: str, name: str) -> str | None:
-    """The op that importing ``name`` from ``module`` loads (a package's optimizer class), if any."""
-    return next((ops[name] for pkg, ops in loads.items() if module.split(".")[0] == pkg and name in ops), None)
 
 
 def scan(source: str, loads: Loads = {}) -> _Finder:
