@@ -13,12 +13,13 @@ package defines (``driver``); ``netplugin`` builds the RCCL network plugin with 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import importlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ops_prebuild.source import Source
 from porter.components.base import Component, InstalledCheck
@@ -38,6 +39,7 @@ BUILTIN: tuple[tuple[str, str], ...] = (
 """The components porter ships, in the order recognition tries them: (module, attribute), imported on first use."""
 
 _ADDED: dict[str, Component] = {}
+_T = TypeVar("_T")
 
 
 ENTRY_POINTS = "porter.components"
@@ -83,13 +85,16 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _named(what: str, name: str, table: Mapping[str, _T]) -> _T:
+    if name not in table:
+        close = difflib.get_close_matches(name, table, n=2)
+        raise ConfigError(f"no {what} named {name!r}" + (f"; did you mean {', '.join(close)}?" if close else ""),
+                          hint=f"known: {', '.join(sorted(table))}")
+    return table[name]
+
+
 def get(name: str) -> Component:
-    comp = registry().get(name)
-    if comp is None:
-        close = difflib.get_close_matches(name, registry(), n=2)
-        raise ConfigError(f"no component named {name!r}" + (f"; did you mean {', '.join(close)}?" if close else ""),
-                          hint=f"known: {', '.join(sorted(registry()))}")
-    return comp
+    return _named("component", name, registry())
 
 
 def for_dist(project: str) -> Component | None:
@@ -104,12 +109,9 @@ def all_dists() -> tuple[str, ...]:
 def recognise(tree: Path) -> Source | None:
     """Which component a tree belongs to (the first that recognises it)."""
     for comp in registry().values():
-        try:
-            found = comp.recognise(tree)
-        except ConfigError:
-            found = None
-        if found is not None:
-            return found
+        with contextlib.suppress(ConfigError):
+            if (found := comp.recognise(tree)) is not None:
+                return found
     return None
 
 
@@ -119,12 +121,7 @@ def wheel_drivers() -> dict[str, WheelDriver]:
 
 
 def get_driver(name: str) -> WheelDriver:
-    drivers = wheel_drivers()
-    if name not in drivers:
-        close = difflib.get_close_matches(name, drivers, n=2)
-        raise ConfigError(f"no wheel driver named {name!r}" + (f"; did you mean {', '.join(close)}?" if close else ""),
-                          hint=f"known: {', '.join(sorted(drivers))}")
-    return drivers[name]
+    return _named("wheel driver", name, wheel_drivers())
 
 
 __all__ = ["Component", "InstalledCheck", "Source", "all_dists", "for_dist", "get", "get_driver", "recognise",
