@@ -30,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 from porter.artifacts import labels
 from porter.components import jit, static
 from porter.components.base import FromDriver
+from ops_prebuild.catalogue import OpSpec
 from porter.errors import ConfigError
 from porter.wheels.base import (BACKENDS, GiB, BuildPlan, Expectation, KernelSet, Machine, SourceInfo, WheelRequest,
                                 choose_jobs, drop_flags, per_job)
@@ -175,25 +176,22 @@ class FlashAttnDriver:
                               "(setup.py lacks FLASH_ATTENTION_TRITON_AMD_ENABLE)",
                               hint="use --backend ck, or flash-attn 2.7.3 or newer")
         archs = tc.arch_names
+        outside = [a for a in archs if a not in info.allowed_archs]
         # the GPU_ARCHS check is upstream's CK build's own; the Triton backend compiles nothing here
-        bad = [a for a in archs if a not in info.allowed_archs] if backend == "ck" else []
-        if bad:
-            raise ConfigError(f"flash-attn {info.version} does not support {', '.join(bad)} "
+        if outside and backend == "ck":
+            raise ConfigError(f"flash-attn {info.version} does not support {', '.join(outside)} "
                               f"(its setup.py accepts GPU_ARCHS {', '.join(info.allowed_archs)})",
                               hint="pick a profile or --arch from that list; upstream would stop the build "
                                    "with an assertion after codegen")
-        if backend == "ck":
-            gen = info.tree / CK_GENERATOR
-            if not gen.is_file():
-                raise ConfigError(f"the composable_kernel submodule is missing: {info.tree / 'csrc/composable_kernel'} "
-                                  f"is empty (no {CK_GENERATOR})",
-                                  hint="run 'git submodule update --init csrc/composable_kernel' in the checkout, "
-                                       "or build from the PyPI sdist (it ships the submodule)")
+        if backend == "ck" and not (info.tree / CK_GENERATOR).is_file():
+            raise ConfigError(f"the composable_kernel submodule is missing: {info.tree / CK_DIR} is empty "
+                              f"(no {CK_GENERATOR})",
+                              hint="run 'git submodule update --init csrc/composable_kernel' in the checkout, "
+                                   "or build from the PyPI sdist (it ships the submodule)")
         if request.ops:
             raise ConfigError("flash-attn has no op selection; --ops applies to apex")
         if backend == "ck":
-            ck = read_ck_build((info.tree / "setup.py").read_text(errors="replace"), str(info.tree / "setup.py"),
-                               tc.toolkit_version)
+            ck = _ck_build(info, tc.toolkit_version)
             per_job_bytes, source, cost_note = per_job(PER_JOB_CK, request, ck_families(ck.directions), ck_family)
         else:
             per_job_bytes, source, cost_note = PER_JOB_TRITON, "guess", ""
@@ -217,7 +215,6 @@ class FlashAttnDriver:
             expect = Expectation(packages=(TRITON_PACKAGE,), prebuilt=False, archs=())
             notes.append("Triton backend: no extension is compiled; kernels are JIT-compiled by Triton at run time "
                          "and need a ROCm torch and triton on the compute node")
-            outside = [a for a in archs if a not in info.allowed_archs]
             if outside:
                 notes.append(f"{', '.join(outside)}: outside the CK backend's GPU_ARCHS list, which does not apply "
                              "to Triton; whether Triton supports the arch is decided at run time")
@@ -238,8 +235,7 @@ class FlashAttnDriver:
         get_warp_size()), not CUDA code ported; the Triton backend compiles nothing."""
         if plan.backend != "ck":
             return {}
-        ck = read_ck_build((info.tree / "setup.py").read_text(errors="replace"), str(info.tree / "setup.py"),
-                           request.toolchain.toolkit_version)
+        ck = _ck_build(info, request.toolchain.toolkit_version)
         return {EXTENSION: (ck.sources, ("csrc/flash_attn_ck",))}
 
     # -- compile only ----------------------------------------------------------------------------
@@ -251,14 +247,10 @@ class FlashAttnDriver:
         (fnmatch patterns), ``request.sample`` (the first N of each family, head dim and dtype, or a covering sample: :func:`ck_cover`) and ``request.instances`` (the
         first N, in name order) select; the frontend is compiled unless patterns or ``instances`` narrow the
         selection without naming it."""
-        from ops_prebuild.catalogue import OpSpec
-
         if request.backend != "ck":
             raise ConfigError("the Triton backend compiles nothing ahead of time; --compile-only applies to --backend ck",
                               hint="drop --compile-only, or use --backend ck")
-        tc = request.toolchain
-        ck = read_ck_build((info.tree / "setup.py").read_text(errors="replace"), str(info.tree / "setup.py"),
-                           tc.toolkit_version)
+        ck = _ck_build(info, request.toolchain.toolkit_version)
         fmha = f"{CK_DIR}/example/ck_tile/01_fmha"
         ctx.copy(fmha)  # the generator and its codegen package, and fmha_*.hpp
         gen_out = (ctx.scratch or ctx.tree) / "ck-generated"
@@ -295,9 +287,8 @@ class FlashAttnDriver:
         for g in chosen:
             rel = f"gen/{g.stem}.cu"  # setup.py renames them to .cu for hipcc; so does porter
             ctx.put(rel, g.read_bytes())
-            ops.append(OpSpec(name=g.stem, builder="csrc/composable_kernel generate.py", build_var="",
-                                module=EXTENSION, sources=(rel,), include_paths=includes, device=True,
-                                compatible=True, cxx_args=ck.cxx, nvcc_args=flags))
+            ops.append(OpSpec(name=g.stem, builder="csrc/composable_kernel generate.py", module=EXTENSION,
+                              sources=(rel,), include_paths=includes, device=True, cxx_args=ck.cxx, nvcc_args=flags))
         hipify: tuple[str, ...] = ()
         if frontend:
             srcs: list[str] = []
@@ -310,9 +301,9 @@ class FlashAttnDriver:
                 srcs.append(ctx.put(f"gen/{g.stem}.cu", g.read_bytes()).relative_to(ctx.tree).as_posix())
             # the frontend is hipified (torch's headers); CK's headers are HIP already and stay where they are
             ck_abs = tuple(str(ctx.plan_tree / i) for i in includes)
-            ops.append(OpSpec(name=FRONTEND, builder="setup.py", build_var="", module=EXTENSION,
-                                sources=tuple(srcs), include_paths=(*ck_abs, "csrc/flash_attn_ck"), device=True,
-                                compatible=True, cxx_args=ck.cxx, nvcc_args=flags))
+            ops.append(OpSpec(name=FRONTEND, builder="setup.py", module=EXTENSION, sources=tuple(srcs),
+                              include_paths=(*ck_abs, "csrc/flash_attn_ck"), device=True, cxx_args=ck.cxx,
+                              nvcc_args=flags))
             hipify = (FRONTEND,)
         notes = [f"CK fmha instances: {len(chosen)} of {len(instances)} generated (receipt {ck.receipt or 'none'}, "
                  f"optdim {ck.optdim or 'none'}, directions {', '.join(ck.directions)})"
@@ -389,9 +380,10 @@ _CK_DEFAULTS = CkBuild(
     sources=())
 
 
-def _hip_version(toolkit: str) -> Version:
+def _version(text: str) -> Version:
+    """``text`` as a version; 0 when it is none."""
     try:
-        return Version(toolkit or "0")
+        return Version(text or "0")
     except InvalidVersion:
         return Version("0")
 
@@ -405,7 +397,7 @@ def read_ck_build(text: str, where: str, toolkit_version: str) -> CkBuild:
     runs: list[list[str]] = []
     fixed = {"IS_ROCM": True, "SKIP_CUDA_BUILD": False, "SKIP_CK_BUILD": False, "USE_TRITON_ROCM": False,
              "FORCE_BUILD": True, "BUILD_TARGET": "rocm", "this_dir": static.ROOT,
-             "hip_version": _hip_version(toolkit_version), "archs": ["porter"]}
+             "hip_version": _version(toolkit_version), "archs": ["porter"]}
 
     def call(node: ast.Call, scope: static.Scope) -> Any:
         name = static.dotted(node.func)
@@ -465,6 +457,11 @@ def read_ck_build(text: str, where: str, toolkit_version: str) -> CkBuild:
                    sources=tuple(srcs) or d.sources, skipped=tuple(skipped))
 
 
+def _ck_build(info: SourceInfo, toolkit_version: str) -> CkBuild:
+    setup_py = info.tree / "setup.py"
+    return read_ck_build(setup_py.read_text(errors="replace"), str(setup_py), toolkit_version)
+
+
 def _shell_text(node: ast.expr, scope: static.Scope) -> str:
     """A shell line's text, a placeholder word for what porter cannot evaluate (``{sys.executable}``)."""
     if isinstance(node, ast.JoinedStr):
@@ -481,27 +478,19 @@ def _shell_text(node: ast.expr, scope: static.Scope) -> str:
 def allowed_archs(setup_text: str, version: str) -> tuple[str, ...]:
     """The archs the tree's GPU_ARCHS check accepts: the ``allowed_archs = [...]`` literal, else by version."""
     try:
-        tree = ast.parse(setup_text)
+        nodes = list(ast.walk(ast.parse(setup_text)))
     except SyntaxError:
-        tree = None
-    if tree is not None:
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "allowed_archs"
-                                                     for t in node.targets)
-                    and isinstance(node.value, (ast.List, ast.Tuple))):
-                values = [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-                archs = tuple(v for v in values if v != "native")
-                if archs:
-                    return archs
-    from packaging.version import InvalidVersion, Version
-    try:
-        v = Version(version)
-    except InvalidVersion:
-        v = Version("0")
-    for floor, archs in _ALLOWED_BY_VERSION:
-        if v >= Version(floor):
-            return archs
-    return _ALLOWED_BY_VERSION[-1][1]
+        nodes = []
+    for node in nodes:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "allowed_archs"
+                                                 for t in node.targets)
+                and isinstance(node.value, (ast.List, ast.Tuple))):
+            archs = tuple(e.value for e in node.value.elts
+                          if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value != "native")
+            if archs:
+                return archs
+    v = _version(version)
+    return next((archs for floor, archs in _ALLOWED_BY_VERSION if v >= Version(floor)), _ALLOWED_BY_VERSION[-1][1])
 
 
 class FlashAttnComponent(FromDriver, jit.NoSites):
