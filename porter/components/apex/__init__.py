@@ -120,28 +120,22 @@ class ApexDriver:
                              "build with device ops needs it")
             selected = tuple(sorted({*(o for o in selected if o.name != CORE_OP), replace(core, required=True)},
                                     key=lambda o: o.name))
-        env: dict[str, str | None] = {}
-        pip_args: list[str] = []
         if regime == "env":
-            env.update(_env_switches(info, selected))
-        else:
-            groups = sorted({op.group for op in selected})
-            pip_args += [f"--config-settings=--build-option=--{g}_ext" for g in groups]
-            # a stray APEX_BUILD_* from the caller's shell would change what an env-regime tree builds
-            env.update({CPP_GROUP_VAR: None, CUDA_GROUP_VAR: None})
-        per_job_bytes, source, cost_note = per_job(PER_JOB_ROCM if tc.kind == "rocm" else PER_JOB_CPU, request)
-        jobs = choose_jobs(per_job_bytes, machine, request.jobs)
-        env["MAX_JOBS"] = str(jobs)
-        env["PYTORCH_ROCM_ARCH"] = ";".join(tc.archs) if tc.kind == "rocm" else None
-        # apex's own version suffixes (+DESIRED_CUDA) would fight porter's label
-        env.update({"DESIRED_CUDA": None, "APEX_COMMIT": None})
-        if regime == "env":
+            env: dict[str, str | None] = _env_switches(info, selected)
+            pip_args: tuple[str, ...] = ()
             modules = tuple(op.module for op in selected)
             optional: tuple[str, ...] = ()
         else:
+            pip_args = tuple(f"--config-settings=--build-option=--{g}_ext" for g in sorted({o.group for o in selected}))
+            # a stray APEX_BUILD_* from the caller's shell would change what an env-regime tree builds
+            env = {CPP_GROUP_VAR: None, CUDA_GROUP_VAR: None}
             modules = tuple(op.module for op in selected if op.required)
             optional = tuple(op.module for op in selected if not op.required)
-        empty_hint = _empty_hint(info, regime)
+        per_job_bytes, source, cost_note = per_job(PER_JOB_ROCM if tc.kind == "rocm" else PER_JOB_CPU, request)
+        jobs = choose_jobs(per_job_bytes, machine, request.jobs)
+        # DESIRED_CUDA and APEX_COMMIT unset: apex's own version suffixes (+DESIRED_CUDA) would fight porter's label
+        env.update({"MAX_JOBS": str(jobs), "PYTORCH_ROCM_ARCH": ";".join(tc.archs) if tc.kind == "rocm" else None,
+                    "DESIRED_CUDA": None, "APEX_COMMIT": None})
         if cost_note:
             notes.append(cost_note)
         if any(op.group == "cpp" for op in selected) and regime == "env":
@@ -156,11 +150,12 @@ class ApexDriver:
                          "needs a ROCm torch at import)")
         return BuildPlan(
             project="apex", version=info.version, regime=regime, backend=None, label=labels.make(tc),
-            pip_args=tuple(pip_args), env=env, jobs=jobs, per_job_bytes=per_job_bytes, per_job_source=source,
+            pip_args=pip_args, env=env, jobs=jobs, per_job_bytes=per_job_bytes, per_job_source=source,
             needs_torch=needs_torch, needs_torch_why=why,
             expect=Expectation(modules=modules, optional=optional, prebuilt=True,
                                host_only=tuple(op.module for op in selected if op.group == "cpp"),
-                               archs=tc.arch_names if tc.kind == "rocm" else (), empty_hint=empty_hint),
+                               archs=tc.arch_names if tc.kind == "rocm" else (),
+                               empty_hint=_empty_hint(info, regime)),
             ops=selected, notes=tuple(notes), setup_py=tc.kind != "emulated")
 
     # -- compile only ----------------------------------------------------------------------------
@@ -198,7 +193,6 @@ class ApexDriver:
                 ctx.copy(top)
         return KernelSet(ops=tuple(ops), hipify=tuple(o.name for o in ops if o.device), notes=tuple(notes),
                          unplanned=tuple(unplanned))
-
 
     def device_sources(self, info: SourceInfo, plan: BuildPlan,
                        request: WheelRequest) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
