@@ -113,11 +113,8 @@ class Target:
 
     @classmethod
     def of(cls, env: TargetEnv) -> Target:
-        t = cls(env.executable, dists=dict(env.dists))
-        for d in env.dists.values():
-            for rel, _ in d.shared_objects:
-                t.modules[module_name(rel)] = f"{d.name} {d.version}"
-        return t
+        modules = {module_name(rel): f"{d.name} {d.version}" for d in env.dists.values() for rel, _ in d.shared_objects}
+        return cls(env.executable, modules, dict(env.dists))
 
     def package_root(self, dist: str, package: str) -> Path | None:
         d = self.dists.get(dist)
@@ -339,9 +336,7 @@ def builder_names(roots: Iterable[Path]) -> dict[str, str]:
     """Op builder class -> its op NAME, read from every ``op_builder`` folder under ``roots``."""
     out: dict[str, str] = {}
     for root in roots:
-        if not root.is_dir():
-            continue
-        for path in python_files(root):
+        for path in python_files(root):  # none under a root that is not a folder
             if "op_builder" not in path.parts:
                 continue
             try:
