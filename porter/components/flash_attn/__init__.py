@@ -291,14 +291,11 @@ class FlashAttnDriver:
                               sources=(rel,), include_paths=includes, device=True, cxx_args=ck.cxx, nvcc_args=flags))
         hipify: tuple[str, ...] = ()
         if frontend:
-            srcs: list[str] = []
             for folder in sorted({str(Path(s).parent) for s in ck.sources}):
                 ctx.copy(folder)  # its headers (flash_common.hpp), which the sources include by a quoted name
-            for src in ck.sources:
-                data = (info.tree / src).read_bytes()
-                srcs.append(ctx.put(str(Path(src).with_suffix(".cu")), data).relative_to(ctx.tree).as_posix())
-            for g in api:
-                srcs.append(ctx.put(f"gen/{g.stem}.cu", g.read_bytes()).relative_to(ctx.tree).as_posix())
+            as_cu = {**{str(Path(s).with_suffix(".cu")): info.tree / s for s in ck.sources},
+                     **{f"gen/{g.stem}.cu": g for g in api}}
+            srcs = [ctx.put(rel, src.read_bytes()).relative_to(ctx.tree).as_posix() for rel, src in as_cu.items()]
             # the frontend is hipified (torch's headers); CK's headers are HIP already and stay where they are
             ck_abs = tuple(str(ctx.plan_tree / i) for i in includes)
             ops.append(OpSpec(name=FRONTEND, builder="setup.py", module=EXTENSION, sources=tuple(srcs),
@@ -430,7 +427,6 @@ def read_ck_build(text: str, where: str, toolkit_version: str) -> CkBuild:
 
     scope = static.Scope(names=dict(fixed), truth=truth, call=call, source=text, fixed=frozenset(fixed))
     static.run(tree.body, scope)
-    skipped: list[str] = []
 
     def arg_after(argv: list[str], opt: str) -> str | None:
         return argv[argv.index(opt) + 1] if opt in argv and argv.index(opt) + 1 < len(argv) else None
@@ -447,10 +443,10 @@ def read_ck_build(text: str, where: str, toolkit_version: str) -> CkBuild:
     d = _CK_DEFAULTS
     if directions:  # the tree's own generator runs: what they pass, and nothing they do not (2.6's has no --optdim)
         receipt, optdim = receipt or "", optdim or ""
-    for what, got in (("generator runs", directions), ("receipt", receipt), ("optdim", optdim), ("cc_flag", flags),
-                      ("cxx flags", cxx), ("include_dirs", incs), ("sources", srcs)):
-        if got is None or not (got or what in ("receipt", "optdim")):
-            skipped.append(f"{what}: using flash-attn 2.8.3's")
+    read = (("generator runs", directions), ("receipt", receipt), ("optdim", optdim), ("cc_flag", flags),
+            ("cxx flags", cxx), ("include_dirs", incs), ("sources", srcs))
+    skipped = [f"{what}: using flash-attn 2.8.3's" for what, got in read
+               if got is None or not (got or what in ("receipt", "optdim"))]
     return CkBuild(directions=directions or d.directions, receipt=d.receipt if receipt is None else receipt,
                    optdim=d.optdim if optdim is None else optdim,
                    flags=tuple(flags) or d.flags, cxx=tuple(cxx) or d.cxx, include_dirs=tuple(incs) or d.include_dirs,
