@@ -323,7 +323,8 @@ def read_op_builder(folder: Path) -> tuple[OpSpec, ...]:
 
 
 def _classes(folder: Path) -> Iterator[tuple[Path, str, ast.ClassDef]]:
-    """Each top-level class of ``folder/*.py``, with its file and that file's text (one that does not parse: an error)."""
+    """Each top-level class of ``folder/*.py``, with its file and that file's text (a file that does not parse: an
+    error)."""
     for path in sorted(folder.glob("*.py")):
         text = path.read_text(errors="replace")
         for node in static.parse(text, str(path)).body:
