@@ -10,28 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from porter.errors import ConfigError
 
-
-class Target(Protocol):
-    """What a label is made of: a toolchain profile (:class:`porter.toolchain.profile.Toolchain`) has it. A
-    Protocol, so this module imports nothing of the toolchain's (no import cycle between the two)."""
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def toolkit_version(self) -> str: ...
-
-    @property
-    def cpu_isa(self) -> str: ...
-
-    @property
-    def arch_names(self) -> tuple[str, ...]: ...
+if TYPE_CHECKING:  # only for the type: no import cycle between the toolchain and this module
+    from porter.toolchain.profile import Toolchain
 
 _HEAD = re.compile(r"^(rocm|cu|cpu|emu)(\d*)$")
 _ARCH = re.compile(r"^(gfx[0-9a-z]+|sm\d+[a-z]?)$")
@@ -47,9 +33,7 @@ class Label:
     def text(self) -> str:
         if self.kind == "cpu":
             return normalize("cpu." + self.cpu_isa)
-        if self.kind == "emulated":
-            return normalize(".".join(["emu", *self.archs]))
-        head = ("rocm" if self.kind == "rocm" else "cu") + self.toolkit
+        head = {"emulated": "emu", "rocm": "rocm" + self.toolkit}.get(self.kind, "cu" + self.toolkit)
         return normalize(".".join([head, *(a.replace("sm_", "sm") for a in self.archs)]))
 
 
@@ -65,7 +49,7 @@ def normalize(label: str) -> str:
     return local
 
 
-def make(tc: Target) -> str:
+def make(tc: Toolchain) -> str:
     """The label of a profile's builds."""
     if tc.kind == "cpu":
         return Label("cpu", "", (), tc.cpu_isa.lower()).text()
@@ -82,9 +66,7 @@ def parse(local: str) -> Label | None:
     head, digits = m.groups()
     rest = segs[1:]
     if head == "cpu":
-        if digits or not rest:
-            return None
-        return Label("cpu", "", (), "-".join(rest))
+        return None if digits or not rest else Label("cpu", "", (), "-".join(rest))
     if head == "emu":
         return Label("emulated", "", tuple(rest)) if not digits and rest and all(
             re.fullmatch(r"wave(32|64)", a) for a in rest) else None
