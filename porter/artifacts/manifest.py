@@ -72,7 +72,7 @@ def target_of(tc: Toolchain, **extra: Any) -> dict[str, Any]:
 def build_manifest(*, component: str, version: str, tc: Toolchain, torch: TorchInfo | None, python_tag: str,
                    sources: dict[str, Any], extensions: list[ExtensionEntry], ops: list[OpEntry] | None = None,
                    target: dict[str, Any] | None = None) -> Manifest:
-    """Every manifest porter writes (its ``wheel`` section is filled in by :func:`finish`)."""
+    """Every manifest porter writes (its ``wheel`` section is filled in by :func:`publish`)."""
     manifest: Manifest = {
         "schema": SCHEMA, "porter_version": __version__, "component": component, "version": version,
         "wheel": {}, "python_tag": python_tag, "toolchain": tc.to_dict(),
@@ -104,14 +104,6 @@ def carried(manifest: Manifest) -> bytes:
     return json.dumps(doc, indent=2, sort_keys=True).encode()
 
 
-def write_beside(wheel: Path, manifest: Manifest) -> Path:
-    """Fill in the wheel section and write ``<wheel>.porter.json`` atomically."""
-    manifest["wheel"] = {"filename": wheel.name, "sha256": sha256_file(wheel)}
-    path = manifest_path(wheel)
-    atomic_write_json(path, manifest)
-    return path
-
-
 def publish(dest_dir: Path, write: Callable[[Path, bytes], Path], *, extra: Mapping[str, Any] | None = None,
             **fields: Any) -> tuple[Path, Path, Manifest]:
     """The one way an artifact (a wheel, a plugin package) reaches porter's output folder, with its manifest.
@@ -127,8 +119,9 @@ def publish(dest_dir: Path, write: Callable[[Path, bytes], Path], *, extra: Mapp
     with owned_temp(dest_dir, ".porter-") as tmp:
         out = write(tmp, carried(manifest))
         final = dest_dir / out.name
-        mpath = write_beside(out, manifest)
-        os.replace(mpath, manifest_path(final))
+        manifest["wheel"] = {"filename": out.name, "sha256": sha256_file(out)}
+        atomic_write_json(manifest_path(out), manifest)
+        os.replace(manifest_path(out), manifest_path(final))
         os.replace(out, final)
     return final, manifest_path(final), manifest
 

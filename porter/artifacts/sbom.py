@@ -54,15 +54,8 @@ def document(manifest: Mapping[str, Any], *, name: str = "", version: str = "", 
     """The CycloneDX JSON of the wheel (distribution ``name`` and ``version``; default: the manifest's component
     and version) that carries ``manifest``; ``epoch``: the build's timestamp (seconds since 1970); ``purl_type``:
     ``generic`` for what is not a Python distribution (a net-plugin package)."""
-
-    def render(serial: uuid.UUID) -> bytes:
-        bom = _bom(manifest, name or str(manifest.get("component") or "unknown"),
-                   version or str(manifest.get("version") or ""), epoch, serial, purl_type)
-        out = make_outputter(bom, OutputFormat.JSON, SchemaVersion.V1_6)
-        return out.output_as_string(indent=2).encode() + b"\n"
-
-    pending = render(_PENDING)
-    return render(uuid.uuid5(_NAMESPACE, hashlib.sha256(pending).hexdigest()))
+    return _serialized(lambda serial: _bom(manifest, name or str(manifest.get("component") or "unknown"),
+                                           version or str(manifest.get("version") or ""), epoch, serial, purl_type))
 
 
 def image_document(wheels: Iterable[tuple[str, str, Mapping[str, Any]]], *, name: str, version: str,
@@ -74,7 +67,7 @@ def image_document(wheels: Iterable[tuple[str, str, Mapping[str, Any]]], *, name
     items = [(*w, "pypi") for w in sorted(wheels, key=lambda w: (w[0], w[1]))] + \
             [(*o, "generic") for o in sorted(others, key=lambda o: (o[0], o[1]))]
 
-    def render(serial: uuid.UUID) -> bytes:
+    def make(serial: uuid.UUID) -> Bom:
         image = Component(type=ComponentType.CONTAINER, name=name, version=version or None, bom_ref="image",
                           description="a node-ready image porter built: what is below installed and verified in it")
         tools: dict[tuple[str, str], Component] = {}
@@ -100,11 +93,19 @@ def image_document(wheels: Iterable[tuple[str, str, Mapping[str, Any]]], *, name
             tool.bom_ref.value = f"tool:{i}:{tool.name}"
         bom.metadata.tools = ToolRepository(components=list(tools.values()))
         bom.register_dependency(image, wheels_in)
-        out = make_outputter(bom, OutputFormat.JSON, SchemaVersion.V1_6)
+        return bom
+
+    return _serialized(make)
+
+
+def _serialized(make: Callable[[uuid.UUID], Bom]) -> bytes:
+    """The JSON of the BOM ``make(serial)`` gives, its serial number a UUID5 of the document made with a zero one."""
+
+    def render(serial: uuid.UUID) -> bytes:
+        out = make_outputter(make(serial), OutputFormat.JSON, SchemaVersion.V1_6)
         return out.output_as_string(indent=2).encode() + b"\n"
 
-    pending = render(_PENDING)
-    return render(uuid.uuid5(_NAMESPACE, hashlib.sha256(pending).hexdigest()))
+    return render(uuid.uuid5(_NAMESPACE, hashlib.sha256(render(_PENDING)).hexdigest()))
 
 
 def _walk(components: Iterable[Component]) -> list[Component]:

@@ -46,10 +46,6 @@ def source_date_epoch() -> int:
     return max(int(raw), EPOCH_1980) if raw.isdigit() else EPOCH_1980
 
 
-def _date_time() -> tuple[int, int, int, int, int, int]:
-    return time.gmtime(source_date_epoch())[:6]
-
-
 def dist_filename_part(name: str) -> str:
     """The distribution name as wheel file names and .dist-info folders spell it."""
     return re.sub(r"[-_.]+", "_", canonicalize_name(name))
@@ -60,12 +56,6 @@ def module_name(path: str) -> str:
     ``deepspeed.ops.adam.cpu_adam_op``."""
     *package, leaf = path.split("/")
     return ".".join([*package, leaf.split(".")[0]])
-
-
-def wheel_name(name: str, version: str, tag: str) -> str:
-    fname = f"{dist_filename_part(name)}-{Version(version)}-{tag}.whl"
-    parse_wheel_filename(fname)  # validates name, version and tag together
-    return fname
 
 
 @dataclass(frozen=True)
@@ -109,9 +99,10 @@ def write_wheel(dest_dir: str | os.PathLike[str], spec: WheelSpec, files: Mappin
     record_name = f"{dist_info}/RECORD"
     entries.pop(record_name, None)
     order = sorted(entries, key=lambda n: (n.startswith(dist_info + "/"), n))
-    fname = wheel_name(spec.name, version, spec.tag)
+    fname = f"{dist_filename_part(spec.name)}-{version}-{spec.tag}.whl"
+    parse_wheel_filename(fname)  # validates name, version and tag together
     dest = Path(dest_dir) / fname
-    stamp = _date_time()
+    stamp = time.gmtime(source_date_epoch())[:6]
     record: list[str] = []
     with atomic_path(dest) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
         for arc in order:
