@@ -102,23 +102,25 @@ class ComponentReport:
 
     @property
     def notes(self) -> list[str]:
-        allowed = [f"{self.component}: built for 64-lane wavefronts with {len(self.wave64_allowed)} warp-size-32 "
-                   f"finding(s) nothing proves safe (--allow-wave32): {'; '.join(self.wave64_allowed[:3])}"
-                   + (" ..." if len(self.wave64_allowed) > 3 else "") + " (porter sbom WHEEL lists each)"] \
-            if self.wave64_allowed else []
-        if not self.feature_probes:
-            return allowed
-        return allowed + [f"{self.component}: {len(self.feature_probes)} load-time feature probe call(s), not a JIT build: "
-                f"{'; '.join(self.feature_probes[:3])}. Nothing is built, but a node without a compiler answers "
-                "'feature absent' where the build host may have said present: rebuild the wheel with 'porter ops "
-                "build' (its copy of the op builder carries deepspeed/no-jit and answers from the answers recorded "
-                "at build time, by default); unset PORTER_FEATURE_PROBES=compile if it is set"]
+        out = []
+        if self.wave64_allowed:
+            out.append(f"{self.component}: built for 64-lane wavefronts with {len(self.wave64_allowed)} warp-size-32 "
+                       f"finding(s) nothing proves safe (--allow-wave32): {'; '.join(self.wave64_allowed[:3])}"
+                       + (" ..." if len(self.wave64_allowed) > 3 else "") + " (porter sbom WHEEL lists each)")
+        if self.feature_probes:
+            out.append(f"{self.component}: {len(self.feature_probes)} load-time feature probe call(s), not a JIT "
+                       f"build: {'; '.join(self.feature_probes[:3])}. Nothing is built, but a node without a compiler "
+                       "answers 'feature absent' where the build host may have said present: rebuild the wheel with "
+                       "'porter ops build' (its copy of the op builder carries deepspeed/no-jit and answers from the "
+                       "answers recorded at build time, by default); unset PORTER_FEATURE_PROBES=compile if it is set")
+        return out
 
     @property
     def mode(self) -> str:
-        if not self.modules:
-            return "JIT (no prebuilt modules)"
-        return "prebuilt"
+        return "prebuilt" if self.modules else "JIT (no prebuilt modules)"
+
+    def problem(self, file: str, check: str, expected: str, found: str) -> None:
+        self.problems.append(Problem(self.component, file, check, expected, found))
 
 
 @dataclass
@@ -126,11 +128,10 @@ class VerifyReport:
     env: TargetEnv
     node: Node
     components: list[ComponentReport]
-    extra_problems: list[Problem] = field(default_factory=list)
 
     @property
     def problems(self) -> list[Problem]:
-        return [p for c in self.components for p in c.problems] + self.extra_problems
+        return [p for c in self.components for p in c.problems]
 
     @property
     def ok(self) -> bool:
@@ -179,32 +180,26 @@ def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
         rep = ComponentReport(comp, project, dist.version if dist else None, str(rf.path) if rf else None)
         out.append(rep)
         if rf is not None and rf.error:
-            rep.problems.append(Problem(comp, str(rf.path), "install record", "a readable porter record", rf.error))
+            rep.problem(str(rf.path), "install record", "a readable porter record", rf.error)
         if dist is None:
             want = rf.record["version"] if rf and rf.record else "?"
-            rep.problems.append(Problem(comp, str(rf.path) if rf else project, "installed",
-                                        f"{project} {want} installed (porter record)", "not installed"))
+            rep.problem(str(rf.path) if rf else project, "installed", f"{project} {want} installed (porter record)",
+                        "not installed")
             continue
         if manifest is None:
             if dist.shared_objects or components.for_dist(project) is not None:
-                rep.problems.append(Problem(
-                    comp, dist.location, "porter manifest", "an install record written by 'porter install'",
-                    "none: installed some other way, so its build target cannot be checked"))
-            _add_modules_from_dist(rep, dist, node, None)
-            _component_checks(rep, dist, None)
-            continue
-        target = dict(manifest.get("target") or {})
-        rep.kind = str(target.get("kind", "cpu"))
-        rep.wave64_allowed = [f"{f.get('op')}: {f.get('file')}:{f.get('line')} {f.get('rule')}"
-                              for f in (manifest.get("wave64") or {}).get("findings", []) if f.get("state") == "allowed"]
-        rep.label = manifest["version"].partition("+")[2] or None
-        if not same_version(manifest["version"], dist.version):
-            rep.problems.append(Problem(comp, str(rf.path) if rf else dist.location, "version",
-                                        manifest["version"], dist.version))
-        for why in runtime_mismatches(manifest, env, node):
-            check, _, detail = why.partition(": ")
-            rep.problems.append(Problem(comp, (manifest.get("wheel") or {}).get("filename", project), check,
-                                        "a match", detail))
+                rep.problem(dist.location, "porter manifest", "an install record written by 'porter install'",
+                            "none: installed some other way, so its build target cannot be checked")
+        else:
+            rep.kind = str((manifest.get("target") or {}).get("kind", "cpu"))
+            rep.wave64_allowed = [f"{f.get('op')}: {f.get('file')}:{f.get('line')} {f.get('rule')}" for f in
+                                  (manifest.get("wave64") or {}).get("findings", []) if f.get("state") == "allowed"]
+            rep.label = manifest["version"].partition("+")[2] or None
+            if not same_version(manifest["version"], dist.version):
+                rep.problem(str(rf.path) if rf else dist.location, "version", manifest["version"], dist.version)
+            for why in runtime_mismatches(manifest, env, node):
+                check, _, detail = why.partition(": ")
+                rep.problem((manifest.get("wheel") or {}).get("filename", project), check, "a match", detail)
         _add_modules_from_dist(rep, dist, node, manifest)
         _component_checks(rep, dist, manifest)
     return out
@@ -217,7 +212,7 @@ def _component_checks(rep: ComponentReport, dist: InstalledDist, manifest: Manif
         return
     extra = comp.check_installed(dist, manifest, rep.kind or "cpu")
     for where, check, expected, found in extra.problems:
-        rep.problems.append(Problem(rep.component, where, check, expected, found))
+        rep.problem(where, check, expected, found)
     rep.loader_ops = extra.loader_ops
     rep.import_env = extra.import_env
     ops = extra.facts.get("installed_ops")
@@ -226,12 +221,9 @@ def _component_checks(rep: ComponentReport, dist: InstalledDist, manifest: Manif
 
 
 def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node, manifest: Manifest | None) -> None:
-    located = {rel: abs_ for rel, abs_ in dist.shared_objects}
-    entries: list[dict[str, Any]]
-    if manifest is not None:
-        entries = [dict(e) for e in manifest.get("extensions") or []]
-    else:
-        entries = [{"module": module_name(rel), "path": rel} for rel in located]
+    located = dict(dist.shared_objects)
+    entries: list[dict[str, Any]] = ([dict(e) for e in manifest.get("extensions") or []] if manifest is not None
+                                     else [{"module": module_name(rel), "path": rel} for rel in located])
     gpu = rep.kind in ("rocm", "cuda") or manifest is None
     for e in entries:
         rel = str(e["path"])
@@ -240,17 +232,16 @@ def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node
                                "op": e.get("op"), "archs": None}
         rep.modules.append(mod)
         if not Path(abs_path).is_file():
-            rep.problems.append(Problem(rep.component, abs_path, "file", "installed (listed in the manifest)",
-                                        "missing"))
+            rep.problem(abs_path, "file", "installed (listed in the manifest)", "missing")
             continue
         if "sha256" in e:
             found = sha256_file(abs_path)
             if found != e["sha256"]:
-                rep.problems.append(Problem(rep.component, abs_path, "sha256", str(e["sha256"]), found))
+                rep.problem(abs_path, "sha256", str(e["sha256"]), found)
         try:
             objs = read_code_objects(abs_path)
         except (ConfigError, OSError, IndexError, ValueError, struct.error) as exc:
-            rep.problems.append(Problem(rep.component, abs_path, "code objects", "a readable ELF .so", str(exc)))
+            rep.problem(abs_path, "code objects", "a readable ELF .so", str(exc))
             continue
         archs = sorted({o.arch for o in objs if o.kind != "ptx"})
         mod["archs"] = archs
@@ -258,30 +249,25 @@ def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node
         # an emulated build's arch names the wavefront it emulates (wave64): its modules carry no GPU code objects
         claimed = [] if rep.kind == "emulated" else sorted({str(a).split(":")[0] for a in e.get("archs") or []})
         if rep.kind == "emulated" and objs:
-            rep.problems.append(Problem(rep.component, abs_path, "emulated module", "no GPU code objects",
-                                        ",".join(archs)))
+            rep.problem(abs_path, "emulated module", "no GPU code objects", ",".join(archs))
         if claimed and claimed != archs:
-            rep.problems.append(Problem(rep.component, abs_path, "archs in file vs manifest",
-                                        ",".join(claimed), ",".join(archs) or "none"))
+            rep.problem(abs_path, "archs in file vs manifest", ",".join(claimed), ",".join(archs) or "none")
         if e.get("host_only"):
             mod["host_only"] = True
             if objs:
-                rep.problems.append(Problem(rep.component, abs_path, "host-only module",
-                                            "no GPU code objects", ",".join(archs)))
+                rep.problem(abs_path, "host-only module", "no GPU code objects", ",".join(archs))
             continue
         if not gpu or (manifest is None and not objs):
             continue
         if not node.archs:
             if rep.kind in ("rocm", "cuda") or objs:
-                rep.problems.append(Problem(rep.component, abs_path, "GPU arch",
-                                            "a node arch (a visible GPU, or --arch)",
-                                            f"none; the file has code for {','.join(archs) or 'none'}"))
+                rep.problem(abs_path, "GPU arch", "a node arch (a visible GPU, or --arch)",
+                            f"none; the file has code for {','.join(archs) or 'none'}")
             continue
         missing = [a for a in node.archs if a not in archs]
         if missing:
-            rep.problems.append(Problem(rep.component, abs_path, "GPU code objects",
-                                        f"code for {','.join(node.archs)}",
-                                        f"code for {','.join(archs) or 'no GPU arch'}"))
+            rep.problem(abs_path, "GPU code objects", f"code for {','.join(node.archs)}",
+                        f"code for {','.join(archs) or 'no GPU arch'}")
 
 
 def trap_compilers(root: Path) -> tuple[Path, Path]:
@@ -325,33 +311,26 @@ def import_check(env: TargetEnv, reps: Iterable[ComponentReport], runner: Runner
                                  runner=runner, env=make_env(update), cwd=str(work), timeout=600,
                                  what="to import the prebuilt modules")
             except ToolError as exc:
-                rep.problems.append(Problem(rep.component, env.executable, "import (subprocess)",
-                                            "a result document", f"{exc.message}: {exc.hint or ''}"[-800:]))
+                rep.problem(env.executable, "import (subprocess)", "a result document",
+                            f"{exc.message}: {exc.hint or ''}"[-800:])
             else:
-                paths = {m["module"]: m["path"] for m in rep.modules}
                 for mod, err in data["modules"].items():
                     entry = next(m for m in rep.modules if m["module"] == mod)
                     entry["import"] = "ok" if err is None else err
                     if err is not None:
-                        rep.problems.append(Problem(rep.component, paths[mod], f"import {mod}",
-                                                    "imports with no compiler", err))
+                        rep.problem(entry["path"], f"import {mod}", "imports with no compiler", err)
                 for op, err in data["loader"].items():
-                    if err is not None and err.startswith("skipped:"):
-                        continue
-                    if err is not None:
-                        rep.problems.append(Problem(rep.component, f"deepspeed op {op}", "DeepSpeed op loader",
-                                                    "the prebuilt module loads", err))
+                    if err is not None and not err.startswith("skipped:"):
+                        rep.problem(f"deepspeed op {op}", "DeepSpeed op loader", "the prebuilt module loads", err)
                 rep.loader = data["loader"]
             calls = [c for c in log.read_text().splitlines() if c.strip()]
             rep.feature_probes = [c for c in calls if classify_call(c) == "probe"]
             builds = [c for c in calls if classify_call(c) == "build"]
             if builds:
-                rep.problems.append(Problem(rep.component, env.executable, "compiler calls", "0",
-                                            f"{len(builds)}: " + "; ".join(builds[:5])))
+                rep.problem(env.executable, "compiler calls", "0", f"{len(builds)}: " + "; ".join(builds[:5]))
             built = sorted(str(p.relative_to(ext_dir)) for p in ext_dir.rglob("*"))
             if built:
-                rep.problems.append(Problem(rep.component, str(ext_dir), "TORCH_EXTENSIONS_DIR", "empty (no JIT build)",
-                                            ", ".join(built[:8])))
+                rep.problem(str(ext_dir), "TORCH_EXTENSIONS_DIR", "empty (no JIT build)", ", ".join(built[:8]))
 
 
 def verify(env: TargetEnv, node: Node, runner: Runner, *, imports: bool = True) -> VerifyReport:
