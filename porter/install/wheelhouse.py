@@ -69,9 +69,6 @@ class Wheel:
     def component(self) -> str:
         return str(self.manifest["component"]) if self.manifest else str(self.project)
 
-    def tag_text(self) -> str:
-        return ".".join(sorted({str(t) for t in self.tags}))
-
 
 def needs_manifest(project: str, version: Version) -> bool:
     return canonicalize_name(project) in all_dists() or bool(version.local and labels.parse(version.local))
@@ -132,6 +129,10 @@ def _release(version: str) -> str:
         return version.split("+")[0]
 
 
+_TOOLKITS = {"rocm": ("ROCm", "hip", "HIP"), "cuda": ("CUDA", "cuda", "CUDA")}
+"""A GPU build's toolkit: its name, the torch attribute with torch's version of it, and what torch calls it."""
+
+
 def runtime_mismatches(manifest: Manifest, env: TargetEnv, node: Node) -> list[str]:
     """Why this build does not fit the environment's torch and the node's GPU ([] when it does)."""
     out: list[str] = []
@@ -148,18 +149,13 @@ def runtime_mismatches(manifest: Manifest, env: TargetEnv, node: Node) -> list[s
             out.append(f"torch: built for {want}, not installed in this environment")
         elif _release(str(tver)) != env.torch.release or tkind != env.torch.kind:
             out.append(f"torch: built for {want}, found {env.torch.release} ({env.torch.kind})")
-    if kind == "rocm":
-        want_rocm = _major_minor(str(target.get("toolkit_version") or toolchain.get("toolkit_version")
-                                     or built_torch.get("hip") or ""))
-        found = _major_minor(env.torch.hip) if env.torch else ""
-        if want_rocm and env.torch is not None and env.torch.hip and want_rocm != found:
-            out.append(f"ROCm: built for ROCm {want_rocm}, torch here is built for HIP {env.torch.hip}")
-    if kind == "cuda":
-        want_cuda = _major_minor(str(target.get("toolkit_version") or toolchain.get("toolkit_version")
-                                     or built_torch.get("cuda") or ""))
-        if want_cuda and env.torch is not None and env.torch.cuda and want_cuda != _major_minor(env.torch.cuda):
-            out.append(f"CUDA: built for CUDA {want_cuda}, torch here is built for CUDA {env.torch.cuda}")
-    if kind in ("rocm", "cuda"):
+    if kind in _TOOLKITS:
+        name, attr, torch_name = _TOOLKITS[kind]
+        want_kit = _major_minor(str(target.get("toolkit_version") or toolchain.get("toolkit_version")
+                                    or built_torch.get(attr) or ""))
+        have = getattr(env.torch, attr) if env.torch is not None else None
+        if want_kit and have and want_kit != _major_minor(have):
+            out.append(f"{name}: built for {name} {want_kit}, torch here is built for {torch_name} {have}")
         built = [str(a).split(":")[0] for a in target.get("archs") or []]
         if not node.archs:
             out.append(f"GPU arch: built for {','.join(built) or '?'}; no GPU visible here and no --arch given")
@@ -179,8 +175,8 @@ def mismatches(wheel: Wheel, env: TargetEnv, node: Node) -> list[str]:
     out: list[str] = []
     env_tags = set(env.tags)
     if env_tags and not {str(t) for t in wheel.tags} & env_tags:
-        out.append(f"python/platform: wheel is {wheel.tag_text()}, this python takes {env.python_tag} "
-                   f"({env.tags[0] if env.tags else '?'} ...)")
+        tags = ".".join(sorted({str(t) for t in wheel.tags}))
+        out.append(f"python/platform: wheel is {tags}, this python takes {env.python_tag} ({env.tags[0]} ...)")
     if wheel.manifest is not None:
         out += runtime_mismatches(wheel.manifest, env, node)
     return out
@@ -190,7 +186,6 @@ def mismatches(wheel: Wheel, env: TargetEnv, node: Node) -> list[str]:
 class Selection:
     chosen: tuple[Wheel, ...]
     rejected: tuple[tuple[Wheel, tuple[str, ...]], ...]
-    dependencies: tuple[Wheel, ...]
 
 
 def _matches_only(wheel: Wheel, only: Sequence[str]) -> bool:
@@ -229,8 +224,7 @@ def select(wheels: Sequence[Wheel], env: TargetEnv, node: Node, only: Sequence[s
                + (f" (only dependencies: {', '.join(others)})" if others else "")),
             hint="build wheels for this environment (python, torch, ROCm, arch) with porter, "
                  "or pass --python / --arch for the environment and node you mean")
-    deps = tuple(w for w in wheels if not w.is_porter)
-    return Selection(chosen, tuple(rejected), deps)
+    return Selection(chosen, tuple(rejected))
 
 
 # -- is the file the one the manifest describes, and is it safe to unpack? -----------------------
@@ -245,35 +239,28 @@ def unsafe_entries(names: Iterable[str]) -> list[str]:
     return bad
 
 
-def check_intact(path: Path, manifest: Manifest) -> None:
+def check_intact(path: Path, manifest: Manifest, *, label: str | None = None) -> None:
     """The wheel is the file its manifest describes, checked before anything reads inside it: one truncated or
     damaged on the way (not a readable zip) is refused as a damaged file (exit 2), one changed since as tampered."""
     want = manifest["wheel"].get("sha256", "")
     found = sha256_file(path)
-    if found != want:
-        raise _not_as_built(path, path.name, want, found)
-
-
-def _not_as_built(path: Path, label: str, want: str, found: str) -> DamagedFile:
-    """A wheel whose sha256 is not its manifest's: truncated or damaged (no readable zip), else tampered."""
+    if found == want:
+        return
     if not zipfile.is_zipfile(path):
-        return DamagedFile(f"{path} is truncated or damaged: not a readable zip ({path.stat().st_size} bytes), and its "
+        raise DamagedFile(f"{path} is truncated or damaged: not a readable zip ({path.stat().st_size} bytes), and its "
                            f"sha256 is not its manifest's ({want[:16]}...)",
                            hint="copy it again from where it was built (an interrupted copy or download leaves such "
                                 "a file), and compare 'sha256sum' with its manifest's wheel.sha256; nothing was "
                                 "installed")
-    return DamagedFile(f"{label}: sha256 does not match its manifest (tampered or rebuilt without its manifest): "
-                       f"expected {want}, found {found}",
-                       hint="rebuild the wheel with porter, or restore the original file; nothing was installed")
+    raise DamagedFile(f"{label or path.name}: sha256 does not match its manifest (tampered or rebuilt without its "
+                      f"manifest): expected {want}, found {found}",
+                      hint="rebuild the wheel with porter, or restore the original file; nothing was installed")
 
 
 def check_wheel(path: Path, manifest: Manifest, *, label: str | None = None) -> None:
     """Refuse a wheel whose sha256 or extension contents differ from the manifest, or that escapes."""
     label = label or path.name
-    want = manifest["wheel"].get("sha256", "")
-    found = sha256_file(path)
-    if found != want:
-        raise _not_as_built(path, label, want, found)
+    check_intact(path, manifest, label=label)
     try:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
