@@ -166,12 +166,11 @@ def _max_version(names: Iterable[str], prefix: str) -> str:
 def check_shared_object(arc: str, needs: ElfNeeds, node: Userspace, in_wheel: set[str]) -> list[str]:
     """Why ``arc`` (a path in the wheel) would not load on ``node`` ([] when it would)."""
     out: list[str] = []
-    here = PurePosixPath(arc).parent
-    beside = {PurePosixPath(n).name for n in in_wheel if PurePosixPath(n).parent == here}
+    brought = {PurePosixPath(n).name for n in in_wheel}
     runpath = [node.root / p.lstrip("/") for p in needs.runpath if not p.startswith("$ORIGIN")]
     found: dict[str, Path] = {}
     for soname in needs.needed:
-        if soname in beside or any(PurePosixPath(n).name == soname for n in in_wheel):
+        if soname in brought:
             continue  # the wheel brings it
         lib = node.find(soname, runpath)
         if lib is None:
@@ -190,18 +189,15 @@ def check_shared_object(arc: str, needs: ElfNeeds, node: Userspace, in_wheel: se
             newest = _max_version(have, prefix.group(0) if prefix else missing[0])
             out.append(f"{arc} needs {', '.join(missing)} from {soname}; {node.describe()}'s ({lib}) has up to "
                        f"{newest}")
-    if needs.torch_symbols:
-        torch_libs = [p for s, p in found.items() if node.torch_lib is not None and p.parent == node.torch_lib]
-        if torch_libs:
-            defined: set[str] = set()
-            for lib in torch_libs:
-                defined |= node.defined(lib)[1]
-            absent = [s for s in needs.torch_symbols if s not in defined]
-            if absent:
-                abi = " (a std::string in it: the other _GLIBCXX_USE_CXX11_ABI)" if any(
-                    "__cxx11" in s or "basic_string" in s for s in absent[:3]) else ""
-                out.append(f"{arc} needs {len(absent)} symbol(s) torch's libraries here ({node.torch_lib}) do not "
-                           f"define, e.g. {absent[0]}{abi}: built against another torch")
+    torch_libs = [p for p in found.values() if node.torch_lib is not None and p.parent == node.torch_lib]
+    if needs.torch_symbols and torch_libs:
+        defined: set[str] = set().union(*(node.defined(lib)[1] for lib in torch_libs))
+        absent = [s for s in needs.torch_symbols if s not in defined]
+        if absent:
+            abi = " (a std::string in it: the other _GLIBCXX_USE_CXX11_ABI)" if any(
+                "__cxx11" in s or "basic_string" in s for s in absent[:3]) else ""
+            out.append(f"{arc} needs {len(absent)} symbol(s) torch's libraries here ({node.torch_lib}) do not "
+                       f"define, e.g. {absent[0]}{abi}: built against another torch")
     return out
 
 

@@ -66,13 +66,6 @@ class InstallResult:
                 "lock": self.lock}
 
 
-def _already_installed(env: TargetEnv, wheel: Wheel, sha: str) -> bool:
-    dist = env.dists.get(str(wheel.project))
-    rec = read_records(env).get(str(wheel.project))
-    return (dist is not None and same_version(dist.version, wheel.version) and rec is not None
-            and rec.record is not None and rec.record["sha256"] == sha)
-
-
 def pip_argv(env: TargetEnv, wheelhouse: Path, files: Sequence[Path], *, force: bool, no_deps: bool) -> list[str]:
     argv = [env.executable, "-m", "pip", "install", "--no-index", "--only-binary", ":all:",
             "--find-links", str(wheelhouse), "--disable-pip-version-check", "--no-input"]
@@ -91,7 +84,8 @@ def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> 
     probes = runner.real()  # the environment and the node are inspected in a dry run too
     with log.step(f"inspect {opts.python}"):
         wheels = scan(wheelhouse)
-        env = inspect_env(opts.python, probes, dists=[*(str(w.project) for w in wheels), *all_dists()])
+        dists = [*(str(w.project) for w in wheels), *all_dists()]
+        env = inspect_env(opts.python, probes, dists=dists)
         node = detect_node(probes, opts.archs)
     log.info(f"target: {env.describe()}; GPU: {node.describe()}")
     for orphan in orphan_manifests(wheelhouse):
@@ -123,8 +117,7 @@ def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> 
     acquired = time.time()
     try:
         # re-inspect under the lock: an install that held it may have changed the environment
-        env = inspect_env(opts.python, probes, dists=[*(str(w.project) for w in wheels), *all_dists()])
-        result.env = env
+        env = result.env = inspect_env(opts.python, probes, dists=dists)
         _install_locked(opts, env, selection, wheelhouse, runner, log, result)
     finally:
         lock.release()
@@ -145,12 +138,13 @@ def _install_locked(opts: InstallOptions, env: TargetEnv, selection: Selection, 
             shutil.copyfile(w.path, copy)
             check_wheel(copy, w.manifest, label=str(w.path))
             sha = w.manifest["wheel"]["sha256"]
-            if not opts.reinstall and _already_installed(env, w, sha):
+            dist = env.dists.get(str(w.project))
+            present = dist is not None and same_version(dist.version, w.version)
+            rec = read_records(env).get(str(w.project))
+            if not opts.reinstall and present and rec is not None and rec.record and rec.record["sha256"] == sha:
                 log.info(f"{w.component} {w.version_text}: already installed from this wheel")
                 result.skipped.append(w)
                 continue
-            dist = env.dists.get(str(w.project))
-            present = dist is not None and same_version(dist.version, w.version)
             # a forced install takes no dependencies (pip would reinstall each): only a wheel whose version is
             # there is forced; --reinstall of one that is not there is a fresh install, with its dependencies
             (replace if present else fresh).append((w, copy, sha))

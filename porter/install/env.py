@@ -113,12 +113,9 @@ def parse_rocminfo(output: str) -> list[str]:
 
 
 def parse_nvidia_smi(output: str) -> list[str]:
-    found = []
-    for line in output.strip().splitlines():
-        cap = line.rpartition(",")[2].strip()
-        if re.fullmatch(r"\d+\.\d+", cap):
-            found.append("sm_" + cap.replace(".", ""))
-    return list(dict.fromkeys(found))
+    """Distinct ``sm_XY`` archs of the compute capabilities ``nvidia-smi --query-gpu=name,compute_cap`` lists."""
+    caps = [line.rpartition(",")[2].strip() for line in output.strip().splitlines()]
+    return list(dict.fromkeys("sm_" + c.replace(".", "") for c in caps if re.fullmatch(r"\d+\.\d+", c)))
 
 
 def node_from_option(archs: Iterable[str]) -> Node | None:
@@ -138,17 +135,13 @@ def detect_node(runner: Runner, archs: Iterable[str] = (), environ: Mapping[str,
     for var in ("ROCM_PATH", "HIP_PATH"):
         if environ.get(var):
             path = f"{environ[var]}/bin{os.pathsep}{path}"
-    rocminfo = which("rocminfo", path)
-    if rocminfo is not None:
-        res = runner.run([rocminfo], env=environ, timeout=60, check=False)
-        found = [a for a in parse_rocminfo(res.output) if a in ARCHS] if res.ok else []
-        if found:
-            return Node(tuple(found), "rocminfo")
-    smi = which("nvidia-smi", path)
-    if smi is not None:
-        res = runner.run([smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"], env=environ,
-                         timeout=60, check=False)
-        found = [a for a in parse_nvidia_smi(res.output) if a in ARCHS] if res.ok else []
-        if found:
-            return Node(tuple(found), "nvidia-smi")
+    for tool, args, parse in (("rocminfo", [], parse_rocminfo),
+                              ("nvidia-smi", ["--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                               parse_nvidia_smi)):
+        exe = which(tool, path)
+        if exe is not None:
+            res = runner.run([exe, *args], env=environ, timeout=60, check=False)
+            found = [a for a in parse(res.output) if a in ARCHS] if res.ok else []
+            if found:
+                return Node(tuple(found), tool)
     return Node((), "none")
