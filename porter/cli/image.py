@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import click
@@ -84,12 +84,8 @@ def build_cmd(log: Logger, /, req: ImageCommandOptions, as_json: bool) -> None:
     """
     from porter.image.build import ImageRequest, build_image
 
-    result = build_image(ImageRequest(base=req.base, wheelhouse=req.wheelhouse, output=req.output,
-                                      toolchain=req.toolchain, python=req.python, site=req.site,
-                                      archs=req.archs, apptainer_root=req.apptainer_root, tools=req.tools,
-                                      definition_only=req.definition_only, compression=req.compression,
-                                      net_plugin=req.net_plugin),
-                         Runner(log, echo=log.verbose), log)
+    # the options are the request's fields, by name
+    result = build_image(ImageRequest(**asdict(req)), Runner(log, echo=log.verbose), log)
     if as_json:
         emit_json(result.to_json())
         return

@@ -11,7 +11,7 @@ import click
 from porter.cli import emit_json
 from porter.cli.options import (arch_option, arg, dry_run_option, json_option, only_option, opt, options, runner_for,
                                 target_python_option)
-from porter.errors import CheckFailed
+from porter.errors import CheckFailed, NothingToDo
 from porter.log import Logger
 from porter.run import Runner
 
@@ -122,7 +122,6 @@ def verify_cmd(log: Logger, python: str | None, archs: tuple[str, ...], no_impor
         raise CheckFailed(f"verify found {len(rep.problems)} problem(s) in {env.executable}",
                           hint="install wheels built for this node with 'porter install', or rebuild for its arch")
     if not rep.components:
-        from porter.errors import NothingToDo
         raise NothingToDo(f"nothing to verify in {env.executable}",
                           hint="install porter-built wheels first with 'porter install WHEELHOUSE'")
 
@@ -148,8 +147,7 @@ def report_cmd(log: Logger, python: str | None, archs: tuple[str, ...], as_json:
     tools = compilers_on_path()
     if as_json:
         emit_json({"python": {"executable": env.executable, "tag": env.python_tag, "prefix": env.prefix},
-                   "torch": {"version": env.torch.version, "kind": env.torch.kind, "hip": env.torch.hip,
-                             "cuda": env.torch.cuda} if env.torch else None,
+                   "torch": env.torch.to_dict() if env.torch else None,
                    "node": {"archs": list(node.archs), "source": node.source},
                    "compilers": tools,
                    "components": [{"component": c.component, "project": c.project, "version": c.version,

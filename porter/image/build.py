@@ -29,7 +29,7 @@ from typing import Any
 
 from porter import __version__
 from porter.errors import CommandFailed, ConfigError, ToolError
-from porter.fs import atomic_path, atomic_write_text, owned_temp_dir, sha256_file
+from porter.fs import atomic_path, atomic_write_text, owned_temp, owned_temp_dir, sha256_file
 from porter.image import COMPRESSION
 from porter.image.definition import BASE_KINDS, NET_PLUGIN, TOOLS, WHEELHOUSE, Recipe, base_kind
 from porter.log import Logger
@@ -144,7 +144,8 @@ def make_tools(dest: Path, runner: Runner, log: Logger) -> Path:
         raise ConfigError("porter does not run from its source tree here, so it cannot build its own wheel "
                           "for the image", hint="pass --tools DIR holding porter's wheel and its dependencies "
                                                 "(pip download porter -d DIR)")
-    with atomic_dir(dest) as tmp:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with owned_temp(dest.parent, f".{dest.name}.") as tmp:  # renamed to dest when whole
         py = sys.executable
         with log.step("porter's wheel and its dependencies, for the image"):
             runner.run([py, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", tmp,
@@ -153,25 +154,8 @@ def make_tools(dest: Path, runner: Runner, log: Logger) -> Path:
             runner.run([py, "-m", "pip", "download", "--quiet", "--only-binary", ":all:", "-d", tmp, wheel],
                        timeout=900, hint="pip could not fetch porter's dependencies (this needs the package "
                                          "index; offline, pass --tools DIR with them)")
+        os.replace(tmp, dest)
     return dest
-
-
-class atomic_dir:
-    """A folder filled in a private temp beside ``dest`` and renamed to it when whole."""
-
-    def __init__(self, dest: Path) -> None:
-        self.dest = dest
-
-    def __enter__(self) -> Path:
-        self.dest.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = owned_temp_dir(self.dest.parent, f".{self.dest.name}.")
-        return self.tmp
-
-    def __exit__(self, kind: object, exc: object, tb: object) -> None:
-        if kind is None:
-            os.replace(self.tmp, self.dest)
-        else:
-            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -308,8 +292,7 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
     app = find_apptainer(req.apptainer_root, definition)
     work = app.work() if app.root else output.parent
     work.mkdir(parents=True, exist_ok=True)
-    scratch = owned_temp_dir(work, f".{output.stem}.image.")
-    try:
+    with owned_temp(work, f".{output.stem}.image.") as scratch:
         root = scratch / "root"
         root.mkdir()
         with log.step(f"unpacking the base {req.base} ({kind})"):
@@ -349,8 +332,6 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
         with atomic_path(output) as tmp:
             shutil.copyfile(packed, tmp)
         result.image = output
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     result.seconds = time.monotonic() - start
     return result
 
