@@ -33,6 +33,7 @@ from cyclonedx.model.tool import ToolRepository
 from cyclonedx.output import make_outputter
 from cyclonedx.schema import OutputFormat, SchemaVersion
 from packageurl import PackageURL
+from packaging.utils import canonicalize_name
 
 from porter import archive
 from porter.errors import ConfigError
@@ -79,7 +80,7 @@ def image_document(wheels: Iterable[tuple[str, str, Mapping[str, Any]]], *, name
             wheel = one.metadata.component
             assert wheel is not None
             for c in [wheel, *_walk(wheel.components), *_walk(one.components)]:
-                c.bom_ref.value = f"{_pypi_name(dist)}/{c.bom_ref.value}"
+                c.bom_ref.value = f"{canonicalize_name(dist)}/{c.bom_ref.value}"
             wheels_in.append(wheel)
             for part in one.components:
                 bom.components.add(part)
@@ -123,7 +124,7 @@ def _bom(m: Mapping[str, Any], name: str, version: str, epoch: int, serial: uuid
     records = [r for r in patches if isinstance(r, Mapping)] if isinstance(patches, list) else []
     wheel = Component(
         type=ComponentType.LIBRARY, name=name, version=version or None, bom_ref="wheel",
-        purl=PackageURL(type=purl_type, name=_pypi_name(name) if purl_type == "pypi" else name,
+        purl=PackageURL(type=purl_type, name=canonicalize_name(name) if purl_type == "pypi" else name,
                         version=version or None),
         description=f"{name} {version}, built by porter for +{_dict(m.get('target')).get('label') or '?'}",
         pedigree=Pedigree(ancestors=[_source(m, sources)], patches=[_patch(r) for r in records],
@@ -189,7 +190,7 @@ def _source(m: Mapping[str, Any], sources: Mapping[str, Any]) -> Component:
         type=ComponentType.LIBRARY, name=project, version=version, bom_ref="source",
         description=f"the upstream source of {project} porter built from",
         hashes=[HashType(alg=HashAlgorithm.SHA_256, content=str(sdist))] if sdist else [],
-        purl=PackageURL(type="pypi", name=_pypi_name(project), version=version) if indexed and version else None,
+        purl=PackageURL(type="pypi", name=canonicalize_name(project), version=version) if indexed and version else None,
         pedigree=Pedigree(commits=[Commit(uid=str(commit))]) if commit else None,
         properties=_props("porter:source", {k: v for k, v in sources.items() if k != "patches"}))
 
@@ -263,10 +264,6 @@ def _dict(value: Any) -> Mapping[str, Any]:
 
 def _entries(value: Any) -> list[Mapping[str, Any]]:
     return [e for e in value if isinstance(e, Mapping)] if isinstance(value, list) else []
-
-
-def _pypi_name(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 # -- reading it back ------------------------------------------------------------------------------

@@ -192,9 +192,8 @@ def rewrite_wheel(src: str | os.PathLike[str], dest_dir: str | os.PathLike[str],
     w = read_wheel(src)
     files: dict[str, Payload] = {}
     for name, data in w.files.items():
-        if name in (f"{w.dist_info}/WHEEL", f"{w.dist_info}/METADATA"):
-            continue
-        if name == f"{w.dist_info}/{WHEEL_PATH}":  # porter's SBOM of the old wheel: write_wheel writes one anew
+        # write_wheel writes these anew (porter's SBOM of the old wheel included)
+        if name in (f"{w.dist_info}/WHEEL", f"{w.dist_info}/METADATA", f"{w.dist_info}/{WHEEL_PATH}"):
             continue
         new = "{dist_info}" + name[len(w.dist_info):] if name.startswith(w.dist_info + "/") else name
         files[new] = edit(name, data) if edit else data

@@ -18,6 +18,7 @@ and ``IMAGE.porter-tools/`` (porter and its dependencies as wheels, which that d
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -378,8 +379,6 @@ def write_image_sbom(root: Path, python: str, name: str, *, wheels: bool = True,
                      net_plugin: Path | None = None) -> list[str]:
     """The image's combined SBOM, from porter's install records in its training environment and the network
     plugin's manifest; the installed wheels' names."""
-    import json
-
     from porter.artifacts.sbom import image_document
     from porter.components.netplugin.verify import read_package
     from porter.fs import atomic_write_bytes
@@ -404,8 +403,6 @@ def write_image_sbom(root: Path, python: str, name: str, *, wheels: bool = True,
 
 def inspect_image(image: Path, apptainer_root: Path | None, runner: Runner) -> dict[str, Any]:
     """The image's labels and definition, as apptainer reads them back."""
-    import json
-
     app = find_apptainer(apptainer_root, image.with_suffix(".def"))
     path = image.resolve()
     staged: Path | None = None

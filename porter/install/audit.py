@@ -81,10 +81,7 @@ class AuditReport:
         return not self.compiles
 
     def counts(self) -> dict[str, int]:
-        out = {s: 0 for s in ("compiles", "guarded", "probe", "covered")}
-        for site in self.sites:
-            out[site.status] += 1
-        return out
+        return {s: sum(site.status == s for site in self.sites) for s in ("compiles", "guarded", "probe", "covered")}
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": "porter.audit/1", "tree": str(self.tree), "python": self.python, "ok": self.ok,

@@ -121,9 +121,8 @@ def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> 
         _install_locked(opts, env, selection, wheelhouse, runner, log, result)
     finally:
         lock.release()
-        released = time.time()
         result.lock = {"path": str(lock_path(env)), "waited_s": round(acquired - asked, 3),
-                       "acquired_at": acquired, "released_at": released}
+                       "acquired_at": acquired, "released_at": time.time()}
     return result
 
 

@@ -340,6 +340,6 @@ def verify(env: TargetEnv, node: Node, runner: Runner, *, imports: bool = True) 
     return VerifyReport(env, node, reps)
 
 
-def compilers_on_path(environ: dict[str, str] | None = None) -> dict[str, str | None]:
-    path = (environ or dict(os.environ)).get("PATH", "")
+def compilers_on_path() -> dict[str, str | None]:
+    path = os.environ.get("PATH", "")
     return {n: shutil.which(n, path=path) for n in ("hipcc", "nvcc", "g++", "c++", "ninja", "rocminfo")}

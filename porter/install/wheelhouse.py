@@ -4,7 +4,7 @@ Scanning reads every wheel's name, version and tags (``packaging``) and its mani
 built (a known component, or a porter local label such as ``+rocm5.7.gfx90a`` / ``+cpu.x86_64_v2``)
 must have a valid manifest; other wheels are dependencies, offered to pip as ``--find-links`` only.
 
-``match`` says why a porter wheel does not fit a target (python/platform tags, torch version and
+``mismatches`` says why a porter wheel does not fit a target (python/platform tags, torch version and
 kind, ROCm/CUDA version, GPU arch, wavefront), one reason per line; ``select`` picks one wheel per
 component. ``check_wheel`` proves a wheel file is the one its manifest describes and that no entry
 escapes the install target. ``write_index`` makes a PEP 503 simple index plus a combined manifest.
@@ -70,10 +70,6 @@ class Wheel:
         return str(self.manifest["component"]) if self.manifest else str(self.project)
 
 
-def needs_manifest(project: str, version: Version) -> bool:
-    return canonicalize_name(project) in all_dists() or bool(version.local and labels.parse(version.local))
-
-
 def scan(directory: str | os.PathLike[str]) -> list[Wheel]:
     """Every ``*.whl`` in ``directory`` (not recursive), sorted by name; manifests read and checked."""
     root = Path(directory)
@@ -89,7 +85,8 @@ def scan(directory: str | os.PathLike[str]) -> list[Wheel]:
         mpath = manifest_path(path)
         manifest: Manifest | None = None
         error: str | None = None
-        if mpath.exists() or needs_manifest(project, version):
+        # a known component's wheel, or one with a porter label, must have one
+        if mpath.exists() or project in all_dists() or (version.local and labels.parse(version.local)):
             try:
                 manifest = read_manifest(mpath)
                 named = manifest["wheel"].get("filename")
@@ -263,8 +260,7 @@ def check_wheel(path: Path, manifest: Manifest, *, label: str | None = None) -> 
     check_intact(path, manifest, label=label)
     try:
         with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-            escaping = unsafe_entries(names)
+            escaping = unsafe_entries(zf.namelist())
             if escaping:
                 raise DamagedFile(f"{label}: entries escape the install target: {', '.join(escaping)}",
                                   hint="this wheel is unsafe to install; rebuild it with porter")
@@ -378,9 +374,8 @@ def _swap_in(link: Path, new_tree: Path) -> None:
     if link.is_symlink():
         old = link.parent / os.readlink(link)
     elif link.exists():
-        aside = link.with_name(f".simple-old-{os.getpid()}")
-        os.replace(link, aside)
-        old = aside
+        old = link.with_name(f".simple-old-{os.getpid()}")
+        os.replace(link, old)
     tmp_link = link.with_name(f".simple-link-{os.getpid()}")
     tmp_link.unlink(missing_ok=True)
     os.symlink(new_tree.name, tmp_link)
