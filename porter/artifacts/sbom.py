@@ -276,21 +276,17 @@ def read_sbom(path: str | os.PathLike[str]) -> dict[str, Any]:
         if path.suffix == ".whl" or zipfile.is_zipfile(path):
             archive.zip_members(path)
             with zipfile.ZipFile(path) as zf:
-                data = _one(path, [n for n in zf.namelist() if n.count("/") == 2
-                                   and n.split("/")[0].endswith(".dist-info") and n.endswith(f"/{WHEEL_PATH}")],
-                            zf.read, hint)
+                names = [n for n in zf.namelist() if n.count("/") == 2
+                         and n.split("/")[0].endswith(".dist-info") and n.endswith(f"/{WHEEL_PATH}")]
+                data = zf.read(_one(path, names, hint))
         elif path.is_file() and (path.name.endswith((".tar.gz", ".tgz", ".tar")) or tarfile.is_tarfile(path)):
             archive.members(path)
             with tarfile.open(path) as tar:
                 members = {m.name: m for m in tar.getmembers() if m.isfile() and m.name.count("/") == 1
                            and m.name.endswith(f"/{NAME}")}
-
-                def extract(name: str) -> bytes:
-                    f = tar.extractfile(members[name])
-                    assert f is not None  # a regular member
-                    return f.read()
-
-                data = _one(path, list(members), extract, hint)
+                f = tar.extractfile(members[_one(path, list(members), hint)])
+                assert f is not None  # a regular member
+                data = f.read()
         else:
             raise ConfigError(f"{path} is not a wheel or a porter package", hint="pass a .whl or a net-plugin .tar.gz")
         doc = json.loads(data)
@@ -305,11 +301,11 @@ def read_sbom(path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
-def _one(path: Path, names: list[str], read: Callable[[str], bytes], hint: str) -> bytes:
+def _one(path: Path, names: list[str], hint: str) -> str:
     if len(names) != 1:
         raise ConfigError(f"{path} carries no porter SBOM ({NAME})" if not names
                           else f"{path} carries {len(names)} porter SBOMs", hint=hint)
-    return read(names[0])
+    return names[0]
 
 
 def describe(doc: Mapping[str, Any]) -> list[str]:
