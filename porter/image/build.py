@@ -136,10 +136,10 @@ def _porter_source() -> Path | None:
     return root if project.is_file() and 'name = "porter"' in project.read_text() else None
 
 
-def make_tools(dest: Path, runner: Runner, log: Logger) -> Path:
+def make_tools(dest: Path, runner: Runner, log: Logger) -> None:
     """``dest``: porter's wheel and its dependencies' wheels, for the image's pip (``--no-index``)."""
     if any(dest.glob("porter-*.whl")):
-        return dest
+        return
     source = _porter_source()
     if source is None:
         raise ConfigError("porter does not run from its source tree here, so it cannot build its own wheel "
@@ -156,7 +156,6 @@ def make_tools(dest: Path, runner: Runner, log: Logger) -> Path:
                        timeout=900, hint="pip could not fetch porter's dependencies (this needs the package "
                                          "index; offline, pass --tools DIR with them)")
         os.replace(tmp, dest)
-    return dest
 
 
 @dataclass(frozen=True)
@@ -252,9 +251,10 @@ def unpack_base(base: Path, kind: str, into: Path, app: Apptainer, runner: Runne
                            "turn the archive into a SIF first ('apptainer build base.sif docker-archive:FILE')")
 
 
-def run_inside(root: Path, line: str, runner: Runner, log: Logger, what: str) -> str:
+def run_inside(root: Path, line: str, runner: Runner, log: Logger, what: str, *, show: bool = False) -> None:
     """One shell line in the root folder's userspace: a mount namespace of its own (its /proc goes with it,
-    whatever happens), minimal /dev nodes, no network needed (pip --no-index)."""
+    whatever happens), minimal /dev nodes, no network needed (pip --no-index). ``show``: its output is logged
+    after the step, as the user's own run would show it."""
     dev = root / "dev"
     dev.mkdir(exist_ok=True)
     for name, major, minor in (("null", 1, 3), ("zero", 1, 5), ("random", 1, 8), ("urandom", 1, 9)):
@@ -265,13 +265,15 @@ def run_inside(root: Path, line: str, runner: Runner, log: Logger, what: str) ->
              f"/bin/sh -c {shlex.quote(line)}"
     with log.step(what):
         try:
-            return runner.run(["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script],
+            said = runner.run(["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script],
                               env=make_env({"PORTER_CACHE_DIR": None, "HOME": "/root"}), timeout=3600).output
         except CommandFailed as exc:
             exc.message = f"{what}: failed with exit code {exc.returncode}; no image was written"
             exc.hint = (f"it ran '{line}' in the base's userspace; its output is above. What fails there fails on a "
                         "node that runs this base: use a base that has what the output names, or rebuild for it")
             raise
+    for shown in said.strip().splitlines() if show else []:
+        log.info(f"    {shown}")
 
 
 def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
@@ -303,14 +305,11 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
                                                                     "image's training environment")
         _put_inputs(root, req, tools)
         checks = recipe.test()
-        for what, line in recipe.post():
-            said = run_inside(root, line, runner, log, what)
-            if (what, line) in checks:  # what the verify found inside, as the user's own run would show it
-                for shown in said.strip().splitlines():
-                    log.info(f"    {shown}")
+        for what, line in recipe.post():  # what the verify found inside is shown
+            run_inside(root, line, runner, log, what, show=(what, line) in checks)
         shutil.rmtree(root / "root" / ".cache", ignore_errors=True)
-        installed = write_image_sbom(root, req.python, output.stem, wheels=recipe.wheels, net_plugin=req.net_plugin)
-        result.installed = installed
+        result.installed = write_image_sbom(root, req.python, output.stem, wheels=recipe.wheels,
+                                            net_plugin=req.net_plugin)
         recipe.labels["org.porter.sbom"] = SBOM
         inner = scratch / "image.def"
         atomic_write_text(inner, recipe.for_root(app.inside(root)))
@@ -325,10 +324,8 @@ def build_image(req: ImageRequest, runner: Runner, log: Logger) -> ImageResult:
         # online discard or Lustre, a second copy costs more than the rest of the build)
         shutil.rmtree(root / ".singularity.d", ignore_errors=True)
         unpack_base(packed, "sif", root, app, runner, only=(".singularity.d",))
-        said = run_inside(root, 'for f in /.singularity.d/env/*.sh; do . "$f"; done; exec /bin/sh /.singularity.d/test',
-                          runner, log, "the image's own %test, as packed in the SIF")
-        for shown in said.strip().splitlines():
-            log.info(f"    {shown}")
+        run_inside(root, 'for f in /.singularity.d/env/*.sh; do . "$f"; done; exec /bin/sh /.singularity.d/test',
+                   runner, log, "the image's own %test, as packed in the SIF", show=True)
         result.tested = True
         with atomic_path(output) as tmp:
             shutil.copyfile(packed, tmp)

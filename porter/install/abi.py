@@ -144,10 +144,7 @@ class Userspace:
         yield from read(self.root / "etc" / "ld.so.conf")
 
     def find(self, soname: str, also: Iterable[Path] = ()) -> Path | None:
-        for d in (*also, *self.dirs()):
-            if (d / soname).exists():
-                return d / soname
-        return None
+        return next((d / soname for d in (*also, *self.dirs()) if (d / soname).exists()), None)
 
     def defined(self, path: Path) -> tuple[set[str], set[str]]:
         path = path.resolve()
@@ -157,9 +154,8 @@ class Userspace:
 
 
 def _max_version(names: Iterable[str], prefix: str) -> str:
-    def key(v: str) -> tuple[int, ...]:
-        return tuple(int(x) for x in re.findall(r"\d+", v))
-    same = sorted((n for n in names if re.fullmatch(re.escape(prefix) + r"\d[\d.]*", n)), key=key)
+    same = sorted((n for n in names if re.fullmatch(re.escape(prefix) + r"\d[\d.]*", n)),
+                  key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)))
     return same[-1] if same else "none"
 
 

@@ -120,9 +120,7 @@ def parse_nvidia_smi(output: str) -> list[str]:
 
 def node_from_option(archs: Iterable[str]) -> Node | None:
     names = [a for spec in archs for a in spec.split(",") if a.strip()]
-    if not names:
-        return None
-    return Node(tuple(dict.fromkeys(parse_target(a).name for a in names)), "--arch")
+    return Node(tuple(dict.fromkeys(parse_target(a).name for a in names)), "--arch") if names else None
 
 
 def detect_node(runner: Runner, archs: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> Node:

@@ -54,25 +54,20 @@ def lock_path(env: TargetEnv) -> Path:
     return env.porter_dir / "install.lock"
 
 
-def write_record(env: TargetEnv, project: str, manifest: Manifest, sha256: str, source: str) -> Path:
+def write_record(env: TargetEnv, project: str, manifest: Manifest, sha256: str, source: str) -> None:
     rec: InstallRecord = {
         "schema": RECORD_SCHEMA, "porter_version": __version__, "project": str(canonicalize_name(project)),
         "version": manifest["version"], "wheel": manifest["wheel"].get("filename", ""), "sha256": sha256,
         "source": source, "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "python": env.executable, "manifest": manifest,
     }
-    path = records_dir(env) / f"{canonicalize_name(project)}.json"
-    atomic_write_json(path, rec)
-    return path
+    atomic_write_json(records_dir(env) / f"{rec['project']}.json", rec)
 
 
 def read_records(env: TargetEnv) -> dict[str, RecordFile]:
     """project -> record (or the reason it could not be read)."""
     out: dict[str, RecordFile] = {}
-    d = records_dir(env)
-    if not d.is_dir():
-        return out
-    for p in sorted(d.glob("*.json")):
+    for p in sorted(records_dir(env).glob("*.json")):  # none when the folder is not there
         try:
             data: Any = json.loads(p.read_text())
             if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA or "manifest" not in data:

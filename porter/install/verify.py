@@ -304,8 +304,7 @@ def import_check(env: TargetEnv, reps: Iterable[ComponentReport], runner: Runner
             bin_dir, log = trap_compilers(work)
             ext_dir = work / "torch_extensions"
             ext_dir.mkdir()
-            update = trapped_env(bin_dir, ext_dir)
-            update.update(rep.import_env)
+            update = {**trapped_env(bin_dir, ext_dir), **rep.import_env}
             try:
                 data = run_probe("imports", [json.dumps(modules), json.dumps(ds_ops)], python=env.executable,
                                  runner=runner, env=make_env(update), cwd=str(work), timeout=600,

@@ -108,8 +108,7 @@ def orphan_manifests(directory: str | os.PathLike[str]) -> list[Path]:
 # -- does a wheel fit the target? ----------------------------------------------------------------
 
 def _major_minor(version: str | None) -> str:
-    parts = re.findall(r"\d+", version or "")
-    return ".".join(parts[:2])
+    return ".".join(re.findall(r"\d+", version or "")[:2])
 
 
 def same_version(a: str, b: str | Version) -> bool:
@@ -228,12 +227,8 @@ def select(wheels: Sequence[Wheel], env: TargetEnv, node: Node, only: Sequence[s
 
 def unsafe_entries(names: Iterable[str]) -> list[str]:
     """Archive names that would land outside the install target (``../``, absolute, drive letters)."""
-    bad = []
-    for name in names:
-        parts = name.replace("\\", "/").split("/")
-        if "\0" in name or name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name) or ".." in parts:
-            bad.append(name)
-    return bad
+    return [name for name in names if "\0" in name or name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name)
+            or ".." in name.replace("\\", "/").split("/")]
 
 
 def check_intact(path: Path, manifest: Manifest, *, label: str | None = None) -> None:
