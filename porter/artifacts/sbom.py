@@ -88,8 +88,7 @@ def image_document(wheels: Iterable[tuple[str, str, Mapping[str, Any]]], *, name
             bom.register_dependency(wheel, list(one.components))
             for tool in one.metadata.tools.components:
                 tools.setdefault((tool.name, str(tool.version or "")), tool)
-        for wheel in wheels_in:
-            bom.components.add(wheel)
+        bom.components.update(wheels_in)
         for i, tool in enumerate(tools.values()):
             tool.bom_ref.value = f"tool:{i}:{tool.name}"
         bom.metadata.tools = ToolRepository(components=list(tools.values()))
@@ -121,7 +120,7 @@ def _walk(components: Iterable[Component]) -> list[Component]:
 def _bom(m: Mapping[str, Any], name: str, version: str, epoch: int, serial: uuid.UUID, purl_type: str) -> Bom:
     sources = _dict(m.get("sources"))
     patches = sources.get("patches")
-    records = [r for r in patches if isinstance(r, Mapping)] if isinstance(patches, list) else []
+    records = _entries(patches)
     wheel = Component(
         type=ComponentType.LIBRARY, name=name, version=version or None, bom_ref="wheel",
         purl=PackageURL(type=purl_type, name=canonicalize_name(name) if purl_type == "pypi" else name,

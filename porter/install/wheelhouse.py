@@ -240,10 +240,10 @@ def check_intact(path: Path, manifest: Manifest, *, label: str | None = None) ->
         return
     if not zipfile.is_zipfile(path):
         raise DamagedFile(f"{path} is truncated or damaged: not a readable zip ({path.stat().st_size} bytes), and its "
-                           f"sha256 is not its manifest's ({want[:16]}...)",
-                           hint="copy it again from where it was built (an interrupted copy or download leaves such "
-                                "a file), and compare 'sha256sum' with its manifest's wheel.sha256; nothing was "
-                                "installed")
+                          f"sha256 is not its manifest's ({want[:16]}...)",
+                          hint="copy it again from where it was built (an interrupted copy or download leaves such "
+                               "a file), and compare 'sha256sum' with its manifest's wheel.sha256; nothing was "
+                               "installed")
     raise DamagedFile(f"{label or path.name}: sha256 does not match its manifest (tampered or rebuilt without its "
                       f"manifest): expected {want}, found {found}",
                       hint="rebuild the wheel with porter, or restore the original file; nothing was installed")
