@@ -44,15 +44,10 @@ class UnitCost(TypedDict):
     measured_at: str
 
 
-def compiler_line(tc: Toolchain) -> str:
-    """The compiler line costs are kept per (:attr:`Toolchain.compiler_line`)."""
-    return tc.compiler_line
-
-
 def costs_path(project: str, version: str, tc: Toolchain, root: Path | None = None) -> Path:
-    """Where the measured costs of one upstream version with this compiler line live (``root``: porter's
-    cache)."""
-    return (root if root is not None else cache_dir()) / "costs" / f"{project}-{version}-{compiler_line(tc)}.json"
+    """Where the measured costs of one upstream version with this compiler line (:attr:`Toolchain.compiler_line`)
+    live (``root``: porter's cache)."""
+    return (root if root is not None else cache_dir()) / "costs" / f"{project}-{version}-{tc.compiler_line}.json"
 
 
 @dataclass(frozen=True)
@@ -157,16 +152,13 @@ def load(project: str, version: str, tc: Toolchain, root: Path | None = None) ->
     exact = costs_path(project, version, tc, root)
     _head, units = _read(exact)
     if units:
-        return summarise(project, version, compiler_line(tc), units, str(exact))
-    folder = exact.parent
-    if not folder.is_dir():
-        return None
-    line = compiler_line(tc)
+        return summarise(project, version, tc.compiler_line, units, str(exact))
     found = []
-    for p in folder.glob(f"{project}-*.json"):
+    for p in exact.parent.glob(f"{project}-*.json"):  # (none when the folder is missing)
         head, got = _read(p)
         if got and head["project"] == project and head["line"].startswith(tc.kind):
-            found.append((head["line"] == line, head["version"] == version, p.stat().st_mtime, p, head, got))
+            found.append((head["line"] == tc.compiler_line, head["version"] == version, p.stat().st_mtime, p, head,
+                          got))
     if not found:
         return None
     _, _, _, p, head, got = max(found, key=lambda f: f[:3])
@@ -190,6 +182,6 @@ def record(project: str, version: str, tc: Toolchain, measured: Iterable[tuple[s
         for name, seconds, kib in rows:
             units[name] = {"seconds": round(seconds, 3), "peak_rss_kib": kib, "archs": list(tc.arch_names),
                            "toolchain": tc.name, "measured_at": now}
-        atomic_write_json(path, {"schema": SCHEMA, "project": project, "version": version, "line": compiler_line(tc),
+        atomic_write_json(path, {"schema": SCHEMA, "project": project, "version": version, "line": tc.compiler_line,
                                  "units": dict(sorted(units.items()))})
     return path
