@@ -201,14 +201,11 @@ def _finish(result: CompileOnlyResult, kset: KernelSet, project: str, request: W
         result.ops.append(OpResult(name, "failed", error=why))
         result.compiled.append({"name": name, "status": "failed", "error": why, "log": "", "tus": [],
                                 "archs": {a: "failed" for a in request.toolchain.arch_names}, "seconds": 0.0})
-    if link:
-        result.linked = True
-        result.seconds = time.monotonic() - start
-        return result
-    _record_costs(result, project, request, costs_root, log)
+    result.linked = link
+    if not link:
+        _record_costs(result, project, request, costs_root, log)
     result.seconds = time.monotonic() - start
     return result
-
 
 
 def _gpu_only(tc: Toolchain, link: bool) -> None:
@@ -228,13 +225,11 @@ def _made(folder: Path) -> Path:
 def _result(info: SourceInfo, tc: Toolchain, built: Any, wplan: BuildPlan, kset: KernelSet, *,
             stop: PorterError | None, lanes: wave64.Wave64 | None) -> CompileOnlyResult:
     units = sum(len(o.sources) for o in kset.ops)
-    result = CompileOnlyResult(info.project, info.version, tc.name, built.plan, wplan, jobs=wplan.jobs,
-                               hip_view=built.hip_view, selected_units=units,
-                               total_units=kset.total_units or units, notes=list(built.plan.notes),
-                               refusal=built.refusal or stop, ops=built.ops, compiled=built.compiled,
-                               wave64=lanes.to_dict() if lanes else None)
-    result.shard = built.shard
-    return result
+    return CompileOnlyResult(info.project, info.version, tc.name, built.plan, wplan, jobs=wplan.jobs,
+                             hip_view=built.hip_view, selected_units=units,
+                             total_units=kset.total_units or units, notes=list(built.plan.notes),
+                             refusal=built.refusal or stop, ops=built.ops, compiled=built.compiled,
+                             wave64=lanes.to_dict() if lanes else None, shard=built.shard)
 
 
 def wave64_step(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request: WheelRequest,
@@ -274,8 +269,9 @@ def _record_costs(result: CompileOnlyResult, project: str, request: WheelRequest
     """Each compiled unit's time and peak memory, kept for later MAX_JOBS choices (not when upstream's flags were
     changed)."""
     tc = request.toolchain
-    measured = [(tu_name(rec["name"], tu["source"], len(rec["tus"])), float(tu["seconds"]),
-                 int(tu["peak_rss_mib"] * 1024))
+    # a unit's name in the costs file: the op, and the source's file name when the op has several TUs
+    measured = [(rec["name"] if len(rec["tus"]) == 1 else f"{rec['name']}/{Path(tu['source']).name}",
+                 float(tu["seconds"]), int(tu["peak_rss_mib"] * 1024))
                 for rec in result.compiled for tu in rec["tus"]
                 if tu.get("returncode") == 0 and "peak_rss_mib" in tu and rec["status"] != "failed"]
     if request.drop_flags:  # not upstream's compile: its times and memory must not size a real build's jobs
@@ -289,11 +285,6 @@ def _record_costs(result: CompileOnlyResult, project: str, request: WheelRequest
         result.measured = after.to_dict() if after else None
         if after is not None:
             log.info(f"measured compile costs: {after.describe()}")
-
-
-def tu_name(op: str, source: str, tus: int) -> str:
-    """A unit's name in the costs file: the op, and the source's file name when the op has several TUs."""
-    return op if tus == 1 else f"{op}/{Path(source).name}"
 
 
 __all__ = ["CompileOnlyResult", "KernelContext", "compile_only"]
