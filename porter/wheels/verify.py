@@ -10,50 +10,36 @@ from __future__ import annotations
 import re
 import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import parse_wheel_filename
 
 from porter.artifacts.labels import with_label
-from porter.artifacts.manifest import publish
+from porter.artifacts.manifest import ExtensionEntry, publish
 from porter.artifacts.wheelfile import Payload, module_name, rewrite_wheel
 from porter.codeobjects import archs_in
 from porter.errors import CheckFailed, ConfigError
-from porter.artifacts.manifest import ExtensionEntry
 from porter.fs import owned_temp, sha256_bytes
 from porter.wheels.base import Expectation
-
-
-@dataclass(frozen=True)
-class WheelExtension:
-    path: str        # inside the wheel
-    module: str      # importable name
-    data: bytes
-
-
-def extensions_in(wheel: Path) -> list[WheelExtension]:
-    with zipfile.ZipFile(wheel) as zf:
-        return [WheelExtension(n, module_name(n), zf.read(n)) for n in zf.namelist()
-                if n.endswith(".so") and ".data/" not in n.split("/")[0]]
 
 
 def verify_wheel(wheel: Path, expect: Expectation, add: Mapping[str, Payload] | None = None) -> list[ExtensionEntry]:
     """Raise CheckFailed naming every problem; return the manifest entries of the extensions. ``add``: files the wheel
     gets on top of (or instead of) its own when it is labelled."""
     add = add or {}
-    exts = [e for e in extensions_in(wheel) if e.path not in add] + [
-        WheelExtension(n, module_name(n), p.read_bytes() if isinstance(p, Path) else p) for n, p in add.items()
-        if n.endswith(".so")]
     with zipfile.ZipFile(wheel) as zf:
         names = [*zf.namelist(), *add]
+        # extension path inside the wheel -> its bytes: the wheel's own (not those of its .data dirs), then add's
+        exts = {n: zf.read(n) for n in zf.namelist()
+                if n.endswith(".so") and ".data/" not in n.split("/")[0] and n not in add}
+    exts.update((n, p.read_bytes() if isinstance(p, Path) else p) for n, p in add.items() if n.endswith(".so"))
     problems: list[str] = []
     hint: str | None = None
     if expect.prebuilt and not exts:
         problems.append(f"{wheel.name} holds no prebuilt extension (.so): the build compiled nothing")
         hint = expect.empty_hint or None
-    have = {e.module for e in exts}
+    have = {module_name(n) for n in exts}
     missing = [m for m in expect.modules if m not in have]
     if missing and exts:
         problems.append(f"{wheel.name} lacks the extension modules {', '.join(missing)} "
@@ -63,20 +49,20 @@ def verify_wheel(wheel: Path, expect: Expectation, add: Mapping[str, Payload] | 
             problems.append(f"{wheel.name} lacks the package directory {pkg}/")
     entries: list[ExtensionEntry] = []
     with owned_temp(None, "porter-verify-") as tmp:
-        for ext in exts:
-            entry: ExtensionEntry = {"module": ext.module, "path": ext.path, "sha256": sha256_bytes(ext.data)}
-            if expect.archs and ext.module not in expect.host_only:
-                so = tmp / Path(ext.path).name
-                so.write_bytes(ext.data)
+        for path, data in exts.items():
+            entry: ExtensionEntry = {"module": module_name(path), "path": path, "sha256": sha256_bytes(data)}
+            if expect.archs and entry["module"] not in expect.host_only:
+                so = tmp / Path(path).name
+                so.write_bytes(data)
                 try:
                     found = archs_in(so)
                 except ConfigError as exc:
-                    problems.append(f"{ext.path}: {exc.message}")
+                    problems.append(f"{path}: {exc.message}")
                     continue
                 entry["archs"] = found
                 lacking = [a for a in expect.archs if a not in found]
                 if lacking:
-                    problems.append(f"{ext.path} has no code objects for {', '.join(lacking)} "
+                    problems.append(f"{path} has no code objects for {', '.join(lacking)} "
                                     f"(it holds: {', '.join(found) or 'none'})")
                     hint = hint or "the build did not compile for the profile's archs; check PYTORCH_ROCM_ARCH / " \
                                    "GPU_ARCHS in the build output"
