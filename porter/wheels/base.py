@@ -9,14 +9,13 @@ what the toolchain profile asks for, and what a correct wheel must contain. It n
 from __future__ import annotations
 
 import filecmp
-import fnmatch
 import os
 import shlex
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from porter.errors import ConfigError
 from porter.executor import Executor
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     from porter.torch_facts import TorchInfo
 
 GiB = 1 << 30
-Backend = Literal["ck", "triton"]
 BACKENDS: tuple[str, ...] = ("ck", "triton")
 
 
@@ -291,7 +289,7 @@ def choose_jobs(per_job_bytes: int, machine: Machine, requested: int | None = No
 
 # -- the work copy a driver's kernel_ops fills (--compile-only) ------------------------------------------------
 
-_IGNORE = (".git", "__pycache__", "*.egg-info", ".eggs")
+_IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".eggs")
 
 
 @dataclass
@@ -345,9 +343,10 @@ class KernelContext:
         top = self.source.resolve()
         for dirpath, dirnames, filenames in os.walk(src):
             base = Path(dirpath)
+            skip = _IGNORE(dirpath, [*dirnames, *filenames])
             kept = []
             for d in dirnames:
-                if _ignored(d):
+                if d in skip:
                     continue
                 if not (base / d).is_symlink():
                     kept.append(d)
@@ -363,7 +362,7 @@ class KernelContext:
                     self._copy_dir(target, link, seen)
             dirnames[:] = kept
             for name in filenames:
-                if not _ignored(name):
+                if name not in skip:
                     _sync_file(base / name, dest / base.relative_to(src) / name)
 
     def put(self, rel: str, data: bytes) -> Path:
@@ -387,10 +386,6 @@ class KernelContext:
         argv = self.py_ex.argv(self.python, *args)
         return self.runner.run(argv, env=make_env(), cwd=cwd if self.py_ex.kind == "host" else None, timeout=timeout,
                                hint=f"{what} failed in the build python; the output above is the tree's own")
-
-
-def _ignored(name: str) -> bool:
-    return any(fnmatch.fnmatch(name, pat) for pat in _IGNORE)
 
 
 def _sync_file(src: Path, dest: Path) -> None:

@@ -289,7 +289,6 @@ def _scratch(ex: Any, runner: Runner) -> Path | None:
     scratch: Path = ex.work_dir(Path(tempfile.gettempdir()), make=not runner.dry)
     if not runner.dry:
         scratch.mkdir(parents=True, exist_ok=True)
-        return scratch
     return scratch if scratch.is_dir() else None
 
 
@@ -410,12 +409,9 @@ def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, tag: str | No
         ops = [{"name": r.name, "status": r.status, "seconds": round(r.seconds, 2), "log": r.log} for r in linked.ops]
     elif plan.ops:
         have = {e["module"] for e in entries}
-        ops = []
-        for o in plan.ops:
-            op_entry: OpEntry = {"name": o.name, "status": "built" if o.module in have else "skipped"}
-            if o.module not in have:
-                op_entry["reason"] = "optional: upstream built it only under further conditions"
-            ops.append(op_entry)
+        why = "optional: upstream built it only under further conditions"
+        ops = [{"name": o.name, "status": "built"} if o.module in have else
+               {"name": o.name, "status": "skipped", "reason": why} for o in plan.ops]
     return {"component": plan.project, "version": "", "tc": tc, "torch": torch, "python_tag": python_tag,
             "sources": sources, "extensions": entries, "ops": ops,
             "target": {"regime": plan.regime, "backend": plan.backend}}
