@@ -124,7 +124,7 @@ class Toolchain:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["env"] = dict(self.env)
-        for k in ("archs", "cflags", "defines", "launcher"):
+        for k in _LIST_FIELDS:
             d[k] = list(d[k])
         d["wavefront"] = self.wavefront
         return d
@@ -189,28 +189,16 @@ def _preset_data(name: str) -> dict[str, Any]:
     return _parse_toml(path.read_text(), f"preset {name}")
 
 
-def _read_text(path: Path, where: str) -> str:
-    """A profile file's text: UTF-8, as TOML is; what cannot be read is a ConfigError naming the file."""
-    return read_user_text(path, where, kind="a toolchain profile (TOML)",
-                          unreadable_hint="pass a readable TOML file or a preset name")
-
-
 def _parse_toml(text: str, where: str) -> dict[str, Any]:
     data = parse_toml(text, where)
     check_keys(data, {*FIELDS, "extends"}, where)
     return data
 
 
-def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name in FIELDS:
-        if name in ("name", "env"):
-            continue
-        value = environ.get(f"PORTER_{name.upper()}")
-        if value is None or value == "":
-            continue
-        out[name] = [v for v in re.split(r"[,\s]+", value) if v] if name in _LIST_FIELDS else value
-    return out
+def _from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``PORTER_<FIELD>`` variables that are set and not empty (list fields are split by :func:`_coerce`)."""
+    return {name: environ[f"PORTER_{name.upper()}"] for name in FIELDS
+            if name not in ("name", "env") and environ.get(f"PORTER_{name.upper()}")}
 
 
 _VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
@@ -266,7 +254,10 @@ def load_toolchain(ref: str | os.PathLike[str] | None = None, *, overrides: Mapp
     if ref.endswith(".toml") or os.sep in ref or exists(path, file=True):
         if not exists(path, file=True):
             raise ConfigError(f"toolchain file not found: {ref}", hint="pass an existing TOML file or a preset name")
-        data = _parse_toml(_read_text(path, str(path)), str(path))
+        # UTF-8, as TOML is; what cannot be read is a ConfigError naming the file
+        text = read_user_text(path, str(path), kind="a toolchain profile (TOML)",
+                              unreadable_hint="pass a readable TOML file or a preset name")
+        data = _parse_toml(text, str(path))
         base = data.pop("extends", None)
         if base is not None:
             if not isinstance(base, str):
