@@ -114,11 +114,8 @@ def arch_flags(tc: Toolchain, targets: tuple[Target, ...]) -> list[str]:
     if tc.kind == "rocm":
         return [f"--offload-arch={t.spec}" for t in targets]
     if tc.kind == "cuda":
-        flags = []
-        for t in targets:
-            num = t.name.removeprefix("sm_")
-            flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
-        return flags
+        nums = (t.name.removeprefix("sm_") for t in targets)
+        return [f"-gencode=arch=compute_{num},code=sm_{num}" for num in nums]
     return []
 
 
@@ -164,8 +161,7 @@ def check_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger 
             with log.step(f"compiling for {label}"):
                 res = runner.run(argv, env=env, timeout=600, check=False)
             msg = "" if res.ok else first_error(res.output)
-            report.archs.append(ArchResult(label if target is None else target.spec, res.ok,
-                                           time.monotonic() - start, msg))
+            report.archs.append(ArchResult(label, res.ok, time.monotonic() - start, msg))
             if res.ok and target is not None:
                 good.append(target)
         if any(a.ok for a in report.archs):
@@ -191,30 +187,24 @@ ARCH_HINT = ("drop the failing archs from the profile, or use a ROCm that knows 
              "ROCm 5.7: gfx942; debian-rocm7, ROCm 7.2: gfx942 and gfx950)")
 
 
-def require_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger | None = None) -> CheckReport:
-    """The toolchain check as a gate before a long build: a compiler that rejects an arch of the profile
-    (or has another version than it asks) stops the build in seconds, naming the arch and the version."""
-    report = check_toolchain(tc, runner=runner, log=log)
-    failed = [a for a in report.archs if not a.ok]
-    if failed:
-        first = failed[0]
-        raise ToolError(f"{tc.compiler} {report.compiler.version} ({tc.name}) cannot compile for "
-                        f"{', '.join(a.arch for a in failed)}: {first.message.splitlines()[0] if first.message else ''}",
-                        hint=ARCH_HINT)
-    if report.version_problem:
-        raise ToolError(f"toolchain {tc.name}: {report.version_problem}",
-                        hint="fix compiler_version in the profile, or point it at the compiler it names")
-    return report
-
-
 def checked_compiler(tc: Toolchain, log: Logger) -> str:
-    """Every build's compiler step, before any work: the compiler's version; a GPU profile's compiler must take
-    every arch (:func:`require_toolchain`), a CPU profile's is only asked its version."""
+    """Every build's compiler step, before any work: the compiler's version; a CPU profile's is only asked its
+    version. A GPU profile's gets the toolchain check as a gate before a long build: a compiler that rejects an
+    arch of the profile (or has another version than it asks) stops the build in seconds, naming the arch and the
+    version."""
     quiet = Runner(log, echo=log.verbose)
     if tc.kind == "cpu":
         return probe(tc.compiler, quiet, launcher=tc.executor.prefix, env=toolchain_env(tc)).version
     with log.step(f"checking {tc.compiler} for {', '.join(t.spec for t in tc.targets)}"):
-        return require_toolchain(tc, runner=quiet, log=log).compiler.version
+        report = check_toolchain(tc, runner=quiet, log=log)
+        if failed := [a for a in report.archs if not a.ok]:
+            why = failed[0].message.splitlines()[0] if failed[0].message else ""
+            raise ToolError(f"{tc.compiler} {report.compiler.version} ({tc.name}) cannot compile for "
+                            f"{', '.join(a.arch for a in failed)}: {why}", hint=ARCH_HINT)
+        if report.version_problem:
+            raise ToolError(f"toolchain {tc.name}: {report.version_problem}",
+                            hint="fix compiler_version in the profile, or point it at the compiler it names")
+        return report.compiler.version
 
 
 def ready(tc: Toolchain, runner: Runner, log: Logger, *, compiler: bool = True) -> tuple[str, PorterError | None]:

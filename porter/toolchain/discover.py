@@ -38,13 +38,8 @@ def version_of(kind: str, output: str) -> str:
 
 def version_argv(program: str) -> tuple[str, list[str]]:
     base = os.path.basename(program)
-    if base.startswith("hipcc"):
-        return "hipcc", ["--version"]
-    if base.startswith("nvcc"):
-        return "nvcc", ["--version"]
-    if "clang" in base:
-        return "clang", ["--version"]
-    return "g++", ["-dumpfullversion"]
+    kind = next((k for k in ("hipcc", "nvcc") if base.startswith(k)), "clang" if "clang" in base else "g++")
+    return kind, ["-dumpfullversion"] if kind == "g++" else ["--version"]
 
 
 def probe(program: str, runner: Runner, *, launcher: tuple[str, ...] = (),
@@ -66,14 +61,8 @@ def probe(program: str, runner: Runner, *, launcher: tuple[str, ...] = (),
 
 
 def _candidates(environ: Mapping[str, str]) -> dict[str, list[Path]]:
-    dirs: dict[str, list[Path]] = {"rocm": [], "cuda": []}
-    for var in ("ROCM_PATH", "HIP_PATH"):
-        if environ.get(var):
-            dirs["rocm"].append(Path(environ[var]) / "bin")
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if environ.get(var):
-            dirs["cuda"].append(Path(environ[var]) / "bin")
-    return dirs
+    return {kind: [Path(environ[var]) / "bin" for var in names if environ.get(var)]
+            for kind, names in (("rocm", ("ROCM_PATH", "HIP_PATH")), ("cuda", ("CUDA_HOME", "CUDA_PATH")))}
 
 
 def find(name: str, dirs: list[Path], environ: Mapping[str, str]) -> str | None:
