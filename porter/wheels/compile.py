@@ -148,8 +148,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                             py_ex=py_ex, runner=runner.real(echo=log.verbose), log=log, scratch=_made(tmp / "scratch"),
                             torch=torch)
         kset = _kernel_set(driver, info, request, ctx, log)
-        lanes = wave64_step(driver, info, wplan, request, patched.after,
-                            "; ".join(a.split(":")[0] for a in patched.applied), log, kset.ops)
+        lanes = wave64_step(driver, info, wplan, request, patched, log, kset.ops)
         if (stop := lanes.error(f"{info.project} {info.version} for {tc.name}", LEAVE) if lanes else None) \
                 and not runner.dry:
             raise stop
@@ -232,10 +231,9 @@ def _result(info: SourceInfo, tc: Toolchain, built: Any, wplan: BuildPlan, kset:
                              wave64=lanes.to_dict() if lanes else None, shard=built.shard)
 
 
-def wave64_step(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request: WheelRequest,
-                after: Callable[[str], str | None], by: str, log: Logger,
-                ops: Sequence[OpSpec] = ()) -> wave64.Wave64 | None:
-    """A 64-lane wheel build's wave-64 step on the source (``after``: a file as the patch sets ``by`` leave it):
+def wave64_step(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request: WheelRequest, patched: Patched,
+                log: Logger, ops: Sequence[OpSpec] = ()) -> wave64.Wave64 | None:
+    """A 64-lane wheel build's wave-64 step on the source (each file as porter's ``patched`` copy has it):
     the device sources the driver names (:class:`DeviceSources`), else those of the device ``ops`` it compiles;
     None: another target, or no device op. A driver that assessed its code itself (:class:`Assessed`) has its own."""
     if request.toolchain.wavefront != 64:
@@ -244,7 +242,8 @@ def wave64_step(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request:
         return driver.lanes
     device = driver.device_sources(info, plan, request) if isinstance(driver, DeviceSources) else {
         o.name: (o.sources, o.include_paths) for o in ops if o.device}
-    return wave64.gate(driver.name, info.tree, after, by, device, request.allow_wave32, log) if device else None
+    by = "; ".join(a.split(":")[0] for a in patched.applied)
+    return wave64.gate(driver.name, info.tree, patched.after, by, device, request.allow_wave32, log) if device else None
 
 
 def _kernel_set(driver: WheelDriver, info: SourceInfo, request: WheelRequest, ctx: KernelContext,

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
+from filelock import FileLock
+
 from porter.fs import atomic_write_json, cache_dir
 from porter.toolchain.profile import Toolchain
 
@@ -172,8 +174,6 @@ def record(project: str, version: str, tc: Toolchain, measured: Iterable[tuple[s
     rows = [(name, s, kib) for name, s, kib in measured if kib > 0]
     if not rows:
         return None
-    from filelock import FileLock
-
     path = costs_path(project, version, tc, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

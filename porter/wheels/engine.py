@@ -25,7 +25,7 @@ from packaging.tags import parse_tag
 from packaging.utils import parse_wheel_filename
 
 from porter.artifacts.manifest import ExtensionEntry, OpEntry
-from porter.artifacts.wheelfile import Payload, read_wheel
+from porter.artifacts.wheelfile import Payload, WheelSpec, read_wheel, write_wheel
 from porter.errors import CheckFailed, PorterError, stop_note
 from porter.executor import build_python
 from porter.fs import cache_dir, ensure_writable_dir, owned_temp, sha256_file
@@ -115,11 +115,11 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
     if not runner.dry and request.engine.shard is None:
         ensure_writable_dir(request.output, what="wheelhouse")
     _, not_ready = ready(tc, runner, log, compiler=False)  # (the engine's link checks it)
+    cache = ex.work_dir(cache_dir(), make=not runner.dry)
     with owned_temp(_scratch(ex, runner), "porter-wheel-") as work:
         with log.step(f"reading {driver.title} source {source}"):
             # the shared cache (an sdist unpacked once, under a lock); a dry run writes only into its temp folder
-            root, provenance = resolve_source(source, driver, ex.work_dir(cache_dir(), make=not runner.dry), runner,
-                                              work if runner.dry else None)
+            root, provenance = resolve_source(source, driver, cache, runner, work if runner.dry else None)
             info = detect(driver, root, others or {})
         request = replace(request, source=root, sources={**provenance, **request.sources})
         if request.measured is None:  # what a --compile-only run measured sizes MAX_JOBS (porter.wheels.costs)
@@ -138,10 +138,8 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
                                  machine=machine, others=others, torch=torch, refused=refused or not_ready)
         # the patch set asked for, then the kind's (ck-rocm7, ...), on porter's copy of the source of its own
         asked = resolve_sets(request.patch_set) if request.patch_set else []
-        patched = build_copy(Source(info.project, info.version, root, source), tc.kind,
-                             ex.work_dir(cache_dir(), make=not runner.dry), runner, log, asked=asked)
-        lanes = wave64_step(driver, info, plan, request, patched.after,
-                            "; ".join(a.split(":")[0] for a in patched.applied), log)
+        patched = build_copy(Source(info.project, info.version, root, source), tc.kind, cache, runner, log, asked=asked)
+        lanes = wave64_step(driver, info, plan, request, patched, log)
         plan, stop = _gated(plan, lanes, tc.name)
         if runner.dry:
             runner.run(argv, env=env, cwd=tree)
@@ -375,8 +373,6 @@ def prebuilt_files(base: Path, cat: Catalogue, results: Sequence[OpResult], engi
 def python_side(tree: Path, package: str, version: str, out: Path) -> Path:
     """A pure-Python wheel of the tree's package ``package`` (its .py files as they are), for the emulated target,
     whose CPU torch upstream's setup.py may not accept."""
-    from porter.artifacts.wheelfile import WheelSpec, write_wheel
-
     files: dict[str, Payload] = {p.relative_to(tree).as_posix(): p for p in sorted((tree / package).rglob("*.py"))}
     if not files:
         raise CheckFailed(f"{tree} has no Python package {package}/", hint="is the source tree complete?")

@@ -83,10 +83,8 @@ def relabel(wheel: Path, label: str, dest_dir: Path, fields: Mapping[str, Any],
     ``add``: files added to it (extension modules: then it is no longer pure, and takes ``tag``)."""
     _name, version, _build, _tags = parse_wheel_filename(wheel.name)
     new_version = with_label(str(version), label)
-    if tag is None:
-        tag = wheel.name[:-len(".whl")].split("-", 2)[2]
-        if tag.count("-") > 2:  # a build tag sits before the python tag
-            tag = tag.split("-", 1)[1]
+    if tag is None:  # the file name's last three fields (python, abi, platform), after any build tag
+        tag = "-".join(wheel.name[:-len(".whl")].split("-")[-3:])
     final, mpath, _ = publish(dest_dir, lambda tmp, data: rewrite_wheel(
         wheel, tmp, version=new_version, tag=tag, purelib=_purelib(wheel) and not add,
         add={**(add or {}), "{dist_info}/porter.json": data}), extra=extra, **{**fields, "version": new_version})
