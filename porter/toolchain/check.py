@@ -150,9 +150,8 @@ def check_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger 
     with ex.scratch("porter-check-") as work:
         src = work / f"check{_SUFFIX[tc.kind]}"
         src.write_text(_KERNEL[tc.kind])
-        targets = tc.targets
         good: list[Target] = []
-        for target in targets or (None,):
+        for target in tc.targets or (None,):
             label = target.spec if target else f"host ({tc.cpu_isa})"
             obj = work / f"check-{(target.spec if target else 'host').replace(':', '_')}.o"
             argv = ex.argv(tc.compiler, *host_flags(tc), *arch_flags(tc, (target,) if target else ()),
