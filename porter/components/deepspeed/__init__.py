@@ -36,19 +36,14 @@ class DeepSpeedComponent:
     jit_kinds = audit.KINDS  # (JitSites: porter audit asks it)
     loads_on_import = {"deepspeed": OPTIMIZER_OPS}
     driver = DRIVER  # porter ops build (the one build flow)
-
-    def read_target(self, target: jit.Target) -> None:
-        audit.read_target(target)
+    # (JitSites) the audit's questions, answered by :mod:`.audit`
+    read_target = staticmethod(audit.read_target)
+    resolve = staticmethod(audit.resolve)
+    installed_sites = staticmethod(audit.installed_sites)
 
     def builder_roots(self, tree: Path, target: jit.Target | None) -> list[Path]:
         root = target.package_root(self.name, self.name) if target else None
         return [tree, *([root] if root else [])]
-
-    def resolve(self, raw: jit.Raw, at: jit.At, ctx: jit.Audit) -> jit.Site | None:
-        return audit.resolve(raw, at, ctx)
-
-    def installed_sites(self, ctx: jit.Audit, imports: set[str]) -> list[jit.Site]:
-        return audit.installed_sites(ctx, imports)
 
     def recognise(self, tree: Path) -> Source | None:
         return Source(self.name, tree_version(tree), tree) if is_tree(tree) else None

@@ -43,5 +43,3 @@ def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] 
             done = apply(work, psets, target_version=target_version)
         result.took(done.plan, done.changed, skipped)
     return result
-
-

@@ -16,8 +16,7 @@ from typing import Any
 
 from porter.errors import ToolError
 from porter.fs import owned_temp
-from porter.patching import PatchSet, failure_message, load_shipped
-from porter.patching import Plan as PatchPlan, plan as plan_patches
+from porter.patching import failure_message, load_shipped, plan as plan_patches
 
 WHEEL_SETS: tuple[tuple[str, str], ...] = (("deepspeed", "no-jit"),)
 """Patch sets (project, name) applied to the wheel's own copy of the files they edit; a file they do not need to
@@ -31,19 +30,11 @@ def guarded(files: Mapping[str, bytes]) -> tuple[dict[str, bytes], list[dict[str
     edit that cannot be made (DeepSpeed moved a line the set anchors on) is an error naming the file, the anchor and
     the closest line: a wheel that would run the compiler at import is not written. Each patch decides by its own
     ``needed_if`` (no version gate)."""
-    planned = _guard_plan(files)
-    if planned is None:
-        return {}, []
-    return ({c.path: c.after for c in planned.changes if c.after is not None and c.path in files},
-            [{**r, "applied_to": "wheel"} for r in planned.records()])
-
-
-def _guard_plan(files: Mapping[str, bytes]) -> PatchPlan | None:
-    sets: list[PatchSet] = [load_shipped(project, name) for project, name in WHEEL_SETS]
+    sets = [load_shipped(project, name) for project, name in WHEEL_SETS]
     names = {f for s in sets for p in s.patches for f in p.files}
     mine = {n: d for n, d in files.items() if n in names}
     if not mine:
-        return None
+        return {}, []
     with owned_temp(None, "porter-wheel-guard-") as tmp:
         for rel, data in mine.items():
             path = tmp / rel
@@ -57,7 +48,8 @@ def _guard_plan(files: Mapping[str, bytes]) -> PatchPlan | None:
                         hint=f"this DeepSpeed moved a line {refs} anchors on, so its wheel would compile feature "
                              f"probes at import; 'porter patch check TREE --set {refs}' shows which (the source "
                              "tree itself is never changed by 'porter ops build')")
-    return planned
+    return ({c.path: c.after for c in planned.changes if c.after is not None and c.path in files},
+            [{**r, "applied_to": "wheel"} for r in planned.records()])
 
 
 def probes_recorded(text: str, probes: Mapping[str, bool]) -> str:
@@ -65,6 +57,5 @@ def probes_recorded(text: str, probes: Mapping[str, bool]) -> str:
     feature probes as ``porter_feature_probes``, which the no-JIT guard answers from instead of compiling a test
     program."""
     line = "porter_feature_probes=" + repr(dict(sorted(probes.items())))
-    if re.search(r"(?m)^porter_feature_probes\s*=", text):
-        return re.sub(r"(?m)^porter_feature_probes\s*=.*$", line.replace("\\", "\\\\"), text, count=1)
-    return text.rstrip("\n") + "\n" + line + "\n"
+    text, found = re.subn(r"(?m)^porter_feature_probes\s*=.*$", line.replace("\\", "\\\\"), text, count=1)
+    return text if found else text.rstrip("\n") + "\n" + line + "\n"
