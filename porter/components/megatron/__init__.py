@@ -95,14 +95,6 @@ class JitGuard:
     patch: str
     modules: tuple[str, ...]
 
-    def modules_at(self, path: Path | None) -> tuple[str, ...]:
-        """The modules this site loads in a tree whose site file is ``path``: for the fused kernels' loader,
-        the kernels whose sources sit beside it (each generation has its own); else all of them."""
-        if path is None or self.file != f"{KERNEL_DIR}/__init__.py":
-            return self.modules
-        here = [k.module for k in KNOWN_KERNELS if (path.parent / k.sources[-1]).is_file()]
-        return tuple(here) or self.modules
-
 
 JIT_GUARDS: tuple[JitGuard, ...] = (
     JitGuard("torch-jit", f"{KERNEL_DIR}/__init__.py", "_porter_load_prebuilt", "fused-kernels-prebuilt",
@@ -140,7 +132,10 @@ class MegatronComponent(jit.NoSites):
         guard = next((g for g in JIT_GUARDS if g.kind == raw.kind and at.rel.endswith(g.file)), None)
         if guard is None:
             return None
-        modules = guard.modules_at(at.path)
+        modules = guard.modules
+        if at.path is not None and guard.file == f"{KERNEL_DIR}/__init__.py":  # the fused kernels' loader loads
+            # the kernels whose sources sit beside it (each generation has its own)
+            modules = tuple(k.module for k in KNOWN_KERNELS if (at.path.parent / k.sources[-1]).is_file()) or modules
         if guard.marker not in at.text:
             return at.site(raw, "compiles", f"not patched: 'porter port {self.name}' applies {guard.patch}, which "
                                             f"imports the prebuilt {', '.join(modules)} instead")

@@ -26,8 +26,8 @@ from porter.artifacts import labels
 from porter.artifacts.labels import with_label
 from porter.artifacts.manifest import ExtensionEntry, publish
 from porter.artifacts.wheelfile import Payload, WheelSpec, write_wheel
-from porter.components.megatron import (DIST, HELPERS_MODULE, HELPERS_SOURCE, KERNEL_DIR, PACKAGE_INFO,
-                                        PATCH_PROJECT, is_tree, kernels)
+from porter.components.megatron import (DIST, HELPERS_FLAGS, HELPERS_MODULE, HELPERS_SOURCE, KERNEL_DIR,
+                                        PACKAGE_INFO, PATCH_PROJECT, is_tree, kernels)
 from porter.errors import CheckFailed, ConfigError, PorterError
 from porter.hipify import wave64
 from porter.hipify.engine import HipifyReport
@@ -85,11 +85,8 @@ def helpers_op(tc: Toolchain) -> OpSpec:
     """Megatron's dataset helpers as a host-only OpSpec: the profile's host compiler with torch's bundled pybind11
     headers. The planner links every op against torch's libraries, which re-export some libstdc++ symbols:
     ``-Wl,--as-needed -lstdc++`` first makes the module depend on libstdc++ alone, so it imports without torch."""
-    from porter.components.megatron import HELPERS_FLAGS
-
-    return OpSpec(name=HELPERS_OP, builder="megatron.data", build_var="", module=HELPERS_MODULE,
-                  sources=(HELPERS_SOURCE,), include_paths=(), device=False, compatible=True, cxx_args=HELPERS_FLAGS,
-                  extra_ldflags=("-Wl,--as-needed", "-lstdc++"))
+    return OpSpec(name=HELPERS_OP, builder="megatron.data", module=HELPERS_MODULE, sources=(HELPERS_SOURCE,),
+                  cxx_args=HELPERS_FLAGS, extra_ldflags=("-Wl,--as-needed", "-lstdc++"))
 
 
 def prebuilt_ops(tc: Toolchain, tree: Path) -> list[OpSpec]:
@@ -225,9 +222,9 @@ def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[Pat
                           hint=f"read the logs: {', '.join(o.log for o in failed)}")
     assert wheelhouse is not None
     with log.step("packaging the fused kernels"):
-        result.wheel, result.manifest = package_kernels(ops, tc, torch_info, result.version, Path(wheelhouse),
-                                                        source=str(src), specs=plan_specs(work, tc),
-                                                        patches=done.plan.records(), wave64=result.wave64)
+        result.wheel, result.manifest = package_kernels(
+            ops, tc, torch_info, result.version, Path(wheelhouse), source=str(src),
+            specs={o.name: o for o in prebuilt_ops(tc, work)}, patches=done.plan.records(), wave64=result.wave64)
     return result
 
 
@@ -325,10 +322,6 @@ class KernelBuild:
         request = WheelRequest(source=tree, toolchain=tc, output=tree, python=python, jobs=jobs)
         return compile_only(self, str(self.origin), request, runner=runner, log=log, torch_info=torch_info,
                             link=not self.compile_only, found=(tree, self.detect(tree)))
-
-
-def plan_specs(tree: Path, tc: Toolchain) -> dict[str, OpSpec]:
-    return {o.name: o for o in prebuilt_ops(tc, tree)}
 
 
 _PACKAGE_INIT = b'"""Modules prebuilt by porter for Megatron-DeepSpeed (the dataset index helpers)."""\n'
