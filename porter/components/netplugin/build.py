@@ -23,7 +23,7 @@ import os
 import shutil
 import tarfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +100,6 @@ class BuildResult:
     package: Path | None = None
     manifest_path: Path | None = None
     manifest: Manifest | None = None
-    libraries: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         p = self.plan
@@ -152,10 +151,7 @@ def plan_build(req: BuildRequest) -> BuildPlan:
         f"{tree.project.name}-{tree.version}-{tree_digest(tree.root)[:12]}-{labels.make(tc)}"
     src_in = ex.visible(work / "src", stage=False)
     stage_in = ex.visible(work / "stage", stage=False)
-    try:
-        args = tree.project.configure_args(tc, prefix=stage_in, libfabric=req.libfabric, extra=req.configure_args)
-    except ConfigError as exc:
-        raise exc from None
+    args = tree.project.configure_args(tc, prefix=stage_in, libfabric=req.libfabric, extra=req.configure_args)
     steps: list[Step] = []
     if not tree.has_configure:
         steps.append(Step("autogen", in_dir(ex, src_in, "sh", "./autogen.sh")))
@@ -321,4 +317,4 @@ def _package(plan: BuildPlan, libs: list[Path], loaded: list[dict[str, Any]], fa
             python_tag="none", sources={"tree": tree_digest(tree.root), "version": tree.version,
                                         "patches": []},  # porter patches no plugin source
             extensions=extensions, target={"net_plugin": net_plugin})
-    return BuildResult(plan, dest, mpath, manifest, [dict(i) for i in loaded])
+    return BuildResult(plan, dest, mpath, manifest)

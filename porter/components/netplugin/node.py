@@ -18,9 +18,6 @@ from typing import Any
 
 from porter.errors import ToolError
 
-API_VERSIONS = range(1, 16)
-
-
 @dataclass(frozen=True)
 class LibraryInfo:
     path: str
@@ -28,8 +25,6 @@ class LibraryInfo:
     collnet_versions: tuple[int, ...]
     hip_runtime: bool | None = None
     """Loading it mapped the HIP runtime: built with ROCm (None: the runtime was loaded before, not known)."""
-    mapped: tuple[str, ...] = ()
-    """The shared objects the load mapped (its resolved dependencies)."""
 
 
 def inspect_library(path: Path) -> LibraryInfo:
@@ -46,7 +41,7 @@ def inspect_library(path: Path) -> LibraryInfo:
                              "check LD_LIBRARY_PATH and 'ldd'")
     hip = doc.get("hip_runtime")
     return LibraryInfo(os.fspath(path), tuple(doc["net_api"]), tuple(doc["collnet_api"]),  # type: ignore[arg-type]
-                       None if hip is None else bool(hip), tuple(doc["mapped"]))  # type: ignore[arg-type]
+                       None if hip is None else bool(hip))
 
 
 def manifest_near(path: Path) -> dict[str, Any] | None:

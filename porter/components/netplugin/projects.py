@@ -37,7 +37,6 @@ _PLAIN_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+_-]*$")
 @dataclass(frozen=True)
 class Project:
     name: str
-    title: str
     rocm_only: bool
     """No CUDA / no-device build exists (aws-ofi-rccl)."""
     make_dir: str
@@ -75,8 +74,8 @@ class Project:
         return args + list(extra)
 
 
-AWS_OFI_NCCL = Project("aws-ofi-nccl", "aws-ofi-nccl (--with-rocm)", rocm_only=False, make_dir="")
-AWS_OFI_RCCL = Project("aws-ofi-rccl", "aws-ofi-rccl", rocm_only=True, make_dir="src")
+AWS_OFI_NCCL = Project("aws-ofi-nccl", rocm_only=False, make_dir="")
+AWS_OFI_RCCL = Project("aws-ofi-rccl", rocm_only=True, make_dir="src")
 PROJECTS: dict[str, Project] = {p.name: p for p in (AWS_OFI_NCCL, AWS_OFI_RCCL)}
 
 
@@ -144,10 +143,6 @@ def recognise(root: Path) -> Tree:
 
 
 def _mentions_rocm(root: Path) -> bool:
-    if (root / "m4" / "check_pkg_rocm.m4").is_file():
-        return True
-    for name in ("configure", "configure.ac"):
-        p = root / name
-        if p.is_file() and ("with-rocm" in (text := p.read_text(errors="replace")) or "CHECK_PKG_ROCM" in text):
-            return True
-    return False
+    texts = ((root / n).read_text(errors="replace") for n in ("configure", "configure.ac") if (root / n).is_file())
+    return (root / "m4" / "check_pkg_rocm.m4").is_file() or any("with-rocm" in t or "CHECK_PKG_ROCM" in t
+                                                                for t in texts)

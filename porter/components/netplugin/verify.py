@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import tarfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +67,7 @@ class VerifyReport:
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "where": self.where, "ok": self.ok, "site": self.site,
                 "built_with_rocm": self.built_with_rocm, "rccl_built": self.rccl_built, "rccl_env": self.rccl_env,
-                "libraries": [{"name": lib.name, "loads": lib.loads, "error": lib.error, "net_api": list(lib.net_api),
-                               "collnet_api": list(lib.collnet_api), "links": list(lib.links),
-                               "hip_runtime": lib.hip_runtime, "rccl_uses": lib.rccl_uses} for lib in self.libraries],
+                "libraries": [asdict(lib) for lib in self.libraries],
                 "manifest": self.manifest, "problems": self.problems, "notes": self.notes}
 
     def lines(self) -> list[str]:
