@@ -143,11 +143,11 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
         if not dry_run:
             check_patches(src, psets, skipped, target_version, dest)  # fail before any compile or copy
         refused = refused or ready(tc, runner, log, compiler=False)[1]
+    result = PortResult(src, dest, tc.name, "", kernels=kernels, refusal=refused, compile_only=compile_only,
+                        sets=[ps.ref for ps in psets])
     if dry_run:
         pp = check_patches(src, psets, skipped, target_version, dest)  # checked against the tree; nothing written
-        result = PortResult(src, dest, tc.name, "", kernels=kernels, refusal=refused, compile_only=compile_only,
-                            sets=[ps.ref for ps in psets]).took(pp, [c.path for c in pp.changes], skipped,
-                                                                _version_notes(src, pp))
+        result.took(pp, [c.path for c in pp.changes], skipped, _version_notes(src, pp))
         if torch_info is not None:
             result.plan = KernelBuild(result.version, src, compile_only=compile_only).build(
                 src, tc, torch_info, runner, log, python=asked_python, jobs=jobs).plan
@@ -155,8 +155,8 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     if refused is not None:
         raise refused
     with staged(src, dest, in_place, log) as work:
-        return _port_into(work, src, dest, tc, psets, skipped, torch_info, wheelhouse, jobs, target_version, log,
-                          runner, compile_only=compile_only, python=asked_python, allow=allow_wave32)
+        return _port_into(work, result, tc, psets, skipped, torch_info, wheelhouse, jobs, target_version, log,
+                          runner, python=asked_python, allow=allow_wave32)
 
 
 def _check_request(src: Path, tc: Toolchain, *, kernels: bool, compile_only: bool) -> None:
@@ -173,13 +173,11 @@ def _check_request(src: Path, tc: Toolchain, *, kernels: bool, compile_only: boo
         raise ConfigError("--compile-only compiles the kernels; --no-kernels skips them", hint="drop one of them")
 
 
-def _port_into(work: Path, src: Path, dest: Path, tc: Toolchain, psets: list[PatchSet],
+def _port_into(work: Path, result: PortResult, tc: Toolchain, psets: list[PatchSet],
                skipped: Mapping[str, Sequence[str]], torch_info: TorchInfo | None,
                wheelhouse: str | os.PathLike[str] | None, jobs: int | None, target_version: str | None,
-               log: Logger, runner: Runner, *, compile_only: bool = False, python: str | None = None,
-               allow: Sequence[str] = ()) -> PortResult:
-    result = PortResult(src, dest, tc.name, "", kernels=torch_info is not None, compile_only=compile_only,
-                        sets=[ps.ref for ps in psets])
+               log: Logger, runner: Runner, *, python: str | None = None, allow: Sequence[str] = ()) -> PortResult:
+    src, dest, compile_only = result.source, result.out, result.compile_only
     report = None
     if tc.hip:
         from porter.hipify import engine as hip
