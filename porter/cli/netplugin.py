@@ -68,9 +68,8 @@ def build_cmd(log: Logger, /, req: NetPluginBuildOptions, as_json: bool) -> None
     tc = req.toolchain()
     site = load_site(req.site_ref) if req.site_ref else None
     plan = plan_build(BuildRequest(source=req.source.resolve(), tc=tc, out_dir=req.out_dir.resolve(),
-                                   libfabric=req.libfabric,
-                                   configure_args=req.configure_args, jobs=req.jobs, site=site, python=req.python,
-                                   release_version=req.release_version))
+                                   libfabric=req.libfabric, configure_args=req.configure_args, jobs=req.jobs,
+                                   site=site, python=req.python, release_version=req.release_version))
     if req.dry_run:
         result = plan_only(plan, Logger(quiet=as_json) if as_json else log)
         if as_json:
@@ -126,8 +125,7 @@ def verify_cmd(log: Logger, /, req: NetPluginVerifyOptions, as_json: bool) -> No
     if as_json:
         emit_json(rep.to_dict())
     else:
-        for line in rep.lines():
-            click.echo(line)
+        click.echo("\n".join(rep.lines()))
     if not rep.ok:
         more = f" (and {len(rep.problems) - 1} more problem(s), listed above)" if len(rep.problems) > 1 else ""
         raise CheckFailed(f"verify of {req.target.name} failed: {rep.problems[0]}{more}",

@@ -24,7 +24,7 @@ def accelerator_for(tc: Toolchain) -> str:
     return "cpu" if tc.kind == "cpu" else "cuda"
 
 
-def _reason(entry: dict[str, Any], tc: Toolchain, torch: TorchInfo) -> str:
+def _reason(entry: dict[str, Any], tc: Toolchain) -> str:
     if entry["class"] in _PLACEHOLDERS:
         return "a placeholder in DeepSpeed's catalogue, not an op"
     if not entry["compatible"]:  # DeepSpeed's own verdict and words first
@@ -67,7 +67,7 @@ def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner
     torch = TorchInfo.from_doc(doc["torch"])
     ops = []
     for e in doc["ops"]:
-        reason = _reason(e, tc, torch)
+        reason = _reason(e, tc)
         ops.append(OpSpec(name=e["name"], builder=e["class"], build_var=e.get("build_var") or "",
                           module=e.get("module") or "", sources=tuple(e.get("sources") or ()),
                           include_paths=tuple(e.get("include_paths") or ()), device=bool(e["device"]),

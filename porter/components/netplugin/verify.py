@@ -184,8 +184,7 @@ def verify_plugin(target: Path, *, tc: Toolchain | None, site: Site | None, pyth
                                           links_hip(doc), rccl_picks(net, rccl_api) if rccl_env else None))
             else:
                 libs.append(LibraryReport(p.name, False, doc["error"], (), (), (), False, None))
-    loaded = [lib for lib in libs if lib.loads]
-    known = [lib.hip_runtime for lib in loaded if lib.hip_runtime is not None]
+    known = [lib.hip_runtime for lib in libs if lib.loads and lib.hip_runtime is not None]
     evidence = any(known) if known else None
     built_with_rocm = bool(facts["built_with_rocm"]) if facts and "built_with_rocm" in facts else evidence
     rccl_built = ((facts or {}).get("rccl") or {}).get("version")
