@@ -106,10 +106,7 @@ JIT_GUARDS: tuple[JitGuard, ...] = (
 
 def is_tree(tree: Path) -> bool:
     """A Megatron-DeepSpeed tree of either generation: its fused kernels' loader and the kernels both have."""
-    if not (tree / KERNEL_DIR / "__init__.py").is_file():
-        return False
-    have = {k.module for k in kernels(tree)}
-    return all(m in have for m in COMMON)
+    return (tree / KERNEL_DIR / "__init__.py").is_file() and set(COMMON) <= {k.module for k in kernels(tree)}
 
 
 def tree_version(tree: Path) -> str:

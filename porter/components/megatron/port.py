@@ -53,17 +53,6 @@ from porter.port import PortResult, check_patches, destination, patch_sets, stag
 HELPERS_OP = "helpers"
 
 
-def check_tree(tree: Path) -> Path:
-    if not tree.is_dir():
-        raise ConfigError(f"tree not found: {tree}", hint="pass the top folder of a Megatron-DeepSpeed checkout")
-    tree = tree.resolve()
-    if not is_tree(tree):
-        raise ConfigError(f"{tree} is not a Megatron-DeepSpeed tree: no {KERNEL_DIR}/__init__.py beside the masked "
-                          "and upper-triangular scaled softmax kernels (what both generations of Megatron-DeepSpeed "
-                          "have)", hint="pass the top folder of a Megatron-DeepSpeed checkout")
-    return tree
-
-
 def kernel_ops(tc: Toolchain, tree: Path) -> list[OpSpec]:
     """The tree's fused kernels (its generation's: :func:`porter.components.megatron.kernels`) as ops_prebuild
     OpSpecs (top-level modules), with the device flags Megatron's own loader passes for the profile's kind.
@@ -108,12 +97,10 @@ def _version_notes(tree: Path, plan: PatchPlan) -> list[str]:
 
 
 def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.PathLike[str] | None = None,
-                  in_place: bool = False, wheelhouse: str | os.PathLike[str] | None = None,
-                  python: str | None = None, jobs: int | None = None,
-                  kernels: bool = True, compile_only: bool = False, target_version: str | None = None,
-                  sets: Sequence[str] = (), skip: Sequence[str] = (),
-                  log: Logger | None = None, runner: Runner | None = None,
-                  allow_wave32: Sequence[str] = ()) -> PortResult:
+                  in_place: bool = False, wheelhouse: str | os.PathLike[str] | None = None, python: str | None = None,
+                  jobs: int | None = None, kernels: bool = True, compile_only: bool = False, log: Logger | None = None,
+                  target_version: str | None = None, sets: Sequence[str] = (), skip: Sequence[str] = (),
+                  runner: Runner | None = None, allow_wave32: Sequence[str] = ()) -> PortResult:
     """Port the tree (hipify, patch), then build its kernels. For a 64-lane target every warp-size-32 finding in a
     kernel gets a state (:mod:`porter.hipify.wave64`); a refused one stops the port before any compile, unless its
     kernel is in ``allow_wave32`` (or that holds ``all``). A recording ``runner`` is a dry run: the port is checked
@@ -121,8 +108,7 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     log = log or quiet_logger()
     runner = runner or Runner(log)
     dry_run = runner.dry
-    src = check_tree(Path(tree))
-    _check_request(src, tc, kernels=kernels, compile_only=compile_only)
+    src = _check_request(Path(tree), tc, kernels=kernels, compile_only=compile_only)
     dest = destination(src, Path(out) if out is not None else None, in_place, tc.name)  # TREE-<profile> by default
     psets, skipped = patch_sets(sets, skip, project=PATCH_PROJECT)
     asked_python = python
@@ -159,8 +145,15 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
                           runner, python=asked_python, allow=allow_wave32)
 
 
-def _check_request(src: Path, tc: Toolchain, *, kernels: bool, compile_only: bool) -> None:
-    """What the profile can build of this tree, and options that contradict each other: ConfigErrors."""
+def _check_request(tree: Path, tc: Toolchain, *, kernels: bool, compile_only: bool) -> Path:
+    """The tree (resolved), what the profile can build of it, and options that contradict each other: ConfigErrors."""
+    if not tree.is_dir():
+        raise ConfigError(f"tree not found: {tree}", hint="pass the top folder of a Megatron-DeepSpeed checkout")
+    src = tree.resolve()
+    if not is_tree(src):
+        raise ConfigError(f"{src} is not a Megatron-DeepSpeed tree: no {KERNEL_DIR}/__init__.py beside the masked "
+                          "and upper-triangular scaled softmax kernels (what both generations of Megatron-DeepSpeed "
+                          "have)", hint="pass the top folder of a Megatron-DeepSpeed checkout")
     if not tc.gpu and kernels and not (src / HELPERS_SOURCE).is_file():
         raise ConfigError(f"toolchain {tc.name} is a {tc.kind} profile; the fused kernels are GPU code and {src} "
                           f"has no {HELPERS_SOURCE} (the host-only part a {tc.kind} profile builds)",
@@ -171,6 +164,7 @@ def _check_request(src: Path, tc: Toolchain, *, kernels: bool, compile_only: boo
                           hint="pass a rocm or cuda profile, or drop --compile-only")
     if compile_only and not kernels:
         raise ConfigError("--compile-only compiles the kernels; --no-kernels skips them", hint="drop one of them")
+    return src
 
 
 def _port_into(work: Path, result: PortResult, tc: Toolchain, psets: list[PatchSet],
