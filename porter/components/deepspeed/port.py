@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from porter.components.deepspeed.build import is_tree
 from porter.errors import ConfigError
 from porter.fs import ensure_writable_dir
 from porter.log import Logger, quiet_logger
@@ -22,11 +23,9 @@ def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] 
     each patch where its problem is present; OUT (default TREE-ported) appears by one rename. Its ops are then
     built ahead of time from OUT with ``porter ops build --source OUT``. A recording ``runner`` is a dry run: the
     patches are checked against TREE, nothing is written."""
-    from porter.components.deepspeed.build import is_tree as deepspeed_tree
-
     log = log or quiet_logger()
     src = Path(tree)
-    if not src.is_dir() or not deepspeed_tree(src.resolve()):
+    if not src.is_dir() or not is_tree(src.resolve()):
         raise ConfigError(f"{src} is not a DeepSpeed tree (no op_builder/builder.py beside deepspeed/)",
                           hint="pass the top folder of a DeepSpeed checkout or unpacked sdist")
     src = src.resolve()

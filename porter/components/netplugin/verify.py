@@ -134,8 +134,7 @@ def plugin_facts(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def rccl_picks(plugin_api: tuple[int, ...], rccl_api: list[int]) -> int | None:
-    common = set(plugin_api) & set(rccl_api)
-    return max(common) if common else None
+    return max(set(plugin_api) & set(rccl_api), default=None)
 
 
 def verify_plugin(target: Path, *, tc: Toolchain | None, site: Site | None, python: str | None, runner: Runner,
