@@ -152,13 +152,11 @@ def plan_build(req: BuildRequest) -> BuildPlan:
     src_in = ex.visible(work / "src", stage=False)
     stage_in = ex.visible(work / "stage", stage=False)
     args = tree.project.configure_args(tc, prefix=stage_in, libfabric=req.libfabric, extra=req.configure_args)
-    steps: list[Step] = []
-    if not tree.has_configure:
-        steps.append(Step("autogen", in_dir(ex, src_in, "sh", "./autogen.sh")))
-    steps.append(Step("configure", in_dir(ex, src_in, "sh", "./configure", *args)))
     make_dir = f"{src_in}/{tree.project.make_dir}" if tree.project.make_dir else src_in
-    steps.append(Step("make", ex.argv("make", "-C", make_dir, f"-j{req.jobs}")))
-    steps.append(Step("install", ex.argv("make", "-C", make_dir, "install")))
+    steps = [Step("autogen", in_dir(ex, src_in, "sh", "./autogen.sh"))] if not tree.has_configure else []
+    steps += [Step("configure", in_dir(ex, src_in, "sh", "./configure", *args)),
+              Step("make", ex.argv("make", "-C", make_dir, f"-j{req.jobs}")),
+              Step("install", ex.argv("make", "-C", make_dir, "install"))]
     package = f"{tree.project.name}-{tree.version}-{labels.make(tc)}.tar.gz"
     return BuildPlan(req, tree, device, work, tuple(steps), toolchain_env(tc), package,
                      header_dirs(tc, req.libfabric), refusal)

@@ -119,8 +119,7 @@ def recognise(root: Path) -> Tree:
         m, v = _PKG_NAME.search(text), _PKG_VERSION.search(text)
         name, version = (m.group(1) if m else ""), (v.group(1) if v else "")
     if not name and configure_ac.is_file():
-        m2 = _AC_INIT.search(configure_ac.read_text(errors="replace"))
-        if m2:
+        if m2 := _AC_INIT.search(configure_ac.read_text(errors="replace")):
             name = m2.group(1).strip()
             literal = (m2.group(2) or "").strip()
             version = literal if _PLAIN_VERSION.match(literal) else ""

@@ -50,25 +50,22 @@ class LibraryReport:
 class VerifyReport:
     target: str
     where: str
-    manifest: dict[str, Any] | None
-    libraries: list[LibraryReport]
-    rccl_env: dict[str, Any] | None
-    """The environment's RCCL: header version and net API versions, runtime version."""
+    site: str | None
     built_with_rocm: bool | None
     rccl_built: str | None
+    rccl_env: dict[str, Any] | None
+    """The environment's RCCL: header version and net API versions, runtime version."""
+    libraries: list[LibraryReport]
+    manifest: dict[str, Any] | None
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    site: str | None = None
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "where": self.where, "ok": self.ok, "site": self.site,
-                "built_with_rocm": self.built_with_rocm, "rccl_built": self.rccl_built, "rccl_env": self.rccl_env,
-                "libraries": [asdict(lib) for lib in self.libraries],
-                "manifest": self.manifest, "problems": self.problems, "notes": self.notes}
+    def to_dict(self) -> dict[str, Any]:  # the fields in their order, with ok after where
+        return {"target": self.target, "where": self.where, "ok": self.ok} | asdict(self)
 
     def lines(self) -> list[str]:
         out = [f"{self.target} in {self.where}:"]
@@ -105,8 +102,7 @@ def read_package(path: Path) -> tuple[dict[str, Any] | None, list[tuple[str, byt
                     f = tar.extractfile(member)
                     manifest = json.loads(f.read()) if f else None
                 elif member.isfile() and len(parts) == 3 and parts[1] == "lib" and ".so" in parts[2]:
-                    f = tar.extractfile(member)
-                    if f:
+                    if f := tar.extractfile(member):
                         libs.append((parts[2], f.read()))
     except (tarfile.TarError, OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path} is not a readable plugin package: {exc}",
@@ -187,8 +183,8 @@ def verify_plugin(target: Path, *, tc: Toolchain | None, site: Site | None, pyth
     evidence = any(known) if known else None
     built_with_rocm = bool(facts["built_with_rocm"]) if facts and "built_with_rocm" in facts else evidence
     rccl_built = ((facts or {}).get("rccl") or {}).get("version")
-    rep = VerifyReport(str(target), ex.describe(), facts, libs, rccl_env, built_with_rocm, rccl_built,
-                       site=site.name if site else None)
+    rep = VerifyReport(str(target), ex.describe(), site.name if site else None, built_with_rocm, rccl_built, rccl_env,
+                       libs, facts)
     for lib in libs:
         if not lib.loads:
             rep.problems.append(f"{lib.name} does not load in {ex.describe()}: {lib.error} (a dependency that does "
