@@ -130,8 +130,8 @@ class MegatronComponent(jit.NoSites):
         if guard is None:
             return None
         modules = guard.modules
-        if at.path is not None and guard.file == f"{KERNEL_DIR}/__init__.py":  # the fused kernels' loader loads
-            # the kernels whose sources sit beside it (each generation has its own)
+        # the fused kernels' loader loads the kernels whose sources sit beside it (each generation has its own)
+        if at.path is not None and guard.file == f"{KERNEL_DIR}/__init__.py":
             modules = tuple(k.module for k in KNOWN_KERNELS if (at.path.parent / k.sources[-1]).is_file()) or modules
         if guard.marker not in at.text:
             return at.site(raw, "compiles", f"not patched: 'porter port {self.name}' applies {guard.patch}, which "

@@ -339,13 +339,11 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
                                  "archs": list(tc.arch_names) if spec is None or spec.device else []}
         if spec is not None and not spec.device:
             entry["host_only"] = True
-            package = "/".join(module.split(".")[:-1])
-            if package:
+            if package := "/".join(module.split(".")[:-1]):
                 files[f"{package}/__init__.py"] = _PACKAGE_INIT
         entries.append(entry)
     sources: dict[str, Any] = {"origin": source, "version": version}
-    commit = git_commit(Path(source))
-    if commit:
+    if commit := git_commit(Path(source)):
         sources["git_commit"] = commit
     if patches is not None:
         sources["patches"] = list(patches)
