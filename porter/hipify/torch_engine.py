@@ -24,7 +24,6 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
 from typing import Any
@@ -91,41 +90,21 @@ def torch_hipify() -> ModuleType:
 
 
 def torch_hipify_version() -> str:
-    hp = torch_hipify()
-    pkg = sys.modules.get(hp.__name__.rsplit(".", 1)[0] + ".version")
-    if pkg is None:
-        try:
-            pkg = importlib.import_module(hp.__name__.rsplit(".", 1)[0] + ".version")
-        except ImportError:
-            return "unknown"
+    try:
+        pkg = importlib.import_module(torch_hipify().__name__.rsplit(".", 1)[0] + ".version")
+    except ImportError:
+        return "unknown"
     return str(getattr(pkg, "__version__", "unknown"))
 
 
-@dataclass(frozen=True)
-class _Compiled:
-    hp: ModuleType
-    caffe2: tuple[tuple[str, Callable[[str], str]], ...]  # (literal that must occur, step)
-
-
-def _sub_step(pattern: re.Pattern[str], repl: str) -> Callable[[str], str]:
-    return lambda s: pattern.sub(repl, s)
-
-
-def _replace_step(old: str, new: str) -> Callable[[str], str]:
-    return lambda s: s.replace(old, new)
-
-
 @lru_cache(maxsize=1)
-def _compiled() -> _Compiled:
-    hp = torch_hipify()
-    steps: list[tuple[str, Callable[[str], str]]] = []
-    for cuda_path, hip_path in hp.CAFFE2_PATH_MAPPINGS.items():
-        if "/hip/" in hip_path and "/hip/" not in cuda_path:
-            pattern = re.compile(r"(?<!/hip/)" + re.escape(cuda_path))
-            steps.append((cuda_path, _sub_step(pattern, hip_path)))
-        else:
-            steps.append((cuda_path, _replace_step(cuda_path, hip_path)))
-    return _Compiled(hp=hp, caffe2=tuple(steps))
+def _caffe2_steps() -> tuple[tuple[str, re.Pattern[str] | None, str], ...]:
+    """(CUDA path, the pattern to substitute -- None: a plain replace --, HIP path) per CAFFE2_PATH_MAPPINGS entry."""
+    steps = []
+    for cuda_path, hip_path in torch_hipify().CAFFE2_PATH_MAPPINGS.items():
+        lookbehind = "/hip/" in hip_path and "/hip/" not in cuda_path
+        steps.append((cuda_path, re.compile(r"(?<!/hip/)" + re.escape(cuda_path)) if lookbehind else None, hip_path))
+    return tuple(steps)
 
 
 def breadcrumb() -> str:
@@ -138,29 +117,25 @@ def transform_text(text: str, rel_path: str, counts: Counter[str] | None = None)
     ``rel_path`` (POSIX, relative) decides the per-file rules (``.cu``/``.cuh`` math functions,
     ``CMakeLists.txt``). Replacements are counted into ``counts`` by CUDA identifier.
     """
-    c = _compiled()
-    hp = c.hp
+    hp = torch_hipify()
     pmap: dict[str, Any] = hp.PYTORCH_MAP
+    counts = Counter() if counts is None else counts
 
-    if counts is None:
-        out = hp.RE_PYTORCH_PREPROCESSOR.sub(lambda m: pmap[m.group(0)], text)
-    else:
-        def repl(m: re.Match[str]) -> str:
-            key = m.group(0)
-            counts[key] += 1
-            return str(pmap[key])
-        out = hp.RE_PYTORCH_PREPROCESSOR.sub(repl, text)
+    def repl(m: re.Match[str]) -> str:
+        counts[m.group(0)] += 1
+        return str(pmap[m.group(0)])
 
-    for literal, step in c.caffe2:
+    out = hp.RE_PYTORCH_PREPROCESSOR.sub(repl, text)
+    for literal, pattern, hip_path in _caffe2_steps():
         if literal in out:  # a cheap test first: these patterns start with a look-behind (slow)
-            out = step(out)
+            out = pattern.sub(hip_path, out) if pattern is not None else out.replace(literal, hip_path)
 
     def header(templ: str) -> Callable[[re.Match[str]], str]:
         def repl(m: re.Match[str]) -> str:
             f = m.group(1)
             if f.startswith(_HIP_PATH_INCLUDE_PREFIXES) or (f.startswith("THC") and not f.startswith("THCP")):
                 new = templ.format(hp.get_hip_file_path(f, False))
-                if counts is not None and new != m.group(0):
+                if new != m.group(0):
                     counts[f"#include {f}"] += 1
                 return str(new)
             return m.group(0)
@@ -177,7 +152,7 @@ def transform_text(text: str, rel_path: str, counts: Counter[str] | None = None)
     if "<<<" in out:
         stats: dict[str, list[Any]] = {"unsupported_calls": [], "kernel_launches": []}
         out = hp.processKernelLaunches(out, stats)
-        if counts is not None and stats["kernel_launches"]:
+        if stats["kernel_launches"]:
             counts["<<<...>>> kernel launch"] += len(stats["kernel_launches"])
     else:
         # processKernelLaunches finds no launch without "<<<"; only its first rewrite applies.
@@ -187,6 +162,6 @@ def transform_text(text: str, rel_path: str, counts: Counter[str] | None = None)
         out = hp.replace_math_functions(out)
 
     magic = hp.hip_header_magic(out)
-    if counts is not None and magic is not out and magic != out:
+    if magic != out:
         counts['#include "hip/hip_runtime.h" (added)'] += 1
     return str(magic)
