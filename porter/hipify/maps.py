@@ -10,11 +10,12 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from porter.errors import ConfigError
 from porter.fs import read_user_text
@@ -25,6 +26,7 @@ BUILTIN_MAP = Path(__file__).with_name("extra_map.toml")
 _TEMPLATE_REF = re.compile(r"\{(\d+)(\.\.\.)?\}")
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 _TABLES = {"identifiers", "calls", "unsupported", "warp32", "verdicts"}
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -64,26 +66,18 @@ class ExtraMap:
     sources: tuple[str, ...] = ()
 
     def merged(self, other: ExtraMap) -> ExtraMap:
-        def merge(a: tuple[tuple[str, str], ...], b: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-            d = dict(a)
-            d.update(b)
-            return tuple(d.items())
-
-        rules = {r.id: r for r in self.warp_rules}
-        rules.update({r.id: r for r in other.warp_rules})
-        pats = {p.pattern: p for p in self.unsupported_patterns}
-        pats.update({p.pattern: p for p in other.unsupported_patterns})
         # The later file's verdicts come first (they win a group); an id it repeats replaces the earlier one.
         ids = {v.id for v in other.verdicts}
         verdicts = other.verdicts + tuple(v for v in self.verdicts if v.id not in ids)
-        return ExtraMap(identifiers=merge(self.identifiers, other.identifiers),
-                        calls=merge(self.calls, other.calls),
-                        unsupported_patterns=tuple(pats.values()),
-                        unsupported_names=merge(self.unsupported_names, other.unsupported_names),
+        return ExtraMap(identifiers=_merge(self.identifiers, other.identifiers, itemgetter(0)),
+                        calls=_merge(self.calls, other.calls, itemgetter(0)),
+                        unsupported_patterns=_merge(self.unsupported_patterns, other.unsupported_patterns,
+                                                    attrgetter("pattern")),
+                        unsupported_names=_merge(self.unsupported_names, other.unsupported_names, itemgetter(0)),
                         warp_file_pattern=other.warp_file_pattern or self.warp_file_pattern,
                         warp_file_words=self.warp_file_words + tuple(w for w in other.warp_file_words
                                                                      if w not in self.warp_file_words),
-                        warp_rules=tuple(rules.values()), verdicts=verdicts,
+                        warp_rules=_merge(self.warp_rules, other.warp_rules, attrgetter("id")), verdicts=verdicts,
                         sources=self.sources + other.sources)
 
     def digest(self) -> str:
@@ -99,17 +93,44 @@ class ExtraMap:
         return CompiledMap.build(self)
 
 
+def _merge(a: tuple[_T, ...], b: tuple[_T, ...], key: Callable[[_T], Hashable]) -> tuple[_T, ...]:
+    """``a`` then ``b``, one entry per key: a key in both keeps ``a``'s place and takes ``b``'s entry."""
+    return tuple({key(x): x for x in a + b}.values())
+
+
 def _fail(path: Path, msg: str) -> ConfigError:
     return ConfigError(f"{path}: {msg}", hint="see docs/hipify.md for the mapping file format")
 
 
 def _str_table(path: Path, data: Any, table: str) -> dict[str, str]:
+    """A table of C identifier = string."""
     if not isinstance(data, dict):
         raise _fail(path, f"[{table}] must be a table of \"name\" = \"value\"")
     for k, v in data.items():
         if not isinstance(v, str):
             raise _fail(path, f"[{table}] {k!r}: value must be a string, not {type(v).__name__}")
+        if not _IDENT.match(k):
+            raise _fail(path, f"[{table}] {k!r} is not a C identifier")
     return data
+
+
+def _table(path: Path, data: dict[str, Any], table: str, keys: set[str]) -> dict[str, Any]:
+    sub = data.get(table, {})
+    if not isinstance(sub, dict):
+        raise _fail(path, f"[{table}] must be a table")
+    check_keys(sub, keys, f"{path}: [{table}]")
+    return sub
+
+
+def _entries(path: Path, items: Any, array: str, required: tuple[str, ...],
+             optional: tuple[str, ...] = ()) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, entry) per table of an array of tables (``[[array]]``) with the ``required`` keys."""
+    for i, item in enumerate(items):
+        where = f"[[{array}]] #{i + 1}"
+        if not isinstance(item, dict):
+            raise _fail(path, f"{where} must be a table with {', '.join(required[:-1])} and {required[-1]}")
+        check_keys(item, required + optional, f"{path}: {where}", required=required)
+        yield where, item
 
 
 def _regex(path: Path, where: str, pattern: Any) -> str:
@@ -125,62 +146,36 @@ def _regex(path: Path, where: str, pattern: Any) -> str:
 def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
     check_keys(data, _TABLES, f"{path}: top level")
     identifiers = _str_table(path, data.get("identifiers", {}), "identifiers")
-    for k in identifiers:
-        if not _IDENT.match(k):
-            raise _fail(path, f"[identifiers] {k!r} is not a C identifier")
     calls = _str_table(path, data.get("calls", {}), "calls")
     for k, tmpl in calls.items():
-        if not _IDENT.match(k):
-            raise _fail(path, f"[calls] {k!r} is not a C identifier")
         stripped = _TEMPLATE_REF.sub("", tmpl)
         if "{" in stripped or "}" in stripped:
             raise _fail(path, f"[calls] {k!r}: template {tmpl!r} has a brace that is not {{N}} or {{N...}}")
         if any(int(m.group(1)) < 1 for m in _TEMPLATE_REF.finditer(tmpl)):
             raise _fail(path, f"[calls] {k!r}: arguments are numbered from 1")
 
-    unsupported = data.get("unsupported", {})
-    if not isinstance(unsupported, dict):
-        raise _fail(path, "[unsupported] must be a table")
-    check_keys(unsupported, {"patterns", "names"}, f"{path}: [unsupported]")
-    pats: list[PatternHint] = []
-    for i, item in enumerate(unsupported.get("patterns", [])):
-        where = f"[[unsupported.patterns]] #{i + 1}"
-        if not isinstance(item, dict):
-            raise _fail(path, f"{where} must be a table with pattern and hint")
-        check_keys(item, {"pattern", "hint"}, f"{path}: {where}", required={"pattern", "hint"})
-        pats.append(PatternHint(_regex(path, where, item["pattern"]), str(item["hint"])))
+    unsupported = _table(path, data, "unsupported", {"patterns", "names"})
+    pats = [PatternHint(_regex(path, where, item["pattern"]), str(item["hint"]))
+            for where, item in _entries(path, unsupported.get("patterns", []), "unsupported.patterns",
+                                        ("pattern", "hint"))]
     names = _str_table(path, unsupported.get("names", {}), "unsupported.names")
-    for k in names:
-        if not _IDENT.match(k):
-            raise _fail(path, f"[unsupported.names] {k!r} is not a C identifier")
 
-    warp = data.get("warp32", {})
-    if not isinstance(warp, dict):
-        raise _fail(path, "[warp32] must be a table")
-    check_keys(warp, {"file_pattern", "file_words", "rules"}, f"{path}: [warp32]")
+    warp = _table(path, data, "warp32", {"file_pattern", "file_words", "rules"})
     file_pattern = _regex(path, "[warp32] file_pattern", warp["file_pattern"]) if "file_pattern" in warp else None
     file_words = warp.get("file_words", [])
     if not isinstance(file_words, list) or not all(isinstance(w, str) and w for w in file_words):
         raise _fail(path, "[warp32] file_words must be an array of non-empty strings")
     rules: list[WarpRule] = []
-    for i, item in enumerate(warp.get("rules", [])):
-        where = f"[[warp32.rules]] #{i + 1}"
-        if not isinstance(item, dict):
-            raise _fail(path, f"{where} must be a table with id, pattern and message")
-        check_keys(item, {"id", "pattern", "message", "context"}, f"{path}: {where}", required={"id", "pattern", "message"})
+    for where, item in _entries(path, warp.get("rules", []), "warp32.rules", ("id", "pattern", "message"),
+                                ("context",)):
         context = _regex(path, where, item["context"]) if "context" in item else None
         rules.append(WarpRule(str(item["id"]), _regex(path, where, item["pattern"]), str(item["message"]), context))
 
     verdict_items = data.get("verdicts", [])
     if not isinstance(verdict_items, list):
         raise _fail(path, "verdicts must be an array of tables: [[verdicts]] with id, match and verdict")
-    verdicts: list[Verdict] = []
-    for i, item in enumerate(verdict_items):
-        where = f"[[verdicts]] #{i + 1}"
-        if not isinstance(item, dict):
-            raise _fail(path, f"{where} must be a table with id, match and verdict")
-        check_keys(item, {"id", "match", "verdict"}, f"{path}: {where}", required={"id", "match", "verdict"})
-        verdicts.append(Verdict(str(item["id"]), _regex(path, where, item["match"]), str(item["verdict"])))
+    verdicts = [Verdict(str(item["id"]), _regex(path, where, item["match"]), str(item["verdict"]))
+                for where, item in _entries(path, verdict_items, "verdicts", ("id", "match", "verdict"))]
 
     return ExtraMap(identifiers=tuple(identifiers.items()), calls=tuple(calls.items()),
                     unsupported_patterns=tuple(pats), unsupported_names=tuple(names.items()),
@@ -253,12 +248,11 @@ def split_call(text: str, open_paren: int) -> tuple[list[tuple[int, int]], int] 
     return None
 
 
-def _fast(pattern: str) -> tuple[str, bool]:
-    """``pattern`` without a leading ``\\b`` (checked by the caller), so the regex engine can skip
-    ahead by first character instead of trying every position: several times faster."""
-    if pattern.startswith("\\b"):
-        return pattern[2:], True
-    return pattern, False
+def _fast(pattern: str) -> tuple[re.Pattern[str], bool]:
+    """``pattern`` compiled without a leading ``\\b`` (checked by the caller: True), so the regex engine can
+    skip ahead by first character instead of trying every position: several times faster."""
+    boundary = pattern.startswith("\\b")
+    return re.compile(pattern[2:] if boundary else pattern), boundary
 
 
 def left_boundary_ok(text: str, pos: int) -> bool:
@@ -302,18 +296,12 @@ class CompiledMap:
         names = dict(m.unsupported_names)
         prefixes = sorted({n[:2] for n in names})
         names_re = re.compile(rf"(?:{'|'.join(re.escape(p) for p in prefixes)})\w*") if names else None
-        res = []
-        for p in m.unsupported_patterns:
-            pat, boundary = _fast(p.pattern)
-            res.append((re.compile(pat), boundary, p.hint))
+        res = tuple((*_fast(p.pattern), p.hint) for p in m.unsupported_patterns)
         warp_file_re = re.compile(m.warp_file_pattern) if m.warp_file_pattern else None
-        rules = []
-        for r in m.warp_rules:
-            pat, boundary = _fast(r.pattern)
-            rules.append(Rule(r, re.compile(pat), boundary, re.compile(r.context) if r.context else None))
+        rules = tuple(Rule(r, *_fast(r.pattern), re.compile(r.context) if r.context else None) for r in m.warp_rules)
         verdicts = tuple((v, re.compile(v.match)) for v in m.verdicts)
-        return CompiledMap(idents, ident_re, calls, call_re, tuple(res), names_re, names, warp_file_re,
-                           tuple(rules), m.warp_file_words, verdicts)
+        return CompiledMap(idents, ident_re, calls, call_re, res, names_re, names, warp_file_re,
+                           rules, m.warp_file_words, verdicts)
 
     def is_warp_code(self, masked: str) -> bool:
         """Whether the warp32 rules apply to a file: it contains one of ``file_words`` (in any case)
@@ -328,17 +316,17 @@ class CompiledMap:
 
     def apply(self, text: str, counts: Counter[str] | None = None) -> str:
         """Call rewrites, then identifier swaps. Counts replacements by CUDA name."""
+        counts = Counter() if counts is None else counts
         if self.call_re is not None and any(n in text for n in self.calls):
             text = self._rewrite_calls(text, counts)
         if self.ident_re is not None and any(n in text for n in self.identifiers):
             def repl(mt: re.Match[str]) -> str:
-                if counts is not None:
-                    counts[mt.group(0)] += 1
+                counts[mt.group(0)] += 1
                 return self.identifiers[mt.group(0)]
             text = self.ident_re.sub(repl, text)
         return text
 
-    def _rewrite_calls(self, text: str, counts: Counter[str] | None) -> str:
+    def _rewrite_calls(self, text: str, counts: Counter[str]) -> str:
         assert self.call_re is not None
         matches = list(self.call_re.finditer(text))
         # Right to left: a call nested in another's arguments is rewritten first, and positions
@@ -355,8 +343,7 @@ class CompiledMap:
             if new is None:
                 continue
             text = text[:mt.start()] + new + text[close + 1:]
-            if counts is not None:
-                counts[name] += 1
+            counts[name] += 1
         return text
 
 
