@@ -39,7 +39,7 @@ from porter import __version__
 from porter.errors import ConfigError, NothingToDo, PorterError
 from porter.hipify import torch_engine
 from porter.hipify.maps import CompiledMap, ExtraMap, Verdict, combined_map
-from porter.hipify.scan import SCAN_VERSION, Finding, mask, scan, uses_name
+from porter.hipify.scan import SCAN_VERSION, Finding, ScanResult, scan, uses_name
 from porter.log import Logger, quiet_logger
 from porter.fs import atomic_path, atomic_write_text, sha256_bytes
 
@@ -257,10 +257,6 @@ def default_out(src: Path) -> Path:
     return src.with_name(src.name + "-hip")
 
 
-def _is_within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
 def _read_only(path: Path) -> bool:
     mode = path.stat().st_mode
     return not (mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) or not os.access(path, os.W_OK)
@@ -282,7 +278,7 @@ def _validate(src: Path, out: Path | None, in_place: bool, check: bool) -> tuple
         if out == src:
             raise ConfigError(f"output directory is the source tree: {out}",
                               hint="pass --in-place to hipify the tree itself, or another -o directory")
-        if _is_within(out, src):
+        if out.is_relative_to(src):
             raise ConfigError(f"output directory {out} is inside the source tree {src}",
                               hint="put the output next to the source (the default is SRC-hip), never inside it")
     if out.exists() or out.is_symlink():
@@ -300,11 +296,6 @@ def _validate(src: Path, out: Path | None, in_place: bool, check: bool) -> tuple
             raise ConfigError(f"cannot create the output directory {out}: {parent} is read-only",
                               hint="choose an output directory in a writable place")
     return src, out
-
-
-def _cache_key(cmap_digest: str, in_place: bool) -> str:
-    return sha256_bytes(json.dumps([__version__, SCAN_VERSION, torch_engine.torch_hipify_version(), cmap_digest,
-                                    in_place]).encode())
 
 
 def _load_cache(out: Path, key: str) -> dict[str, dict[str, Any]]:
@@ -326,23 +317,16 @@ def _walk(src: Path) -> Iterator[tuple[str, Path, str]]:
         keep = []
         for d in dirnames:
             p = base / d
-            if p.is_symlink():
-                yield p.relative_to(src).as_posix(), p, "link"
-            else:
+            is_link = p.is_symlink()
+            if not is_link:
                 keep.append(d)
-                yield p.relative_to(src).as_posix(), p, "dir"
+            yield p.relative_to(src).as_posix(), p, "link" if is_link else "dir"
         dirnames[:] = keep
         for name in sorted(filenames):
             p = base / name
             rel = p.relative_to(src).as_posix()
-            if rel == CACHE_NAME:
-                continue
-            if p.is_symlink():
-                yield rel, p, "link"
-            elif p.is_file():
-                yield rel, p, "file"
-            else:
-                yield rel, p, "other"
+            if rel != CACHE_NAME:
+                yield rel, p, "link" if p.is_symlink() else "file" if p.is_file() else "other"
 
 
 @dataclass
@@ -353,7 +337,6 @@ class _State:
     check: bool
     cmap: CompiledMap
     breadcrumb: str
-    log: Logger
     cache: dict[str, dict[str, Any]]
     new_cache: dict[str, dict[str, Any]] = field(default_factory=dict)
     results: list[FileResult] = field(default_factory=list)
@@ -408,18 +391,11 @@ def _process_file(s: _State, rel: str, path: Path) -> None:
 
     counts: Counter[str] = Counter()
     status, reason, out_data, scan_text = _translated(s, rel, data, counts)
-    unsupported: list[Finding] = []
-    warp: list[Finding] = []
-    defines: list[str] = []
-    pending: list[tuple[str, Finding]] = []
-    if scan_text is not None:
-        found = scan(scan_text, rel, s.cmap, mask(scan_text))
-        unsupported, warp, pending = found.unsupported, found.warp32, found.pending_masks
-        defines = sorted(found.defines)
-    s.unsupported.extend(unsupported)
-    s.warp32.extend(warp)
-    s.defined.update(defines)
-    s.pending_masks.extend(pending)
+    found = scan(scan_text, rel, s.cmap) if scan_text is not None else ScanResult()
+    s.unsupported.extend(found.unsupported)
+    s.warp32.extend(found.warp32)
+    s.defined.update(found.defines)
+    s.pending_masks.extend(found.pending_masks)
 
     if s.in_place:
         write = out_data is not data
@@ -446,9 +422,9 @@ def _process_file(s: _State, rel: str, path: Path) -> None:
             counts = Counter()
         s.new_cache[rel] = {"src": src_digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
                             "status": cached_status, "reason": cached_reason, "replacements": dict(counts),
-                            "unsupported": [f.to_dict() for f in unsupported],
-                            "warp32": [f.to_dict() for f in warp], "defines": defines,
-                            "pending_masks": [[n, f.to_dict()] for n, f in pending]}
+                            "unsupported": [f.to_dict() for f in found.unsupported],
+                            "warp32": [f.to_dict() for f in found.warp32], "defines": sorted(found.defines),
+                            "pending_masks": [[n, f.to_dict()] for n, f in found.pending_masks]}
 
 
 def _translated(s: _State, rel: str, data: bytes, counts: Counter[str]) -> tuple[str, str, bytes, str | None]:
@@ -472,18 +448,6 @@ def _translated(s: _State, rel: str, data: bytes, counts: Counter[str]) -> tuple
     return CHANGED, "", new.encode("utf-8"), new
 
 
-def _hipified_text(s: _State, rel: str, data: bytes) -> str | None:
-    """What hipify makes of a source file's bytes (None when it is not UTF-8)."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    norm = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
-    if norm.startswith(s.breadcrumb):
-        return norm
-    return s.cmap.apply(torch_engine.transform_text(norm, rel))
-
-
 def _settle_pending_masks(s: _State, entries: list[tuple[str, Path, str]]) -> list[Finding]:
     """The full masks bound to a name their own file no longer uses (``#define FULL_MASK``) that
     another file still uses after hipify. Rare: only files whose source names one are translated
@@ -502,7 +466,7 @@ def _settle_pending_masks(s: _State, entries: list[tuple[str, Path, str]]) -> li
         present = [n for n in names - used if n.encode() in data]
         if not present:
             continue
-        text = _hipified_text(s, rel, data)
+        text = _translated(s, rel, data, Counter())[3]  # what hipify makes of it (None: not UTF-8)
         if text is not None:
             used.update(n for n in present if uses_name(text, n))
     return [f for n, f in s.pending_masks if n in used]
@@ -511,7 +475,7 @@ def _settle_pending_masks(s: _State, entries: list[tuple[str, Path, str]]) -> li
 def _process_link(s: _State, rel: str, path: Path) -> None:
     target_text = os.readlink(path)
     target = Path(os.path.realpath(path))
-    if not _is_within(target, s.src):
+    if not target.is_relative_to(s.src):
         s.results.append(FileResult(rel, SKIPPED, f"symlink to {target_text} points outside the tree; not followed"))
         return
     if s.in_place:
@@ -554,42 +518,38 @@ def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None 
     emap = combined_map([m if isinstance(m, ExtraMap) else Path(m) for m in extra_maps])
     cmap = emap.compiled
     torch_engine.torch_hipify()  # fail early (ToolError) when torch is missing
-    key = _cache_key(emap.digest(), in_place)
+    key = sha256_bytes(json.dumps([__version__, SCAN_VERSION, torch_engine.torch_hipify_version(), emap.digest(),
+                                   in_place]).encode())
     state = _State(src=src_path, out=out_path, in_place=in_place, check=check, cmap=cmap,
-                   breadcrumb=torch_engine.breadcrumb(), log=log,
+                   breadcrumb=torch_engine.breadcrumb(),
                    cache=_load_cache(out_path, key) if use_cache and out_path.is_dir() else {})
 
     with log.step(f"hipify {src_path} -> {'(in place)' if in_place else out_path}") as step:
         entries = list(_walk(src_path))
-        if not any(kind != "dir" for _, _, kind in entries):
+        total, done = sum(kind != "dir" for _, _, kind in entries), 0
+        if not total:
             raise NothingToDo(f"no files under {src_path}", hint="pass the directory that holds the CUDA sources")
         if not check and not in_place:
             out_path.mkdir(parents=True, exist_ok=True)
-        total, done = sum(kind != "dir" for _, _, kind in entries), 0
         for rel, path, kind in entries:
-            if kind != "dir":
-                done += 1
-                step.progress(done, total, rel)
             if kind == "dir":
                 if not check and not in_place:
                     (out_path / rel).mkdir(exist_ok=True)
-            elif kind == "file":
+                continue
+            done += 1
+            step.progress(done, total, rel)
+            if kind == "file":
                 _process_file(state, rel, path)
             elif kind == "link":
                 _process_link(state, rel, path)
             else:
                 state.results.append(FileResult(rel, SKIPPED, "not a regular file (device, fifo or socket)"))
 
-        removed: list[str] = []
-        if not in_place:
-            for rel, rec in state.cache.items():
-                if rel in state.new_cache:
-                    continue
-                dest = out_path / rel
-                if _dest_matches(dest, rec):
-                    removed.append(rel)
-                    if not check:
-                        dest.unlink()
+        removed = [] if in_place else [rel for rel, rec in state.cache.items()
+                                       if rel not in state.new_cache and _dest_matches(out_path / rel, rec)]
+        if not check:
+            for rel in removed:
+                (out_path / rel).unlink()
         if not check and use_cache and (state.new_cache != state.cache or not (out_path / CACHE_NAME).is_file()):
             doc = {"schema": CACHE_SCHEMA, "key": key, "porter_version": __version__,
                    "torch_hipify_version": torch_engine.torch_hipify_version(), "src": str(src_path),
@@ -601,9 +561,8 @@ def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None 
     order = {f.path: i for i, f in enumerate(state.results)}
     warp32 = sorted(state.warp32 + _settle_pending_masks(state, entries),
                     key=lambda f: (order.get(f.path, len(order)), f.line, f.column))
-    report = HipifyReport(src=src_path, out=out_path, in_place=in_place, check=check, files=tuple(state.results),
-                          unsupported=unsupported, warp32=tuple(warp32),
-                          seconds=time.perf_counter() - start,
-                          torch_hipify_version=torch_engine.torch_hipify_version(),
-                          maps=emap.sources, removed=tuple(removed), verdicts=cmap.verdicts)
-    return report
+    return HipifyReport(src=src_path, out=out_path, in_place=in_place, check=check, files=tuple(state.results),
+                        unsupported=unsupported, warp32=tuple(warp32),
+                        seconds=time.perf_counter() - start,
+                        torch_hipify_version=torch_engine.torch_hipify_version(),
+                        maps=emap.sources, removed=tuple(removed), verdicts=cmap.verdicts)

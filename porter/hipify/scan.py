@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from porter.hipify.maps import CompiledMap, Rule, left_boundary_ok
 
@@ -67,15 +68,12 @@ class Finding:
     message: str     # the hint (unsupported) or what is assumed (warp32)
     text: str        # the source line, stripped
 
-    def to_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "path": self.path, "line": self.line, "column": self.column,
-                "identifier": self.identifier, "message": self.message, "text": self.text}
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, object]) -> Finding:
-        return Finding(kind=str(d["kind"]), path=str(d["path"]), line=int(d["line"]),  # type: ignore[call-overload]
-                       column=int(d["column"]), identifier=str(d["identifier"]),  # type: ignore[call-overload]
-                       message=str(d["message"]), text=str(d["text"]))
+    def from_dict(d: dict[str, Any]) -> Finding:
+        return Finding(**d)
 
     def format(self) -> str:
         return f"{self.path}:{self.line}:{self.column}: {self.identifier}: {self.message}"
@@ -286,20 +284,16 @@ def _defined_here(masked: str, start: int, end: int) -> bool:
 
 def _innermost_opener(masked: str, pos: int) -> int:
     """Index of the innermost ``(`` or ``{`` still open at ``pos``, or -1 at file scope."""
-    depth = {")": 0, "}": 0}
+    depth = {"(": 0, "{": 0}  # closed before pos, per kind
     lo = max(0, pos - 4 * _SCAN_LIMIT)
     for i in range(pos - 1, lo - 1, -1):
         c = masked[i]
         if c in ")}":
-            depth[c] += 1
-        elif c == "(":
-            if depth[")"] == 0:
+            depth["(" if c == ")" else "{"] += 1
+        elif c in "({":
+            if depth[c] == 0:
                 return i
-            depth[")"] -= 1
-        elif c == "{":
-            if depth["}"] == 0:
-                return i
-            depth["}"] -= 1
+            depth[c] -= 1
     return -1
 
 
@@ -360,9 +354,9 @@ def _mask_binding(masked: str, code: str, pos: int) -> tuple[str, str] | None:
     return ("tree", name) if name.isupper() else None
 
 
-def scan(text: str, path: str, cmap: CompiledMap, masked: str | None = None) -> ScanResult:
+def scan(text: str, path: str, cmap: CompiledMap) -> ScanResult:
     """Unsupported-API and warp32 findings of one hipified file (see the module docstring)."""
-    masked = mask(text) if masked is None else masked
+    masked = mask(text)
     lines = _Lines(text)
     result = ScanResult()
     hits: dict[int, tuple[str, str]] = {}
