@@ -75,9 +75,10 @@ _TOP_FILES = 4
 _SHOW_LINES = 4
 
 
-def _counts(counter: Counter[str], top: int, what: str, strip: str = "") -> str:
+def _counts(counter: Counter[str], top: int, what: str, strip: str = "", lines: tuple[Finding, ...] = ()) -> str:
+    """The ``top`` most common, each with its count (and, given findings, their lines), and how many more."""
     items = counter.most_common()
-    text = ", ".join(f"{k.removeprefix(strip)} {v}" for k, v in items[:top])
+    text = ", ".join(f"{k.removeprefix(strip)} {v}{_lines_of(lines, k) if lines else ''}" for k, v in items[:top])
     return text + (f" (+{len(items) - top} more {what})" if len(items) > top else "")
 
 
@@ -95,21 +96,16 @@ def _group_lines(g: FindingGroup) -> list[str]:
              f"{len(g.warp32)} warp-32 flag(s)" if g.warp32 else ""]
     head = (f"{len(files)} file(s): " if g.is_dir else "") + ", ".join(p for p in parts if p)
     out = [f"{g.name}  {head}", f"  verdict: {g.verdict}"]
-    if len(files) > 1:
-        if g.unsupported:
-            out.append(f"  CUDA API: {_counts(g.names, _TOP_NAMES, 'names')}")
-        if g.warp32:
-            out.append(f"  warp-32: {_counts(g.rules, _TOP_NAMES, 'rules')}")
-        out.append(f"  files: {_counts(files, _TOP_FILES, 'files', g.folder)}")
-        return out
-    if g.is_dir:
+    one = len(files) == 1
+    if g.is_dir and one:
         out.append(f"  file: {next(iter(files)).removeprefix(g.folder)}")
     if g.unsupported:
-        names = g.names.most_common()
-        out.append("  CUDA API: " + ", ".join(f"{n} {c}{_lines_of(g.unsupported, n)}" for n, c in names[:_TOP_NAMES])
-                   + (f" (+{len(names) - _TOP_NAMES} more names)" if len(names) > _TOP_NAMES else ""))
+        out.append(f"  CUDA API: {_counts(g.names, _TOP_NAMES, 'names', lines=g.unsupported if one else ())}")
     if g.warp32:
-        out.append("  warp-32: " + ", ".join(f"{r} {c}{_lines_of(g.warp32, r)}" for r, c in g.rules.most_common()))
+        top = len(g.rules) if one else _TOP_NAMES  # every rule of one file
+        out.append(f"  warp-32: {_counts(g.rules, top, 'rules', lines=g.warp32 if one else ())}")
+    if not one:
+        out.append(f"  files: {_counts(files, _TOP_FILES, 'files', g.folder)}")
     return out
 
 
@@ -131,15 +127,13 @@ def _print_text(report: HipifyReport) -> None:
         for g in groups:
             for line in _group_lines(g):
                 echo(line)
-        hints: dict[str, list[str]] = {}
+        hints: dict[str, dict[str, None]] = {}  # hint -> its names, in order
         for u in report.unsupported:
-            names = hints.setdefault(u.message, [])
-            if u.identifier not in names:
-                names.append(u.identifier)
+            hints.setdefault(u.message, {})[u.identifier] = None
         if hints:
             echo("what to do:")
             for hint, names in hints.items():
-                echo(f"  {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}: {hint}")
+                echo(f"  {', '.join(list(names)[:3])}{', ...' if len(names) > 3 else ''}: {hint}")
     reps = report.replacements
     if reps:
         top = ", ".join(f"{k} {v}" for k, v in reps.most_common(10))
