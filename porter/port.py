@@ -21,7 +21,7 @@ from porter.fs import atomic_write_json, owned_temp_dir, publish_dir
 from porter.log import Logger
 from porter.patching import PatchFailed
 from porter.patching.model import PatchSet, resolve_sets
-from porter.patching.engine import Plan as PatchPlan, PatchResult, failure_message, plan as patch_plan
+from porter.patching.engine import Plan as PatchPlan, failure_message, plan as patch_plan
 from ops_prebuild.plan import Plan
 
 PORT_RECORD = ".porter/port.json"
@@ -47,23 +47,19 @@ def summarize(plan: PatchPlan, skipped: Mapping[str, Sequence[str]] = {}) -> lis
     """Per set and patch, its state (the engine's :meth:`SetPlan.patch_states`) and its files."""
     out: list[PatchSummary] = []
     for sp in plan.sets:
-        states = sp.patch_states()
         per: dict[str, dict[str, tuple[str, str]]] = {}
         for r in sp.results:
             files = per.setdefault(r.patch, {})
-            if r.file and (r.file not in files or _worse(r, files[r.file][0])):
+            # A file's status is the worst its results give it.
+            if r.file and (r.file not in files or _ORDER.index(r.status) < _ORDER.index(files[r.file][0])):
                 files[r.file] = (r.status, r.reason)
-        for pid, state in states.items():
+        for pid, state in sp.patch_states().items():
             out.append(PatchSummary(sp.ref, pid, state, tuple((f, st, why) for f, (st, why) in per[pid].items())))
         out += [PatchSummary(sp.ref, pid, "skipped", (("", "skipped", "--skip"),)) for pid in skipped.get(sp.ref, ())]
     return out
 
 
-_ORDER = ("failed", "would-apply", "applied", "already", "not-needed", "skipped")
-
-
-def _worse(r: PatchResult, status: str) -> bool:
-    return _ORDER.index(r.status) < _ORDER.index(status)
+_ORDER = ("failed", "would-apply", "applied", "already", "not-needed", "skipped")  # worst first
 
 
 @dataclass
@@ -173,13 +169,11 @@ def patch_sets(refs: Sequence[str] = (), skip: Sequence[str] = (), *,
         if not left:
             out.append(ps)
             continue
-        kept = tuple(p for p in ps.patches if p.id not in skip)
-        if not kept:
-            skipped[ps.ref] = left
-            continue
-        digest = hashlib.sha256(f"{ps.digest} without {','.join(sorted(left))}".encode()).hexdigest()
-        out.append(replace(ps, patches=kept, digest=digest))
         skipped[ps.ref] = left
+        kept = tuple(p for p in ps.patches if p.id not in skip)
+        if kept:
+            digest = hashlib.sha256(f"{ps.digest} without {','.join(sorted(left))}".encode()).hexdigest()
+            out.append(replace(ps, patches=kept, digest=digest))
     if not out:
         raise ConfigError("--skip leaves no patch to apply", hint="skip fewer patches, or use 'porter hipify' alone")
     return out, skipped

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from typing import TYPE_CHECKING
 
 import click
@@ -25,14 +24,10 @@ def summary_lines(patches: list[PatchSummary]) -> list[str]:
     """Per patch: its state, its id, and its files (each file's own state where they differ)."""
     from porter.port import STATE_WORDS as _WORDS
 
-    if not patches:
-        return []
-    width = max(len(p.patch) for p in patches)
+    width = max((len(p.patch) for p in patches), default=0)
     out = []
-    current = ""
-    for p in patches:
-        if p.set != current:
-            current = p.set
+    for i, p in enumerate(patches):
+        if i == 0 or p.set != patches[i - 1].set:
             out.append(f"patches ({p.set}):")
         files = [f for f in p.files if f[0]]
         if p.state == "skipped":
@@ -151,8 +146,8 @@ def deepspeed_cmd(log: Logger, /, req: PortOptions, as_json: bool) -> None:
     click.echo(f"next: porter ops build --source {res.out} --toolchain <profile> --ops <ops> -o <wheelhouse>")
 
 
-def _echo_tree(out: Path, what: str, hipified: list[str], patched: list[str], patches: Any, notes: list[str],
-               planned: bool) -> None:
+def _echo_tree(out: Path, what: str, hipified: list[str], patched: list[str], patches: list[PatchSummary],
+               notes: list[str], planned: bool) -> None:
     """What a port did to the tree (``planned``: would do, a dry run), the same for every project."""
     click.echo(f"ported tree: {out}{' (dry run: not written)' if planned else ''}")
     click.echo(what)

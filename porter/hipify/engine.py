@@ -31,6 +31,7 @@ import stat
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -350,14 +351,9 @@ def _write(dest: Path, data: bytes, mode: int, atomic: bool) -> None:
     """Atomic (temp + rename) in place; out of tree a plain write is enough: a file cut short by a
     crash does not match its cache record, so the next run writes it again."""
     try:
-        if atomic:
-            with atomic_path(dest) as tmp:
-                tmp.write_bytes(data)
-                os.chmod(tmp, stat.S_IMODE(mode))
-        else:
-            with open(dest, "wb") as f:
-                f.write(data)
-            os.chmod(dest, stat.S_IMODE(mode))
+        with atomic_path(dest) if atomic else nullcontext(dest) as path:
+            path.write_bytes(data)
+            os.chmod(path, stat.S_IMODE(mode))
     except PermissionError as exc:
         raise ConfigError(f"cannot write {dest}: {exc.strerror}",
                           hint="make the output directory writable or choose another -o directory") from None

@@ -158,13 +158,9 @@ class Wave64:
         return CheckFailed(
             f"{what}: {len(refused)} warp-size-32 assumption(s) in {len(ops)} op(s) for a 64-lane wavefront, "
             f"neither fixed by a shipped patch nor proven safe by an emulated wave-64 check:\n{lines}{more}",
-            hint=leave.format(ops=", ".join(ops), minus=",".join(f"-{o}" for o in ops)) + f", or build anyway with --allow-wave32 {','.join(ops)} "
-                 "(the manifest and the SBOM then record each finding as allowed); docs/emulate.md lists the "
-                 "states")
-
-    def summary(self) -> str:
-        counts = Counter(s.state for s in self.states)
-        return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no"
+            hint=leave.format(ops=", ".join(ops), minus=",".join(f"-{o}" for o in ops))
+                 + f", or build anyway with --allow-wave32 {','.join(ops)} (the manifest and the SBOM then record "
+                 "each finding as allowed); docs/emulate.md lists the states")
 
     def allowed_notes(self) -> list[str]:
         """One line per finding built by the override (the plan's notes, the log's warnings)."""
@@ -175,7 +171,8 @@ class Wave64:
 
     def say(self, log: Logger, where: str) -> None:
         """The counts per state, then each finding built by the override as a warning."""
-        log.info(f"wave 64: {self.summary()} warp-size-32 finding(s) in {where}")
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(Counter(s.state for s in self.states).items()))
+        log.info(f"wave 64: {counts or 'no'} warp-size-32 finding(s) in {where}")
         for line in self.allowed_notes():
             log.warn(f"wave 64: {line}")
 
