@@ -124,11 +124,6 @@ def _verdict(uses: Sequence[Finding], verdicts: Sequence[tuple[Verdict, re.Patte
     return len(verdicts), *UNMAPPED_VERDICT
 
 
-def _folder(path: str) -> str:
-    d = posixpath.dirname(path)
-    return d + "/" if d else ""
-
-
 def group_findings(unsupported: Sequence[Finding], warp32: Sequence[Finding],
                    verdicts: Sequence[tuple[Verdict, re.Pattern[str]]] = ()) -> list[FindingGroup]:
     """Findings grouped per op. Below the deepest folder that holds every finding, each sub-folder
@@ -142,8 +137,8 @@ def group_findings(unsupported: Sequence[Finding], warp32: Sequence[Finding],
         by_file.setdefault(w.path, ([], []))[1].append(w)
     if not by_file:
         return []
-    folders = [_folder(p) for p in by_file]
-    common = posixpath.commonpath([f.rstrip("/") for f in folders]) if all(folders) else ""
+    dirs = [posixpath.dirname(p) for p in by_file]
+    common = posixpath.commonpath(dirs) if all(dirs) else ""
     common = common + "/" if common else ""
 
     # group name -> (folder, is_dir, files)
@@ -157,7 +152,7 @@ def group_findings(unsupported: Sequence[Finding], warp32: Sequence[Finding],
         else:
             loose.append(path)
     for files in sub.values():
-        folder = posixpath.commonpath([_folder(f).rstrip("/") for f in files]) + "/"
+        folder = posixpath.commonpath([posixpath.dirname(f) for f in files]) + "/"
         members[folder] = (folder, True, files)
     if len(loose) > MAX_FILE_GROUPS:
         buckets: dict[str, list[str]] = {}
@@ -221,7 +216,7 @@ class HipifyReport:
 
     @property
     def cached(self) -> int:
-        return sum(1 for f in self.files if f.cached)
+        return sum(f.cached for f in self.files)
 
     @property
     def replacements(self) -> Counter[str]:
@@ -379,10 +374,10 @@ def _process_file(s: _State, rel: str, path: Path) -> None:
         s.new_cache[rel] = rec
         s.results.append(FileResult(rel, rec["status"], rec.get("reason", ""), False, True,
                                     tuple((k, int(v)) for k, v in rec.get("replacements", {}).items())))
-        s.unsupported.extend(Finding.from_dict(d) for d in rec.get("unsupported", []))
-        s.warp32.extend(Finding.from_dict(d) for d in rec.get("warp32", []))
+        s.unsupported.extend(Finding(**d) for d in rec.get("unsupported", []))
+        s.warp32.extend(Finding(**d) for d in rec.get("warp32", []))
         s.defined.update(rec.get("defines", []))
-        s.pending_masks.extend((str(n), Finding.from_dict(d)) for n, d in rec.get("pending_masks", []))
+        s.pending_masks.extend((str(n), Finding(**d)) for n, d in rec.get("pending_masks", []))
         return
 
     counts: Counter[str] = Counter()

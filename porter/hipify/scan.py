@@ -71,10 +71,6 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> Finding:
-        return Finding(**d)
-
     def format(self) -> str:
         return f"{self.path}:{self.line}:{self.column}: {self.identifier}: {self.message}"
 
@@ -304,10 +300,7 @@ def uses_name(text: str, name: str) -> bool:
 
 
 def _used(code: str, name: str, start: int, end: int, skip: int) -> bool:
-    for m in re.finditer(rf"\b{re.escape(name)}\b", code[start:end]):
-        if start + m.start() != skip:
-            return True
-    return False
+    return any(start + m.start() != skip for m in re.finditer(rf"\b{re.escape(name)}\b", code[start:end]))
 
 
 def _mask_binding(masked: str, code: str, pos: int) -> tuple[str, str] | None:
