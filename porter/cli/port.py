@@ -110,19 +110,16 @@ def megatron_deepspeed(log: Logger, /, req: PortMegatronOptions, as_json: bool) 
             show_compiled(f"{len(res.compiled)} fused kernel(s) of {res.source} for {', '.join(tc.arch_names)} with "
                           f"{res.toolchain}", res.compiled, list(tc.arch_names))
         compile_failures(res.compiled, f"the tree {res.source}", tc, what="fused kernel")
+    elif as_json:
         return
-    if as_json:
-        return
-    if res.wheel:
+    elif res.wheel:
         for op in res.built:
             click.echo(f"built {op['name']} ({op['status']}, {op['seconds']:.1f}s)")
         click.echo(f"wheel: {res.wheel}")
         click.echo(f"manifest: {res.manifest}")
-        return
-    if res.plan is not None:
+    elif res.plan is not None:
         show_plan(f"{len(res.plan.objects)} fused kernel(s), toolchain {res.toolchain}", res.plan, res.refusal)
-        return
-    if res.refusal is not None:
+    elif res.refusal is not None:
         click.echo(refusal_line(res.refusal.message))
 
 

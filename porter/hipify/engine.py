@@ -508,9 +508,8 @@ def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None 
     src_path, out_path = _validate(Path(src), Path(out) if out is not None else None, in_place, check)
     emap = combined_map([m if isinstance(m, ExtraMap) else Path(m) for m in extra_maps])
     cmap = emap.compiled
-    torch_engine.torch_hipify()  # fail early (ToolError) when torch is missing
-    key = sha256_bytes(json.dumps([__version__, SCAN_VERSION, torch_engine.torch_hipify_version(), emap.digest(),
-                                   in_place]).encode())
+    version = torch_engine.torch_hipify_version()  # fails early (ToolError) when torch is missing
+    key = sha256_bytes(json.dumps([__version__, SCAN_VERSION, version, emap.digest(), in_place]).encode())
     state = _State(src=src_path, out=out_path, in_place=in_place, check=check, cmap=cmap,
                    breadcrumb=torch_engine.breadcrumb(),
                    cache=_load_cache(out_path, key) if use_cache and out_path.is_dir() else {})
@@ -543,7 +542,7 @@ def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None 
                 (out_path / rel).unlink()
         if not check and use_cache and (state.new_cache != state.cache or not (out_path / CACHE_NAME).is_file()):
             doc = {"schema": CACHE_SCHEMA, "key": key, "porter_version": __version__,
-                   "torch_hipify_version": torch_engine.torch_hipify_version(), "src": str(src_path),
+                   "torch_hipify_version": version, "src": str(src_path),
                    "files": state.new_cache}
             atomic_write_text(out_path / CACHE_NAME, json.dumps(doc, separators=(",", ":")))
 
@@ -555,5 +554,5 @@ def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None 
     return HipifyReport(src=src_path, out=out_path, in_place=in_place, check=check, files=tuple(state.results),
                         unsupported=unsupported, warp32=tuple(warp32),
                         seconds=time.perf_counter() - start,
-                        torch_hipify_version=torch_engine.torch_hipify_version(),
+                        torch_hipify_version=version,
                         maps=emap.sources, removed=tuple(removed), verdicts=cmap.verdicts)

@@ -315,9 +315,7 @@ def _mask_binding(masked: str, code: str, pos: int) -> tuple[str, str] | None:
     macro = _MACRO_BINDING.match(masked, line_start, pos)
     if macro is not None:
         name = macro.group(1)
-        if _used(code, name, 0, len(code), -1):
-            return None
-        return ("tree", name) if name.isupper() else None
+        return None if _used(code, name, 0, len(code), -1) or not name.isupper() else ("tree", name)
     var = _VAR_BINDING.search(masked, max(0, pos - 200), pos)
     if var is None:
         return None
@@ -331,20 +329,16 @@ def _mask_binding(masked: str, code: str, pos: int) -> tuple[str, str] | None:
         body = _after_declarator(masked, close)
         if body >= len(masked) or masked[body] != "{":
             return None  # a declaration: the definition may use it
-        body_end = _close(masked, body, "{", "}")
-        if body_end < 0:
-            return None
-        return None if _used(code, name, opener, body_end, npos) else ("dead", name)
-    if opener >= 0 and not _BLOCK_NOT_LOCAL.search(masked, max(0, opener - 200), opener):
+        start, end = opener, _close(masked, body, "{", "}")
+    elif opener >= 0 and not _BLOCK_NOT_LOCAL.search(masked, max(0, opener - 200), opener):
         # A variable in a function body (or a block inside one): the rest of the block.
-        block_end = _close(masked, opener, "{", "}")
-        if block_end < 0:
-            return None
-        return None if _used(code, name, pos, block_end, npos) else ("dead", name)
-    # File, namespace or class scope: any use in this file; other files only know upper-case names.
-    if _used(code, name, 0, len(code), npos):
+        start, end = pos, _close(masked, opener, "{", "}")
+    else:
+        # File, namespace or class scope: any use in this file; other files only know upper-case names.
+        return None if _used(code, name, 0, len(code), npos) or not name.isupper() else ("tree", name)
+    if end < 0:
         return None
-    return ("tree", name) if name.isupper() else None
+    return None if _used(code, name, start, end, npos) else ("dead", name)
 
 
 def scan(text: str, path: str, cmap: CompiledMap) -> ScanResult:

@@ -90,8 +90,9 @@ def torch_hipify() -> ModuleType:
 
 
 def torch_hipify_version() -> str:
+    version_module = torch_hipify().__name__.rsplit(".", 1)[0] + ".version"
     try:
-        pkg = importlib.import_module(torch_hipify().__name__.rsplit(".", 1)[0] + ".version")
+        pkg = importlib.import_module(version_module)
     except ImportError:
         return "unknown"
     return str(getattr(pkg, "__version__", "unknown"))
