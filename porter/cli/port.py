@@ -33,8 +33,7 @@ def summary_lines(patches: list[PatchSummary]) -> list[str]:
         if p.state == "skipped":
             detail = "(--skip)"
         elif files and all(st == files[0][1] for _, st, _ in files):
-            shown = [f for f, _, _ in files]
-            detail = ", ".join(shown) if len(shown) <= 3 else f"{len(shown)} files"
+            detail = ", ".join(f for f, _, _ in files) if len(files) <= 3 else f"{len(files)} files"
             if p.state == "not-needed" and files[0][2]:
                 detail += f" ({files[0][2]})"
         else:

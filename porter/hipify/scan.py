@@ -377,8 +377,7 @@ def scan(text: str, path: str, cmap: CompiledMap) -> ScanResult:
                 end = masked.find("\n", pos)
                 if not r.context.search(masked, start, end if end >= 0 else len(masked)):
                     continue
-            while pos > 0 and (masked[pos].isalnum() or masked[pos] == "_") and \
-                    (masked[pos - 1].isalnum() or masked[pos - 1] == "_"):
+            while pos > 0 and (masked[pos].isalnum() or masked[pos] == "_") and not left_boundary_ok(masked, pos):
                 pos -= 1  # a match inside a name (kWarpSize, WARP_SHFL) is reported at the name
             candidates.append((pos, r))
     code = uses_view(masked) if candidates else masked

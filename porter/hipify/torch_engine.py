@@ -19,6 +19,7 @@ every CLI call); if that ever fails, the ordinary import is used.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 import sys
@@ -76,10 +77,8 @@ def torch_hipify() -> ModuleType:
     loaded = sys.modules.get("torch.utils.hipify.hipify_python")
     if loaded is not None:
         return loaded
-    try:
+    with contextlib.suppress(Exception):  # fall back to the ordinary import below
         return _load_standalone()
-    except Exception:  # noqa: BLE001 - fall back to the ordinary import below
-        pass
     try:
         import torch.utils.hipify.hipify_python as hp
     except ImportError as exc:

@@ -193,9 +193,7 @@ def assess(findings: Sequence[Finding], op_files: Mapping[str, set[str]], ledger
         for op in sorted(o for o, files in op_files.items() if f.path in files):
             if f in fixed:
                 states.append(State(op, f, "fixed", fixed[f]))
-                continue
-            proof = next((p for p in ledger if p.covers(op, f)), None)
-            if proof is not None:
+            elif (proof := next((p for p in ledger if p.covers(op, f)), None)) is not None:
                 states.append(State(op, f, "safe", ", ".join(proof.checks)))
             elif ALL in allow or op in allow:
                 states.append(State(op, f, "allowed", "--allow-wave32"))
