@@ -23,8 +23,6 @@ class ConfigError(PorterError):
 class ToolError(PorterError):
     """A program porter needs is missing or failed (compiler, pip, ninja)."""
 
-    exit_code = 1
-
 
 class CommandFailed(ToolError):
     """A subprocess exited non-zero; carries its output so it can be replayed."""
@@ -38,8 +36,6 @@ class CommandFailed(ToolError):
 
 class CheckFailed(PorterError):
     """A check ran and found problems (toolchain check, verify, --check)."""
-
-    exit_code = 1
 
 
 class PartialSuccess(PorterError):
@@ -73,8 +69,6 @@ def stop_note(message: str) -> str:
 
 class FileSystemError(PorterError):
     """The file system refused a write or a read: no space, read-only, no permission, over quota."""
-
-    exit_code = 1
 
 
 def from_os_error(exc: OSError) -> FileSystemError:
