@@ -85,12 +85,8 @@ def _amd_bundles(blob: bytes) -> list[CodeObject]:
 
 def _decompress(blob: bytes, start: int) -> tuple[bytes, int]:
     version, method = struct.unpack_from("<HH", blob, start + 4)
-    if version == 1:
-        _uncompressed, = struct.unpack_from("<I", blob, start + 8)
-        header, total = 24, None
-    else:
-        total, _uncompressed = struct.unpack_from("<II", blob, start + 8)
-        header = 24
+    total = None if version == 1 else struct.unpack_from("<I", blob, start + 8)[0]  # v1 has no total size
+    header = 24
     payload = blob[start + header:start + total] if total else blob[start + header:]
     if method == 0:  # zlib
         d = zlib.decompressobj()
@@ -135,12 +131,10 @@ def read_code_objects(path: str | os.PathLike[str]) -> list[CodeObject]:
         return _amd_bundles(data)
     sections = elf_sections(data, str(p))
     found: list[CodeObject] = []
-    if ".hip_fatbin" in sections:
-        off, size = sections[".hip_fatbin"]
-        found += _amd_bundles(data[off:off + size])
-    if ".nv_fatbin" in sections:
-        off, size = sections[".nv_fatbin"]
-        found += _nv_fatbins(data[off:off + size])
+    for name, read in ((".hip_fatbin", _amd_bundles), (".nv_fatbin", _nv_fatbins)):
+        if name in sections:
+            off, size = sections[name]
+            found += read(data[off:off + size])
     return found
 
 
