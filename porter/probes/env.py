@@ -59,11 +59,8 @@ for d in md.distributions():
     canon = re.sub(r"[-_.]+", "-", name).lower()
     if canon not in want or canon in dists:
         continue
-    files = []
-    for rel in d.files or []:
-        s = str(rel)
-        if s.endswith(".so") or ".so." in os.path.basename(s):
-            files.append([s, str(d.locate_file(rel))])
+    files = [[str(rel), str(d.locate_file(rel))] for rel in d.files or []
+             if str(rel).endswith(".so") or ".so." in os.path.basename(str(rel))]
     try:
         carried = d.read_text("porter.json")
     except Exception:

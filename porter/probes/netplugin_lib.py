@@ -53,21 +53,15 @@ def header_facts(dirs: list[str]) -> dict[str, object]:
             newest = re.search(r"#\s*define\s+NCCL_NET_PLUGIN_SYMBOL\s+ncclNetPlugin_v(\d+)", text)
             rccl["net_api"] = known
             rccl["net_api_newest"] = int(newest.group(1)) if newest else (max(known) if known else None)
-    p = _find(dirs, "rdma/fabric.h")
-    if p:
-        d = _defines(p)
-        nums = [_int(d, k) for k in ("FI_MAJOR_VERSION", "FI_MINOR_VERSION", "FI_REVISION_VERSION")]
-        facts["libfabric"] = {"header": p, "version": ".".join(str(n) for n in nums if n is not None) or None}
-    p = _find(dirs, "hip/hip_version.h")
-    if p:
-        d = _defines(p)
-        nums = [_int(d, k) for k in ("HIP_VERSION_MAJOR", "HIP_VERSION_MINOR", "HIP_VERSION_PATCH")]
-        facts["hip"] = {"header": p, "version": ".".join(str(n) for n in nums if n is not None) or None}
-    p = _find(dirs, "rocm-core/rocm_version.h")
-    if p:
-        d = _defines(p)
-        nums = [_int(d, k) for k in ("ROCM_VERSION_MAJOR", "ROCM_VERSION_MINOR", "ROCM_VERSION_PATCH")]
-        facts["rocm"] = {"header": p, "version": ".".join(str(n) for n in nums if n is not None) or None}
+    for key, rel, names in (
+            ("libfabric", "rdma/fabric.h", ("FI_MAJOR_VERSION", "FI_MINOR_VERSION", "FI_REVISION_VERSION")),
+            ("hip", "hip/hip_version.h", ("HIP_VERSION_MAJOR", "HIP_VERSION_MINOR", "HIP_VERSION_PATCH")),
+            ("rocm", "rocm-core/rocm_version.h", ("ROCM_VERSION_MAJOR", "ROCM_VERSION_MINOR", "ROCM_VERSION_PATCH"))):
+        p = _find(dirs, rel)
+        if p:
+            d = _defines(p)
+            nums = [_int(d, k) for k in names]
+            facts[key] = {"header": p, "version": ".".join(str(n) for n in nums if n is not None) or None}
     return facts
 
 
@@ -133,9 +127,7 @@ def rccl_runtime() -> dict[str, object]:
     code = ctypes.c_int(0)
     rc = lib.ncclGetVersion(ctypes.byref(code))
     v = code.value
-    if v >= 10000:
-        version = f"{v // 10000}.{v % 10000 // 100}.{v % 100}"
-    else:
-        version = f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
+    base = 10000 if v >= 10000 else 1000  # its layout changed at 2.9 (2.18.3: 21803; 2.8.4: 2804)
+    version = f"{v // base}.{v % base // 100}.{v % 100}"
     return {"loads": True, "error": None if rc == 0 else f"ncclGetVersion returned {rc}", "version_code": v,
             "version": version, "major": int(version.split(".")[0])}

@@ -35,13 +35,7 @@ hipify_python.hipify(project_directory=work, output_directory=work,
                      includes=[os.path.join(work, d, "*") for d in subdirs], show_detailed=False,
                      is_pytorch_extension=False, show_progress=False)
 count = 0
-for d in OUT_OF_PLACE:
-    hip = d.replace("/cuda", "/hip")
-    if os.path.isdir(os.path.join(work, hip)):
-        os.makedirs(os.path.dirname(os.path.join(dest, hip)), exist_ok=True)
-        shutil.move(os.path.join(work, hip), os.path.join(dest, hip))
-        count += sum(len(files) for _, _, files in os.walk(os.path.join(dest, hip)))
-for d in INPLACE:
+for d in (*(d.replace("/cuda", "/hip") for d in OUT_OF_PLACE), *INPLACE):
     if os.path.isdir(os.path.join(work, d)):
         os.makedirs(os.path.dirname(os.path.join(dest, d)), exist_ok=True)
         shutil.move(os.path.join(work, d), os.path.join(dest, d))
