@@ -120,16 +120,11 @@ class Runner:
             else:
                 out, _ = proc.communicate(input=input, timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out = reader.join() if reader is not None else proc.communicate()[0]
+            out = _stop_group(proc, reader)
             raise CommandFailed(args, -1, (out or "") + f"\n[porter] timed out after {timeout:.0f}s",
                                 hint=hint or "raise the timeout or look at why the command hangs")
         except KeyboardInterrupt:
-            _kill_group(proc)
-            if reader is not None:
-                reader.join()
-            else:
-                proc.communicate()
+            _stop_group(proc, reader)
             raise Interrupted(f"interrupted while running {args[0]}; the process group was stopped")
         if proc.returncode == 127 and (out or "").startswith(GUARD_NOT_FOUND):
             raise ToolError(f"program not found: {args[0]}",
@@ -206,15 +201,10 @@ if pid == 0:
         sys.stdout.write("porter-guard: %s: %s\n" % (sys.argv[2], exc))
         sys.stdout.flush()
         os._exit(126)
-while True:
-    try:
-        _, status = os.waitpid(pid, 0)
-        break
-    except InterruptedError:
-        continue
-    except ChildProcessError:
-        status = 0
-        break
+try:
+    _, status = os.waitpid(pid, 0)  # (a signal that interrupts it is handled, then the wait goes on: PEP 475)
+except ChildProcessError:
+    status = 0
 if os.WIFSIGNALED(status):
     try:
         signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
@@ -236,7 +226,8 @@ def guard_prefix() -> list[str]:
     return [sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid())]
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _stop_group(proc: subprocess.Popen[str], reader: _LineReader | None) -> str:
+    """Stop the command's process group (SIGTERM, then SIGKILL after 10 s) and return the output it left."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
@@ -245,6 +236,7 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    return reader.join() if reader is not None else proc.communicate()[0]
 
 
 @dataclass
