@@ -67,19 +67,10 @@ def _killed_here(pid: str, host: str) -> bool:
     return pid.isdigit() and host == socket.gethostname() and _gone(int(pid))
 
 
-def remove_stale(folder: Path, prefix: str) -> list[Path]:
-    """Remove what writers on this host left in ``folder`` under ``prefix`` (temp files and folders named by
-    :func:`owned_prefix`) when they were killed: their pid is gone. A live writer's, and another host's, stay."""
+def _remove(paths: Iterable[Path]) -> list[Path]:
+    """Remove each path (a folder with all it holds) and return those removed; one that cannot be removed stays."""
     removed = []
-    try:
-        names = [n for n in os.listdir(folder) if n.startswith(prefix)]
-    except OSError:
-        return []
-    for name in names:
-        pid, _, rest = name[len(prefix):].partition("@")
-        if not _killed_here(pid, rest.removesuffix(".tmp").rsplit(".", 1)[0]):
-            continue
-        path = folder / name
+    for path in paths:
         try:
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
@@ -91,6 +82,21 @@ def remove_stale(folder: Path, prefix: str) -> list[Path]:
     return removed
 
 
+def remove_stale(folder: Path, prefix: str) -> list[Path]:
+    """Remove what writers on this host left in ``folder`` under ``prefix`` (temp files and folders named by
+    :func:`owned_prefix`) when they were killed: their pid is gone. A live writer's, and another host's, stay."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix)]
+    except OSError:
+        return []
+    stale = []
+    for name in names:
+        pid, _, rest = name[len(prefix):].partition("@")
+        if _killed_here(pid, rest.removesuffix(".tmp").rsplit(".", 1)[0]):
+            stale.append(folder / name)
+    return _remove(stale)
+
+
 _PRIVATE_OUTPUT = re.compile(r"\.(\d+)@(.+)\.tmp(?:\.[^./]+)?$")
 
 
@@ -98,17 +104,9 @@ def remove_stale_outputs(folder: Path) -> list[Path]:
     """Remove the private outputs (``X.<pid>@<host>.tmp.o``, :mod:`ops_prebuild.publish`) that compiles killed on
     this host left under ``folder`` (a build folder): their pid is gone. A running compile's, and another
     host's, stay."""
-    removed = []
     paths = [Path(top, n) for top, _, names in os.walk(folder) for n in names if ".tmp" in n]
-    for path in paths:
-        m = _PRIVATE_OUTPUT.search(path.name)
-        if m and _killed_here(m.group(1), m.group(2)):
-            try:
-                path.unlink()
-                removed.append(path)
-            except OSError:
-                pass
-    return removed
+    return _remove(path for path in paths
+                   if (m := _PRIVATE_OUTPUT.search(path.name)) and _killed_here(m.group(1), m.group(2)))
 
 
 def owned_prefix(prefix: str) -> str:
