@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
@@ -51,7 +51,6 @@ class Executor:
     """The programs read /proc (hipcc 7 resolves its own path through /proc/self/exe)."""
     setup: str = ""
     """The command that makes this root (named in errors): ``make chroot-trixie``."""
-    binds: tuple[str, ...] = field(default=())
     cache: Path | None = None
     """chroot: the host cache whose copy ``work_root`` is (:func:`chroot_work_root`), made on first use, so a
     dry run writes nothing into the root."""
@@ -73,11 +72,8 @@ class Executor:
         """Whether the launched programs see ``host_path`` without staging."""
         if self.kind in ("host", "prefix"):
             return True
-        p = Path(os.path.abspath(host_path))
-        if self.kind == "chroot":
-            assert self.root is not None
-            return p.is_relative_to(Path(os.path.abspath(self.root)))
-        return self.work_root is not None and p.is_relative_to(Path(os.path.abspath(self.work_root)))
+        folder = self.root if self.kind == "chroot" else self.work_root  # (a container's: its bound work folder)
+        return folder is not None and Path(os.path.abspath(host_path)).is_relative_to(os.path.abspath(folder))
 
     def inside(self, host_path: str | os.PathLike[str]) -> str:
         """The path the launched programs see for a host path they can see (else ConfigError)."""
@@ -209,20 +205,18 @@ def _cache_id(cache: Path) -> str:
     """The host cache's id (written once, first writer wins); a path hash where the cache cannot be written."""
     path = cache / CACHE_ID
     try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return hashlib.sha256(str(cache).encode()).hexdigest()[:12]
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            cache.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        return path.read_text().strip()
+        pass  # another writer's id, read below
     except OSError:
         return hashlib.sha256(str(cache).encode()).hexdigest()[:12]
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(6) + "\n")
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(6) + "\n")
     return path.read_text().strip()
 
 
@@ -248,11 +242,8 @@ def chroot_work_root(root: Path, cache: Path | None, *, make: bool = False) -> P
     if cache is None:
         return base
     resolved = Path(os.path.abspath(cache))
-    try:
-        if resolved.is_relative_to(os.path.abspath(root)):
-            return resolved
-    except ValueError:
-        pass
+    if resolved.is_relative_to(os.path.abspath(root)):
+        return resolved
     if resolved == Path(os.path.abspath(os.path.expanduser("~/.cache/porter"))):
         return base
     ident = _cache_id(resolved)
@@ -279,16 +270,15 @@ def make_executor(launcher: tuple[str, ...], launcher_root: str = "", *, work_ro
     """An executor from a profile's ``launcher`` (argv prefix) and ``launcher_root``."""
     if not launcher:
         return HOST
-    if launcher[0] == "chroot" or os.path.basename(launcher[0]) == "chroot":
+    root = Path(launcher_root) if launcher_root else None
+    if os.path.basename(launcher[0]) == "chroot":
         if len(launcher) != 2:
             raise ConfigError(f"launcher {list(launcher)!r}: a chroot launcher is [\"chroot\", ROOT]")
         root = Path(launcher[1])
         if launcher_root and os.path.abspath(launcher_root) != os.path.abspath(root):
             raise ConfigError(f"launcher_root {launcher_root} differs from the chroot {root}",
                               hint="leave launcher_root out for a chroot: the root is the chroot's folder")
-        return Executor("chroot", tuple(launcher), root, chroot_work_root(root, work_root),
-                        needs_proc=needs_proc, setup=setup, cache=work_root)
-    if os.path.basename(launcher[0]) in CONTAINER_RUNTIMES:
+    elif os.path.basename(launcher[0]) in CONTAINER_RUNTIMES:
         if len(launcher) < 3 or launcher[1] != "exec":
             raise ConfigError(f"launcher {list(launcher)!r}: a container launcher is "
                               "[\"apptainer\", \"exec\", (options...), IMAGE]")
@@ -296,10 +286,9 @@ def make_executor(launcher: tuple[str, ...], launcher_root: str = "", *, work_ro
             raise ConfigError("a container executor needs a work folder to bind")
         wr = str(work_root)
         prefix = (launcher[0], "exec", "--bind", f"{wr}:{wr}", *launcher[2:])
-        return Executor("container", prefix, None, work_root, binds=(wr,))
-    # any other prefix (a wrapper script): with launcher_root, paths map like a chroot's
-    if launcher_root:
-        root = Path(launcher_root)
+        return Executor("container", prefix, None, work_root)
+    # a chroot, or any other prefix (a wrapper script) with launcher_root: paths map like a chroot's
+    if root is not None:
         return Executor("chroot", tuple(launcher), root, chroot_work_root(root, work_root),
                         needs_proc=needs_proc, setup=setup, cache=work_root)
     return Executor("prefix", tuple(launcher))
