@@ -31,11 +31,6 @@ class Logger:
         self._console = Console(file=stream, force_terminal=self._tty, no_color=not self._tty,
                                 highlight=False, soft_wrap=True)
 
-    @property
-    def width(self) -> int:
-        """The terminal's width in columns (80 off a terminal)."""
-        return self._console.width if self._tty else 80
-
     def _out(self, text: str, style: str | None = None) -> None:
         if self._tty and style:
             self._console.print(f"[{style}]{escape(text)}[/]")
@@ -175,7 +170,7 @@ class Status:
             if self._live is not None:
                 short = _SHORT_ETA.match(eta)
                 line = f"[{done}/{total}] {_clock(elapsed)}{short.group(0) if short else ''}  {unit}".rstrip()
-                room = max(20, self._log.width - 3)  # the spinner and a space before it, and the last column
+                room = max(20, self._log._console.width - 3)  # the spinner and a space before it, the last column
                 self._live.update(escape(line if len(line) <= room else line[:room - 1] + "…"))
             elif not self._log.quiet and (done >= total or now - self._last >= self.every):
                 self._last = now
