@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import IO, Any
 
 from rich.console import Console
@@ -79,11 +79,9 @@ class Logger:
         elif not self.quiet:
             self._out(f"==> {title}", "bold")
         try:
-            if self._tty and not self.quiet:
-                with self._console.status(title, spinner="dots") as live:
-                    yield Status(self, title, start, live)
-            else:
-                yield Status(self, title, start, None)
+            spinner = self._console.status(title, spinner="dots") if self._tty and not self.quiet else nullcontext()
+            with spinner as live:
+                yield Status(self, title, start, live)
         finally:
             if self._folding:
                 print("::endgroup::", file=self._console.file, flush=True)
