@@ -24,11 +24,7 @@ def _defines(path: str) -> dict[str, str]:
 
 
 def _find(dirs: list[str], rel: str) -> str:
-    for d in dirs:
-        p = os.path.join(d, rel)
-        if os.path.isfile(p):
-            return p
-    return ""
+    return next((os.path.join(d, rel) for d in dirs if os.path.isfile(os.path.join(d, rel))), "")
 
 
 def _int(d: dict[str, str], key: str) -> int | None:
