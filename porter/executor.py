@@ -126,10 +126,9 @@ class Executor:
             self._make_work_root()  # made (with its owner) before anything goes into it
             if not src.exists():
                 raise ConfigError(f"cannot stage {src} into {self.describe()}: it does not exist")
-            dest.parent.mkdir(parents=True, exist_ok=True)
             from porter.locks import hold
 
-            with hold(dest, f"staging {src}"):  # one copier; the others wait, then use its copy
+            with hold(dest, f"staging {src}"):  # one copier; the others wait, then use its copy (hold makes the folder)
                 if not self._staged(src, dest):
                     tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
                     shutil.rmtree(tmp, ignore_errors=True)

@@ -61,7 +61,6 @@ def make_view(torch: TorchInfo, work: Path, *, python: str, runner: Runner, exec
         raise ConfigError(f"torch {torch.version} at {torch.root} ships no ATen/cuda and c10/cuda headers, so no "
                           "HIP view of it can be made",
                           hint="use a build python whose torch wheel has them (the CPU and CUDA wheels from PyPI do)")
-    dest.parent.mkdir(parents=True, exist_ok=True)
     with hold(dest, f"a HIP view of torch {torch.version}", say=runner.log.info):
         if (dest / DONE).is_file():  # another build made it while this one waited
             return dest
@@ -72,10 +71,9 @@ def make_view(torch: TorchInfo, work: Path, *, python: str, runner: Runner, exec
 def _make(torch: TorchInfo, include: str, dest: Path, *, python: str, runner: Runner, executor: Executor) -> None:
     tmp = owned_temp_dir(dest.parent, f".{dest.name}.")
     try:
-        doc = run_probe("torch_hip_view", [executor.inside(include) if executor.kind != "host" else include,
-                                           executor.inside(tmp) if executor.kind != "host" else str(tmp)],
-                        python=python, runner=runner, executor=executor, env=make_env(), timeout=600,
-                        what="to make a HIP view of its torch headers")
+        paths = [executor.inside(p) if executor.kind != "host" else str(p) for p in (include, tmp)]
+        doc = run_probe("torch_hip_view", paths, python=python, runner=runner, executor=executor, env=make_env(),
+                        timeout=600, what="to make a HIP view of its torch headers")
         if "error" in doc:
             raise ConfigError(f"no HIP view of torch {torch.version}: {doc['error']}")
         for rel, text in EXTRA.items():
