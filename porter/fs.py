@@ -49,19 +49,17 @@ def cache_dir() -> Path:
     return Path(base)
 
 
-def _gone(pid: int) -> bool:
+def _killed_here(pid: str, host: str) -> bool:
+    """A temp name's owner (its pid and host) was a process on this host that is gone."""
+    if not pid.isdigit() or host != socket.gethostname():
+        return False
     try:
-        os.kill(pid, 0)
+        os.kill(int(pid), 0)
     except ProcessLookupError:
         return True
     except OSError:
-        return False  # alive, someone else's
+        pass  # alive, someone else's
     return False
-
-
-def _killed_here(pid: str, host: str) -> bool:
-    """A temp name's owner (its pid and host) was a process on this host that is gone."""
-    return pid.isdigit() and host == socket.gethostname() and _gone(int(pid))
 
 
 def _remove(paths: Iterable[Path]) -> list[Path]:
