@@ -137,12 +137,8 @@ def _records(stats_log: Path) -> list[tuple[str, set[str]]]:
     """ccache's stats log, one record per compile: the source as the compile named it, and its counters."""
     if not stats_log.is_file():
         return []
-    out = []
-    for rec in stats_log.read_text(errors="replace").split("\n# "):
-        lines = rec.removeprefix("# ").splitlines()
-        if lines and lines[1:]:
-            out.append((lines[0].strip(), set(lines[1:])))
-    return out
+    records = [rec.removeprefix("# ").splitlines() for rec in stats_log.read_text(errors="replace").split("\n# ")]
+    return [(lines[0].strip(), set(lines[1:])) for lines in records if len(lines) > 1]
 
 
 def hit_sources(stats_log: Path, cwd: str) -> set[str]:
