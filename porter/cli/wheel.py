@@ -102,15 +102,15 @@ class WheelOptions(ToolchainChoice):
     dry_run: bool = dry_run_option.field()
     allow_wave32: str | None = allow_wave32_option.field()
 
-    def project_fields(self) -> dict[str, Any]:
-        """The project's own fields of :class:`WheelRequest` (apex: ops, regime; flash-attn: backend, units...)."""
-        return {}
-
     def request(self, tc: Toolchain) -> WheelRequest:
+        """With the project's own fields of :class:`WheelRequest`: those a subclass adds (apex: ops, regime;
+        flash-attn: backend, units...)."""
+        shared = {f.name for f in dataclasses.fields(WheelOptions)}
+        takes = {f.name for f in dataclasses.fields(WheelRequest)} - shared
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in takes}
         return WheelRequest(source=Path(self.source), toolchain=tc, output=self.wheelhouse.resolve(),
                             python=self.python, jobs=self.jobs, patch_set=self.patch_set,
-                            torch_check=not self.no_torch_check, allow_wave32=tuple(allowed(self.allow_wave32)),
-                            **self.project_fields())
+                            torch_check=not self.no_torch_check, allow_wave32=tuple(allowed(self.allow_wave32)), **own)
 
 
 @dataclass(frozen=True)
@@ -123,9 +123,6 @@ class ApexOptions(WheelOptions):
     regime: str | None = opt("--regime", type=click.Choice(["env", "flags"]), default=None,
                              help="Force the build regime instead of reading it from the tree (APEX_BUILD_* env or "
                                   "--cpp_ext/--cuda_ext flags).")
-
-    def project_fields(self) -> dict[str, Any]:
-        return {"ops": self.ops, "regime": self.regime}
 
 
 @dataclass(frozen=True)
@@ -163,10 +160,6 @@ class FlashAttnOptions(ShardedWheelOptions):
                                            "goes too, and FLAG=VALUE matches. With Debian's clang 22 that flag makes "
                                            "each CK backward instance compile for over an hour per arch. The objects "
                                            "are then not what upstream's build makes; the plan says so.")
-
-    def project_fields(self) -> dict[str, Any]:
-        return {"backend": self.backend, "units": self.units, "sample": self.sample, "instances": self.instances,
-                "drop_flags": self.drop_flags}
 
 
 def _run(log: Logger, name: str, req: WheelOptions, as_json: bool, *, shard: tuple[int, int] | None = None,
