@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 import click
 
@@ -44,12 +45,10 @@ class LazyGroup(click.Group):
         return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
-        if target is None:
+        if cmd_name not in COMMANDS:
             return None
-        module, attr = target.split(":")
-        cmd: click.Command = getattr(importlib.import_module(module), attr)
-        return cmd
+        module, attr = COMMANDS[cmd_name].split(":")
+        return cast(click.Command, getattr(importlib.import_module(module), attr))
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -128,3 +127,11 @@ def emit_json(obj: Any) -> None:
     import json
 
     click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
+
+
+def emit(as_json: bool, doc: Any, lines: Callable[[], Iterable[str]]) -> None:
+    """A result as one JSON document (``doc``, with --json) or as the ``lines()`` of text it reads as."""
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo("\n".join(lines()))

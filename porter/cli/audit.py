@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from porter.cli import emit_json
+from porter.cli import emit
 from porter.cli.options import target_python_option, json_option
 from porter.errors import CheckFailed, ConfigError, NothingToDo
 from porter.log import Logger
@@ -49,11 +49,7 @@ def audit_cmd(log: Logger, tree: Path, python: str | None, no_python: bool, as_j
         raise NothingToDo(f"{tree} holds no Python file: no training code to audit",
                           hint="pass the top folder of the training code (where pretrain_gpt.py or your train script "
                                "is)")
-    if as_json:
-        emit_json(report.to_dict())
-    else:
-        for line in render(report):
-            click.echo(line)
+    emit(as_json, report.to_dict(), lambda: render(report))
     if not report.ok:
         raise CheckFailed(f"{len(report.compiles)} site(s) would compile on a compute node",
                           hint="prebuild what they build (porter port megatron-deepspeed, porter ops build, porter "

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from porter.cli import emit_json
+from porter.cli import emit
 from porter.cli.options import (account_option, arg, json_option, nodes_option, opt, options, out_option,
                                 partition_option, site_option, target_python_option, time_option)
 
@@ -64,10 +64,7 @@ def plan_cmd(req: PlanOptions, as_json: bool) -> None:
     """Plan the layout; exit 2 when it cannot run (TP larger than a node, nodes not divisible by PP) or does
     not fit in the devices' memory (the numbers are in the message)."""
     _, p = req.make_plan()
-    if as_json:
-        emit_json(p.to_dict())
-    else:
-        click.echo("\n".join(p.describe()))
+    emit(as_json, p.to_dict(), p.describe)
 
 
 @dataclass(frozen=True)
@@ -108,8 +105,5 @@ def write_cmd(req: LaunchWriteOptions, as_json: bool) -> None:
                       porter_python=sys.executable, account=req.account, partition=req.partition, time=req.time_limit,
                       broadcast_env=req.broadcast_env, preflight_skip=req.preflight_skip, job_name=req.job_name)
     written = write_job(p, site, opts, req.out_dir)
-    if as_json:
-        emit_json({"plan": p.to_dict(), "written": asdict(written)})  # its paths as text
-    else:
-        click.echo("\n".join(p.describe()))
-        click.echo(f"wrote {written.script}, {written.config}, {written.plan}")
+    emit(as_json, {"plan": p.to_dict(), "written": asdict(written)},  # its paths as text
+         lambda: [*p.describe(), f"wrote {written.script}, {written.config}, {written.plan}"])

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from porter.cli import emit_json
+from porter.cli import emit, emit_json
 from porter.cli.options import (Spec, arg, dir_option, dry_run_option, flags, force_option, json_option, options,
                                 runner_for, slurm_option, slurm_options, wait_option, wheelhouse_option)
 from porter.log import Logger
@@ -25,12 +25,6 @@ def matrix() -> None:
     Results live in the matrix folder on the shared filesystem: one result file per cell, the wheels
     in the wheelhouse, then an index and report.json. Format and policies: docs/cluster.md.
     """
-
-
-def _show(doc: dict[str, Any]) -> None:
-    from porter.cluster.slurm.matrix_run import describe
-
-    click.echo("\n".join(describe(doc)))
 
 
 def _exit_for(doc: dict[str, Any]) -> None:
@@ -76,7 +70,7 @@ def run_cmd(log: Logger, /, req: MatrixRunOptions, as_json: bool) -> None:
     Exit codes: 0 all cells built and indexed (or, --slurm without --wait, submitted); 3 some cells
     failed, the other wheels shipped; 1 nothing built; 2 a bad matrix (nothing is written or submitted).
     """
-    from porter.cluster.slurm.matrix_run import run_matrix
+    from porter.cluster.slurm.matrix_run import describe, run_matrix
     from porter.cluster.slurm.matrix import load_matrix
 
     if req.mode is None:
@@ -93,7 +87,7 @@ def run_cmd(log: Logger, /, req: MatrixRunOptions, as_json: bool) -> None:
     elif result.dry_run is not None:
         click.echo("\n".join(result.dry_run))
     elif result.report is not None:
-        _show(result.report)
+        click.echo("\n".join(describe(result.report)))
     else:
         sub = result.submission or {}
         click.echo(f"array job {sub.get('array_job')} ({len(m.cells)} cells), index job {sub.get('index_job')}")
@@ -110,15 +104,12 @@ def status_cmd(directory: Path, as_json: bool) -> None:
 
     Once the index step ran, exits as 'run' does (0, 3 or 1); before that, 0.
     """
-    from porter.cluster.slurm.matrix_run import status
+    from porter.cluster.slurm.matrix_run import describe, status
 
     doc = status(directory)
-    if as_json:
-        emit_json(doc)
-    else:
-        click.echo(f"[{doc['state']}]" + (f" array job {doc['submission']['array_job']}, index job "
-                                          f"{doc['submission']['index_job']}" if doc["submission"] else ""))
-        _show(doc)
+    sub = doc["submission"]
+    jobs = f" array job {sub['array_job']}, index job {sub['index_job']}" if sub else ""
+    emit(as_json, doc, lambda: [f"[{doc['state']}]{jobs}", *describe(doc)])
     if doc["state"] == "finished":
         _exit_for(doc)
 
@@ -137,11 +128,8 @@ def cell_cmd(log: Logger, directory: Path, index: int, as_json: bool) -> None:
     from porter.cluster.slurm.matrix_run import run_cell
 
     doc = run_cell(directory, index, runner=Runner(log), env=make_env(), log=log)
-    if as_json:
-        emit_json(doc)
-    else:
-        click.echo(f"{doc['id']}: {doc['status']}" + (f" {doc['wheel_path']}" if doc.get("wheel_path") else
-                                                      f" (log {doc['log']})"))
+    emit(as_json, doc, lambda: [f"{doc['id']}: {doc['status']}" + (f" {doc['wheel_path']}" if doc.get("wheel_path")
+                                                                   else f" (log {doc['log']})")])
 
 
 @matrix.command("finish")
@@ -150,11 +138,8 @@ def cell_cmd(log: Logger, directory: Path, index: int, as_json: bool) -> None:
 def finish_cmd(directory: Path, as_json: bool) -> None:
     """Index the wheelhouse and write report.json from the cells' results (what the index job runs;
     by hand, it indexes what was built after a cell was lost)."""
-    from porter.cluster.slurm.matrix_run import finish
+    from porter.cluster.slurm.matrix_run import describe, finish
 
     doc = finish(directory)
-    if as_json:
-        emit_json(doc)
-    else:
-        _show(doc)
+    emit(as_json, doc, lambda: describe(doc))
     _exit_for(doc)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from porter.cli import emit_json
+from porter.cli import emit, emit_json
 from porter.cli.options import (ToolchainChoice, arg, dry_run_option, jobs_option, json_option, opt, options,
                                 out_option, python_option, site_option, source_option)
 from porter.errors import CheckFailed, refusal_line
@@ -122,10 +122,7 @@ def verify_cmd(log: Logger, /, req: NetPluginVerifyOptions, as_json: bool) -> No
     tc = req.toolchain() if req.toolchain_ref else None
     rep = verify_plugin(req.target.resolve(), tc=tc, site=site, python=req.python, runner=Runner(log, echo=log.verbose),
                         log=log)
-    if as_json:
-        emit_json(rep.to_dict())
-    else:
-        click.echo("\n".join(rep.lines()))
+    emit(as_json, rep.to_dict(), rep.lines)
     if not rep.ok:
         more = f" (and {len(rep.problems) - 1} more problem(s), listed above)" if len(rep.problems) > 1 else ""
         raise CheckFailed(f"verify of {req.target.name} failed: {rep.problems[0]}{more}",

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from porter.cli import emit_json
+from porter.cli import emit, emit_json
 from porter.cli.options import (CacheChoice, ShardChoice, ToolchainChoice, allow_wave32_option, allowed, builds,
                                 compile_failures, compile_only_option, dry_run_option, jobs_option, json_option,
                                 left_out, ops_option, opt, options, parse_shard, python_option, runner_for, sharded,
@@ -236,10 +236,7 @@ def status_cmd(directory: Path, as_json: bool) -> None:
     from porter.cluster.slurm import shards as sh
 
     doc = sh.status(directory)
-    if as_json:
-        emit_json(doc)
-    else:
-        click.echo("\n".join(sh.describe(doc)))
+    emit(as_json, doc, lambda: sh.describe(doc))
     err = sh.outcome(doc)
     if err is not None:
         raise err

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from porter.cli import emit_json
+from porter.cli import emit
 from porter.cli.options import json_option
 
 
@@ -25,8 +25,4 @@ def sbom_cmd(path: Path, as_json: bool) -> None:
     from porter.artifacts.sbom import describe, read_sbom
 
     doc = read_sbom(path)
-    if as_json:
-        emit_json(doc)
-        return
-    for line in describe(doc):
-        click.echo(line)
+    emit(as_json, doc, lambda: describe(doc))

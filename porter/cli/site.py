@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from porter.cli import emit_json
+from porter.cli import emit, emit_json
 from porter.cli.options import json_option, nodes_option, skip_option, target_python_option
 
 
@@ -97,10 +97,7 @@ def preflight_cmd(log: Any, ref: str, python: str | None, nodes: int | None, ski
     n = nodes or int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
     rep = preflight(s, python=python or sys.executable, nodes=n, skip=set(skip), environ=dict(os.environ),
                     runner=Runner(log, echo=log.verbose))
-    if as_json:
-        emit_json(rep.to_dict())
-    else:
-        click.echo("\n".join(describe(rep)))
+    emit(as_json, rep.to_dict(), lambda: describe(rep))
     if not rep.ok:
         failed = [c.name for c in rep.checks if c.failed]
         raise CheckFailed(f"preflight failed on {rep.host}: {', '.join(failed)}",
