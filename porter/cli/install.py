@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import click
@@ -61,10 +61,9 @@ def install_cmd(log: Logger, /, req: InstallCommandOptions, as_json: bool) -> No
     """
     from porter.install.engine import InstallOptions, install, parse_only
 
-    opts = InstallOptions(wheelhouse=req.wheelhouse, python=req.python or sys.executable, archs=req.archs,
-                          only=parse_only(req.only), reinstall=req.reinstall, no_deps=req.no_deps,
-                          lock_timeout=req.lock_timeout, node_root=req.node_root)
-    result = install(opts, runner_for(log, req.dry_run, echo=not log.quiet), log)
+    opts = replace(req, python=req.python or sys.executable, only=parse_only(req.only))
+    result = install(InstallOptions(**{k: v for k, v in asdict(opts).items() if k != "dry_run"}),
+                     runner_for(log, req.dry_run, echo=not log.quiet), log)
     if as_json:
         emit_json(result.to_json())
         return

@@ -26,14 +26,10 @@ def list_cmd(as_json: bool) -> None:
     from porter.cluster.site.profiles import load_site, site_names
 
     sites = [load_site(n) for n in site_names()]
-    if as_json:
-        emit_json([s.to_dict() for s in sites])
-        return
-    for s in sites:
-        n = s.node
-        click.echo(f"{s.name:<10} {n.devices} x {n.arch} ({n.device_memory_gib:g} GiB) per node, "
-                   f"{n.cores_per_gcd} cores per device, toolchain {s.toolchain or '-'}, plugin "
-                   f"{s.plugin.name if s.plugin else 'none'}")
+    emit(as_json, [s.to_dict() for s in sites],
+         lambda: [f"{s.name:<10} {s.node.devices} x {s.node.arch} ({s.node.device_memory_gib:g} GiB) per node, "
+                  f"{s.node.cores_per_gcd} cores per device, toolchain {s.toolchain or '-'}, plugin "
+                  f"{s.plugin.name if s.plugin else 'none'}" for s in sites])
 
 
 @site.command("show")

@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from porter.artifacts import labels
-from porter.cli import emit_json
-from porter.cli.options import arch_option, json_option, output_option
+from porter.cli import emit, emit_json
+from porter.cli.options import ToolchainChoice, arch_option, json_option, output_option
 from porter.errors import CheckFailed
 from porter.log import Logger
 from porter.fs import atomic_write_text
@@ -32,19 +32,12 @@ def list_cmd(show_archs: bool, as_json: bool) -> None:
         rows: list[dict[str, Any]] = [
             {"arch": a.name, "vendor": a.vendor, "wavefront": a.wavefront, "products": list(a.products),
              "features": list(a.features)} for a in ARCHS.values()]
-        if as_json:
-            emit_json(rows)
-        else:
-            for r in rows:
-                click.echo(f"{r['arch']:<9} {r['vendor']:<7} wave{r['wavefront']:<3} {', '.join(r['products'])}")
+        emit(as_json, rows, lambda: [f"{r['arch']:<9} {r['vendor']:<7} wave{r['wavefront']:<3} "
+                                     f"{', '.join(r['products'])}" for r in rows])
         return
     profiles = [load_toolchain(n) for n in preset_names()]
-    if as_json:
-        emit_json([{**p.to_dict(), "local_label": labels.make(p)} for p in profiles])
-        return
-    for p in profiles:
-        archs = ",".join(p.archs) or "-"
-        click.echo(f"{p.name:<20} {p.kind:<5} {archs:<16} {p.description}")
+    emit(as_json, [{**p.to_dict(), "local_label": labels.make(p)} for p in profiles],
+         lambda: [f"{p.name:<20} {p.kind:<5} {','.join(p.archs) or '-':<16} {p.description}" for p in profiles])
 
 
 @toolchain.command("show")
@@ -107,8 +100,7 @@ def check_cmd(log: Logger, ref: str, archs: tuple[str, ...], keep: Path | None, 
     shared object, and list the code objects inside it. Exits 1 if any arch fails."""
     from porter.toolchain.check import ARCH_HINT, check_toolchain
 
-    split = tuple(a for spec in archs for a in spec.split(",") if a)
-    tc = load_toolchain(ref, overrides={"archs": split})
+    tc = ToolchainChoice(ref, archs).toolchain()
     report = check_toolchain(tc, log=log, keep=keep)
     if as_json:
         emit_json(report.to_dict())
