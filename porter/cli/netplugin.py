@@ -72,15 +72,11 @@ def build_cmd(log: Logger, /, req: NetPluginBuildOptions, as_json: bool) -> None
                                    site=site, python=req.python, release_version=req.release_version))
     if req.dry_run:
         result = plan_only(plan, Logger(quiet=as_json) if as_json else log)
-        if as_json:
-            emit_json(result.to_dict() | {"dry_run": True})
-            return
-        click.echo(f"# {plan.tree.project.name} {plan.tree.version} with {tc.name} ({plan.device}) in "
-                   f"{tc.executor.describe()} -> {req.out_dir / plan.package}")
-        for step in plan.steps:
-            click.echo(shlex.join(step.argv))
-        if plan.refusal is not None:
-            click.echo(refusal_line(plan.refusal.message))
+        emit(as_json, result.to_dict() | {"dry_run": True},
+             lambda: [f"# {plan.tree.project.name} {plan.tree.version} with {tc.name} ({plan.device}) in "
+                      f"{tc.executor.describe()} -> {req.out_dir / plan.package}",
+                      *(shlex.join(step.argv) for step in plan.steps),
+                      *([refusal_line(plan.refusal.message)] if plan.refusal is not None else [])])
         return
     result = run_build(plan, Runner(log, echo=log.verbose), log)
     if as_json:
