@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from porter.cli import emit_json
+from porter.cli import emit, emit_json
 from porter.cli.options import (Spec, arch_option, json_option, opt, options, output_option, python_option, site_option,
                                 toolchain_option, wheelhouse_option)
 from porter.image import COMPRESSION as IMAGE_COMPRESSION
@@ -104,10 +104,6 @@ def inspect_cmd(log: Logger, image_path: Path, apptainer_root: Path | None, as_j
     from porter.image.build import inspect_image
 
     doc = inspect_image(image_path, apptainer_root, Runner(log, echo=log.verbose))
-    if as_json:
-        emit_json(doc)
-        return
-    for key, value in sorted(doc["labels"].items()):
-        if key.startswith("org.porter."):
-            click.echo(f"{key[len('org.porter.'):]:<24} {value}")
-    click.echo(f"test: {' '.join(doc['test'].split())}")
+    emit(as_json, doc, lambda: [*(f"{key.removeprefix('org.porter.'):<24} {value}"
+                                  for key, value in sorted(doc["labels"].items()) if key.startswith("org.porter.")),
+                                f"test: {' '.join(doc['test'].split())}"])
