@@ -97,28 +97,25 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(2)
         log.error("aborted")
         sys.exit(130)
-    except PorterError as exc:
-        hint = exc.hint
-        if isinstance(exc, CommandFailed):
-            full = "No space left on device" in exc.output or "Disk quota exceeded" in exc.output
-            log.error(f"{exc.message}" + (" (the command ran out of disk space: 'No space left on device' in its "
-                                          "output above)" if full else "") + f"\n  command: {' '.join(exc.argv)}")
+    except (PorterError, OSError) as caught:
+        # an OSError (a full disk, a read-only or foreign folder) as its cause and path, with no traceback
+        err = from_os_error(caught) if isinstance(caught, OSError) else caught
+        hint = err.hint
+        if isinstance(err, CommandFailed):
+            full = "No space left on device" in err.output or "Disk quota exceeded" in err.output
+            log.error(f"{err.message}" + (" (the command ran out of disk space: 'No space left on device' in its "
+                                          "output above)" if full else "") + f"\n  command: {' '.join(err.argv)}")
             if full:
                 hint = ("free space where the command writes (df -h), or point porter elsewhere: PORTER_CACHE_DIR "
                         "for the cache, -o for a wheelhouse")
         else:
-            log.error(exc.message)
+            log.error(err.message)
         if hint:
             log.tip(hint)
-        sys.exit(exc.exit_code)
+        sys.exit(err.exit_code)
     except KeyboardInterrupt:
         log.error("interrupted")
         sys.exit(130)
-    except OSError as exc:  # a full disk, a read-only or foreign folder: the cause and the path, no traceback
-        err = from_os_error(exc)
-        log.error(err.message)
-        log.tip(err.hint or "")
-        sys.exit(err.exit_code)
     sys.exit(0)
 
 
