@@ -41,9 +41,7 @@ def run_request(ctx: click.Context, cmd: click.Command, name: str, options: dict
     sub = cmd.make_context(f"porter {name}", list(args), parent=ctx, default_map=options)
     for key, value in options.items():
         if sub.get_parameter_source(key) is ParameterSource.ENVIRONMENT:
-            param = params[key]
-            assert param.name is not None
-            sub.params[param.name] = param.process_value(sub, value)
+            sub.params[key] = params[key].process_value(sub, value)
     with sub:
         return cmd.invoke(sub)
 
