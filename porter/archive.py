@@ -129,15 +129,15 @@ def _refuse_hostile(path: Path, found: list[tarfile.TarInfo]) -> None:
             raise DamagedFile(f"{path}: member {m.name!r} is refused: {why}", hint=UNTRUSTED)
 
 
-_WHY = ((tarfile.AbsolutePathError, "it has an absolute path"),
-        (tarfile.OutsideDestinationError, "it would be written outside the unpacked tree"),
-        (tarfile.AbsoluteLinkError, "it is a link to an absolute path"),
-        (tarfile.LinkOutsideDestinationError, "it is a link that points outside the unpacked tree"),
-        (tarfile.SpecialFileError, "it is a device file, FIFO or other special file"))
-
-
 def _why(exc: tarfile.FilterError) -> str:
-    return next((why for kind, why in _WHY if isinstance(exc, kind)), str(exc))
+    # read here, not at import: a python before 3.11.4 (Debian bookworm's, in an image) has no tar filters, and
+    # porter still runs there (install, verify)
+    why = ((tarfile.AbsolutePathError, "it has an absolute path"),
+           (tarfile.OutsideDestinationError, "it would be written outside the unpacked tree"),
+           (tarfile.AbsoluteLinkError, "it is a link to an absolute path"),
+           (tarfile.LinkOutsideDestinationError, "it is a link that points outside the unpacked tree"),
+           (tarfile.SpecialFileError, "it is a device file, FIFO or other special file"))
+    return next((text for kind, text in why if isinstance(exc, kind)), str(exc))
 
 
 def unpack(path: Path, dest: Path, *, checked: bool = False) -> None:

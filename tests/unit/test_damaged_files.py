@@ -290,3 +290,24 @@ def test_sbom_of_a_truncated_wheel_and_audit_of_no_code(capsys: pytest.CaptureFi
     (tmp_path / "docs" / "README.md").write_text("no code here\n")
     code, err = porter(capsys, "audit", str(tmp_path / "docs"), "--no-python")
     assert code == 4 and "holds no Python file" in err and "TIP:" in err
+
+
+def test_archive_imports_in_a_python_whose_tarfile_has_no_filters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian bookworm's python (3.11.2, an image base) predates tar filters (3.11.4), and porter's install and
+    verify run there: porter.archive must import without them (a table of tarfile's filter errors read at import
+    stopped 'porter net-plugin verify' inside such an image)."""
+    import importlib.util
+    import sys
+    import tarfile
+    import types
+
+    filters = {"FilterError", "AbsolutePathError", "OutsideDestinationError", "AbsoluteLinkError",
+               "LinkOutsideDestinationError", "SpecialFileError", "data_filter", "tar_filter", "fully_trusted_filter"}
+    old = types.ModuleType("tarfile")
+    old.__dict__.update({k: v for k, v in vars(tarfile).items() if k not in filters})
+    monkeypatch.setitem(sys.modules, "tarfile", old)
+    spec = importlib.util.find_spec("porter.archive")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)  # a fresh copy: porter.archive itself is left as it is
+    spec.loader.exec_module(module)
+    assert module.tarfile is old and not hasattr(module.tarfile, "FilterError")
