@@ -37,6 +37,7 @@ from porter.executor import Executor
 from porter.fs import atomic_write_text, cache_dir, ensure_writable_dir, files_digest, sha256_file
 from porter.log import Logger
 from porter.components.netplugin.checks import is_rocm_site, site_refusals
+from porter.components.netplugin.node import links_hip
 from porter.components.netplugin.projects import Tree, device_of, recognise
 from porter.probe import run_probe
 from porter.run import RecordingRunner, Runner, env_changes
@@ -116,9 +117,9 @@ def in_dir(ex: Executor, folder: str, *argv: str) -> list[str]:
     return ex.argv("sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", folder, *argv)
 
 
-def header_dirs(tc: Toolchain, libfabric: str) -> tuple[str, ...]:
-    dirs = [f"{tc.root.rstrip('/')}/include" if tc.root else "", f"{libfabric.rstrip('/')}/include" if libfabric else "",
-            "/usr/include", "/opt/rocm/include"]
+def header_dirs(tc: Toolchain | None, libfabric: str = "") -> tuple[str, ...]:
+    dirs = [f"{tc.root.rstrip('/')}/include" if tc and tc.root else "",
+            f"{libfabric.rstrip('/')}/include" if libfabric else "", "/usr/include", "/opt/rocm/include"]
     return tuple(dict.fromkeys(d for d in dirs if d))
 
 
@@ -177,12 +178,6 @@ def probe_env(ex: Executor, python: str, runner: Runner, env: dict[str, str], *,
     doc: dict[str, Any] = run_probe("netplugin", [json.dumps(req)], python=python, runner=runner, executor=ex,
                                     env=env, timeout=120, what="the RCCL/libfabric/HIP versions and the plugin's symbols")
     return doc
-
-
-def links_hip(lib: dict[str, Any]) -> bool | None:
-    """Whether loading the library mapped the HIP runtime (None: not known)."""
-    value = lib.get("hip_runtime")
-    return None if value is None else bool(value)
 
 
 def tree_digest(root: Path) -> str:

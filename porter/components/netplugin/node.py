@@ -39,9 +39,14 @@ def inspect_library(path: Path) -> LibraryInfo:
         raise ToolError(f"network plugin {path} does not load: {doc['error']}",
                         hint="its dependencies (libfabric, the HIP runtime) must resolve on the node: "
                              "check LD_LIBRARY_PATH and 'ldd'")
-    hip = doc.get("hip_runtime")
     return LibraryInfo(os.fspath(path), tuple(doc["net_api"]), tuple(doc["collnet_api"]),  # type: ignore[arg-type]
-                       None if hip is None else bool(hip))
+                       links_hip(doc))
+
+
+def links_hip(lib: dict[str, Any]) -> bool | None:
+    """Whether loading the library (a ``netplugin`` probe's record of it) mapped the HIP runtime (None: not known)."""
+    value = lib.get("hip_runtime")
+    return None if value is None else bool(value)
 
 
 def manifest_near(path: Path) -> dict[str, Any] | None:

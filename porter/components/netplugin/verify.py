@@ -26,8 +26,9 @@ from porter.errors import ConfigError
 from porter.executor import HOST, Executor
 from porter.fs import cache_dir, owned_temp
 from porter.log import Logger
-from porter.components.netplugin.build import MANIFEST_MEMBER, header_dirs, links_hip, probe_env
+from porter.components.netplugin.build import MANIFEST_MEMBER, header_dirs, probe_env
 from porter.components.netplugin.checks import site_refusals
+from porter.components.netplugin.node import links_hip
 from porter.run import Runner, make_env
 from porter.toolchain.profile import Toolchain, toolchain_env
 
@@ -160,8 +161,7 @@ def verify_plugin(target: Path, *, tc: Toolchain | None, site: Site | None, pyth
             manifest = json.loads(side.read_text()) if side.is_file() else None
             paths = [target]
         facts = plugin_facts(manifest)
-        heads = header_dirs(tc, "") if tc is not None else ("/usr/include", "/opt/rocm/include")
-        env_doc = probe_env(ex, py, runner, env, headers=heads, rccl_runtime=True)
+        env_doc = probe_env(ex, py, runner, env, headers=header_dirs(tc), rccl_runtime=True)
         rccl_head = env_doc["headers"].get("rccl") or {}
         runtime = env_doc.get("rccl_runtime") or {}
         rccl_api: list[int] = list(rccl_head.get("net_api") or [])
