@@ -111,18 +111,14 @@ def recognise(root: Path) -> Tree:
     if not root.is_dir():
         raise ConfigError(f"plugin source {root} is not a folder",
                           hint="pass the top of an aws-ofi-nccl or aws-ofi-rccl clone or release tarball")
-    configure = root / "configure"
-    configure_ac = root / "configure.ac"
-    name = version = ""
-    if configure.is_file():
-        text = configure.read_text(errors="replace")
-        m, v = _PKG_NAME.search(text), _PKG_VERSION.search(text)
-        name, version = (m.group(1) if m else ""), (v.group(1) if v else "")
-    if not name and configure_ac.is_file():
-        if m2 := _AC_INIT.search(configure_ac.read_text(errors="replace")):
-            name = m2.group(1).strip()
-            literal = (m2.group(2) or "").strip()
-            version = literal if _PLAIN_VERSION.match(literal) else ""
+    texts = {n: (root / n).read_text(errors="replace") for n in ("configure", "configure.ac") if (root / n).is_file()}
+    has_configure, has_autogen = "configure" in texts, (root / "autogen.sh").is_file()
+    m, v = _PKG_NAME.search(texts.get("configure", "")), _PKG_VERSION.search(texts.get("configure", ""))
+    name, version = (m.group(1) if m else ""), (v.group(1) if v else "")
+    if not name and (m2 := _AC_INIT.search(texts.get("configure.ac", ""))):
+        name = m2.group(1).strip()
+        literal = (m2.group(2) or "").strip()
+        version = literal if _PLAIN_VERSION.match(literal) else ""
     project = PROJECTS.get(name)
     if project is None:
         found = f"it names {name!r}" if name else "no configure or configure.ac names a package"
@@ -132,16 +128,10 @@ def recognise(root: Path) -> Tree:
     release = root / ".release_version"
     if release.is_file() and release.read_text().strip():
         version = release.read_text().strip()
-    if not (configure.is_file() or (root / "autogen.sh").is_file()):
+    if not (has_configure or has_autogen):
         raise ConfigError(f"{root}: {project.name} tree without configure or autogen.sh",
                           hint="pass a complete clone or release tarball")
-    supports_rocm = project.rocm_only or _mentions_rocm(root)
-    script = not configure.is_file() and not version and (root / "m4" / "get_version.sh").is_file()
-    return Tree(project, version or "unknown", root, configure.is_file(), (root / "autogen.sh").is_file(),
-                supports_rocm, script)
-
-
-def _mentions_rocm(root: Path) -> bool:
-    texts = ((root / n).read_text(errors="replace") for n in ("configure", "configure.ac") if (root / n).is_file())
-    return (root / "m4" / "check_pkg_rocm.m4").is_file() or any("with-rocm" in t or "CHECK_PKG_ROCM" in t
-                                                                for t in texts)
+    supports_rocm = project.rocm_only or (root / "m4" / "check_pkg_rocm.m4").is_file() or any(
+        "with-rocm" in t or "CHECK_PKG_ROCM" in t for t in texts.values())
+    script = not has_configure and not version and (root / "m4" / "get_version.sh").is_file()
+    return Tree(project, version or "unknown", root, has_configure, has_autogen, supports_rocm, script)
