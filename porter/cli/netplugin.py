@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from porter.cli import emit, emit_json
+from porter.cli import emit
 from porter.cli.options import (ToolchainChoice, arg, dry_run_option, jobs_option, json_option, opt, options,
                                 out_option, python_option, site_option, source_option)
 from porter.errors import CheckFailed, refusal_line
@@ -78,17 +78,15 @@ def build_cmd(log: Logger, /, req: NetPluginBuildOptions, as_json: bool) -> None
                       *(shlex.join(step.argv) for step in plan.steps),
                       *([refusal_line(plan.refusal.message)] if plan.refusal is not None else [])])
         return
-    result = run_build(plan, Runner(log, echo=log.verbose), log)
-    if as_json:
-        emit_json(result.to_dict())
-        return
-    facts = result.to_dict()["net_plugin"] or {}
-    rccl = facts.get("rccl") or {}
-    click.echo(f"{result.package}")
-    click.echo(f"  {facts.get('project')} {facts.get('version')}: net API v{', v'.join(map(str, facts.get('net_api', [])))}"
-               + (f", collnet v{', v'.join(map(str, facts['collnet_api']))}" if facts.get("collnet_api") else "")
-               + f"; built {'with' if facts.get('built_with_rocm') else 'without'} ROCm; RCCL "
-               f"{rccl.get('version') or 'unknown'}; libfabric {(facts.get('libfabric') or {}).get('version') or 'unknown'}")
+    doc = run_build(plan, Runner(log, echo=log.verbose), log).to_dict()
+    facts = doc["net_plugin"] or {}
+    emit(as_json, doc, lambda: [
+        f"{doc['package']}",
+        f"  {facts.get('project')} {facts.get('version')}: net API v{', v'.join(map(str, facts.get('net_api', [])))}"
+        + (f", collnet v{', v'.join(map(str, facts['collnet_api']))}" if facts.get("collnet_api") else "")
+        + f"; built {'with' if facts.get('built_with_rocm') else 'without'} ROCm; RCCL "
+        f"{(facts.get('rccl') or {}).get('version') or 'unknown'}; libfabric "
+        f"{(facts.get('libfabric') or {}).get('version') or 'unknown'}"])
 
 
 @dataclass(frozen=True)
