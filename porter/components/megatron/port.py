@@ -237,25 +237,22 @@ def _report_findings(work: Path, report: HipifyReport, plan: PatchPlan, result: 
             patch = by_file.get(f"{KERNEL_DIR}/{f.path}")
             if patch is not None and (f.path, f.identifier) not in left:
                 fixed.setdefault(patch, []).append(f)
-    gone = {(f.path, f.line, f.identifier) for fs in fixed.values() for f in fs}
+    by_finding = {f: patch for patch, fs in fixed.items() for f in fs}
     for patch, fs in fixed.items():
         files = ", ".join(sorted({f"{KERNEL_DIR}/{f.path}" for f in fs}))
         log.info(f"hipify: {files}: {len(fs)} warp-size-32 assumption(s) fixed by porter's patch {patch}")
-    groups = hip.group_findings(report.unsupported, [f for f in report.warp32 if (f.path, f.line, f.identifier)
-                                                      not in gone], report.verdicts)
+    groups = hip.group_findings(report.unsupported, [f for f in report.warp32 if f not in by_finding], report.verdicts)
     result.hipify_groups = [{**g.to_dict(), "name": f"{KERNEL_DIR}/{g.name}"} for g in groups]
     result.hipify_groups += [{"name": f"{KERNEL_DIR}/{f.path}", "state": "fixed", "by": patch, **f.to_dict()}
                              for patch, fs in fixed.items() for f in fs]
     for g in groups:  # one line per group, not one per finding
         if assessed and not g.unsupported:
             continue
-        counts = ", ".join(c for c in (f"{len(g.unsupported)} CUDA API use(s) without a HIP equivalent"
-                                       if g.unsupported else "",
-                                       f"{len(g.warp32)} warp-size-32 assumption(s)" if g.warp32 and not assessed
-                                       else "") if c)
-        log.warn(f"hipify: {KERNEL_DIR}/{g.name}: {counts}: {g.verdict} "
+        counts = [f"{len(g.unsupported)} CUDA API use(s) without a HIP equivalent"] if g.unsupported else []
+        counts += [f"{len(g.warp32)} warp-size-32 assumption(s)"] if g.warp32 and not assessed else []
+        log.warn(f"hipify: {KERNEL_DIR}/{g.name}: {', '.join(counts)}: {g.verdict} "
                  f"(porter hipify {KERNEL_DIR} --json lists each)")
-    return {f: patch for patch, fs in fixed.items() for f in fs}
+    return by_finding
 
 
 def _wave64(work: Path, tc: Toolchain, report: HipifyReport, fixed: Mapping[Finding, str],
