@@ -112,9 +112,7 @@ def is_tree(tree: Path) -> bool:
 def tree_version(tree: Path) -> str:
     """MAJOR.MINOR.PATCH from megatron/core/package_info.py; '' when the tree has no such file."""
     info = tree / PACKAGE_INFO
-    if not info.is_file():
-        return ""
-    text = info.read_text(errors="replace")
+    text = info.read_text(errors="replace") if info.is_file() else ""
     parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.M) for k in ("MAJOR", "MINOR", "PATCH")]
     return ".".join(m.group(1) for m in parts if m) if all(parts) else ""
 
