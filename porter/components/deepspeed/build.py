@@ -61,8 +61,7 @@ class DeepSpeedDriver:
     def on_engine(self, info: SourceInfo, plan: BuildPlan) -> bool:
         return True
 
-    def mark_prebuilt(self, text: str, installed: Mapping[str, bool]) -> str:
-        return set_installed_ops(text, installed)
+    mark_prebuilt = staticmethod(set_installed_ops)
 
     def python_only_env(self, info: SourceInfo) -> dict[str, str | None]:
         # its setup.py lists extras from sets: a fixed hash seed keeps METADATA's order (the wheel's bytes) the same
