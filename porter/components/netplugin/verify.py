@@ -124,9 +124,7 @@ def read_package(path: Path) -> tuple[dict[str, Any] | None, list[tuple[str, byt
 
 
 def plugin_facts(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
-    if manifest is None:
-        return None
-    facts = manifest.get("target", {}).get("net_plugin")
+    facts = (manifest or {}).get("target", {}).get("net_plugin")
     return facts if isinstance(facts, dict) else None
 
 
@@ -148,12 +146,10 @@ def verify_plugin(target: Path, *, tc: Toolchain | None, site: Site | None, pyth
     with owned_temp(parent, "netplugin-verify-") as scratch:
         if target.is_file() and target.name.endswith((".tar.gz", ".tgz", ".tar")):
             manifest, members = read_package(target)
-            paths = []
-            for name, data in members:
-                p = scratch / name
+            paths = [scratch / name for name, _ in members]
+            for p, (_, data) in zip(paths, members):
                 p.write_bytes(data)
                 p.chmod(0o755)
-                paths.append(p)
         else:
             # its sidecar, or the manifest of the unpacked package it lies in (<package>/lib/<library>)
             side = manifest_path(target)
