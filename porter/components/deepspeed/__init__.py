@@ -19,7 +19,6 @@ from porter.components import jit
 from ops_prebuild.source import Source
 from porter.components.base import InstalledCheck
 from porter.components.deepspeed import audit
-from porter.components.deepspeed.audit import OPTIMIZER_OPS, VERSION_INFO
 from porter.components.deepspeed.build import DRIVER, is_tree, tree_version
 from porter.components.op_builder import read_installed_ops
 
@@ -34,7 +33,7 @@ class DeepSpeedComponent:
     fetches = True  # (MatrixBuild) a matrix cell may name a release: NAME==VERSION
     takes_ops = True
     jit_kinds = audit.KINDS  # (JitSites: porter audit asks it)
-    loads_on_import = {"deepspeed": OPTIMIZER_OPS}
+    loads_on_import = {"deepspeed": audit.OPTIMIZER_OPS}
     driver = DRIVER  # porter ops build (the one build flow)
     # (JitSites) the audit's questions, answered by :mod:`.audit`
     read_target = staticmethod(audit.read_target)
@@ -52,7 +51,7 @@ class DeepSpeedComponent:
         out = InstalledCheck()
         if kind == "cpu":
             out.import_env["DS_ACCELERATOR"] = "cpu"
-        info = Path(dist.location) / VERSION_INFO
+        info = Path(dist.location) / audit.VERSION_INFO
         ops = read_installed_ops(info.read_text()) if info.is_file() else None
         out.facts["installed_ops"] = ops
         built = {str(e["op"]) for e in (manifest.get("extensions") or [] if manifest else []) if e.get("op")}
