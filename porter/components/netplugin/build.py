@@ -170,11 +170,11 @@ def dry_run(plan: BuildPlan, log: Logger) -> BuildResult:
     return BuildResult(plan)
 
 
-def probe_env(ex: Executor, python: str, runner: Runner, env: dict[str, str], *, headers: tuple[str, ...],
-              libraries: tuple[str, ...] = (), rccl_runtime: bool = False) -> dict[str, Any]:
+def probe_env(ex: Executor, python: str, runner: Runner, env: dict[str, str], *, headers: tuple[str, ...] = (),
+              library: str = "", rccl_runtime: bool = False) -> dict[str, Any]:
     """The ``netplugin`` probe, run where ``ex`` runs things (one library per call: what a load maps is
     read as the difference of /proc/self/maps, so each library gets a fresh process)."""
-    req = {"headers": list(headers), "libraries": list(libraries), "rccl_runtime": rccl_runtime}
+    req = {"headers": list(headers), "libraries": [library] if library else [], "rccl_runtime": rccl_runtime}
     doc: dict[str, Any] = run_probe("netplugin", [json.dumps(req)], python=python, runner=runner, executor=ex,
                                     env=env, timeout=120, what="the RCCL/libfabric/HIP versions and the plugin's symbols")
     return doc
@@ -236,12 +236,9 @@ def run_build(plan: BuildPlan, runner: Runner, log: Logger) -> BuildResult:
             raise CheckFailed(f"'make install' put no plugin library into {plan.stage / 'lib'}",
                               hint=f"{tree.project.name} should install "
                                    f"{', '.join(tree.project.library_names(plan.device))}")
-        loaded: list[dict[str, Any]] = []
         with log.step(f"loading {', '.join(p.name for p in libs)} in {ex.describe()}"):
-            for lib in libs:
-                doc = probe_env(ex, req.python, runner, plan.env, headers=(),
-                                libraries=(ex.visible(lib, stage=False),))
-                loaded.append(doc["libraries"][0])
+            loaded = [probe_env(ex, req.python, runner, plan.env, library=ex.visible(lib, stage=False))["libraries"][0]
+                      for lib in libs]
         bad = [f"{os.path.basename(d['path'])}: {d['error']}" for d in loaded if not d["loads"]] + \
               [f"{os.path.basename(d['path'])} exports no ncclNetPlugin_vN symbol" for d in loaded
                if d["loads"] and not d["net_api"]]

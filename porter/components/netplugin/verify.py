@@ -167,7 +167,7 @@ def verify_plugin(target: Path, *, tc: Toolchain | None, site: Site | None, pyth
         libs: list[LibraryReport] = []
         for p in paths:
             with log.step(f"loading {p.name} in {ex.describe()}"):
-                doc = probe_env(ex, py, runner, env, headers=(), libraries=(ex.visible(p),))["libraries"][0]
+                doc = probe_env(ex, py, runner, env, library=ex.visible(p))["libraries"][0]
             net = tuple(doc["net_api"])
             if doc["loads"]:
                 libs.append(LibraryReport(p.name, True, None, net, tuple(doc["collnet_api"]),
