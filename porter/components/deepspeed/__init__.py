@@ -63,13 +63,11 @@ class DeepSpeedComponent:
                 out.problems.append((str(info), "installed_ops", f"installed_ops marking {', '.join(sorted(built))} "
                                      "prebuilt", "no readable installed_ops: DeepSpeed would JIT-compile every op"))
             return out
-        for op in sorted(built):
-            if not ops.get(op):
-                out.problems.append((str(info), f"installed_ops[{op!r}]", "True (a prebuilt .so ships)",
-                                     f"{ops.get(op)!r}: DeepSpeed would JIT-compile {op} anyway"))
-        for op in sorted(o for o, v in ops.items() if v and o not in built):
-            out.problems.append((str(info), f"installed_ops[{op!r}]", "a prebuilt module listed in the manifest",
-                                 "True but no such module shipped"))
+        out.problems += [(str(info), f"installed_ops[{op!r}]", "True (a prebuilt .so ships)",
+                          f"{ops.get(op)!r}: DeepSpeed would JIT-compile {op} anyway") for op in sorted(built)
+                         if not ops.get(op)]
+        out.problems += [(str(info), f"installed_ops[{op!r}]", "a prebuilt module listed in the manifest",
+                          "True but no such module shipped") for op in sorted(ops) if ops[op] and op not in built]
         return out
 
 
