@@ -30,7 +30,7 @@ from porter.components.megatron import (DIST, HELPERS_FLAGS, HELPERS_MODULE, HEL
                                         PACKAGE_INFO, PATCH_PROJECT, is_tree, kernels)
 from porter.errors import CheckFailed, ConfigError, PorterError
 from porter.hipify import wave64
-from porter.hipify.engine import HipifyReport
+from porter.hipify.engine import HipifyReport, group_findings, hipify_tree
 from porter.hipify.scan import Finding
 from porter.executor import build_python
 from porter.fs import ensure_writable_dir
@@ -174,10 +174,8 @@ def _port_into(work: Path, result: PortResult, tc: Toolchain, psets: list[PatchS
     src, dest, compile_only = result.source, result.out, result.compile_only
     report = None
     if tc.hip:
-        from porter.hipify import engine as hip
-
         with log.step(f"hipifying {KERNEL_DIR}"):
-            report = hip.hipify_tree(work / KERNEL_DIR, in_place=True, log=log, use_cache=False)
+            report = hipify_tree(work / KERNEL_DIR, in_place=True, log=log, use_cache=False)
         result.hipified = [f"{KERNEL_DIR}/{f.path}" for f in report.written]
     refs = ", ".join(ps.ref for ps in psets)
     with log.step(f"applying {refs}" + (f" (skipping {', '.join(p for v in skipped.values() for p in v)})"
@@ -226,12 +224,10 @@ def _report_findings(work: Path, report: HipifyReport, plan: PatchPlan, result: 
     patch removed is *fixed* by it (the kernel folder is scanned again, when a patch edited a file with one); the
     rest are to review, or, when the kernels are built for a 64-lane target (``assessed``), get their state from
     :func:`_wave64`. Returns the fixed ones, with the patch."""
-    from porter.hipify import engine as hip
-
     by_file = {r.file: f"{r.set}:{r.patch}" for sp in plan.sets for r in sp.results if r.status == "applied" and r.file}
     fixed: dict[str, list[Finding]] = {}
     if any(f"{KERNEL_DIR}/{f.path}" in by_file for f in report.warp32):
-        after = hip.hipify_tree(work / KERNEL_DIR, in_place=True, check=True, log=quiet_logger(), use_cache=False)
+        after = hipify_tree(work / KERNEL_DIR, in_place=True, check=True, log=quiet_logger(), use_cache=False)
         left = {(f.path, f.identifier) for f in after.warp32}
         for f in report.warp32:
             patch = by_file.get(f"{KERNEL_DIR}/{f.path}")
@@ -241,7 +237,7 @@ def _report_findings(work: Path, report: HipifyReport, plan: PatchPlan, result: 
     for patch, fs in fixed.items():
         files = ", ".join(sorted({f"{KERNEL_DIR}/{f.path}" for f in fs}))
         log.info(f"hipify: {files}: {len(fs)} warp-size-32 assumption(s) fixed by porter's patch {patch}")
-    groups = hip.group_findings(report.unsupported, [f for f in report.warp32 if f not in by_finding], report.verdicts)
+    groups = group_findings(report.unsupported, [f for f in report.warp32 if f not in by_finding], report.verdicts)
     result.hipify_groups = [{**g.to_dict(), "name": f"{KERNEL_DIR}/{g.name}"} for g in groups]
     result.hipify_groups += [{"name": f"{KERNEL_DIR}/{f.path}", "state": "fixed", "by": patch, **f.to_dict()}
                              for patch, fs in fixed.items() for f in fs]
