@@ -177,9 +177,8 @@ def _port_into(work: Path, result: PortResult, tc: Toolchain, psets: list[PatchS
         with log.step(f"hipifying {KERNEL_DIR}"):
             report = hipify_tree(work / KERNEL_DIR, in_place=True, log=log, use_cache=False)
         result.hipified = [f"{KERNEL_DIR}/{f.path}" for f in report.written]
-    refs = ", ".join(ps.ref for ps in psets)
-    with log.step(f"applying {refs}" + (f" (skipping {', '.join(p for v in skipped.values() for p in v)})"
-                                        if skipped else "")):
+    skipping = f" (skipping {', '.join(p for v in skipped.values() for p in v)})" if skipped else ""
+    with log.step(f"applying {', '.join(result.sets)}{skipping}"):
         check_patches(work, psets, skipped, target_version, dest)
         done = apply(work, psets, target_version=target_version)
     result.took(done.plan, done.changed, skipped, _version_notes(src, done.plan))
