@@ -61,8 +61,9 @@ def read_target(target: Target) -> None:
 
 def resolve(raw: Raw, at: At, audit: Audit) -> Site | None:
     """Its op loads (those of no other component's builder) and its feature probes."""
+    ds: Installed | None = audit.target.facts.get(NAME) if audit.target else None
     if raw.kind == "probe":
-        return _probe(raw, at, audit)
+        return _probe(raw, at, ds)
     if raw.kind != "op":
         return None
     kind, cls = raw.key.split(":", 1)
@@ -70,7 +71,6 @@ def resolve(raw: Raw, at: At, audit: Audit) -> Site | None:
         return None
     op = cls if kind == "op" else audit.builders.get(NAME, {}).get(cls, "")
     what = raw.what if kind == "op" or not op else f"{raw.what} -> op {op}"
-    ds: Installed | None = audit.target.facts.get(NAME) if audit.target else None
     if ds is None or ds.ops is None:
         why = "no DeepSpeed installed in the target python" if ds is None else \
             "the target's DeepSpeed records no installed_ops"
@@ -88,8 +88,7 @@ def resolve(raw: Raw, at: At, audit: Audit) -> Site | None:
                                     "and install the wheel", kind=NAME, what=what)
 
 
-def _probe(raw: Raw, at: At, audit: Audit) -> Site:
-    ds: Installed | None = audit.target.facts.get(NAME) if audit.target else None
+def _probe(raw: Raw, at: At, ds: Installed | None) -> Site:
     if ds is not None and ds.probes_recorded and (ds.probe_patch or "_porter_recorded_probe" in at.text):
         return at.site(raw, "covered", "answered from the answers porter recorded at build time "
                                        "(porter_feature_probes), with no compiler")
