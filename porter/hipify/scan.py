@@ -131,21 +131,12 @@ def _on_hip(directive: str, cond: str) -> bool | None:
         if op in cond and ("&&" in cond) != ("||" in cond):
             values = [_on_hip("if", term) for term in cond.split(op)]
             return short if short in values else (not short if all(v is not None for v in values) else None)
-    while cond.startswith("(") and cond.endswith(")") and _balanced(cond[1:-1]):
+    while cond.startswith("(") and _close(cond, 0, "(", ")") == len(cond) - 1:  # one pair around it all
         cond = cond[1:-1].strip()
     m = _TERM.match(cond)
     if m is None or (m.group(2) or m.group(3) or m.group(4)) not in _HIP_MACROS:
         return None
     return not m.group(1)
-
-
-def _balanced(text: str) -> bool:
-    depth = 0
-    for c in text:
-        depth += (c == "(") - (c == ")")
-        if depth < 0:
-            return False
-    return depth == 0
 
 
 def not_on_hip(masked: str) -> list[tuple[int, int]]:
@@ -311,16 +302,12 @@ def _mask_binding(masked: str, code: str, pos: int) -> tuple[str, str] | None:
     ``("tree", name)`` when only other files could use it (a macro, or an upper-case name at file
     scope); lower-case names at file scope are flagged, as other files' uses are not looked for.
     """
-    line_start = masked.rfind("\n", 0, pos) + 1
-    macro = _MACRO_BINDING.match(masked, line_start, pos)
-    if macro is not None:
-        name = macro.group(1)
-        return None if _used(code, name, 0, len(code), -1) or not name.isupper() else ("tree", name)
-    var = _VAR_BINDING.search(masked, max(0, pos - 200), pos)
+    macro = _MACRO_BINDING.match(masked, masked.rfind("\n", 0, pos) + 1, pos)
+    var = macro or _VAR_BINDING.search(masked, max(0, pos - 200), pos)
     if var is None:
         return None
     name, npos = var.group(1), var.start(1)
-    opener = _innermost_opener(masked, npos)
+    opener = -1 if macro else _innermost_opener(masked, npos)
     if opener >= 0 and masked[opener] == "(":
         # A parameter's default (or a for/if initialiser): the parentheses and the body after them.
         close = _close(masked, opener, "(", ")")
@@ -334,7 +321,7 @@ def _mask_binding(masked: str, code: str, pos: int) -> tuple[str, str] | None:
         # A variable in a function body (or a block inside one): the rest of the block.
         start, end = pos, _close(masked, opener, "{", "}")
     else:
-        # File, namespace or class scope: any use in this file; other files only know upper-case names.
+        # A macro, or file, namespace or class scope: any use in this file; other files only know upper-case names.
         return None if _used(code, name, 0, len(code), npos) or not name.isupper() else ("tree", name)
     if end < 0:
         return None
