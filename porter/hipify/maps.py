@@ -11,11 +11,11 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar
 
 from porter.errors import ConfigError
 from porter.fs import read_user_text
@@ -26,7 +26,6 @@ BUILTIN_MAP = Path(__file__).with_name("extra_map.toml")
 _TEMPLATE_REF = re.compile(r"\{(\d+)(\.\.\.)?\}")
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 _TABLES = {"identifiers", "calls", "unsupported", "warp32", "verdicts"}
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -65,20 +64,20 @@ class ExtraMap:
     verdicts: tuple[Verdict, ...] = ()  # in priority order: a group gets the first that matches
     sources: tuple[str, ...] = ()
 
+    # What makes two entries of a table the same entry when maps are merged: an entry of both keeps the earlier
+    # map's place and takes the later map's value.
+    _MERGE_KEYS: ClassVar[dict[str, Callable[[Any], Hashable]]] = {
+        "identifiers": itemgetter(0), "calls": itemgetter(0), "unsupported_patterns": attrgetter("pattern"),
+        "unsupported_names": itemgetter(0), "warp_file_words": str, "warp_rules": attrgetter("id")}
+
     def merged(self, other: ExtraMap) -> ExtraMap:
         # The later file's verdicts come first (they win a group); an id it repeats replaces the earlier one.
         ids = {v.id for v in other.verdicts}
         verdicts = other.verdicts + tuple(v for v in self.verdicts if v.id not in ids)
-        return ExtraMap(identifiers=_merge(self.identifiers, other.identifiers, itemgetter(0)),
-                        calls=_merge(self.calls, other.calls, itemgetter(0)),
-                        unsupported_patterns=_merge(self.unsupported_patterns, other.unsupported_patterns,
-                                                    attrgetter("pattern")),
-                        unsupported_names=_merge(self.unsupported_names, other.unsupported_names, itemgetter(0)),
-                        warp_file_pattern=other.warp_file_pattern or self.warp_file_pattern,
-                        warp_file_words=self.warp_file_words + tuple(w for w in other.warp_file_words
-                                                                     if w not in self.warp_file_words),
-                        warp_rules=_merge(self.warp_rules, other.warp_rules, attrgetter("id")), verdicts=verdicts,
-                        sources=self.sources + other.sources)
+        keyed = {name: tuple({key(x): x for x in getattr(self, name) + getattr(other, name)}.values())
+                 for name, key in self._MERGE_KEYS.items()}
+        return replace(self, **keyed, warp_file_pattern=other.warp_file_pattern or self.warp_file_pattern,
+                       verdicts=verdicts, sources=self.sources + other.sources)
 
     def digest(self) -> str:
         """A hash of the mapping content (part of the incremental cache key). Verdicts are left out:
@@ -91,11 +90,6 @@ class ExtraMap:
     @cached_property
     def compiled(self) -> CompiledMap:
         return CompiledMap.build(self)
-
-
-def _merge(a: tuple[_T, ...], b: tuple[_T, ...], key: Callable[[_T], Hashable]) -> tuple[_T, ...]:
-    """``a`` then ``b``, one entry per key: a key in both keeps ``a``'s place and takes ``b``'s entry."""
-    return tuple({key(x): x for x in a + b}.values())
 
 
 def _fail(path: Path, msg: str) -> ConfigError:
@@ -143,7 +137,10 @@ def _regex(path: Path, where: str, pattern: Any) -> str:
     return pattern
 
 
-def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
+def load_map(path: str | Path) -> ExtraMap:
+    path = Path(path)
+    text = read_user_text(path, f"mapping file {path}", kind="a mapping TOML file (--map)")
+    data = parse_toml(text, f"mapping file {path}")
     check_keys(data, _TABLES, f"{path}: top level")
     identifiers = _str_table(path, data.get("identifiers", {}), "identifiers")
     calls = _str_table(path, data.get("calls", {}), "calls")
@@ -182,12 +179,6 @@ def parse_map(data: dict[str, Any], path: Path) -> ExtraMap:
                     warp_file_pattern=file_pattern, warp_file_words=tuple(w.lower() for w in file_words),
                     warp_rules=tuple(rules), verdicts=tuple(verdicts),
                     sources=(str(path),))
-
-
-def load_map(path: str | Path) -> ExtraMap:
-    path = Path(path)
-    text = read_user_text(path, f"mapping file {path}", kind="a mapping TOML file (--map)")
-    return parse_map(parse_toml(text, f"mapping file {path}"), path)
 
 
 def builtin_map() -> ExtraMap:
