@@ -154,16 +154,13 @@ def group_findings(unsupported: Sequence[Finding], warp32: Sequence[Finding],
     for files in sub.values():
         folder = posixpath.commonpath([posixpath.dirname(f) for f in files]) + "/"
         members[folder] = (folder, True, files)
-    if len(loose) > MAX_FILE_GROUPS:
-        buckets: dict[str, list[str]] = {}
-        for path in loose:
-            buckets.setdefault(_verdict(by_file[path][0], verdicts)[1], []).append(path)
-        base = common or "./"
-        for vid, files in buckets.items():
-            members[base if len(buckets) == 1 else f"{base} [{vid}]"] = (common, True, files)
-    else:
-        for path in loose:
-            members[path] = (common, False, [path])
+    many = len(loose) > MAX_FILE_GROUPS  # then one group per verdict, else one per file
+    buckets: dict[str, list[str]] = {}
+    for path in loose:
+        buckets.setdefault(_verdict(by_file[path][0], verdicts)[1] if many else path, []).append(path)
+    base = common or "./"
+    for key, files in buckets.items():
+        members[key if not many else base if len(buckets) == 1 else f"{base} [{key}]"] = (common, many, files)
 
     ranked: list[tuple[int, int, str, FindingGroup]] = []
     for name, (folder, is_dir, files) in members.items():
@@ -306,18 +303,14 @@ def _load_cache(out: Path, key: str) -> dict[str, dict[str, Any]]:
 
 
 def _walk(src: Path) -> Iterator[tuple[str, Path, str]]:
-    """(rel, path, kind) in a stable order; kind: file | dir | link | other. Links are not followed."""
+    """(rel, path, kind) in a stable order; kind: file | dir | link | other. Links are not followed
+    (os.walk does not go down a link to a folder)."""
     for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
         dirnames.sort()
         base = Path(dirpath)
-        keep = []
         for d in dirnames:
             p = base / d
-            is_link = p.is_symlink()
-            if not is_link:
-                keep.append(d)
-            yield p.relative_to(src).as_posix(), p, "link" if is_link else "dir"
-        dirnames[:] = keep
+            yield p.relative_to(src).as_posix(), p, "link" if p.is_symlink() else "dir"
         for name in sorted(filenames):
             p = base / name
             rel = p.relative_to(src).as_posix()
@@ -463,15 +456,13 @@ def _settle_pending_masks(s: _State, entries: list[tuple[str, Path, str]]) -> li
     return [f for n, f in s.pending_masks if n in used]
 
 
-def _process_link(s: _State, rel: str, path: Path) -> None:
+def _process_link(s: _State, rel: str, path: Path) -> FileResult:
     target_text = os.readlink(path)
     target = Path(os.path.realpath(path))
     if not target.is_relative_to(s.src):
-        s.results.append(FileResult(rel, SKIPPED, f"symlink to {target_text} points outside the tree; not followed"))
-        return
+        return FileResult(rel, SKIPPED, f"symlink to {target_text} points outside the tree; not followed")
     if s.in_place:
-        s.results.append(FileResult(rel, SKIPPED, f"symlink to {target_text} (inside the tree)"))
-        return
+        return FileResult(rel, SKIPPED, f"symlink to {target_text} (inside the tree)")
     dest = s.out / rel
     link_text = target_text
     if os.path.isabs(target_text):
@@ -486,7 +477,7 @@ def _process_link(s: _State, rel: str, path: Path) -> None:
         except OSError as exc:
             raise PorterError(f"cannot create the symlink {dest}: {exc.strerror or exc}",
                               hint="check the permissions of the output directory") from None
-    s.results.append(FileResult(rel, SKIPPED, f"symlink to {target_text} (inside the tree; recreated)", write))
+    return FileResult(rel, SKIPPED, f"symlink to {target_text} (inside the tree; recreated)", write)
 
 
 def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None, *,
@@ -531,7 +522,7 @@ def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None 
             if kind == "file":
                 _process_file(state, rel, path)
             elif kind == "link":
-                _process_link(state, rel, path)
+                state.results.append(_process_link(state, rel, path))
             else:
                 state.results.append(FileResult(rel, SKIPPED, "not a regular file (device, fifo or socket)"))
 
