@@ -17,7 +17,7 @@ from porter.errors import refusal_line
 from porter.log import Logger
 
 if TYPE_CHECKING:
-    from porter.port import PatchSummary
+    from porter.port import PatchSummary, PortResult
 
 
 def summary_lines(patches: list[PatchSummary]) -> list[str]:
@@ -102,8 +102,7 @@ def megatron_deepspeed(log: Logger, /, req: PortMegatronOptions, as_json: bool) 
     if as_json:
         emit_json(res.to_dict())
     else:
-        _echo_tree(res.out, f"megatron version: {res.version or 'unknown'}   toolchain: {res.toolchain}",
-                   res.hipified, res.patched, res.patches, res.notes, req.dry_run)
+        _echo_tree(res, f"megatron version: {res.version or 'unknown'}   toolchain: {res.toolchain}", req.dry_run)
     if res.compiled:
         if not as_json:
             show_compiled(f"{len(res.compiled)} fused kernel(s) of {res.source} for {', '.join(tc.arch_names)} with "
@@ -137,21 +136,19 @@ def deepspeed_cmd(log: Logger, /, req: PortOptions, as_json: bool) -> None:
     if as_json:
         emit_json(res.to_dict())
         return
-    _echo_tree(res.out, f"deepspeed version: {res.version or 'unknown'}", [], res.patched, res.patches, res.notes,
-               req.dry_run)
+    _echo_tree(res, f"deepspeed version: {res.version or 'unknown'}", req.dry_run)
     click.echo(f"next: porter ops build --source {res.out} --toolchain <profile> --ops <ops> -o <wheelhouse>")
 
 
-def _echo_tree(out: Path, what: str, hipified: list[str], patched: list[str], patches: list[PatchSummary],
-               notes: list[str], planned: bool) -> None:
+def _echo_tree(res: PortResult, what: str, planned: bool) -> None:
     """What a port did to the tree (``planned``: would do, a dry run), the same for every project."""
-    click.echo(f"ported tree: {out}{' (dry run: not written)' if planned else ''}")
+    click.echo(f"ported tree: {res.out}{' (dry run: not written)' if planned else ''}")
     click.echo(what)
-    for path in hipified:
+    for path in res.hipified:
         click.echo(f"hipified {path}")
-    for path in patched:
+    for path in res.patched:
         click.echo(f"{'would patch' if planned else 'patched'} {path}")
-    for line in summary_lines(patches):
+    for line in summary_lines(res.patches):
         click.echo(line)
-    for note in notes:
+    for note in res.notes:
         click.echo(f"note: {note}")
