@@ -111,11 +111,9 @@ def _group_lines(g: FindingGroup) -> list[str]:
 
 def _print_text(report: HipifyReport) -> None:
     echo = click.echo
-    already = 0
+    already = sum(f.reason == ALREADY_HIPIFIED for f in report.skipped)
     for f in report.skipped:
-        if f.reason == ALREADY_HIPIFIED:
-            already += 1
-        else:
+        if f.reason != ALREADY_HIPIFIED:
             echo(f"skipped {f.path}: {f.reason}")
     groups = report.groups()
     if groups:

@@ -131,10 +131,9 @@ def group_findings(unsupported: Sequence[Finding], warp32: Sequence[Finding],
     is one group -- unless more than :data:`MAX_FILE_GROUPS` files lie there, which are then grouped
     by verdict. Most decisive verdict first, then most findings."""
     by_file: dict[str, tuple[list[Finding], list[Finding]]] = {}
-    for u in unsupported:
-        by_file.setdefault(u.path, ([], []))[0].append(u)
-    for w in warp32:
-        by_file.setdefault(w.path, ([], []))[1].append(w)
+    for i, found in enumerate((unsupported, warp32)):
+        for f in found:
+            by_file.setdefault(f.path, ([], []))[i].append(f)
     if not by_file:
         return []
     dirs = [posixpath.dirname(p) for p in by_file]
