@@ -24,7 +24,6 @@ import importlib.util
 import re
 import sys
 from collections import Counter
-from collections.abc import Callable
 from functools import lru_cache
 from types import ModuleType
 from typing import Any
@@ -130,20 +129,18 @@ def transform_text(text: str, rel_path: str, counts: Counter[str] | None = None)
         if literal in out:  # a cheap test first: these patterns start with a look-behind (slow)
             out = pattern.sub(hip_path, out) if pattern is not None else out.replace(literal, hip_path)
 
-    def header(templ: str) -> Callable[[re.Match[str]], str]:
-        def repl(m: re.Match[str]) -> str:
+    for rx, templ in ((hp.RE_QUOTE_HEADER, '#include "{0}"'), (hp.RE_ANGLE_HEADER, "#include <{0}>"),
+                      (hp.RE_THC_GENERIC_FILE, '#define THC_GENERIC_FILE "{0}"')):
+        def header(m: re.Match[str], templ: str = templ) -> str:
             f = m.group(1)
-            if f.startswith(_HIP_PATH_INCLUDE_PREFIXES) or (f.startswith("THC") and not f.startswith("THCP")):
-                new = templ.format(hp.get_hip_file_path(f, False))
-                if new != m.group(0):
-                    counts[f"#include {f}"] += 1
-                return str(new)
-            return m.group(0)
-        return repl
+            if not (f.startswith(_HIP_PATH_INCLUDE_PREFIXES) or (f.startswith("THC") and not f.startswith("THCP"))):
+                return m.group(0)
+            new = str(templ.format(hp.get_hip_file_path(f, False)))
+            if new != m.group(0):
+                counts[f"#include {f}"] += 1
+            return new
 
-    out = hp.RE_QUOTE_HEADER.sub(header('#include "{0}"'), out)
-    out = hp.RE_ANGLE_HEADER.sub(header("#include <{0}>"), out)
-    out = hp.RE_THC_GENERIC_FILE.sub(header('#define THC_GENERIC_FILE "{0}"'), out)
+        out = rx.sub(header, out)
 
     if rel_path.endswith("CMakeLists.txt"):
         out = out.replace("CUDA", "HIP").replace("THC", "THH")
