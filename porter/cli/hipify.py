@@ -12,7 +12,7 @@ from porter.cli import emit_json
 from porter.cli.options import arg, in_place_option, json_option, no_cache_option, opt, options, output_option
 from porter.errors import CheckFailed
 from porter.hipify import Finding, HipifyReport, hipify_tree
-from porter.hipify.engine import ALREADY_HIPIFIED, FindingGroup
+from porter.hipify.engine import ALREADY_HIPIFIED, COPIED, UNCHANGED, FindingGroup
 from porter.log import Logger
 
 
@@ -139,6 +139,6 @@ def _print_text(report: HipifyReport) -> None:
     verb = "would write" if report.check else "wrote"
     skipped = f"{len(report.skipped)} skipped" + (f" ({already} already hipified)" if already else "")
     target = f"{report.out} (checked in place)" if report.check and report.in_place else str(report.out)
-    echo(f"{len(report.files)} files scanned: {len(report.changed)} changed, {len(report.unchanged)} unchanged, "
-         f"{len(report.copied)} copied, {skipped}; {verb} {len(report.written)}"
+    echo(f"{len(report.files)} files scanned: {len(report.changed)} changed, {len(report.of(UNCHANGED))} unchanged, "
+         f"{len(report.of(COPIED))} copied, {skipped}; {verb} {len(report.written)}"
          f" ({report.cached} from cache) in {report.seconds:.2f}s -> {target}")

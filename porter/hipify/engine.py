@@ -47,7 +47,7 @@ from porter.fs import atomic_path, atomic_write_text, sha256_bytes
 CACHE_NAME = ".porter-hipify.json"
 CACHE_SCHEMA = "porter.hipify-cache/2"
 
-CHANGED, UNCHANGED, COPIED, SKIPPED = "changed", "unchanged", "copied", "skipped"
+STATUSES = CHANGED, UNCHANGED, COPIED, SKIPPED = "changed", "unchanged", "copied", "skipped"
 ALREADY_HIPIFIED = "already hipified (starts with torch's hipify breadcrumb)"
 
 
@@ -186,24 +186,17 @@ class HipifyReport:
     removed: tuple[str, ...] = field(default=())  # stale outputs removed (their source is gone)
     verdicts: tuple[tuple[Verdict, re.Pattern[str]], ...] = field(default=(), repr=False)
 
-    def _with(self, status: str) -> list[FileResult]:
+    def of(self, status: str) -> list[FileResult]:
+        """The files of one of the :data:`STATUSES`."""
         return [f for f in self.files if f.status == status]
 
     @property
     def changed(self) -> list[FileResult]:
-        return self._with(CHANGED)
-
-    @property
-    def unchanged(self) -> list[FileResult]:
-        return self._with(UNCHANGED)
-
-    @property
-    def copied(self) -> list[FileResult]:
-        return self._with(COPIED)
+        return self.of(CHANGED)
 
     @property
     def skipped(self) -> list[FileResult]:
-        return self._with(SKIPPED)
+        return self.of(SKIPPED)
 
     @property
     def written(self) -> list[FileResult]:
@@ -230,10 +223,10 @@ class HipifyReport:
             "schema": "porter.hipify-report/1",
             "src": str(self.src), "out": str(self.out), "in_place": self.in_place, "check": self.check,
             "torch_hipify_version": self.torch_hipify_version, "maps": list(self.maps),
-            "summary": {"scanned": len(self.files), "changed": len(self.changed), "unchanged": len(self.unchanged),
-                        "copied": len(self.copied), "skipped": len(self.skipped), "written": len(self.written),
-                        "cached": self.cached, "removed": len(self.removed), "unsupported": len(self.unsupported),
-                        "warp32": len(self.warp32), "seconds": round(self.seconds, 3)},
+            "summary": {"scanned": len(self.files), **{st: len(self.of(st)) for st in STATUSES},
+                        "written": len(self.written), "cached": self.cached, "removed": len(self.removed),
+                        "unsupported": len(self.unsupported), "warp32": len(self.warp32),
+                        "seconds": round(self.seconds, 3)},
             "replacements": dict(self.replacements.most_common()),
             "skipped": [{"path": f.path, "reason": f.reason} for f in self.skipped],
             "unsupported": [f.to_dict() for f in self.unsupported],
