@@ -418,79 +418,70 @@ class _Need:
                            closest=exc.closest, closest_line=exc.closest_line, evidence=evidence)
 
 
+Step = tuple[int, bool | EditFailed]
+"""One edit (or hunk file) tried on a file: its number, and whether it changed the file, or why it failed."""
+
+
+def _edit_file(patch: Patch, lines: Lines | None) -> tuple[list[Step], Lines | None]:
+    """A patch's anchored edits tried, in order, on one file's lines (edited in place)."""
+    if lines is None:
+        return [(0, EditFailed("file not found"))], None
+    steps: list[Step] = []
+    for n, edit in enumerate(patch.edits, 1):
+        try:
+            steps.append((n, apply_edit(edit, lines)))
+        except EditFailed as exc:
+            steps.append((n, exc))
+    return steps, lines
+
+
+def _diff_file(fd: udiff.FileDiff, n: int, lines: Lines | None) -> tuple[list[Step], Lines | None]:
+    """One file's part (number ``n``) of a unified diff tried on its lines; the new lines (None: deleted)."""
+    if udiff.already_applied(fd, lines):
+        return [(n, False)], lines
+    try:
+        return [(n, True)], udiff.apply_file(fd, lines)
+    except EditFailed as exc:
+        return [(n, exc)], lines
+
+
 def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None = None) -> list[PatchResult]:
-    """One patch on the in-memory tree. ``only``: restrict it to these files (re-applying on a revert)."""
+    """One patch on the in-memory tree, file by file. ``only``: restrict it to these files (re-applying on a
+    revert)."""
     where = f"{pset.ref} patch {patch.id}"
     need = _Need(work, pset, patch, where)
+    targets: list[tuple[int, str, udiff.FileDiff | None]] = [(0, name, None) for name in patch.files]
     if patch.kind == "diff":
-        return _plan_diff(work, need, only, where)
+        try:
+            targets = [(n, fd.new_path or fd.old_path or "", fd) for n, fd in enumerate(udiff.parse(patch.diff,
+                                                                                                     patch.strip), 1)]
+        except udiff.DiffError as exc:
+            return [PatchResult(pset.ref, patch.id, patch.diff_name, "failed", reason=f"bad diff: {exc}")]
     results: list[PatchResult] = []
     seen: set[str] = set()
-    for name in patch.files:
+    for n, name, fd in targets:
         rel, real = safe_path(work.root, name, where)
-        if rel in seen:  # a symlink alias of a file this patch already edits
+        if fd is None and rel in seen:  # a symlink alias of a file this patch already edits
             continue
         seen.add(rel)
         if only is not None and rel not in only:
             continue
         data = work.read(rel, real)
         needed, evidence = need.needed_in(data)
-        if data is None:
-            results.append(PatchResult(pset.ref, patch.id, rel, "failed", reason="file not found", evidence=evidence)
-                           if needed else need.absent(rel, data))
-            continue
-        lines = _decode(data)
-        trial: list[PatchResult] = []
-        changed = False
-        for n, edit in enumerate(patch.edits, 1):
-            try:
-                did = apply_edit(edit, lines)
-            except EditFailed as exc:
-                trial.append(need.failed(rel, n, exc, evidence))
-                continue
-            changed = changed or did
-            trial.append(PatchResult(pset.ref, patch.id, rel, "would-apply" if did else "already", edit=n,
-                                     evidence=evidence if did else ""))
+        lines = _decode(data) if data is not None else None
+        steps, new = _edit_file(patch, lines) if fd is None else _diff_file(fd, n, lines)
+        trial = [need.failed(rel, i, step, evidence) if isinstance(step, EditFailed) else
+                 PatchResult(pset.ref, patch.id, rel, "would-apply" if step else "already", edit=i,
+                             evidence=evidence if step else "") for i, step in steps]
         if not needed and not all(r.status == "already" for r in trial):
             # the problem is absent (and the fix is not what removed it): leave the file alone
-            results.append(need.absent(rel, data))
-            continue
-        results.extend(trial)
-        if changed:
-            work.state[rel] = _encode(lines)
-    return results
-
-
-def _plan_diff(work: _Work, need: _Need, only: set[str] | None, where: str) -> list[PatchResult]:
-    """A unified-diff patch on the in-memory tree, file by file."""
-    pset, patch = need.pset, need.patch
-    try:
-        files = udiff.parse(patch.diff, patch.strip)
-    except udiff.DiffError as exc:
-        return [PatchResult(pset.ref, patch.id, patch.diff_name, "failed", reason=f"bad diff: {exc}")]
-    results: list[PatchResult] = []
-    for n, fd in enumerate(files, 1):
-        rel, real = safe_path(work.root, fd.new_path or fd.old_path or "", where)
-        if only is not None and rel not in only:
-            continue
-        data = work.read(rel, real)
-        lines = _decode(data) if data is not None else None
-        if udiff.already_applied(fd, lines):
-            results.append(PatchResult(pset.ref, patch.id, rel, "already", edit=n))
-            continue
-        needed, evidence = need.needed_in(data)
-        if not needed:
             results.append(need.absent(rel, data, n))
             continue
-        try:
-            new = udiff.apply_file(fd, lines)
-        except EditFailed as exc:
-            results.append(need.failed(rel, n, exc, evidence))
-            continue
-        work.state[rel] = _encode(new) if new is not None else None
-        if work.modes.get(rel) is None and new is not None:
-            work.modes[rel] = 0o644
-        results.append(PatchResult(pset.ref, patch.id, rel, "would-apply", edit=n, evidence=evidence))
+        results.extend(trial)
+        if any(step is True for _, step in steps):
+            work.state[rel] = _encode(new) if new is not None else None
+            if work.modes.get(rel) is None and new is not None:
+                work.modes[rel] = 0o644
     return results
 
 
