@@ -709,20 +709,37 @@ def _slug(ref: str) -> str:
 
 @dataclass
 class _Txn:
-    """File writes that can be undone: each write remembers what was there before."""
+    """The writes of an apply or a revert, all or none: each remembers what was there before; an exception out of
+    the ``with`` block undoes them all and removes the journal folders it created."""
 
+    root: Path
     undo: list[tuple[Path, bytes | None, int | None]] = field(default_factory=list)
+    created: list[Path] = field(default_factory=list)
 
-    def write(self, path: Path, data: bytes | None, mode: int | None) -> None:
+    def __enter__(self) -> _Txn:
+        self.created = [d for d in (self.root / JOURNAL_DIR, self.root / ORIGINALS) if not d.exists()]
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        for path, data, mode in reversed(self.undo if kind else []):
+            with contextlib.suppress(OSError):
+                _write(path, data, mode)
+        for d in reversed(self.created if kind else []):
+            shutil.rmtree(d, ignore_errors=True)
+
+    def write(self, rel: str, data: bytes | None, mode: int | None) -> None:
+        path = self.root / rel
         old = _read(path)
         old_mode = path.stat().st_mode & 0o7777 if old is not None else None
         self.undo.append((path, old, old_mode))
         _write(path, data, mode)
 
-    def rollback(self) -> None:
-        for path, data, mode in reversed(self.undo):
-            with contextlib.suppress(OSError):
-                _write(path, data, mode)
+    def journal(self, entries: list[dict[str, Any]]) -> None:
+        if not entries:  # no set left
+            self.write(JOURNAL, None, None)
+            return
+        self.undo.append((self.root / JOURNAL, _read(self.root / JOURNAL), 0o644))
+        atomic_write_json(self.root / JOURNAL, {"schema": SCHEMA, "sets": entries})
 
 
 def _write(path: Path, data: bytes | None, mode: int | None) -> None:
@@ -789,9 +806,7 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
                                   hint=f"revert the set(s) above first (porter patch revert {root} --set "
                                        f"{above[-1]}), then apply them again after {sp.ref}")
     seq = _next_seq(entries)
-    txn = _Txn()
-    created_dirs = [d for d in (root / JOURNAL_DIR, root / ORIGINALS) if not d.exists()]
-    try:
+    with _Txn(root) as txn:
         for sp in p.sets:
             if not sp.changes:
                 continue
@@ -812,20 +827,13 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
                     backup = None
                     if c.before is not None:
                         backup = f"{ORIGINALS}/{_slug(sp.ref)}/{c.path}"
-                        txn.write(root / backup, c.before, 0o644)
+                        txn.write(backup, c.before, 0o644)
                     rec = {"path": c.path, "before": _sha(c.before), "backup": backup, "mode": c.mode, "seq": seq}
                     seq += 1
                     entry["files"].append(rec)
                 rec["after"] = _sha(c.after)
-                txn.write(root / c.path, c.after, c.mode)
-        with_journal = {"schema": SCHEMA, "sets": entries}
-        txn.undo.append((root / JOURNAL, _read(root / JOURNAL), 0o644))
-        atomic_write_json(root / JOURNAL, with_journal)
-    except BaseException:
-        txn.rollback()
-        for d in reversed(created_dirs):
-            shutil.rmtree(d, ignore_errors=True)
-        raise
+                txn.write(c.path, c.after, c.mode)
+        txn.journal(entries)
     return Applied(_written(p), tuple(c.path for c in p.changes))
 
 
@@ -883,10 +891,13 @@ class RevertPlan:
 
     result: Reverted
     root: Path
+    writes: list[tuple[str, bytes | None, int | None]]
+    """(tree-relative path, its new bytes (None: removed), mode): the restored files and the re-applied sets' new
+    backups."""
     keep: list[dict[str, Any]]
-    chosen: list[dict[str, Any]]
-    restore: dict[str, tuple[bytes | None, int | None]]
-    upper: list[tuple[dict[str, Any], dict[str, Any], bytes | None, bytes | None]]
+    """The journal's entries after the revert."""
+    drop: list[str]
+    """Backups no longer needed (tree-relative): the reverted sets' folders, the re-applied sets' stale ones."""
 
 
 def plan_revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, force: bool = False,
@@ -894,8 +905,9 @@ def plan_revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None,
     """What restoring the bytes from before the named sets (default: all) writes, on every file they changed.
 
     On a file where another set was applied on top of a reverted one, that set is re-applied (loaded by
-    ``load_set``, default: from where the journal says it came, with the same data) on the restored bytes.
-    When it cannot be loaded or no longer applies, the error names it.
+    ``load_set``, default: from where the journal says it came, with the same data) on the restored bytes, and
+    its journal record and backup follow the new bytes. When it cannot be loaded or no longer applies, the error
+    names it.
     """
     root = tree_root(tree)
     _check_journal_dir(root)
@@ -906,16 +918,15 @@ def plan_revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None,
     layers = _layers(entries)
     loader = load_set or load_recorded
     loaded: dict[int, PatchSet] = {}
-    paths = list(dict.fromkeys(rec["path"] for e in reversed(chosen) for rec in e["files"]))
-    current: dict[str, bytes | None] = {}
-    restore: dict[str, tuple[bytes | None, int | None]] = {}
+    changes: list[FileChange] = []
+    writes: list[tuple[str, bytes | None, int | None]] = []
+    drop = [f"{ORIGINALS}/{_slug(e['set'])}" for e in chosen]
     forced: list[str] = []
     reapplied: list[str] = []
-    upper: list[tuple[dict[str, Any], dict[str, Any], bytes | None, bytes | None]] = []
-    for path in paths:
+    for path in dict.fromkeys(rec["path"] for e in reversed(chosen) for rec in e["files"]):
         rel, real = safe_path(root, path, "journal")
         stack = layers[path]
-        now = current[rel] = _read(real)
+        now = _read(real)
         top, top_rec = stack[-1]
         if _sha(now) != top_rec.get("after"):
             if not force:
@@ -931,43 +942,38 @@ def plan_revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None,
         for entry, rec in stack[low + 1:]:
             if id(entry) in chosen_ids:
                 continue
-            before = data
-            data = _reapply(root, rel, entry, data, mode, loader, loaded, chosen_names)
-            upper.append((entry, rec, before, data))
+            before, data = data, _reapply(root, rel, entry, data, mode, loader, loaded, chosen_names)
             if entry["set"] not in reapplied:
                 reapplied.append(entry["set"])
-        restore[rel] = (data, mode)
-    changes = tuple(FileChange(rel, current[rel], data, None) for rel, (data, _) in restore.items())
-    reverted_refs = tuple(e["set"] for e in reversed(chosen))
-    return RevertPlan(Reverted(reverted_refs, tuple(restore), changes, tuple(forced), tuple(reapplied)), root,
-                      [e for e in entries if id(e) not in chosen_ids], chosen, restore, upper)
+            backup = f"{ORIGINALS}/{_slug(entry['set'])}/{path}" if before is not None and before != data else None
+            drop += [rec["backup"]] if backup is None and rec.get("backup") else []
+            if before == data:  # no longer changes this file: it is not a layer there any more
+                entry["files"].remove(rec)
+                continue
+            if backup is not None:
+                writes.append((backup, before, 0o644))
+            rec.update({"before": _sha(before), "after": _sha(data), "backup": backup})
+        changes.append(FileChange(rel, now, data, None))
+        writes.append((rel, data, mode))
+    result = Reverted(tuple(e["set"] for e in reversed(chosen)), tuple(c.path for c in changes), tuple(changes),
+                      tuple(forced), tuple(reapplied))
+    return RevertPlan(result, root, writes, [e for e in entries if id(e) not in chosen_ids], drop)
 
 
 def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, force: bool = False,
            load_set: SetLoader | None = None) -> Reverted:
     """Restore the bytes from before the named sets (:func:`plan_revert`); when a step fails, nothing is changed."""
     planned = plan_revert(tree, refs, force=force, load_set=load_set)
-    root, keep, chosen, restore, upper = planned.root, planned.keep, planned.chosen, planned.restore, planned.upper
-    dropped: list[Path] = []
-    txn = _Txn()
-    try:
-        for rel, (data, mode) in restore.items():
-            txn.write(root / rel, data, mode)
-        for entry, rec, before, after in upper:
-            dropped += _relayer(root, txn, entry, rec, before, after)
-        if keep:
-            txn.undo.append((root / JOURNAL, _read(root / JOURNAL), 0o644))
-            atomic_write_json(root / JOURNAL, {"schema": SCHEMA, "sets": keep})
+    with _Txn(planned.root) as txn:
+        for rel, data, mode in planned.writes:
+            txn.write(rel, data, mode)
+        txn.journal(planned.keep)
+    for rel in planned.drop:
+        if (planned.root / rel).is_dir():
+            shutil.rmtree(planned.root / rel, ignore_errors=True)
         else:
-            txn.write(root / JOURNAL, None, None)
-    except BaseException:
-        txn.rollback()
-        raise
-    for e in chosen:
-        shutil.rmtree(root / ORIGINALS / _slug(e["set"]), ignore_errors=True)
-    for path in dropped:
-        path.unlink(missing_ok=True)
-    _cleanup_journal_dir(root)
+            (planned.root / rel).unlink(missing_ok=True)
+    _cleanup_journal_dir(planned.root)
     return planned.result
 
 
@@ -989,21 +995,6 @@ def _chosen(root: Path, entries: list[dict[str, Any]], refs: Sequence[str] | Non
     if not chosen:
         raise NothingToDo(f"no patch sets are applied to {root}", hint="nothing to revert")
     return chosen
-
-
-def _relayer(root: Path, txn: _Txn, entry: dict[str, Any], rec: dict[str, Any], before: bytes | None,
-             after: bytes | None) -> list[Path]:
-    """A set applied on top of a reverted one, re-applied: its journal record and backup follow the new bytes. The
-    backups it no longer needs."""
-    if before == after:  # no longer changes this file: it is not a layer there any more
-        entry["files"].remove(rec)
-        return [root / rec["backup"]] if rec.get("backup") else []
-    backup = f"{ORIGINALS}/{_slug(entry['set'])}/{rec['path']}" if before is not None else None
-    dropped = [root / rec["backup"]] if backup is None and rec.get("backup") else []
-    if backup is not None:
-        txn.write(root / backup, before, 0o644)
-    rec.update({"before": _sha(before), "after": _sha(after), "backup": backup})
-    return dropped
 
 
 def _reapply(root: Path, rel: str, entry: dict[str, Any], data: bytes | None, mode: int | None,
