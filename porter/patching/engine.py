@@ -22,7 +22,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -548,7 +548,8 @@ def plan(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_versi
     for pset in sets:
         version, notes = set_version(root, pset, target_version)
         entry = journal.get(pset.ref)
-        if entry is not None and entry.get("digest") == pset.digest and _entry_intact(work, layers, entry):
+        if entry is not None and entry.get("digest") == pset.digest \
+                and all(f.unchanged for f in _file_states(work, layers, entry)):
             results_j = tuple(PatchResult(pset.ref, pid, "", "already", reason="recorded in the journal")
                               for pid in entry.get("patches", []))
             results_j += tuple(PatchResult(pset.ref, pid, "", "not-needed", reason="recorded in the journal")
@@ -631,18 +632,6 @@ def _layer_state(layers: list[Layer], index: int, now: str | None) -> tuple[str,
     return "ok", ""
 
 
-def _entry_intact(work: _Work, layers: dict[str, list[Layer]], entry: dict[str, Any]) -> bool:
-    """Every file of the journal's ``entry`` is as its set left it, in the plan so far (the sets above it aside)."""
-    for rec in entry["files"]:
-        rel, real = safe_path(work.root, rec["path"], "journal")
-        stack = layers[rec["path"]]
-        index = next(i for i, (e, _) in enumerate(stack) if e is entry)
-        now = work.state[rel] if rel in work.state else _read(real)
-        if _layer_state(stack, index, _sha(now))[0] != "ok":
-            return False
-    return True
-
-
 @dataclass(frozen=True)
 class FileState:
     path: str
@@ -680,27 +669,27 @@ class SetState:
         return {"set": self.set, "state": self.state, **asdict(self), "files": [f.to_dict() for f in self.files]}
 
 
+def _file_states(work: _Work, layers: dict[str, list[Layer]], entry: dict[str, Any]) -> Iterator[FileState]:
+    """Each file of the journal's ``entry``, its bytes as ``work`` reads them, and the sets below and above it."""
+    for rec in entry["files"]:
+        stack = layers[rec["path"]]
+        index = next(i for i, (e, _) in enumerate(stack) if e is entry)
+        rel, real = safe_path(work.root, rec["path"], "journal")
+        state, detail = _layer_state(stack, index, _sha(work.read(rel, real)))
+        yield FileState(rec["path"], state, detail,  # type: ignore[arg-type]
+                        tuple(e["set"] for e, _ in stack[:index]), tuple(e["set"] for e, _ in stack[index + 1:]))
+
+
 def journal_status(tree: str | os.PathLike[str]) -> tuple[SetState, ...]:
     """Each applied set, oldest first, with each of its files' state, layers understood."""
     root = tree_root(tree)
     _check_journal_dir(root)
     entries = read_journal(root)["sets"]
     layers = _layers(entries)
-    out = []
-    for entry in entries:
-        files = []
-        for rec in entry["files"]:
-            stack = layers[rec["path"]]
-            index = next(i for i, (e, _) in enumerate(stack) if e is entry)
-            _, real = safe_path(root, rec["path"], "journal")
-            state, detail = _layer_state(stack, index, _sha(_read(real)))
-            files.append(FileState(rec["path"], state, detail,  # type: ignore[arg-type]
-                                   tuple(e["set"] for e, _ in stack[:index]),
-                                   tuple(e["set"] for e, _ in stack[index + 1:])))
-        out.append(SetState(entry["set"], entry.get("version", ""), entry.get("applied_at", ""),
-                            entry.get("origin", ""), tuple(entry.get("patches", [])),
-                            tuple(entry.get("not_needed", [])), tuple(files)))
-    return tuple(out)
+    work = _Work(root)
+    return tuple(SetState(entry["set"], entry.get("version", ""), entry.get("applied_at", ""), entry.get("origin", ""),
+                          tuple(entry.get("patches", [])), tuple(entry.get("not_needed", [])),
+                          tuple(_file_states(work, layers, entry))) for entry in entries)
 
 
 def _slug(ref: str) -> str:
