@@ -358,19 +358,21 @@ def _example(spec: str) -> str:
 # --------------------------------------------------------------------------------------------
 # planning
 
-def _evidence(pattern: re.Pattern[str], data: bytes) -> str | None:
-    """``line N: 'text'`` of the line where ``pattern`` first matches; None if it does not."""
+def _evidence(pattern: re.Pattern[str], data: bytes | None) -> str:
+    """``line N: 'text'`` of the line where ``pattern`` first matches; "" if it does not (or there is no file)."""
+    if data is None:
+        return ""
     text = data.decode("utf-8", "surrogateescape")
     m = pattern.search(text)
     if m is None:
-        return None
+        return ""
     start = text.rfind("\n", 0, m.start()) + 1
     end = text.find("\n", m.start())
     number = text.count("\n", 0, m.start()) + 1
     return f"line {number}: {text[start:end if end >= 0 else len(text)].strip()[:120]!r}"
 
 
-def _glob_evidence(work: _Work, globs: Iterable[str], pattern: re.Pattern[str], where: str) -> str | None:
+def _glob_evidence(work: _Work, globs: Iterable[str], pattern: re.Pattern[str], where: str) -> str:
     """The first place, in the files ``needed_if.files`` selects, where the patch's problem shows."""
     for glob in globs:
         for path in sorted(work.root.glob(glob)):
@@ -380,42 +382,10 @@ def _glob_evidence(work: _Work, globs: Iterable[str], pattern: re.Pattern[str], 
                 rel, real = safe_path(work.root, path.relative_to(work.root).as_posix(), where)
             except ConfigError:  # a symlink leading out of the tree: not the tree's evidence
                 continue
-            data = work.state[rel] if rel in work.state else _read(real)
-            ev = _evidence(pattern, data) if data is not None else None
+            ev = _evidence(pattern, work.read(rel, real))
             if ev:
                 return f"{rel} {ev}"
-    return None
-
-
-class _Need:
-    """A patch's ``needed_if`` as its plan asks it, per file: is the problem there, and what each outcome reads."""
-
-    def __init__(self, work: _Work, pset: PatchSet, patch: Patch, where: str) -> None:
-        self.pset, self.patch, self.need = pset, patch, patch.needed_if
-        self.pattern = re.compile(self.need.regex, re.MULTILINE) if self.need is not None else None
-        self.patch_evidence = ""
-        if self.need is not None and self.pattern is not None and self.need.files:
-            self.patch_evidence = _glob_evidence(work, self.need.files, self.pattern, where) or ""
-
-    def needed_in(self, data: bytes | None) -> tuple[bool, str]:
-        """(is the problem present for this file, where it was seen)."""
-        if self.need is None or self.pattern is None:
-            return True, ""
-        if self.need.files:  # the globs decide for the whole patch
-            return bool(self.patch_evidence), self.patch_evidence
-        ev = _evidence(self.pattern, data) if data is not None else None
-        return ev is not None, ev or ""
-
-    def absent(self, rel: str, data: bytes | None, n: int = 0) -> PatchResult:
-        assert self.need is not None
-        where = f" in {', '.join(self.need.files)}" if self.need.files else ""
-        why = "file absent, so the problem is too" if not self.need.files and data is None else \
-            f"problem not present: no match for needed_if {self.need.regex!r}{where}"
-        return PatchResult(self.pset.ref, self.patch.id, rel, "not-needed", edit=n, reason=why)
-
-    def failed(self, rel: str, n: int, exc: EditFailed, evidence: str) -> PatchResult:
-        return PatchResult(self.pset.ref, self.patch.id, rel, "failed", edit=n, reason=exc.reason, anchor=exc.anchor,
-                           closest=exc.closest, closest_line=exc.closest_line, evidence=evidence)
+    return ""
 
 
 Step = tuple[int, bool | EditFailed]
@@ -449,7 +419,10 @@ def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None
     """One patch on the in-memory tree, file by file. ``only``: restrict it to these files (re-applying on a
     revert)."""
     where = f"{pset.ref} patch {patch.id}"
-    need = _Need(work, pset, patch, where)
+    need = patch.needed_if
+    pattern = re.compile(need.regex, re.MULTILINE) if need is not None else None
+    # needed_if with files: the globs decide for the whole patch; without: each file for itself
+    patch_evidence = _glob_evidence(work, need.files, pattern, where) if need and need.files and pattern else ""
     targets: list[tuple[int, str, udiff.FileDiff | None]] = [(0, name, None) for name in patch.files]
     if patch.kind == "diff":
         try:
@@ -467,15 +440,20 @@ def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None
         if only is not None and rel not in only:
             continue
         data = work.read(rel, real)
-        needed, evidence = need.needed_in(data)
+        evidence = _evidence(pattern, data) if pattern is not None and need and not need.files else patch_evidence
         lines = _decode(data) if data is not None else None
         steps, new = _edit_file(patch, lines) if fd is None else _diff_file(fd, n, lines)
-        trial = [need.failed(rel, i, step, evidence) if isinstance(step, EditFailed) else
+        trial = [PatchResult(pset.ref, patch.id, rel, "failed", edit=i, reason=step.reason, anchor=step.anchor,
+                             closest=step.closest, closest_line=step.closest_line, evidence=evidence)
+                 if isinstance(step, EditFailed) else
                  PatchResult(pset.ref, patch.id, rel, "would-apply" if step else "already", edit=i,
                              evidence=evidence if step else "") for i, step in steps]
-        if not needed and not all(r.status == "already" for r in trial):
+        if need is not None and not evidence and not all(r.status == "already" for r in trial):
             # the problem is absent (and the fix is not what removed it): leave the file alone
-            results.append(need.absent(rel, data, n))
+            globs = f" in {', '.join(need.files)}" if need.files else ""
+            why = ("file absent, so the problem is too" if not need.files and data is None
+                   else f"problem not present: no match for needed_if {need.regex!r}{globs}")
+            results.append(PatchResult(pset.ref, patch.id, rel, "not-needed", edit=n, reason=why))
             continue
         results.extend(trial)
         if any(step is True for _, step in steps):
