@@ -327,25 +327,23 @@ def set_version(root: Path, pset: PatchSet, target_version: str | None) -> tuple
         version, source = found
     if not pset.versions:
         return version, []
+    inside = _in_range(version, pset.versions) if gated else _maybe_in_range(version, pset.versions)
+    if inside:
+        return version, []
+    if gated and target_version:
+        raise ConfigError(f"{pset.ref} is for {pset.project} {pset.versions}; --target-version "
+                          f"{target_version} is outside that range",
+                          hint="pick a set for that version, or a version in the range")
     if gated:
-        if _in_range(version, pset.versions):
-            return version, []
-        if target_version:
-            raise ConfigError(f"{pset.ref} is for {pset.project} {pset.versions}; --target-version "
-                              f"{target_version} is outside that range",
-                              hint="pick a set for that version, or a version in the range")
         raise ConfigError(f"{pset.ref} is for {pset.project} {pset.versions}, but the tree is version "
                           f"{version} (from {source})",
                           hint=f"use --target-version to apply it anyway (e.g. --target-version "
                                f"{_example(pset.versions)}) once you have checked the patch fits")
-    inside = _maybe_in_range(version, pset.versions)
     if inside is None:
         return version, [f"version {version!r} (from {source}) is not a PEP 440 version; "
                          "each patch decides by its needed_if whether it is needed"]
-    if not inside:
-        return version, [f"{pset.ref} was verified on {pset.project} {pset.versions}; the tree is {version} "
-                         f"(from {source}): each patch decides by its needed_if whether it is needed"]
-    return version, []
+    return version, [f"{pset.ref} was verified on {pset.project} {pset.versions}; the tree is {version} "
+                     f"(from {source}): each patch decides by its needed_if whether it is needed"]
 
 
 def _example(spec: str) -> str:
@@ -791,9 +789,8 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
             for c in sp.changes:
                 rec = known.get(c.path)
                 if rec is None:
-                    backup = None
-                    if c.before is not None:
-                        backup = f"{ORIGINALS}/{_slug(sp.ref)}/{c.path}"
+                    backup = f"{ORIGINALS}/{_slug(sp.ref)}/{c.path}" if c.before is not None else None
+                    if backup is not None:
                         txn.write(backup, c.before, 0o644)
                     rec = {"path": c.path, "before": _sha(c.before), "backup": backup, "mode": c.mode, "seq": seq}
                     seq += 1
