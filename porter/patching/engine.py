@@ -240,14 +240,6 @@ def _read(path: Path) -> bytes | None:
         raise ConfigError(f"{path} is a directory, not a file") from None
 
 
-def _decode(data: bytes) -> Lines:
-    return Lines.parse(data.decode("utf-8", "surrogateescape"))
-
-
-def _encode(lines: Lines) -> bytes:
-    return lines.render().encode("utf-8", "surrogateescape")
-
-
 def _sha(data: bytes | None) -> str | None:
     return sha256_bytes(data) if data is not None else None
 
@@ -439,7 +431,7 @@ def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None
             continue
         data = work.read(rel, real)
         evidence = _evidence(pattern, data) if pattern is not None and need and not need.files else patch_evidence
-        lines = _decode(data) if data is not None else None
+        lines = Lines.parse(data.decode("utf-8", "surrogateescape")) if data is not None else None
         steps, new = _edit_file(patch, lines) if fd is None else _diff_file(fd, n, lines)
         trial = [PatchResult(pset.ref, patch.id, rel, "failed", edit=i, reason=step.reason, anchor=step.anchor,
                              closest=step.closest, closest_line=step.closest_line, evidence=evidence)
@@ -455,7 +447,7 @@ def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None
             continue
         results.extend(trial)
         if any(step is True for _, step in steps):
-            work.state[rel] = _encode(new) if new is not None else None
+            work.state[rel] = new.render().encode("utf-8", "surrogateescape") if new is not None else None
             if work.modes.get(rel) is None and new is not None:
                 work.modes[rel] = 0o644
     return results
@@ -589,10 +581,6 @@ def _layers(entries: list[dict[str, Any]]) -> dict[str, list[Layer]]:
     return {path: sorted(stack, key=lambda layer: int(layer[1].get("seq", 0))) for path, stack in out.items()}
 
 
-def _next_seq(entries: list[dict[str, Any]]) -> int:
-    return 1 + max((int(rec.get("seq", 0)) for e in entries for rec in e["files"]), default=0)
-
-
 def _layer_state(layers: list[Layer], index: int, now: str | None) -> tuple[str, str]:
     """State of layer ``index`` of a file whose bytes now have sha256 ``now``: ``ok``, ``changed`` or
     ``missing``, and why. The sets above it count as porter's own edits, not as changes."""
@@ -717,12 +705,6 @@ def _write(path: Path, data: bytes | None, mode: int | None) -> None:
         os.chmod(tmp, mode if mode is not None else 0o644)
 
 
-def _cleanup_journal_dir(root: Path) -> None:
-    for sub in (root / ORIGINALS, root / JOURNAL_DIR):
-        with contextlib.suppress(OSError):
-            sub.rmdir()
-
-
 # --------------------------------------------------------------------------------------------
 # apply
 
@@ -770,7 +752,7 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
                                   "top of it there; nothing was changed",
                                   hint=f"revert the set(s) above first (porter patch revert {root} --set "
                                        f"{above[-1]}), then apply them again after {sp.ref}")
-    seq = _next_seq(entries)
+    seq = 1 + max((int(rec.get("seq", 0)) for e in entries for rec in e["files"]), default=0)
     with _Txn(root) as txn:
         for sp in p.sets:
             if not sp.changes:
@@ -937,7 +919,9 @@ def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, f
             shutil.rmtree(planned.root / rel, ignore_errors=True)
         else:
             (planned.root / rel).unlink(missing_ok=True)
-    _cleanup_journal_dir(planned.root)
+    for sub in (planned.root / ORIGINALS, planned.root / JOURNAL_DIR):  # when nothing is left in them
+        with contextlib.suppress(OSError):
+            sub.rmdir()
     return planned.result
 
 
