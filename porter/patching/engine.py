@@ -372,7 +372,7 @@ def _glob_evidence(work: _Work, globs: Iterable[str], pattern: re.Pattern[str], 
                 rel, real = safe_path(work.root, path.relative_to(work.root).as_posix(), where)
             except ConfigError:  # a symlink leading out of the tree: not the tree's evidence
                 continue
-            ev = _evidence(pattern, work.read(rel, real))
+            ev = _evidence(pattern, work.state[rel] if rel in work.state else _read(real))
             if ev:
                 return f"{rel} {ev}"
     return ""
@@ -634,12 +634,12 @@ class SetState:
 
 
 def _file_states(work: _Work, layers: dict[str, list[Layer]], entry: dict[str, Any]) -> Iterator[FileState]:
-    """Each file of the journal's ``entry``, its bytes as ``work`` reads them, and the sets below and above it."""
+    """Each file of the journal's ``entry``, its bytes as ``work`` holds them, and the sets below and above it."""
     for rec in entry["files"]:
         stack = layers[rec["path"]]
         index = next(i for i, (e, _) in enumerate(stack) if e is entry)
         rel, real = safe_path(work.root, rec["path"], "journal")
-        state, detail = _layer_state(stack, index, _sha(work.read(rel, real)))
+        state, detail = _layer_state(stack, index, _sha(work.state[rel] if rel in work.state else _read(real)))
         yield FileState(rec["path"], state, detail,  # type: ignore[arg-type]
                         tuple(e["set"] for e, _ in stack[:index]), tuple(e["set"] for e, _ in stack[index + 1:]))
 
