@@ -382,27 +382,25 @@ Step = tuple[int, bool | EditFailed]
 """One edit (or hunk file) tried on a file: its number, and whether it changed the file, or why it failed."""
 
 
-def _edit_file(patch: Patch, lines: Lines | None) -> tuple[list[Step], Lines | None]:
-    """A patch's anchored edits tried, in order, on one file's lines (edited in place)."""
+def _try_file(patch: Patch, fd: udiff.FileDiff | None, n: int, lines: Lines | None) -> tuple[list[Step], Lines | None]:
+    """The patch tried on one file's lines: its anchored edits in order (``lines`` edited in place), or part ``n`` of
+    its diff, in place already or applied (its new lines; None: the diff deletes the file)."""
+    if fd is not None:
+        if udiff.already_applied(fd, lines):
+            return [(n, False)], lines
+        try:
+            return [(n, True)], udiff.apply_file(fd, lines)
+        except EditFailed as exc:
+            return [(n, exc)], lines
     if lines is None:
         return [(0, EditFailed("file not found"))], None
     steps: list[Step] = []
-    for n, edit in enumerate(patch.edits, 1):
+    for i, edit in enumerate(patch.edits, 1):
         try:
-            steps.append((n, apply_edit(edit, lines)))
+            steps.append((i, apply_edit(edit, lines)))
         except EditFailed as exc:
-            steps.append((n, exc))
+            steps.append((i, exc))
     return steps, lines
-
-
-def _diff_file(fd: udiff.FileDiff, n: int, lines: Lines | None) -> tuple[list[Step], Lines | None]:
-    """One file's part (number ``n``) of a unified diff tried on its lines; the new lines (None: deleted)."""
-    if udiff.already_applied(fd, lines):
-        return [(n, False)], lines
-    try:
-        return [(n, True)], udiff.apply_file(fd, lines)
-    except EditFailed as exc:
-        return [(n, exc)], lines
 
 
 def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None = None) -> list[PatchResult]:
@@ -432,7 +430,7 @@ def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None
         data = work.read(rel, real)
         evidence = _evidence(pattern, data) if pattern is not None and need and not need.files else patch_evidence
         lines = Lines.parse(data.decode("utf-8", "surrogateescape")) if data is not None else None
-        steps, new = _edit_file(patch, lines) if fd is None else _diff_file(fd, n, lines)
+        steps, new = _try_file(patch, fd, n, lines)
         trial = [PatchResult(pset.ref, patch.id, rel, "failed", edit=i, reason=step.reason, anchor=step.anchor,
                              closest=step.closest, closest_line=step.closest_line, evidence=evidence)
                  if isinstance(step, EditFailed) else
