@@ -24,6 +24,7 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
@@ -41,22 +42,27 @@ TORCH_SYMBOL = re.compile(r"^_ZN?K?(3c10|2at|5torch)")
 
 @dataclass(frozen=True)
 class ElfNeeds:
-    """What one shared object asks of the loader."""
+    """What one shared object asks of the loader, and what it defines (read of a node's library)."""
 
     needed: tuple[str, ...]
     runpath: tuple[str, ...]
     versions: dict[str, tuple[str, ...]]   # soname -> symbol versions needed from it
     torch_symbols: tuple[str, ...]          # undefined, non-weak symbols in torch's namespaces
+    defines: frozenset[str] = frozenset()   # symbol versions it defines
+    symbols: frozenset[str] = frozenset()   # global and weak symbols it defines
 
 
-def read_needs(data: bytes, name: str = "<so>") -> ElfNeeds | None:
-    """The loader's view of one shared object; None when it is not an ELF file."""
+def read_needs(data: bytes | BinaryIO, name: str = "<so>") -> ElfNeeds | None:
+    """The loader's view of one shared object (its bytes, or an open file); None when it is not an ELF file."""
+    stream = io.BytesIO(data) if isinstance(data, bytes) else data
     try:
-        elf = ELFFile(io.BytesIO(data))
+        elf = ELFFile(stream)
         needed: list[str] = []
         runpath: list[str] = []
         versions: dict[str, tuple[str, ...]] = {}
         torch: list[str] = []
+        defines: set[str] = set()
+        symbols: set[str] = set()
         for sec in elf.iter_sections():
             if isinstance(sec, DynamicSection):
                 for tag in sec.iter_tags():
@@ -68,31 +74,20 @@ def read_needs(data: bytes, name: str = "<so>") -> ElfNeeds | None:
             elif isinstance(sec, GNUVerNeedSection):
                 for verneed, auxes in sec.iter_versions():
                     versions[str(verneed.name)] = tuple(str(a.name) for a in auxes)
+            elif isinstance(sec, GNUVerDefSection):
+                for _verdef, auxes in sec.iter_versions():
+                    defines.update(a.name for a in auxes)
             elif isinstance(sec, SymbolTableSection) and sec.name == ".dynsym":
-                torch += [s.name for s in sec.iter_symbols()
-                          if s["st_shndx"] == "SHN_UNDEF" and s["st_info"]["bind"] == "STB_GLOBAL"
-                          and TORCH_SYMBOL.match(s.name)]
+                syms = [(s.name, s["st_shndx"] == "SHN_UNDEF", s["st_info"]["bind"]) for s in sec.iter_symbols()]
+                torch += [n for n, undef, bind in syms if undef and bind == "STB_GLOBAL" and TORCH_SYMBOL.match(n)]
+                symbols.update(n for n, undef, bind in syms if not undef and bind in ("STB_GLOBAL", "STB_WEAK"))
     except (ELFError, ValueError) as exc:
-        if data[:4] == b"\x7fELF":
+        stream.seek(0)
+        if stream.read(4) == b"\x7fELF":
             raise ValueError(f"{name}: unreadable ELF file: {exc}") from None
         return None
-    return ElfNeeds(tuple(needed), tuple(p for p in runpath if p), versions, tuple(sorted(torch)))
-
-
-def _defined(path: Path) -> tuple[set[str], set[str]]:
-    """(symbol versions it defines, global symbols it defines) of a library on the node."""
-    versions: set[str] = set()
-    symbols: set[str] = set()
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        for sec in elf.iter_sections():
-            if isinstance(sec, GNUVerDefSection):
-                for _verdef, auxes in sec.iter_versions():
-                    versions.update(a.name for a in auxes)
-            elif isinstance(sec, SymbolTableSection) and sec.name == ".dynsym":
-                symbols.update(s.name for s in sec.iter_symbols()
-                               if s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK"))
-    return versions, symbols
+    return ElfNeeds(tuple(needed), tuple(p for p in runpath if p), versions, tuple(sorted(torch)), frozenset(defines),
+                    frozenset(symbols))
 
 
 @dataclass
@@ -103,7 +98,7 @@ class Userspace:
     torch_lib: Path | None = None
     extra_dirs: tuple[Path, ...] = ()
     _dirs: list[Path] | None = None
-    _libs: dict[Path, tuple[set[str], set[str]]] = field(default_factory=dict)
+    _libs: dict[Path, ElfNeeds] = field(default_factory=dict)
 
     @classmethod
     def of(cls, root: str | os.PathLike[str] = "/", torch_root: str = "") -> Userspace:
@@ -146,10 +141,12 @@ class Userspace:
     def find(self, soname: str, also: Iterable[Path] = ()) -> Path | None:
         return next((d / soname for d in (*also, *self.dirs()) if (d / soname).exists()), None)
 
-    def defined(self, path: Path) -> tuple[set[str], set[str]]:
+    def defined(self, path: Path) -> ElfNeeds:
+        """What a library on the node defines (read once)."""
         path = path.resolve()
         if path not in self._libs:
-            self._libs[path] = _defined(path)
+            with open(path, "rb") as f:
+                self._libs[path] = read_needs(f, str(path)) or ElfNeeds((), (), {}, ())
         return self._libs[path]
 
 
@@ -178,7 +175,7 @@ def check_shared_object(arc: str, needs: ElfNeeds, node: Userspace, in_wheel: se
         lib = found.get(soname)
         if lib is None:
             continue
-        have, _ = node.defined(lib)
+        have = node.defined(lib).defines
         missing = [v for v in wanted if v not in have]
         if missing:
             prefix = re.match(r"[A-Z_]+", missing[0])
@@ -187,7 +184,7 @@ def check_shared_object(arc: str, needs: ElfNeeds, node: Userspace, in_wheel: se
                        f"{newest}")
     torch_libs = [p for p in found.values() if node.torch_lib is not None and p.parent == node.torch_lib]
     if needs.torch_symbols and torch_libs:
-        defined: set[str] = set().union(*(node.defined(lib)[1] for lib in torch_libs))
+        defined: set[str] = set().union(*(node.defined(lib).symbols for lib in torch_libs))
         absent = [s for s in needs.torch_symbols if s not in defined]
         if absent:
             abi = " (a std::string in it: the other _GLIBCXX_USE_CXX11_ABI)" if any(
