@@ -149,10 +149,7 @@ def report_cmd(log: Logger, python: str | None, archs: tuple[str, ...], as_json:
                    "torch": env.torch.to_dict() if env.torch else None,
                    "node": {"archs": list(node.archs), "source": node.source},
                    "compilers": tools,
-                   "components": [{"component": c.component, "project": c.project, "version": c.version,
-                                   "mode": c.mode, "kind": c.kind, "label": c.label, "record": c.record,
-                                   "installed_ops": c.installed_ops, "modules": c.modules,
-                                   "problems": [str(p) for p in c.problems]} for c in comps]})
+                   "components": [c.to_json() for c in comps]})
         return
     click.echo(f"python       {env.executable} ({env.python_tag})")
     click.echo(f"torch        {env.torch.describe() if env.torch else 'not installed'}")

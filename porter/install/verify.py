@@ -122,6 +122,11 @@ class ComponentReport:
     def problem(self, file: str, check: str, expected: str, found: str) -> None:
         self.problems.append(Problem(self.component, file, check, expected, found))
 
+    def to_json(self) -> dict[str, Any]:
+        """What ``porter report --json`` shows of it (``porter verify --json`` adds the import check's findings)."""
+        shown = ("component", "project", "version", "record", "kind", "label", "mode", "installed_ops", "modules")
+        return {k: getattr(self, k) for k in shown} | {"problems": [str(p) for p in self.problems]}
+
 
 @dataclass
 class VerifyReport:
@@ -146,20 +151,10 @@ class VerifyReport:
             "ok": self.ok, "python": self.env.executable, "python_tag": self.env.python_tag,
             "torch": self.env.torch.to_dict() | {"path": self.env.torch.root} if self.env.torch else None,
             "node": {"archs": list(self.node.archs), "source": self.node.source},
-            "components": [{"component": c.component, "project": c.project, "version": c.version,
-                            "record": c.record, "kind": c.kind, "label": c.label, "mode": c.mode,
-                            "installed_ops": c.installed_ops, "loader": c.loader, "modules": c.modules,
-                            "feature_probes": c.feature_probes,
-                            "problems": [asdict(p) for p in c.problems]} for c in self.components],
+            "components": [c.to_json() | {"loader": c.loader, "feature_probes": c.feature_probes,
+                                          "problems": [asdict(p) for p in c.problems]} for c in self.components],
             "problems": [asdict(p) for p in self.problems], "notes": self.notes,
         }
-
-
-def _component_of(project: str, manifest: Manifest | None) -> str:
-    if manifest is not None:
-        return str(manifest.get("component") or project)
-    comp = components.for_dist(project)
-    return comp.name if comp else project
 
 
 def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
@@ -176,7 +171,10 @@ def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
                 manifest = carried_manifest(dist.carried_manifest, f"{dist.name} {dist.version}")
             except ConfigError:
                 manifest = None
-        comp = _component_of(project, manifest)
+        known = components.for_dist(project)
+        comp = known.name if known else project
+        if manifest is not None:
+            comp = str(manifest.get("component") or project)
         rep = ComponentReport(comp, project, dist.version if dist else None, str(rf.path) if rf else None)
         out.append(rep)
         if rf is not None and rf.error:
@@ -187,7 +185,7 @@ def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
                         "not installed")
             continue
         if manifest is None:
-            if dist.shared_objects or components.for_dist(project) is not None:
+            if dist.shared_objects or known is not None:
                 rep.problem(dist.location, "porter manifest", "an install record written by 'porter install'",
                             "none: installed some other way, so its build target cannot be checked")
         else:
@@ -201,23 +199,15 @@ def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
                 check, _, detail = why.partition(": ")
                 rep.problem((manifest.get("wheel") or {}).get("filename", project), check, "a match", detail)
         _add_modules_from_dist(rep, dist, node, manifest)
-        _component_checks(rep, dist, manifest)
+        if known is not None:  # what the component adds (DeepSpeed: installed_ops agrees with what ships)
+            extra = known.check_installed(dist, manifest, rep.kind or "cpu")
+            for where, check, expected, found in extra.problems:
+                rep.problem(where, check, expected, found)
+            rep.loader_ops = extra.loader_ops
+            rep.import_env = extra.import_env
+            ops = extra.facts.get("installed_ops")
+            rep.installed_ops = ops if isinstance(ops, dict) else None
     return out
-
-
-def _component_checks(rep: ComponentReport, dist: InstalledDist, manifest: Manifest | None) -> None:
-    """What the component adds (DeepSpeed: installed_ops agrees with what ships)."""
-    comp = components.for_dist(rep.project)
-    if comp is None:
-        return
-    extra = comp.check_installed(dist, manifest, rep.kind or "cpu")
-    for where, check, expected, found in extra.problems:
-        rep.problem(where, check, expected, found)
-    rep.loader_ops = extra.loader_ops
-    rep.import_env = extra.import_env
-    ops = extra.facts.get("installed_ops")
-    if isinstance(ops, dict):
-        rep.installed_ops = ops
 
 
 def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node, manifest: Manifest | None) -> None:
