@@ -24,7 +24,7 @@ import shlex
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +68,8 @@ class ImageResult:
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"definition": str(self.definition), "tools": str(self.tools),
-                "image": str(self.image) if self.image else None, "labels": self.labels,
-                "installed": self.installed, "tested": self.tested, "seconds": round(self.seconds, 1)}
+        doc = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        return doc | {"seconds": round(self.seconds, 1)}
 
 
 def _recipe(req: ImageRequest) -> Recipe:
@@ -352,16 +351,14 @@ def _checked(req: ImageRequest) -> str:
 
 def _put_inputs(root: Path, req: ImageRequest, tools: Path) -> None:
     """The wheelhouse, porter's tools and the network plugin package where the image's recipe installs them from."""
-    for src, dest in ((req.wheelhouse, WHEELHOUSE), (tools, TOOLS)):
+    for src, dest in ((req.wheelhouse, WHEELHOUSE), (tools, TOOLS), (req.net_plugin, NET_PLUGIN)):
         target = root / dest.lstrip("/")
         shutil.rmtree(target, ignore_errors=True)
-        if src is not None:
+        if src is not None and src.is_dir():
             shutil.copytree(src.resolve(), target)
-    if req.net_plugin is not None:
-        target = root / NET_PLUGIN.lstrip("/")
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        shutil.copyfile(req.net_plugin, target / req.net_plugin.name)
+        elif src is not None:  # the plugin package, into its folder
+            target.mkdir(parents=True)
+            shutil.copyfile(src, target / src.name)
 
 
 SQUASH_ARGS = {"zstd": "-comp zstd -Xcompression-level 3"}
@@ -408,11 +405,10 @@ def inspect_image(image: Path, apptainer_root: Path | None, runner: Runner) -> d
         shutil.copyfile(path, staged)
         path = staged
     try:
-        doc = json.loads(runner.run(app.argv("inspect", "--json", "--labels", app.inside(path)), timeout=120).output)
-        deffile = runner.run(app.argv("inspect", "--deffile", app.inside(path)), timeout=120).output
-        test = runner.run(app.argv("inspect", "--test", app.inside(path)), timeout=120).output
+        labels, deffile, test = (runner.run(app.argv("inspect", *what, app.inside(path)), timeout=120).output
+                                 for what in (("--json", "--labels"), ("--deffile",), ("--test",)))
     finally:
         if staged is not None:
             shutil.rmtree(staged.parent, ignore_errors=True)
-    labels = doc.get("data", {}).get("attributes", {}).get("labels", {})
-    return {"image": str(image), "labels": labels, "definition": deffile, "test": test}
+    return {"image": str(image), "labels": json.loads(labels).get("data", {}).get("attributes", {}).get("labels", {}),
+            "definition": deffile, "test": test}
