@@ -231,22 +231,23 @@ def unsafe_entries(names: Iterable[str]) -> list[str]:
             or ".." in name.replace("\\", "/").split("/")]
 
 
-def check_intact(path: Path, manifest: Manifest, *, label: str | None = None) -> None:
-    """The wheel is the file its manifest describes, checked before anything reads inside it: one truncated or
-    damaged on the way (not a readable zip) is refused as a damaged file (exit 2), one changed since as tampered."""
+def check_intact(path: Path, manifest: Manifest, *, label: str | None = None, nothing: str = "installed") -> str:
+    """The wheel's sha256, once it is the file its manifest describes, checked before anything reads inside it: one
+    truncated or damaged on the way (not a readable zip) is refused as a damaged file (exit 2), one changed since as
+    tampered (``nothing``: what the refusal left undone)."""
     want = manifest["wheel"].get("sha256", "")
     found = sha256_file(path)
     if found == want:
-        return
+        return found
     if not zipfile.is_zipfile(path):
         raise DamagedFile(f"{path} is truncated or damaged: not a readable zip ({path.stat().st_size} bytes), and its "
                           f"sha256 is not its manifest's ({want[:16]}...)",
                           hint="copy it again from where it was built (an interrupted copy or download leaves such "
-                               "a file), and compare 'sha256sum' with its manifest's wheel.sha256; nothing was "
-                               "installed")
+                               f"a file), and compare 'sha256sum' with its manifest's wheel.sha256; nothing was "
+                               f"{nothing}")
     raise DamagedFile(f"{label or path.name}: sha256 does not match its manifest (tampered or rebuilt without its "
                       f"manifest): expected {want}, found {found}",
-                      hint="rebuild the wheel with porter, or restore the original file; nothing was installed")
+                      hint=f"rebuild the wheel with porter, or restore the original file; nothing was {nothing}")
 
 
 def check_wheel(path: Path, manifest: Manifest, *, label: str | None = None) -> None:
@@ -334,11 +335,7 @@ def write_index(directory: str | os.PathLike[str]) -> dict[str, Any]:
     entries: list[dict[str, Any]] = []
     by_project: dict[str, list[tuple[Wheel, str]]] = {}
     for w in wheels:
-        digest = sha256_file(w.path)
-        if w.manifest is not None and w.manifest["wheel"].get("sha256") != digest:
-            raise DamagedFile(f"{w.filename}: sha256 does not match its manifest: expected "
-                              f"{w.manifest['wheel'].get('sha256')}, found {digest}",
-                              hint="rebuild the wheel or restore the original; nothing was written")
+        digest = check_intact(w.path, w.manifest, nothing="written") if w.manifest is not None else sha256_file(w.path)
         by_project.setdefault(str(w.project), []).append((w, digest))
         entries.append({"filename": w.filename, "project": str(w.project), "version": w.version_text,
                         "tags": sorted(str(t) for t in w.tags), "sha256": digest, "size": w.path.stat().st_size,
