@@ -88,16 +88,15 @@ class Recipe:
     def render(self, *, bootstrap: str, source: str, files: dict[str, str] | None = None,
                post: bool = True) -> str:
         """The definition text: ``bootstrap``/``source`` (``From:``), ``files`` (host -> image), ``post``."""
+        sections = {"%files": [f"{shlex.quote(a)} {shlex.quote(b)}" for a, b in (files or {}).items()],
+                    "%post": ["set -e", *(line for _, line in self.post())] if post else [],
+                    "%environment": [f"export {k}={_env_value(v)}" for k, v in self.environment.items()],
+                    "%test": ["set -e", *(line for _, line in self.test())],
+                    "%labels": [f"{k} {v}" for k, v in self.labels.items()]}
         out = [f"Bootstrap: {bootstrap}", f"From: {source}", ""]
-        if files:
-            out += ["%files"] + [f"    {shlex.quote(a)} {shlex.quote(b)}" for a, b in files.items()] + [""]
-        if post:
-            out += ["%post", "    set -e"] + [f"    {line}" for _, line in self.post()] + [""]
-        if self.environment:
-            out += ["%environment"] + [f"    export {k}={_env_value(v)}" for k, v in self.environment.items()] + [""]
-        out += ["%test", "    set -e"] + [f"    {line}" for _, line in self.test()] + [""]
-        if self.labels:
-            out += ["%labels"] + [f"    {k} {v}" for k, v in self.labels.items()] + [""]
+        for head, lines in sections.items():  # a section with no lines is left out
+            if lines:
+                out += [head, *(f"    {line}" for line in lines), ""]
         return "\n".join(out)
 
     def for_site(self, wheelhouse: Path | None, tools: Path, net_plugin: Path | None = None) -> str:
