@@ -27,7 +27,8 @@ from porter.fs import owned_temp
 from porter.install.abi import Userspace, check_wheel_abi
 from porter.install.env import Node, TargetEnv, detect_node, inspect_env
 from porter.install.records import lock_path, read_records, write_record
-from porter.install.wheelhouse import Selection, Wheel, check_intact, check_wheel, orphan_manifests, same_version, scan, select
+from porter.install.wheelhouse import (Selection, Wheel, check_intact, check_wheel, orphan_manifests, same_version,
+                                      scan, select)
 from porter.log import Logger, quiet_logger
 from porter.run import Runner, make_env
 
@@ -64,16 +65,6 @@ class InstallResult:
                 "installed": [w(x) for x in self.installed], "skipped": [w(x) for x in self.skipped],
                 "rejected": [{**w(x), "reasons": list(r)} for x, r in self.selection.rejected],
                 "lock": self.lock}
-
-
-def pip_argv(env: TargetEnv, wheelhouse: Path, files: Sequence[Path], *, force: bool, no_deps: bool) -> list[str]:
-    argv = [env.executable, "-m", "pip", "install", "--no-index", "--only-binary", ":all:",
-            "--find-links", str(wheelhouse), "--disable-pip-version-check", "--no-input"]
-    if force:
-        argv += ["--force-reinstall", "--no-deps"]
-    elif no_deps:
-        argv.append("--no-deps")
-    return argv + [str(f) for f in files]
 
 
 def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> InstallResult:
@@ -147,10 +138,13 @@ def _install_locked(opts: InstallOptions, env: TargetEnv, selection: Selection, 
             # a forced install takes no dependencies (pip would reinstall each): only a wheel whose version is
             # there is forced; --reinstall of one that is not there is a fresh install, with its dependencies
             (replace if present else fresh).append((w, copy, sha))
-        for group, force in ((fresh, False), (replace, True)):
+        no_deps = ["--no-deps"] if opts.no_deps else []
+        for group, flags in ((fresh, no_deps), (replace, ["--force-reinstall", "--no-deps"])):
             if not group:
                 continue
-            argv = pip_argv(env, wheelhouse, [c for _, c, _ in group], force=force, no_deps=opts.no_deps)
+            argv = [env.executable, "-m", "pip", "install", "--no-index", "--only-binary", ":all:", "--find-links",
+                    str(wheelhouse), "--disable-pip-version-check", "--no-input", *flags]
+            argv += [str(copy) for _, copy, _ in group]
             if runner.dry:
                 log.command(argv)
                 continue
