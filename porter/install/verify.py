@@ -25,6 +25,7 @@ default.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -167,10 +168,8 @@ def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
         dist = env.dists.get(project)
         manifest: Manifest | None = rf.record["manifest"] if rf and rf.record else None
         if manifest is None and dist is not None and dist.carried_manifest:
-            try:
+            with contextlib.suppress(ConfigError):  # a corrupt copy counts as none
                 manifest = carried_manifest(dist.carried_manifest, f"{dist.name} {dist.version}")
-            except ConfigError:
-                manifest = None
         known = components.for_dist(project)
         comp = known.name if known else project
         if manifest is not None:
