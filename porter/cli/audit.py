@@ -38,11 +38,8 @@ def audit_cmd(log: Logger, tree: Path, python: str | None, no_python: bool, as_j
 
     if not tree.is_dir():
         raise ConfigError(f"tree not found: {tree}", hint="pass the top folder of the training code")
-    target = None
-    if not no_python:
-        env = inspect_env(python or sys.executable, Runner(log, echo=log.verbose),
-                          dists=(*all_dists(), "triton"))
-        target = target_of(env)
+    target = None if no_python else target_of(inspect_env(python or sys.executable, Runner(log, echo=log.verbose),
+                                                          dists=(*all_dists(), "triton")))
     with log.step(f"reading {tree}"):
         report = audit(tree, target)
     if not report.files:
