@@ -374,6 +374,7 @@ def write_image_sbom(root: Path, python: str, name: str, *, wheels: bool = True,
     """The image's combined SBOM, from porter's install records in its training environment and the network
     plugin's manifest; the installed wheels' names."""
     from porter.artifacts.sbom import image_document
+    from porter.artifacts.wheelfile import source_date_epoch
     from porter.components.netplugin.verify import read_package
     from porter.fs import atomic_write_bytes
 
@@ -384,13 +385,9 @@ def write_image_sbom(root: Path, python: str, name: str, *, wheels: bool = True,
         raise ToolError(f"porter install left no install records under {', '.join(str(d) for d in found)}",
                         hint="the install step inside the image did not run to its end; its output is above")
     parts = [(str(r["project"]), str(r["version"]), r["manifest"]) for r in records]
-    others = []
-    if net_plugin is not None:
-        manifest, _ = read_package(net_plugin)
-        if manifest is not None:
-            others.append((str(manifest.get("component")), str(manifest.get("version") or ""), manifest))
-    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or 315532800)
-    atomic_write_bytes(root / SBOM.lstrip("/"), image_document(parts, name=name, version="", epoch=epoch,
+    plugin = read_package(net_plugin)[0] if net_plugin is not None else None
+    others = [(str(plugin.get("component")), str(plugin.get("version") or ""), plugin)] if plugin is not None else []
+    atomic_write_bytes(root / SBOM.lstrip("/"), image_document(parts, name=name, version="", epoch=source_date_epoch(),
                                                                others=others))
     return [str(r["wheel"]) for r in records]
 
