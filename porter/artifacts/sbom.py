@@ -333,15 +333,13 @@ def describe(doc: Mapping[str, Any]) -> list[str]:
         for issue in p.get("resolves") or []:
             ref = str(issue.get("id", "?"))
             key = f"porter:patch:{ref}"
-            files = [f"{k[len(key) + 6:]} ({v})" for k, v in props.items() if k.startswith(f"{key}:file:")]
             extra = ", applied to the wheel's own copy" if props.get(f"{key}:applied_to") == "wheel" else ""
             state = " (applied before porter's build, per the tree's journal)" \
                 if props.get(f"{key}:state") == "applied-earlier" else ""
             lines.append(f"patch: {ref}{state}{extra}: {issue.get('description') or ''} [sha256 "
                          f"{props.get(f'{key}:sha256', '?')}]".replace(":  [", ": ["))
-            lines += [f"  changes {f}" for f in files]
-    tools = _dict(meta.get("tools")).get("components") or []
-    for tool in tools:
+            lines += [f"  changes {k[len(key) + 6:]} ({v})" for k, v in props.items() if k.startswith(f"{key}:file:")]
+    for tool in _dict(meta.get("tools")).get("components") or []:
         tp = _named(tool.get("properties"))
         if tool.get("bom-ref") == "tool:compiler":
             spec = tp.get("porter:toolchain:compiler_version")
