@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from porter.cli import emit_json
+from porter.cli import emit, emit_json
 from porter.cli.options import (arch_option, arg, dry_run_option, json_option, only_option, opt, options, runner_for,
                                 target_python_option)
 from porter.errors import CheckFailed, NothingToDo
@@ -64,16 +64,11 @@ def install_cmd(log: Logger, /, req: InstallCommandOptions, as_json: bool) -> No
     opts = replace(req, python=req.python or sys.executable, only=parse_only(req.only))
     result = install(InstallOptions(**{k: v for k, v in asdict(opts).items() if k != "dry_run"}),
                      runner_for(log, req.dry_run, echo=not log.quiet), log)
-    if as_json:
-        emit_json(result.to_json())
-        return
-    for w in result.installed:
-        click.echo(f"installed {w.component} {w.version_text} ({w.filename})")
-    for w in result.skipped:
-        click.echo(f"unchanged {w.component} {w.version_text} (already installed from {w.filename})")
-    if req.dry_run:
-        for w in result.selection.chosen:
-            click.echo(f"would install {w.component} {w.version_text} ({w.filename})")
+    emit(as_json, result.to_json(), lambda: [
+        *(f"installed {w.component} {w.version_text} ({w.filename})" for w in result.installed),
+        *(f"unchanged {w.component} {w.version_text} (already installed from {w.filename})" for w in result.skipped),
+        *(f"would install {w.component} {w.version_text} ({w.filename})" for w in result.selection.chosen
+          if req.dry_run)])
 
 
 @click.command("verify")
