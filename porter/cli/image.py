@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from porter.cli import emit, emit_json
+from porter.cli import emit
 from porter.cli.options import (Spec, arch_option, json_option, opt, options, output_option, python_option, site_option,
                                 toolchain_option, wheelhouse_option)
 from porter.image import COMPRESSION as IMAGE_COMPRESSION
@@ -86,12 +86,8 @@ def build_cmd(log: Logger, /, req: ImageCommandOptions, as_json: bool) -> None:
 
     # the options are the request's fields, by name
     result = build_image(ImageRequest(**asdict(req)), Runner(log, echo=log.verbose), log)
-    if as_json:
-        emit_json(result.to_json())
-        return
-    click.echo(f"definition: {result.definition}")
-    if result.image is not None:
-        click.echo(f"image: {result.image} ({result.seconds:.0f} s)")
+    emit(as_json, result.to_json(), lambda: [f"definition: {result.definition}", *(
+        [f"image: {result.image} ({result.seconds:.0f} s)"] if result.image is not None else [])])
 
 
 @image.command("inspect")
