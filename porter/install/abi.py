@@ -113,9 +113,8 @@ class Userspace:
 
     def dirs(self) -> list[Path]:
         if self._dirs is None:
-            found = [*self.extra_dirs, *(self.root / d for d in LIB_DIRS), *self._conf_dirs()]
-            if self.torch_lib is not None:
-                found.insert(0, self.torch_lib)
+            torch = [self.torch_lib] if self.torch_lib is not None else []
+            found = [*torch, *self.extra_dirs, *(self.root / d for d in LIB_DIRS), *self._conf_dirs()]
             self._dirs = [d for d in dict.fromkeys(found) if d.is_dir()]
         return self._dirs
 
