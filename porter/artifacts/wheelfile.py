@@ -79,10 +79,6 @@ def write_wheel(dest_dir: str | os.PathLike[str], spec: WheelSpec, files: Mappin
     if not tags:
         raise ConfigError(f"wheel tag {spec.tag!r} names no tag")
     dist_info = f"{dist_filename_part(spec.name)}-{version}.dist-info"
-    meta = _metadata(metadata, spec.name, version, summary)
-    wheel_txt = (f"Wheel-Version: 1.0\nGenerator: porter {__version__}\n"
-                 f"Root-Is-Purelib: {'true' if spec.purelib else 'false'}\n"
-                 + "".join(f"Tag: {t}\n" for t in tags)).encode()
     entries: dict[str, Payload] = {}
     for arc, payload in files.items():
         arc = arc.replace("{dist_info}", dist_info)
@@ -94,8 +90,10 @@ def write_wheel(dest_dir: str | os.PathLike[str], spec: WheelSpec, files: Mappin
         from porter.artifacts.sbom import WHEEL_PATH
 
         entries[f"{dist_info}/{WHEEL_PATH}"] = sbom_of(carried, spec.name, version)
-    entries[f"{dist_info}/METADATA"] = meta
-    entries[f"{dist_info}/WHEEL"] = wheel_txt
+    entries[f"{dist_info}/METADATA"] = _metadata(metadata, spec.name, version, summary)
+    entries[f"{dist_info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: porter {__version__}\n"
+                                     f"Root-Is-Purelib: {'true' if spec.purelib else 'false'}\n"
+                                     + "".join(f"Tag: {t}\n" for t in tags)).encode()
     record_name = f"{dist_info}/RECORD"
     entries.pop(record_name, None)
     order = sorted(entries, key=lambda n: (n.startswith(dist_info + "/"), n))
