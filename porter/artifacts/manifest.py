@@ -62,11 +62,8 @@ class Manifest(TypedDict):
 
 def target_of(tc: Toolchain, **extra: Any) -> dict[str, Any]:
     """The one ``target`` section: what a wheel was built for."""
-    target: dict[str, Any] = {"kind": tc.kind, "archs": list(tc.arch_names), "arch_specs": list(tc.archs),
-                              "wavefront": tc.wavefront, "cpu_isa": tc.cpu_isa,
-                              "toolkit_version": tc.toolkit_version, "label": labels.make(tc)}
-    target.update(extra)
-    return target
+    return {"kind": tc.kind, "archs": list(tc.arch_names), "arch_specs": list(tc.archs), "wavefront": tc.wavefront,
+            "cpu_isa": tc.cpu_isa, "toolkit_version": tc.toolkit_version, "label": labels.make(tc)} | extra
 
 
 def build_manifest(*, component: str, version: str, tc: Toolchain, torch: TorchInfo | None, python_tag: str,
