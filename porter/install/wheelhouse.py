@@ -297,9 +297,10 @@ def validate_record(path: Path, *, label: str | None = None) -> None:
 
 # -- PEP 503 index + combined manifest ----------------------------------------------------------------
 
-def _page(title: str, links: Iterable[tuple[str, str, str]]) -> str:
-    body = "\n".join(f'    <a href="{html.escape(href)}"{attrs}>{html.escape(text)}</a><br/>'
-                     for href, text, attrs in links)
+def _page(title: str, links: Iterable[tuple[str, str, str | None]]) -> str:
+    """A PEP 503 page of links: (href, text, the file's Requires-Python or None)."""
+    body = "\n".join(f'    <a href="{html.escape(href)}"' + (f' data-requires-python="{html.escape(rp)}"' if rp else "")
+                     + f">{html.escape(text)}</a><br/>" for href, text, rp in links)
     return ("<!DOCTYPE html>\n<html>\n  <head><meta name=\"pypi:repository-version\" content=\"1.0\">"
             f"<title>{html.escape(title)}</title></head>\n  <body>\n{body}\n  </body>\n</html>\n")
 
@@ -344,13 +345,10 @@ def write_index(directory: str | os.PathLike[str]) -> dict[str, Any]:
            "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wheels": entries}
     tmp = owned_temp_dir(root, ".simple-")
     try:
-        atomic_write_text(tmp / "index.html", _page("Simple index", ((f"{p}/", p, "") for p in sorted(by_project))))
+        atomic_write_text(tmp / "index.html", _page("Simple index", ((f"{p}/", p, None) for p in sorted(by_project))))
         for project, items in by_project.items():
-            links = []
-            for w, digest in sorted(items, key=lambda x: x[0].filename):
-                rp = _requires_python(w.path)
-                attrs = f' data-requires-python="{html.escape(rp)}"' if rp else ""
-                links.append((f"../../{w.filename}#sha256={digest}", w.filename, attrs))
+            links = [(f"../../{w.filename}#sha256={digest}", w.filename, _requires_python(w.path))
+                     for w, digest in sorted(items, key=lambda x: x[0].filename)]
             atomic_write_text(tmp / project / "index.html", _page(f"Links for {project}", links))
         os.chmod(tmp, 0o755)
         _swap_in(root / "simple", tmp)
