@@ -167,11 +167,8 @@ class Plan:
         return self.nodes * self.devices_per_node
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": PLAN_SCHEMA, "site": self.site, "model": dataclasses.asdict(self.model)
-                | {"parameters": self.model.parameters}, "nodes": self.nodes,
-                "devices_per_node": self.devices_per_node, "world": self.world, "tp": self.tp, "pp": self.pp,
-                "dp": self.dp, "micro_batch": self.micro_batch, "global_batch": self.global_batch,
-                "microbatches": self.microbatches, "zero_stage": self.zero_stage, "recompute": self.recompute,
+        return {"schema": PLAN_SCHEMA, **dataclasses.asdict(self), "world": self.world,
+                "model": dataclasses.asdict(self.model) | {"parameters": self.model.parameters},
                 "pipeline_bubble": round((self.pp - 1) / (self.microbatches + self.pp - 1), 4),
                 "memory": self.memory.to_dict(), "notes": list(self.notes)}
 

@@ -25,6 +25,7 @@ rule, so a local run rehearses the cluster run exactly.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from porter import __version__
-from porter.cluster.request import write_request
+from porter.cluster.request import jsonable, write_request
 from porter.cluster.slurm import sbatch as sl
 from porter.cluster.slurm.folder import JobFolder, now
 from porter.cluster.slurm.matrix import Cell, Matrix
@@ -93,9 +94,7 @@ class Plan:
         return self.folder.task_log(cell.index)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": PLAN_SCHEMA, "porter_version": __version__, "name": self.name, "file": self.file,
-                "dir": str(self.dir), "wheelhouse": str(self.wheelhouse), "python": self.python,
-                "cells": [c.to_dict() for c in self.cells]}
+        return {"schema": PLAN_SCHEMA, "porter_version": __version__, **jsonable(dataclasses.asdict(self))}
 
 
 def plan_of(matrix: Matrix) -> Plan:

@@ -30,6 +30,11 @@ OWNED_SBATCH = ("--array", "--dependency", "--hold", "--output", "--error", "--p
                 "--job-name", "--kill-on-invalid-dep", "-a", "-d", "-H", "-o", "-e", "-D", "-J")
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
          "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
+_NAMES = (_NAME, "a Slurm name", "letters, digits, '_', '.', '-' (several partitions: comma-separated)")
+_TIMES = (_TIME, "a Slurm time", "minutes (90), hours:minutes:seconds (2:00:00) or days-hours (1-12)")
+_FORMATS = {"partition": _NAMES, "account": _NAMES, "qos": _NAMES, "time": _TIMES, "index_time": _TIMES,
+            "mem": (_MEM, "a Slurm memory size", "e.g. 16G or 4000M")}
+"""The text settings: the pattern each must match, what it is, the hint when it does not."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,22 +62,17 @@ class SlurmSettings:
     """More sbatch options for every job (``--constraint=nvme``, ``--gres=gpu:1``)."""
 
     def __post_init__(self) -> None:
-        for key in ("partition", "account", "qos"):
+        for key, (pattern, what, hint) in _FORMATS.items():
             value = getattr(self, key)
-            if value is not None and not _NAME.match(value):
-                raise ConfigError(f"slurm {key} {value!r} is not a Slurm name",
-                                  hint="letters, digits, '_', '.', '-' (several partitions: comma-separated)")
-        for key in ("time", "index_time"):
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"slurm {key} must be a string, not {shown(value)}")
+            if value is not None and not pattern.match(value):
+                raise ConfigError(f"slurm {key} {value!r} is not {what}", hint=hint)
+        for key in ("cpus_per_task", "max_parallel"):  # below 2**63 so that a message never shows a huge value
             value = getattr(self, key)
-            if value is not None and not _TIME.match(value):
-                raise ConfigError(f"slurm {key} {value!r} is not a Slurm time",
-                                  hint="minutes (90), hours:minutes:seconds (2:00:00) or days-hours (1-12)")
-        if self.mem is not None and not _MEM.match(self.mem):
-            raise ConfigError(f"slurm mem {self.mem!r} is not a Slurm memory size", hint="e.g. 16G or 4000M")
-        for key in ("cpus_per_task", "max_parallel"):
-            value = getattr(self, key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ConfigError(f"slurm {key} must be a whole number >= 1, not {value!r}")
+            if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
+                                          and 1 <= value < 2 ** 63):
+                raise ConfigError(f"slurm {key} must be a whole number >= 1, not {shown(value)}")
         for arg in self.sbatch_args:
             if not isinstance(arg, str) or not arg.startswith("-"):
                 raise ConfigError(f"slurm sbatch_args: {arg!r} is not an sbatch option",
@@ -83,8 +83,7 @@ class SlurmSettings:
 
     @classmethod
     def from_table(cls, data: Mapping[str, Any], where: str) -> SlurmSettings:
-        known = {f.name for f in dataclasses.fields(cls)}
-        check_keys(data, known, where, table="slurm")
+        check_keys(data, {f.name for f in dataclasses.fields(cls)}, where, table="slurm")
         values = dict(data)
         if "sbatch_args" in values:
             args = values["sbatch_args"]
@@ -92,13 +91,6 @@ class SlurmSettings:
                 raise ConfigError(f"{where}: [slurm] sbatch_args must be a list of strings",
                                   hint="give options as '--name=value' strings")
             values["sbatch_args"] = tuple(args)
-        for key in ("partition", "account", "qos", "time", "mem", "index_time"):
-            if key in values and not isinstance(values[key], str):
-                raise ConfigError(f"{where}: [slurm] {key} must be a string, not {shown(values[key])}")
-        for key in ("cpus_per_task", "max_parallel"):  # checked here so that a message never shows a huge value
-            value = values.get(key)
-            if key in values and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2 ** 63):
-                raise ConfigError(f"{where}: [slurm] {key} must be a whole number >= 1, not {shown(value)}")
         try:
             return cls(**values)
         except ConfigError as exc:

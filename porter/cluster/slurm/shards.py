@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from porter import __version__
-from porter.cluster.request import BuildRequest, write_request
+from porter.cluster.request import BuildRequest, jsonable, write_request
 from porter.cluster.slurm import sbatch as sl
 from porter.cluster.slurm.folder import JobFolder, read_exit_code, read_json
 from porter.errors import CheckFailed, ConfigError, PorterError, refusal_line
@@ -115,10 +115,8 @@ class ShardRequest:
         return dataclasses.replace(self, build_dir=facts.build_dir, compile_steps=facts.compile_steps, name=name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "porter_version": __version__, "name": self.name, "build": self.build.to_dict(),
-                "shards": self.shards, "dir": str(self.dir), "wheelhouse": str(self.wheelhouse),
-                "cache": str(self.cache), "python": self.python, "build_dir": str(self.build_dir),
-                "compile_steps": self.compile_steps}
+        return {"schema": SCHEMA, "porter_version": __version__, **jsonable(dataclasses.asdict(self)),
+                "build": self.build.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], folder: Path) -> ShardRequest:
