@@ -26,6 +26,7 @@ from typing import Any
 
 from porter import __version__
 from porter.cluster.slurm import sbatch as sl
+from porter.errors import refusal_line
 from porter.fs import atomic_write_json, atomic_write_text
 from porter.run import Runner
 
@@ -101,15 +102,17 @@ class JobFolder:
             atomic_write_text(path, text)
             path.chmod(0o755)
 
-    def argvs(self, *, name: str, tasks: int, settings: sl.SlurmSettings,
-              programs: sl.Programs | None) -> list[list[str]]:
-        """The three commands a submission runs (the held array, the final job, the release)."""
+    def dry_run_tail(self, *, name: str, tasks: int, settings: sl.SlurmSettings, programs: sl.Programs | None,
+                     refusal: str | None) -> list[str]:
+        """A dry run's last lines: the three commands a submission runs (the held array, the final job, the
+        release), then what a real run here would refuse."""
         sbatch = programs.sbatch if programs else "sbatch"
-        return [sl.array_argv(sbatch, name=name, cells=tasks, directory=self.dir, script=self.task_script,
-                              settings=settings, task_log=f"{self.task}-%a.log"),
-                sl.index_argv(sbatch, name=name, array_job="<array-job>", directory=self.dir,
-                              script=self.final_script, settings=settings, final=self.final),
-                [str(programs.scontrol if programs else "scontrol"), "release", "<array-job>"]]
+        argvs = [sl.array_argv(sbatch, name=name, cells=tasks, directory=self.dir, script=self.task_script,
+                               settings=settings, task_log=f"{self.task}-%a.log"),
+                 sl.index_argv(sbatch, name=name, array_job="<array-job>", directory=self.dir,
+                               script=self.final_script, settings=settings, final=self.final),
+                 [str(programs.scontrol if programs else "scontrol"), "release", "<array-job>"]]
+        return ["# submitted as:", *map(shlex.join, argvs), *([refusal_line(refusal)] if refusal else [])]
 
     def submit(self, *, name: str, tasks: int, settings: sl.SlurmSettings, programs: sl.Programs, runner: Runner,
                env: Mapping[str, str], hint: str | None = None) -> tuple[sl.Submission, dict[str, Any]]:

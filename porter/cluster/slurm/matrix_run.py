@@ -41,7 +41,7 @@ from typing import Any
 from porter import __version__
 from porter.cluster.request import jsonable, write_request
 from porter.cluster.slurm import sbatch as sl
-from porter.cluster.slurm.folder import JobFolder, now
+from porter.cluster.slurm.folder import JobFolder, now, read_json
 from porter.cluster.slurm.matrix import Cell, Matrix
 from porter.errors import CheckFailed, ConfigError, PartialSuccess, PorterError, ToolError, first_error
 from porter.fs import atomic_write_json, atomic_write_text, ensure_writable_dir
@@ -303,19 +303,11 @@ def finish(directory: str | os.PathLike[str], *, log: Logger | None = None) -> d
     return report
 
 
-def read_report(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads((Path(directory) / REPORT).read_text())
-    except FileNotFoundError:
-        return None
-    return data
-
-
 def status(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The matrix now: each cell from its result file; the index from the report once it is written."""
     plan = read_plan(directory)
     doc = collect(plan)
-    report = read_report(plan.dir)
+    report = read_json(plan.dir / REPORT)
     submission = plan.folder.submission()
     if report is not None:
         doc.update(state="finished", index=report.get("index"), index_error=report.get("index_error"),
@@ -391,7 +383,7 @@ def run_local(plan: Plan, *, runner: Runner, env: Mapping[str, str], log: Logger
                              "indexes what was built")
     res = runner.run(["bash", str(plan.folder.final_script)], env=env, check=False)
     atomic_write_text(plan.folder.final_log, res.output)
-    report = read_report(plan.dir)
+    report = read_json(plan.dir / REPORT)
     if report is None:
         raise ToolError(f"the index step wrote no report (exit code {res.returncode})",
                         hint=f"read {plan.folder.final_log}")
@@ -416,10 +408,8 @@ class RunResult:
         return {"mode": self.mode, "dir": str(self.plan.dir), "submission": self.submission, "report": self.report}
 
 
-def _dry_run_lines(plan: Plan, argvs: list[list[str]], refusal: str | None) -> list[str]:
-    """The plan as text, then the Slurm submission's commands (``argvs``, none to run the cells here)."""
-    from porter.errors import refusal_line
-
+def _dry_run_lines(plan: Plan, tail: list[str]) -> list[str]:
+    """The plan as text, then the Slurm submission's commands (``tail``, none to run the cells here)."""
     lines = [f"# matrix {plan.name}: {len(plan.cells)} cell(s) in {plan.dir}, wheels into {plan.wheelhouse}"]
     for cell in plan.cells:
         lines.append(f"# cell {cell.index} {cell.id}: {cell.component} from {cell.source} with "
@@ -428,12 +418,7 @@ def _dry_run_lines(plan: Plan, argvs: list[list[str]], refusal: str | None) -> l
         lines.append(shlex.join(plan.argv(cell)))
     lines.append(f"# then: index {plan.wheelhouse} and write {plan.dir / REPORT}")
     lines.append(shlex.join([plan.python, "-m", "porter", "matrix", "finish", str(plan.dir)]))
-    if argvs:
-        lines.append("# submitted as:")
-        lines += [shlex.join(a) for a in argvs]
-    if refusal:
-        lines.append(refusal_line(refusal))
-    return lines
+    return lines + tail
 
 
 def run_matrix(matrix: Matrix, *, mode: str, force: bool, runner: Runner, env: Mapping[str, str],
@@ -450,9 +435,8 @@ def run_matrix(matrix: Matrix, *, mode: str, force: bool, runner: Runner, env: M
     warnings = preflight(plan, force=force)
     name, tasks = f"porter-matrix-{plan.name}", len(plan.cells)
     if dry_run:
-        slurm = mode == "slurm"
-        argvs = plan.folder.argvs(name=name, tasks=tasks, settings=settings, programs=programs) if slurm else []
-        return RunResult(plan, mode, dry_run=_dry_run_lines(plan, argvs, refusal))
+        tail = plan.folder.dry_run_tail(name=name, tasks=tasks, settings=settings, programs=programs, refusal=refusal)
+        return RunResult(plan, mode, dry_run=_dry_run_lines(plan, tail if mode == "slurm" else []))
     if mode == "slurm":
         warnings += sl.local_disk_warnings({"matrix folder": plan.dir, "python": plan.python})
     for w in warnings:
@@ -469,4 +453,4 @@ def run_matrix(matrix: Matrix, *, mode: str, force: bool, runner: Runner, env: M
     if not wait:
         return RunResult(plan, mode, submission=submission)
     sl.wait_for(plan.dir / REPORT, submission=sub, programs=programs, runner=runner, env=env, log=log, poll=poll)
-    return RunResult(plan, mode, report=read_report(plan.dir), submission=submission)
+    return RunResult(plan, mode, report=read_json(plan.dir / REPORT), submission=submission)

@@ -35,7 +35,7 @@ from porter import __version__
 from porter.cluster.request import BuildRequest, jsonable, write_request
 from porter.cluster.slurm import sbatch as sl
 from porter.cluster.slurm.folder import JobFolder, read_exit_code, read_json
-from porter.errors import CheckFailed, ConfigError, PorterError, refusal_line
+from porter.errors import CheckFailed, ConfigError, PorterError
 from porter.fs import atomic_write_json, ensure_writable_dir
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
@@ -285,12 +285,8 @@ def _dry_run_lines(req: ShardRequest, settings: sl.SlurmSettings, programs: sl.P
     for path, text in scripts(req).items():
         lines.append(f"# --- {path}")
         lines += text.rstrip("\n").splitlines()
-    lines.append("# submitted as:")
-    lines += [shlex.join(a) for a in req.folder.argvs(name=req.name, tasks=req.shards, settings=settings,
-                                                      programs=programs)]
-    if refusal:
-        lines.append(refusal_line(refusal))
-    return lines
+    return lines + req.folder.dry_run_tail(name=req.name, tasks=req.shards, settings=settings, programs=programs,
+                                           refusal=refusal)
 
 
 def build_key(build_dir: Path) -> str:
