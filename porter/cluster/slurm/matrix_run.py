@@ -51,6 +51,7 @@ from porter.run import Runner
 PLAN = "matrix.json"
 REPORT = "report.json"
 RESULT = "result.json"
+REQUEST = "request.json"
 PLAN_SCHEMA = "porter.matrix/2"
 RESULT_SCHEMA = "porter.matrix-cell/1"
 REPORT_SCHEMA = "porter.matrix-report/1"
@@ -75,19 +76,10 @@ class Plan:
     def cell_dir(self, cell: Cell) -> Path:
         return self.dir / "cells" / cell.id
 
-    def result_path(self, cell: Cell) -> Path:
-        return self.cell_dir(cell) / RESULT
-
-    def request_path(self, cell: Cell) -> Path:
-        return self.cell_dir(cell) / "request.json"
-
     def argv(self, cell: Cell) -> list[str]:
         """What the cell's job runs: its request, the wheel into the cell's own out/ (shipped from there)."""
-        return [self.python, "-m", "porter", "build", "--request", str(self.request_path(cell)),
+        return [self.python, "-m", "porter", "build", "--request", str(self.cell_dir(cell) / REQUEST),
                 "-o", str(self.cell_dir(cell) / "out")]
-
-    def build_log(self, cell: Cell) -> Path:
-        return self.cell_dir(cell) / "build.log"
 
     def job_log(self, cell: Cell) -> Path:
         """Where the cell's job writes its own output (``--output=logs/cell-%a.log``)."""
@@ -195,15 +187,15 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
     if not 0 <= index < len(plan.cells):
         raise ConfigError(f"no cell {index} in {plan.dir} (cells 0-{len(plan.cells) - 1})")
     cell = plan.cells[index]
-    out = plan.cell_dir(cell) / "out"
+    out, build_log = plan.cell_dir(cell) / "out", plan.cell_dir(cell) / "build.log"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    write_request(plan.request_path(cell), cell.request())
+    write_request(plan.cell_dir(cell) / REQUEST, cell.request())
     argv = plan.argv(cell)
     doc: dict[str, Any] = {"schema": RESULT_SCHEMA, **cell.to_dict(), "status": "running",
                            "host": socket.gethostname(), "slurm": _slurm_ids(env), "started": now(),
-                           "command": argv, "log": str(plan.build_log(cell)), "job_log": str(plan.job_log(cell))}
-    atomic_write_json(plan.result_path(cell), doc)
+                           "command": argv, "log": str(build_log), "job_log": str(plan.job_log(cell))}
+    atomic_write_json(plan.cell_dir(cell) / RESULT, doc)
     log.info(f"cell {cell.index} {cell.id}: {cell.component} from {cell.source} with {cell.toolchain_name}")
     start = time.monotonic()
     try:
@@ -212,7 +204,7 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
     except ToolError as exc:  # the python itself is gone
         code, output = 127, f"ERROR: {exc.message}\n"
     seconds = round(time.monotonic() - start, 2)
-    atomic_write_text(plan.build_log(cell), f"$ {shlex.join(argv)}\n{output}\n"
+    atomic_write_text(build_log, f"$ {shlex.join(argv)}\n{output}\n"
                                             f"[porter matrix] exit code {code} after {seconds:.1f} s\n")
     doc.update(returncode=code, seconds=seconds, finished=now())
     if code in (0, PartialSuccess.exit_code):
@@ -228,9 +220,9 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
         doc.update(status="failed", error=first_error(output))
     with contextlib.suppress(OSError):
         out.rmdir()  # empty once shipped; what a failed build left stays for a look
-    atomic_write_json(plan.result_path(cell), doc)
+    atomic_write_json(plan.cell_dir(cell) / RESULT, doc)
     log.info(f"cell {cell.index} {cell.id}: {doc['status']} in {seconds:.1f} s"
-             + (f": {doc['wheel']}" if doc.get("wheel") else f"; log {plan.build_log(cell)}"))
+             + (f": {doc['wheel']}" if doc.get("wheel") else f"; log {build_log}"))
     return doc
 
 
@@ -244,7 +236,7 @@ def _cell_entry(plan: Plan, cell: Cell) -> dict[str, Any]:
                              "toolchain": cell.toolchain_name, "label": cell.label, "status": "not run",
                              "wheel": None, "log": None, "job_log": str(plan.job_log(cell))}
     try:
-        result = json.loads(plan.result_path(cell).read_text())
+        result = json.loads((plan.cell_dir(cell) / RESULT).read_text())
     except FileNotFoundError:
         return entry
     except (OSError, json.JSONDecodeError) as exc:
@@ -414,7 +406,7 @@ def _dry_run_lines(plan: Plan, tail: list[str]) -> list[str]:
     for cell in plan.cells:
         lines.append(f"# cell {cell.index} {cell.id}: {cell.component} from {cell.source} with "
                      f"{cell.toolchain_name} (+{cell.label})")
-        lines.append(f"# {plan.request_path(cell).name}: {json.dumps(cell.request().to_dict(), sort_keys=True)}")
+        lines.append(f"# {REQUEST}: {json.dumps(cell.request().to_dict(), sort_keys=True)}")
         lines.append(shlex.join(plan.argv(cell)))
     lines.append(f"# then: index {plan.wheelhouse} and write {plan.dir / REPORT}")
     lines.append(shlex.join([plan.python, "-m", "porter", "matrix", "finish", str(plan.dir)]))

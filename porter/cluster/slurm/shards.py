@@ -109,10 +109,11 @@ class ShardRequest:
     def link_argv(self) -> list[str]:
         return [*self.porter(), "--last", "-o", str(self.wheelhouse), "--json"]
 
-    def with_facts(self, facts: BuildFacts) -> ShardRequest:
+    def with_facts(self, facts: BuildFacts, *, dir_given: bool = True) -> ShardRequest:
         key = build_key(facts.build_dir)
         name = f"porter-{key.rsplit('-', 1)[0]}" if key else f"porter-{self.build.component}"
-        return dataclasses.replace(self, build_dir=facts.build_dir, compile_steps=facts.compile_steps, name=name)
+        return dataclasses.replace(self, build_dir=facts.build_dir, compile_steps=facts.compile_steps, name=name,
+                                   dir=self.dir if dir_given else self.cache / "shards" / key)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "porter_version": __version__, **jsonable(dataclasses.asdict(self)),
@@ -313,9 +314,7 @@ def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settin
         if dir_given:
             ensure_writable_dir(req.dir, what="shards folder", option="--dir")
     facts = planner()
-    req = req.with_facts(facts)
-    if not dir_given:
-        req = dataclasses.replace(req, dir=req.cache / "shards" / build_key(facts.build_dir))
+    req = req.with_facts(facts, dir_given=dir_given)
     if facts.compile_steps == 0:
         raise ConfigError("the build's plan has no compile step to shard", hint="check --ops and the toolchain")
     if req.shards > facts.compile_steps:
