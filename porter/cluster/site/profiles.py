@@ -160,10 +160,6 @@ def load_site(ref: str | os.PathLike[str]) -> Site:
     return _parse(res.read_text(), name=text_ref, where=f"site {text_ref}", file=str(res))
 
 
-_INT64 = range(-(2 ** 63), 2 ** 63)
-"""TOML's integers are 64-bit; tomllib reads wider ones (a 0x... of any length): refused where a number is read."""
-
-
 _TABLES: dict[str, type[Any]] = {"node": NodeLayout, "runtime": Runtime, "scheduler": Scheduler, "plugin": Plugin}
 
 
@@ -221,9 +217,10 @@ def _table(cls: type[Any], data: Mapping[str, Any], where: str, table: str) -> A
 
 
 def _is(value: Any, kind: type) -> bool:
-    """A string, or a whole number TOML can hold (64-bit; never a bool)."""
+    """A string, or a whole number TOML can hold (64-bit; never a bool: tomllib reads wider ones, a 0x... of any
+    length)."""
     if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool) and value in _INT64
+        return isinstance(value, int) and not isinstance(value, bool) and -(2 ** 63) <= value < 2 ** 63
     return isinstance(value, kind)
 
 

@@ -219,16 +219,6 @@ def submit(*, name: str, cells: int, directory: Path, cell_script: Path, index_s
     return Submission(array_job, index_job, first, second)
 
 
-def job_state(job: str, *, programs: Programs, runner: Runner, env: Mapping[str, str]) -> str | None:
-    """The job's state while slurmctld still knows it (``PENDING``, ``COMPLETED``...); None when it has
-    forgotten it or cannot be asked (no squeue)."""
-    if programs.squeue is None:
-        return None
-    res = runner.run([str(programs.squeue), "-h", "-t", "all", "-j", job, "-o", "%T"], env=env, check=False)
-    states = res.output.split() if res.ok else []
-    return states[0] if states else None
-
-
 def wait_for(report: Path, *, submission: Submission, programs: Programs, runner: Runner, env: Mapping[str, str],
              log: Logger | None = None, poll: float = 0.5, check_every: float = 10.0,
              sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
@@ -243,7 +233,11 @@ def wait_for(report: Path, *, submission: Submission, programs: Programs, runner
         if clock() - last_check < check_every:
             continue
         last_check = clock()
-        state = job_state(submission.index_job, programs=programs, runner=runner, env=env)
+        # its state while slurmctld still knows it (PENDING, COMPLETED...); None once forgotten, or with no squeue
+        res = runner.run([str(programs.squeue), "-h", "-t", "all", "-j", submission.index_job, "-o", "%T"], env=env,
+                         check=False) if programs.squeue else None
+        states = res.output.split() if res is not None and res.ok else []
+        state = states[0] if states else None
         if state is not None and state not in ENDED:
             log.detail(f"{final} job {submission.index_job}: {state}")
             continue

@@ -110,7 +110,10 @@ class ShardRequest:
         return [*self.porter(), "--last", "-o", str(self.wheelhouse), "--json"]
 
     def with_facts(self, facts: BuildFacts, *, dir_given: bool = True) -> ShardRequest:
-        key = build_key(facts.build_dir)
+        # the name that tells one build from another: the build folder's, or its parent's where the folder is a
+        # build/ inside a per-build folder (porter wheel's work copy and build side by side)
+        build = facts.build_dir
+        key = build.parent.name if build.name == "build" else build.name
         name = f"porter-{key.rsplit('-', 1)[0]}" if key else f"porter-{self.build.component}"
         return dataclasses.replace(self, build_dir=facts.build_dir, compile_steps=facts.compile_steps, name=name,
                                    dir=self.dir if dir_given else self.cache / "shards" / key)
@@ -288,12 +291,6 @@ def _dry_run_lines(req: ShardRequest, settings: sl.SlurmSettings, programs: sl.P
         lines += text.rstrip("\n").splitlines()
     return lines + req.folder.dry_run_tail(name=req.name, tasks=req.shards, settings=settings, programs=programs,
                                            refusal=refusal)
-
-
-def build_key(build_dir: Path) -> str:
-    """The name that tells one build from another: the build folder's, or its parent's where the folder is a
-    ``build/`` inside a per-build folder (``porter wheel``'s work copy and build side by side)."""
-    return build_dir.parent.name if build_dir.name == "build" else build_dir.name
 
 
 def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settings: sl.SlurmSettings,
