@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from porter.cli import emit, emit_json
+from porter.cli import emit
 from porter.cli.options import json_option, nodes_option, skip_option, target_python_option
 
 
@@ -40,32 +40,25 @@ def show_cmd(ref: str, as_json: bool) -> None:
     from porter.cluster.site.profiles import load_site, runtime_env
 
     s = load_site(ref)
-    if as_json:
-        emit_json(s.to_dict() | {"rank_env": runtime_env(s)})
-        return
-    n = s.node
-    click.echo(f"site        {s.name}: {s.description}")
-    click.echo(f"source      {s.source}")
-    click.echo(f"toolchain   {s.toolchain or '-'}")
-    click.echo(f"node        {n.gpus} GPU(s) x {n.gcds_per_gpu} GCD(s) = {n.devices} devices of "
-               f"{n.device_memory_gib:g} GiB, {n.arch}; {n.cores} cores, {n.cores_per_gcd} per device")
-    if n.numa_of_gcd:
-        click.echo(f"numa        device i -> NUMA {','.join(map(str, n.numa_of_gcd))}")
-    if n.nics:
-        click.echo(f"nics        {','.join(n.nics)}" + (f" ({n.gcds_per_nic} devices per NIC)" if n.gcds_per_nic else ""))
-    click.echo(f"binding     --cpu-bind={n.cpu_bind or '(none)'} --gpu-bind={n.gpu_bind or '(none)'}")
-    click.echo(f"node-local  {n.local_dir}" + (f", NVMe {n.nvme} ({' '.join(n.nvme_sbatch)})" if n.nvme else ""))
-    click.echo(f"modules     {' '.join(s.runtime.modules) or '-'}")
-    sch = s.scheduler
-    click.echo(f"slurm       partition {sch.partition or '(default)'}, time {sch.time}"
-               + (f", {' '.join(sch.sbatch_args)}" if sch.sbatch_args else ""))
-    p = s.plugin
-    click.echo("plugin      " + (f"{p.name} {p.version}".strip() + (f", module {p.module}" if p.module else "")
-                                 + (f", {p.library}" if p.library else f", path from ${p.env_var}")
-                                 if p else "none"))
-    click.echo("env")
-    for k, v in runtime_env(s).items():
-        click.echo(f"  {k}={v}")
+    n, sch, p = s.node, s.scheduler, s.plugin
+    plugin = "none" if p is None else (f"{p.name} {p.version}".strip() + (f", module {p.module}" if p.module else "")
+                                       + (f", {p.library}" if p.library else f", path from ${p.env_var}"))
+    emit(as_json, s.to_dict() | {"rank_env": runtime_env(s)}, lambda: [
+        f"site        {s.name}: {s.description}",
+        f"source      {s.source}",
+        f"toolchain   {s.toolchain or '-'}",
+        f"node        {n.gpus} GPU(s) x {n.gcds_per_gpu} GCD(s) = {n.devices} devices of "
+        f"{n.device_memory_gib:g} GiB, {n.arch}; {n.cores} cores, {n.cores_per_gcd} per device",
+        *([f"numa        device i -> NUMA {','.join(map(str, n.numa_of_gcd))}"] if n.numa_of_gcd else []),
+        *([f"nics        {','.join(n.nics)}" + (f" ({n.gcds_per_nic} devices per NIC)" if n.gcds_per_nic else "")]
+          if n.nics else []),
+        f"binding     --cpu-bind={n.cpu_bind or '(none)'} --gpu-bind={n.gpu_bind or '(none)'}",
+        f"node-local  {n.local_dir}" + (f", NVMe {n.nvme} ({' '.join(n.nvme_sbatch)})" if n.nvme else ""),
+        f"modules     {' '.join(s.runtime.modules) or '-'}",
+        f"slurm       partition {sch.partition or '(default)'}, time {sch.time}"
+        + (f", {' '.join(sch.sbatch_args)}" if sch.sbatch_args else ""),
+        f"plugin      {plugin}",
+        "env", *(f"  {k}={v}" for k, v in runtime_env(s).items())])
 
 
 @site.command("preflight")
