@@ -192,22 +192,10 @@ def _table(cls: type[Any], data: Mapping[str, Any], where: str, table: str) -> A
     check_keys(data, set(fields), where, table=table)
     values: dict[str, Any] = {}
     for key, value in data.items():
-        kind = str(fields[key].type)
-        if kind.startswith("tuple"):
-            item = int if kind == "tuple[int, ...]" else str
-            if not isinstance(value, list) or not all(_is(v, item) for v in value):
-                raise ConfigError(f"{where}: [{table}] {key} must be a list of "
-                                  f"{'whole numbers' if item is int else 'strings'}, not {shown(value)}")
-            values[key] = tuple(value)
-        elif kind.startswith("Mapping"):
-            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise ConfigError(f"{where}: [{table}] {key} must be a table of strings")
-            values[key] = dict(value)
-        else:
-            fits, what = _SCALARS.get(kind, _SCALARS["str"])
-            if not fits(value):
-                raise ConfigError(f"{where}: [{table}] {key} must be {what}, not {shown(value)}")
-            values[key] = float(value) if kind == "float" else value
+        fits, what, convert = _KINDS[str(fields[key].type)]
+        if not fits(value):
+            raise ConfigError(f"{where}: [{table}] {key} must be {what}, not {shown(value)}")
+        values[key] = convert(value)
     try:
         return cls(**values)
     except TypeError as exc:  # a required key is missing
@@ -216,21 +204,25 @@ def _table(cls: type[Any], data: Mapping[str, Any], where: str, table: str) -> A
         raise ConfigError(f"{where}: [{table}] lacks {', '.join(missing) or exc}") from None
 
 
-def _is(value: Any, kind: type) -> bool:
-    """A string, or a whole number TOML can hold (64-bit; never a bool: tomllib reads wider ones, a 0x... of any
-    length)."""
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool) and -(2 ** 63) <= value < 2 ** 63
-    return isinstance(value, kind)
+def _int64(value: Any) -> bool:
+    """A whole number TOML can hold (64-bit; never a bool: tomllib reads wider ones, a 0x... of any length)."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(2 ** 63) <= value < 2 ** 63
 
 
-_SCALARS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "int": (lambda v: _is(v, int), "a whole number"),
-    "float": (lambda v: (_is(v, int) or isinstance(v, float)) and math.isfinite(v), "a number"),
-    "bool": (lambda v: isinstance(v, bool), "true or false"),
-    "str": (lambda v: isinstance(v, str), "a string"),
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+_KINDS: dict[str, tuple[Callable[[Any], bool], str, Callable[[Any], Any]]] = {
+    "int": (_int64, "a whole number", int),
+    "float": (lambda v: (_int64(v) or isinstance(v, float)) and math.isfinite(v), "a number", float),
+    "bool": (lambda v: isinstance(v, bool), "true or false", bool),
+    "str": (lambda v: isinstance(v, str), "a string", str),
+    "tuple[int, ...]": (lambda v: isinstance(v, list) and all(map(_int64, v)), "a list of whole numbers", tuple),
+    "tuple[str, ...]": (_strings, "a list of strings", tuple),
+    "Mapping[str, str]": (lambda v: isinstance(v, dict) and _strings(list(v.values())), "a table of strings", dict),
 }
-"""What a field of each scalar type accepts from TOML, and how a refusal names it."""
+"""What a field of each type accepts from TOML, how a refusal names it, and the value the field holds."""
 
 
 def _validate(site: Site, where: str) -> None:

@@ -28,7 +28,6 @@ written or submitted.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import sys
@@ -80,9 +79,6 @@ class Cell:
         options: dict[str, Any] = {"source": self.source, "toolchain_ref": self.toolchain}
         options.update({k: v for k, v in (("ops", list(self.ops)), ("python", self.python), ("jobs", self.jobs)) if v})
         return BuildRequest(self.component, options, self.args)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"ops": list(self.ops), "args": list(self.args)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Cell:

@@ -192,7 +192,7 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
     out.mkdir(parents=True)
     write_request(plan.cell_dir(cell) / REQUEST, cell.request())
     argv = plan.argv(cell)
-    doc: dict[str, Any] = {"schema": RESULT_SCHEMA, **cell.to_dict(), "status": "running",
+    doc: dict[str, Any] = {"schema": RESULT_SCHEMA, **jsonable(dataclasses.asdict(cell)), "status": "running",
                            "host": socket.gethostname(), "slurm": _slurm_ids(env), "started": now(),
                            "command": argv, "log": str(build_log), "job_log": str(plan.job_log(cell))}
     atomic_write_json(plan.cell_dir(cell) / RESULT, doc)
