@@ -16,6 +16,7 @@ Checks, each one named so a job may skip it (``--skip``):
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -25,6 +26,7 @@ from typing import Any
 from porter.cluster.site.profiles import Site, runtime_env
 from porter.errors import ConfigError, PorterError
 from porter.fs import ensure_writable_dir
+from porter.install.env import Node, detect_node, inspect_env
 from porter.run import Runner
 
 CHECKS = ("env", "miopen", "plugin", "ops", "archs")
@@ -144,34 +146,25 @@ def check_plugin(site: Site, environ: Mapping[str, str], nodes: int) -> Check:
                  + (f", collnet v{', v'.join(map(str, info.collnet_versions))}" if info.collnet_versions else ""))
 
 
-def check_ops_and_archs(site: Site, python: str, runner: Runner, skip: set[str]) -> list[Check]:
-    from porter.components import all_dists
-    from porter.install.env import detect_node, inspect_env
+def check_archs(site: Site, node: Node) -> Check:
+    if site.node.arch in node.archs:
+        return Check("archs", "ok", f"node GPUs {node.describe()} include {site.node.arch}")
+    return Check("archs", "failed", f"site {site.name} runs {site.node.arch}; this node has {node.describe()}")
+
+
+def check_ops(python: str, node: Node, runner: Runner) -> Check:
+    from porter.components import all_dists, registry
     from porter.install.verify import verify
 
-    out: list[Check] = []
-    node = detect_node(runner)
-    if "archs" not in skip:
-        if site.node.arch in node.archs:
-            out.append(Check("archs", "ok", f"node GPUs {node.describe()} include {site.node.arch}"))
-        else:
-            out.append(Check("archs", "failed", f"site {site.name} runs {site.node.arch}; this node has "
-                                                f"{node.describe()}"))
-    if "ops" not in skip:
-        env = inspect_env(python, runner, dists=all_dists())
-        rep = verify(env, node, runner)
-        if not rep.components:
-            from porter.components import registry
-
-            titles = "/".join(c.title for c in registry().values() if c.dists)
-            out.append(Check("ops", "failed", f"no prebuilt {titles} kernels in {python}: every op would JIT-compile "
-                                              "on every rank ('porter install WHEELHOUSE')"))
-        elif rep.problems:
-            out.append(Check("ops", "failed", "; ".join(str(p) for p in rep.problems[:5])))
-        else:
-            out.append(Check("ops", "ok", ", ".join(f"{c.component} {c.version} ({len(c.modules)} prebuilt)"
-                                                    for c in rep.components) + ": no JIT"))
-    return out
+    rep = verify(inspect_env(python, runner, dists=all_dists()), node, runner)
+    if not rep.components:
+        titles = "/".join(c.title for c in registry().values() if c.dists)
+        return Check("ops", "failed", f"no prebuilt {titles} kernels in {python}: every op would JIT-compile "
+                                      "on every rank ('porter install WHEELHOUSE')")
+    if rep.problems:
+        return Check("ops", "failed", "; ".join(str(p) for p in rep.problems[:5]))
+    return Check("ops", "ok", ", ".join(f"{c.component} {c.version} ({len(c.modules)} prebuilt)"
+                                        for c in rep.components) + ": no JIT")
 
 
 def preflight(site: Site, *, python: str, nodes: int, skip: set[str], environ: Mapping[str, str], runner: Runner,
@@ -183,13 +176,14 @@ def preflight(site: Site, *, python: str, nodes: int, skip: set[str], environ: M
         mounts_text = Path("/proc/mounts").read_text()
     except OSError:
         mounts_text = ""
-    first: dict[str, Callable[[], Check]] = {"env": lambda: check_env(site, environ),
-                                             "miopen": lambda: check_miopen(environ, mounts_text),
-                                             "plugin": lambda: check_plugin(site, environ, nodes)}
-    checks = [Check(name, "skipped", "--skip") if name in skip else check() for name, check in first.items()]
-    if {"ops", "archs"} - skip:
-        checks += check_ops_and_archs(site, python, runner, skip)
-    checks += [Check(n, "skipped", "--skip") for n in ("archs", "ops") if n in skip]
+    node = functools.cache(lambda: detect_node(runner))  # asked once, only when archs or ops run
+    run: dict[str, Callable[[], Check]] = {"env": lambda: check_env(site, environ),
+                                           "miopen": lambda: check_miopen(environ, mounts_text),
+                                           "plugin": lambda: check_plugin(site, environ, nodes),
+                                           "archs": lambda: check_archs(site, node()),
+                                           "ops": lambda: check_ops(python, node(), runner)}
+    checks = [Check(name, "skipped", "--skip") if name in skip else check() for name, check in run.items()]
+    checks[3:] = sorted(checks[3:], key=lambda c: c.status == "skipped")  # the node's skipped checks come last
     return Report(site=site.name, host=host or os.uname().nodename, checks=tuple(checks))
 
 
