@@ -295,13 +295,11 @@ def _q(value: str) -> str:
 def sbatch_script(p: Plan, site: Site, opts: JobOptions, *, config: Path, site_ref: str) -> str:
     n = site.node
     sch = site.scheduler
-    name = opts.job_name or f"porter-{p.model.name}"
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={name}", f"#SBATCH --nodes={p.nodes}",
-             f"#SBATCH --ntasks-per-node={n.devices}", f"#SBATCH --cpus-per-task={n.cores_per_gcd}"]
-    if sch.request_gpus:
-        lines.append(f"#SBATCH --gpus-per-node={n.devices}")
-    lines += [f"#SBATCH --{key}={value}" for key, value in (("partition", opts.partition or sch.partition),
-              ("qos", sch.qos), ("account", opts.account), ("time", opts.time or sch.time)) if value]
+    options = {"job-name": opts.job_name or f"porter-{p.model.name}", "nodes": p.nodes, "ntasks-per-node": n.devices,
+               "cpus-per-task": n.cores_per_gcd, "gpus-per-node": n.devices if sch.request_gpus else None,
+               "partition": opts.partition or sch.partition, "qos": sch.qos, "account": opts.account,
+               "time": opts.time or sch.time}
+    lines = ["#!/bin/bash", *(f"#SBATCH --{key}={value}" for key, value in options.items() if value)]
     lines += [f"#SBATCH {arg}" for arg in sch.sbatch_args + (n.nvme_sbatch if opts.broadcast_env and n.nvme else ())]
     lines += ["", f"# written by porter launch write: {p.model.name} on {p.nodes} node(s) of {site.name}, "
               f"TP {p.tp} x PP {p.pp} x DP {p.dp}, ZeRO-{p.zero_stage}",
