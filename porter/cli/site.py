@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import click
@@ -74,9 +76,6 @@ def preflight_cmd(log: Any, ref: str, python: str | None, nodes: int | None, ski
     """Check this node before a training job's ranks start: the site's env is set, MIOpen's DB folder is
     node-local and writable, the network plugin loads, the prebuilt ops load with no JIT, the GPUs are the
     site's arch. Exit 0 when all hold, 1 otherwise (each failure says what to change)."""
-    import os
-    import sys
-
     from porter.cluster.site.preflight import describe, preflight
     from porter.cluster.site.profiles import load_site
     from porter.errors import CheckFailed
