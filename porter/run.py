@@ -86,6 +86,8 @@ class Runner:
     """A dry run (:class:`RecordingRunner`): commands that change something are recorded, not run, and the library
     writes nothing into caches, trees or outputs; what it only reads, or plans in a temp folder, runs through
     :meth:`real`."""
+    recorded: list[tuple[list[str], dict[str, str | None], str | None]] = field(default_factory=list)
+    """A dry run's commands, each with its env changes and folder, instead of running them."""
 
     def real(self, echo: bool | None = None) -> Runner:
         """This runner running for real, even in a dry run: for probes and for work into a temp folder."""
@@ -100,8 +102,12 @@ class Runner:
         """``on_line``: called with each line of output as it comes (from a reader thread), for progress."""
         args = [os.fspath(a) for a in argv]
         full_env = dict(env) if env is not None else make_env()
+        changes, where = env_changes(full_env), os.fspath(cwd) if cwd else None
         if self.echo:
-            self.log.command(args, env_changes(full_env), os.fspath(cwd) if cwd else None)
+            self.log.command(args, changes, None if self.dry else where)
+        if self.dry:
+            self.recorded.append((args, changes, where))
+            return Result(args, 0, "", 0.0)
         start = time.monotonic()
         try:
             proc = subprocess.Popen([*guard_prefix(), *args], env=full_env, cwd=cwd, stdout=subprocess.PIPE,
@@ -193,14 +199,12 @@ if pid == 0:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         os.execvp(sys.argv[2], sys.argv[2:])
-    except FileNotFoundError:
-        sys.stdout.write("porter-guard: not found: %s\n" % sys.argv[2])
-        sys.stdout.flush()
-        os._exit(127)
     except OSError as exc:
-        sys.stdout.write("porter-guard: %s: %s\n" % (sys.argv[2], exc))
+        missing = isinstance(exc, FileNotFoundError)
+        sys.stdout.write("porter-guard: not found: %s\n" % sys.argv[2] if missing else
+                         "porter-guard: %s: %s\n" % (sys.argv[2], exc))
         sys.stdout.flush()
-        os._exit(126)
+        os._exit(127 if missing else 126)
 try:
     _, status = os.waitpid(pid, 0)  # (a signal that interrupts it is handled, then the wait goes on: PEP 475)
 except ChildProcessError:
@@ -241,24 +245,9 @@ def _stop_group(proc: subprocess.Popen[str], reader: _LineReader | None) -> str:
 
 @dataclass
 class RecordingRunner(Runner):
-    """A dry run: records each command (and its env changes) instead of running it."""
+    """A dry run: records each command (and its env changes) in ``recorded`` instead of running it."""
 
     dry: bool = True
-    recorded: list[tuple[list[str], dict[str, str | None], str | None]] = field(default_factory=list)
-
-    def run(self, argv: Sequence[str | os.PathLike[str]], *, env: Mapping[str, str] | None = None,
-            cwd: str | os.PathLike[str] | None = None, timeout: float | None = None,
-            check: bool = True, hint: str | None = None, input: str | None = None,
-            on_line: Callable[[str], None] | None = None) -> Result:
-        if not self.dry:  # (its real())
-            return super().run(argv, env=env, cwd=cwd, timeout=timeout, check=check, hint=hint, input=input,
-                               on_line=on_line)
-        args = [os.fspath(a) for a in argv]
-        changes = env_changes(dict(env)) if env is not None else {}
-        self.recorded.append((args, changes, os.fspath(cwd) if cwd else None))
-        if self.echo:
-            self.log.command(args, changes)
-        return Result(args, 0, "", 0.0)
 
 
 def which(name: str, path: str | None = None) -> Path | None:
