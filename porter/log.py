@@ -121,30 +121,27 @@ class Status:
 
     def _eta(self, done: int, total: int, unit: str, elapsed: float) -> str:
         if done == 0 and self._expected:  # before any unit finished: every unit's expected time
-            seconds = sum(self._expected.values()) / max(1, min(self._jobs, len(self._expected)))
-            if self._guessed:
-                return (f", ETA ~{_clock(seconds)}: {len(self._guessed)} of {len(self._expected)} unit(s) estimated "
-                        f"from source size (no measured time yet)")
-            return f", ETA {_clock(seconds)} from measured unit times"
+            return self._left(list(self._expected), "", None)
         if not 0 < done < total:
             return ""
         if self._expected and unit in self._expected:
             self._finished.add(unit)
-            left = [u for u in self._expected if u not in self._finished]
-            seconds = sum(self._expected[u] for u in left) / max(1, min(self._jobs, len(left)))
-            guessed = [u for u in left if u in self._guessed]
-            if not guessed:
-                return f", ETA {_clock(seconds)} from measured unit times"
-            pace = self._pace(elapsed)
-            paced = [u for u in left if u in self._paced]
-            if pace is None or not paced:
-                return (f", ETA ~{_clock(seconds)}: {len(guessed)} of {len(left)} unit(s) left estimated from source "
-                        f"size (no measured time yet)")
-            seconds = sum(pace if u in self._paced else self._expected[u] for u in left) / \
-                max(1, min(self._jobs, len(left)))
-            return (f", ETA ~{_clock(seconds)}: {len(paced)} of {len(left)} unit(s) left at this run's "
-                    f"{_clock(pace)} a unit (not measured before)")
+            return self._left([u for u in self._expected if u not in self._finished], " left", self._pace(elapsed))
         return f", ETA {_clock(elapsed / done * (total - done))} at this run's pace"
+
+    def _left(self, left: list[str], word: str, pace: float | None) -> str:
+        """The ETA of the units ``left``: their expected times (``pace`` for each paced one) over the jobs."""
+        paced = [u for u in left if u in self._paced] if pace is not None else []
+        seconds = sum(pace if u in paced and pace is not None else self._expected[u] for u in left) / \
+            max(1, min(self._jobs, len(left)))
+        guessed = [u for u in left if u in self._guessed]
+        if not guessed:
+            return f", ETA {_clock(seconds)} from measured unit times"
+        if pace is None or not paced:
+            return (f", ETA ~{_clock(seconds)}: {len(guessed)} of {len(left)} unit(s){word} estimated from source "
+                    f"size (no measured time yet)")
+        return (f", ETA ~{_clock(seconds)}: {len(paced)} of {len(left)} unit(s) left at this run's "
+                f"{_clock(pace)} a unit (not measured before)")
 
     def _pace(self, elapsed: float) -> float | None:
         """What a paced unit has taken in this run: the job slots' time so far, less the other units' expected
