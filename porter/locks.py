@@ -45,22 +45,20 @@ def hold(entry: Path, what: str, *, say: Callable[[str], None] | None = None) ->
     lock_path = Path(str(entry) + ".lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(lock_path))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        start = last = time.monotonic()
-        if say is not None:
-            say(f"waiting for {entry.name}: another porter is writing it"
-                + (f" ({owner_text(lock_path)})" if owner_text(lock_path) else ""))
-        while True:
-            try:
-                lock.acquire(timeout=POLL_S)
-                break
-            except Timeout:
-                if say is not None and time.monotonic() - last >= REPORT_EVERY_S:
-                    last = time.monotonic()
-                    say(f"still waiting for {entry.name} after {last - start:.0f} s"
-                        + (f" ({owner_text(lock_path)})" if owner_text(lock_path) else ""))
+    start = last = time.monotonic()
+    timeout = 0.0  # then POLL_S, once another holds it
+    while True:
+        try:
+            lock.acquire(timeout=timeout)
+            break
+        except Timeout:
+            now = time.monotonic()
+            if say is not None and (not timeout or now - last >= REPORT_EVERY_S):
+                who = owner_text(lock_path)
+                say((f"still waiting for {entry.name} after {now - start:.0f} s" if timeout else
+                     f"waiting for {entry.name}: another porter is writing it") + (f" ({who})" if who else ""))
+                last = now
+            timeout = POLL_S
     owner = Path(str(lock_path) + ".owner")
     try:
         try:
