@@ -19,18 +19,17 @@ from porter.run import Runner, make_env
 from porter.probes.protocol import MARKER
 
 _DROP = re.compile(r"^.*# porter: concatenated\s*$|^from __future__ import annotations\s*$", re.M)
-_PARTS = re.compile(r"^PARTS(?::[^=]*)? = \(([^)]*)\)", re.M)
+_PARTS = re.compile(r"^from porter\.probes\.(\w+) import .*# porter: concatenated\s*$", re.M)
 
 
 @cache
 def script_text(name: str) -> str:
-    """The self-contained source of probe ``name``: protocol, its parts, then itself."""
+    """The self-contained source of probe ``name``: protocol, the parts it imports, then itself."""
     def read(part: str) -> str:
         return resources.files("porter.probes").joinpath(f"{part}.py").read_text()
 
     own = read(name)
-    m = _PARTS.search(own)
-    parts = [p.strip().strip("'\"") for p in m.group(1).split(",") if p.strip()] if m else []
+    parts = [p for p in _PARTS.findall(own) if p != "protocol"]
     chunks = [read("protocol"), *(read(p) for p in parts), own]
     return "from __future__ import annotations\n" + "\n".join(_DROP.sub("", c) for c in chunks)
 

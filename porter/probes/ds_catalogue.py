@@ -22,8 +22,6 @@ from typing import Any
 from porter.probes.protocol import emit  # porter: concatenated
 from porter.probes.torch_facts import torch_info  # porter: concatenated
 
-PARTS = ("torch_facts",)
-
 
 def _loads_first(cls: type, op_of: dict[str, str], name: str) -> list[str]:
     """The other ops an op's own ``load()`` loads before itself (0.19.8: async_io and gds load pin_memory, whose

@@ -16,8 +16,6 @@ import sysconfig
 
 from porter.probes.protocol import emit  # porter: concatenated
 
-PARTS: tuple[str, ...] = ()
-
 
 want = set(json.loads(sys.argv[1]))
 out: dict[str, object] = {"executable": sys.executable, "version": list(sys.version_info[:3]),

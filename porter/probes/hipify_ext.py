@@ -15,8 +15,6 @@ import sys
 
 from porter.probes.protocol import emit  # porter: concatenated
 
-PARTS: tuple[str, ...] = ()
-
 from torch.utils.hipify import hipify_python  # noqa: E402  (after the protocol part drops sys.path[0])
 
 root, groups = sys.argv[1], json.loads(sys.argv[2])

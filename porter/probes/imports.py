@@ -13,8 +13,6 @@ import traceback
 
 from porter.probes.protocol import emit  # porter: concatenated
 
-PARTS: tuple[str, ...] = ()
-
 modules, ds_ops = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 res: dict[str, object] = {}
 # torch first, as every user of a prebuilt module imports it: a torch extension names libc10.so and libtorch*.so

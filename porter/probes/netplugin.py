@@ -18,8 +18,6 @@ import sys
 from porter.probes.netplugin_lib import header_facts, load_library, rccl_runtime  # porter: concatenated
 from porter.probes.protocol import emit  # porter: concatenated
 
-PARTS = ("netplugin_lib",)
-
 req = json.loads(sys.argv[1])
 doc: dict[str, object] = {"headers": header_facts(list(req.get("headers") or []))}
 doc["libraries"] = [load_library(str(lib)) for lib in req.get("libraries") or []]

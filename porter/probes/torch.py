@@ -5,6 +5,4 @@ from __future__ import annotations
 from porter.probes.protocol import emit  # porter: concatenated
 from porter.probes.torch_facts import torch_info  # porter: concatenated
 
-PARTS = ("torch_facts",)
-
 emit(torch_info())

@@ -17,8 +17,6 @@ import sys
 
 from porter.probes.protocol import emit  # porter: concatenated
 
-PARTS: tuple[str, ...] = ()
-
 include, dest = sys.argv[1], sys.argv[2]
 INPLACE = ("torch/csrc/cuda", "torch/csrc/distributed/c10d")
 OUT_OF_PLACE = ("ATen/cuda", "c10/cuda", "ATen/native/cuda")  # -> ATen/hip, c10/hip, ATen/native/hip
