@@ -105,14 +105,10 @@ def from_os_error(exc: OSError) -> FileSystemError:
 
 def _existing_parent(path: str) -> str:
     import os
+    from pathlib import Path
 
-    path = os.path.abspath(path)
-    while path and not os.path.isdir(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            return ""
-        path = parent
-    return path
+    p = Path(os.path.abspath(path))
+    return next((str(d) for d in (p, *p.parents) if os.path.isdir(d)), "")  # (os.path: never raises)
 
 
 def first_error(text: str) -> str:
