@@ -22,6 +22,7 @@ from porter.errors import ConfigError
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 COMPRESSED_MAGIC = b"CCOB"
 NV_FATBIN_MAGIC = 0xBA55ED50
+_MAGIC = re.compile(re.escape(BUNDLE_MAGIC) + b"|" + COMPRESSED_MAGIC)
 _AMD_ID = re.compile(r"amdgcn-amd-amdhsa-[^-]*-(gfx[0-9a-f]+(?::[a-z]+[+-])*)")
 
 
@@ -57,13 +58,11 @@ def _amd_bundles(blob: bytes) -> list[CodeObject]:
     found: list[CodeObject] = []
     pos = 0
     while pos < len(blob):
-        plain = blob.find(BUNDLE_MAGIC, pos)
-        packed = blob.find(COMPRESSED_MAGIC, pos)
-        starts = [p for p in (plain, packed) if p >= 0]
-        if not starts:
+        magic = _MAGIC.search(blob, pos)
+        if magic is None:
             break
-        start = min(starts)
-        if start == packed:
+        start = magic.start()
+        if magic.group() == COMPRESSED_MAGIC:
             inner, consumed = _decompress(blob, start)
             found += _amd_bundles(inner)
             pos = start + consumed
