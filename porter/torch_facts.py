@@ -97,15 +97,14 @@ def refusal(need: str | None, torch: TorchInfo, python: str, *, what: str) -> Co
     if need is None or torch.kind == need:
         return None
     if need == "rocm":
-        return ConfigError(
-            f"{what} needs the ROCm build of torch (ATen/hip headers, libtorch_hip to link against), but "
-            f"{python} has torch {torch.describe()}; nothing was built",
-            hint="run in a python with the ROCm torch of the profile's ROCm version (sites ship it as a module "
-                 "or container) and pass --python; --dry-run prints the full plan with any torch")
-    return ConfigError(
-        f"{what} needs the {need} build of torch, but {python} has torch {torch.describe()}; nothing was built",
-        hint=f"use a python with the {need} build of torch" + (" (make cuda-venv)" if need == "cuda" else "")
-             + " and pass --python; --dry-run prints the full plan with any torch")
+        build = "the ROCm build of torch (ATen/hip headers, libtorch_hip to link against)"
+        use = ("run in a python with the ROCm torch of the profile's ROCm version (sites ship it as a module or "
+               "container)")
+    else:
+        build = f"the {need} build of torch"
+        use = f"use a python with the {need} build of torch" + (" (make cuda-venv)" if need == "cuda" else "")
+    return ConfigError(f"{what} needs {build}, but {python} has torch {torch.describe()}; nothing was built",
+                       hint=f"{use} and pass --python; --dry-run prints the full plan with any torch")
 
 
 def build_torch(python: str, executor: Executor, runner: Runner, *, need: str | None, what: str,
