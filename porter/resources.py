@@ -9,12 +9,9 @@ def available_memory() -> int:
     """Bytes of memory available now (MemAvailable), or 0 when it cannot be read."""
     try:
         with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")), 0)
     except OSError:
-        pass
-    return 0
+        return 0
 
 
 def cpu_count() -> int:
