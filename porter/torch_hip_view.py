@@ -18,7 +18,7 @@ from pathlib import Path
 
 from porter.errors import ConfigError
 from porter.executor import HOST, Executor
-from porter.fs import atomic_write_text, owned_temp_dir
+from porter.fs import atomic_write_text, owned_temp_dir, publish_dir
 from porter.locks import hold
 from porter.probe import run_probe
 from porter.run import Runner, make_env
@@ -80,7 +80,6 @@ def _make(torch: TorchInfo, include: str, dest: Path, *, python: str, runner: Ru
             atomic_write_text(tmp / rel, text)
         atomic_write_text(tmp / DONE, f"torch {torch.version}: {doc['files']} hipified headers + "
                                       f"{len(EXTRA)} written by porter\n")
-        shutil.rmtree(dest, ignore_errors=True)  # an unfinished view (no DONE): only its maker, under the lock
-        tmp.rename(dest)
+        publish_dir(tmp, dest)  # over an unfinished view (no DONE): only its maker, under the lock
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
