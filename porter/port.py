@@ -51,15 +51,12 @@ def summarize(plan: PatchPlan, skipped: Mapping[str, Sequence[str]] = {}) -> lis
         for r in sp.results:
             files = per.setdefault(r.patch, {})
             # A file's status is the worst its results give it.
-            if r.file and (r.file not in files or _ORDER.index(r.status) < _ORDER.index(files[r.file][0])):
+            if r.file and (r.file not in files or _WORST.index(r.status) < _WORST.index(files[r.file][0])):
                 files[r.file] = (r.status, r.reason)
         for pid, state in sp.patch_states().items():
             out.append(PatchSummary(sp.ref, pid, state, tuple((f, st, why) for f, (st, why) in per[pid].items())))
         out += [PatchSummary(sp.ref, pid, "skipped", (("", "skipped", "--skip"),)) for pid in skipped.get(sp.ref, ())]
     return out
-
-
-_ORDER = ("failed", "would-apply", "applied", "already", "not-needed", "skipped")  # worst first
 
 
 @dataclass
@@ -192,8 +189,10 @@ def check_patches(src: Path, sets: list[PatchSet], skipped: Mapping[str, Sequenc
     return pp
 
 
-STATE_WORDS = {"would-apply": "would apply", "applied": "applied", "already": "already", "not-needed": "not needed",
-          "skipped": "skipped", "failed": "FAILED"}
+STATE_WORDS = {"failed": "FAILED", "would-apply": "would apply", "applied": "applied", "already": "already",
+               "not-needed": "not needed", "skipped": "skipped"}
+"""A patch's or a file's state in words, worst first."""
+_WORST = tuple(STATE_WORDS)
 
 
 __all__ = ["PORT_RECORD", "STATE_WORDS", "PatchSummary", "PortResult", "check_patches", "destination", "patch_sets",
