@@ -13,12 +13,11 @@ ROCm torch (:func:`needed`). Made once per torch version, in porter's work folde
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 
 from porter.errors import ConfigError
 from porter.executor import HOST, Executor
-from porter.fs import atomic_write_text, owned_temp_dir, publish_dir
+from porter.fs import atomic_write_text, owned_temp, publish_dir
 from porter.locks import hold
 from porter.probe import run_probe
 from porter.run import Runner, make_env
@@ -64,22 +63,15 @@ def make_view(torch: TorchInfo, work: Path, *, python: str, runner: Runner, exec
     with hold(dest, f"a HIP view of torch {torch.version}", say=runner.log.info):
         if (dest / DONE).is_file():  # another build made it while this one waited
             return dest
-        _make(torch, include, dest, python=python, runner=runner, executor=executor)
+        with owned_temp(dest.parent, f".{dest.name}.") as tmp:
+            paths = [executor.inside(p) if executor.kind != "host" else str(p) for p in (include, tmp)]
+            doc = run_probe("torch_hip_view", paths, python=python, runner=runner, executor=executor, env=make_env(),
+                            timeout=600, what="to make a HIP view of its torch headers")
+            if "error" in doc:
+                raise ConfigError(f"no HIP view of torch {torch.version}: {doc['error']}")
+            for rel, text in EXTRA.items():
+                atomic_write_text(tmp / rel, text)
+            atomic_write_text(tmp / DONE, f"torch {torch.version}: {doc['files']} hipified headers + "
+                                          f"{len(EXTRA)} written by porter\n")
+            publish_dir(tmp, dest)  # over an unfinished view (no DONE): only its maker, under the lock
     return dest
-
-
-def _make(torch: TorchInfo, include: str, dest: Path, *, python: str, runner: Runner, executor: Executor) -> None:
-    tmp = owned_temp_dir(dest.parent, f".{dest.name}.")
-    try:
-        paths = [executor.inside(p) if executor.kind != "host" else str(p) for p in (include, tmp)]
-        doc = run_probe("torch_hip_view", paths, python=python, runner=runner, executor=executor, env=make_env(),
-                        timeout=600, what="to make a HIP view of its torch headers")
-        if "error" in doc:
-            raise ConfigError(f"no HIP view of torch {torch.version}: {doc['error']}")
-        for rel, text in EXTRA.items():
-            atomic_write_text(tmp / rel, text)
-        atomic_write_text(tmp / DONE, f"torch {torch.version}: {doc['files']} hipified headers + "
-                                      f"{len(EXTRA)} written by porter\n")
-        publish_dir(tmp, dest)  # over an unfinished view (no DONE): only its maker, under the lock
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
