@@ -17,7 +17,7 @@ from typing import Any
 
 from porter import __version__, faults
 from porter.errors import ConfigError, PorterError
-from porter.fs import atomic_write_json, owned_temp_dir, publish_dir
+from porter.fs import atomic_write_json, owned_temp, publish_dir
 from porter.log import Logger
 from porter.patching import PatchFailed
 from porter.patching.model import PatchSet, resolve_sets
@@ -135,8 +135,7 @@ def staged(src: Path, dest: Path, in_place: bool, log: Logger) -> Iterator[Path]
     if in_place:
         yield dest
         return
-    staging = owned_temp_dir(dest.parent, f".{dest.name}.")
-    try:
+    with owned_temp(dest.parent, f".{dest.name}.") as staging:
         with log.step("copying the tree"):
             work = staging / "t"
             shutil.copytree(dest if dest.exists() else src, work, symlinks=True)
@@ -144,8 +143,6 @@ def staged(src: Path, dest: Path, in_place: bool, log: Logger) -> Iterator[Path]
         yield work
         faults.reached("port")
         publish_dir(work, dest)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def patch_sets(refs: Sequence[str] = (), skip: Sequence[str] = (), *,
