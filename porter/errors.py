@@ -77,17 +77,15 @@ def from_os_error(exc: OSError) -> FileSystemError:
     import errno
     import os
     import shutil
+    from contextlib import suppress
 
     path = exc.filename if exc.filename is not None else ""
     where = f" ({path})" if path else ""
     folder = _existing_parent(os.fspath(path)) if path else ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         free = ""
-        if folder:
-            try:
-                free = f"; {shutil.disk_usage(folder).free / 2**20:.0f} MiB free there now"
-            except OSError:
-                pass
+        with suppress(OSError):
+            free = f"; {shutil.disk_usage(folder).free / 2**20:.0f} MiB free there now" if folder else ""
         what = "no space left on device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
         return FileSystemError(f"{what} while writing{where or ' a file'}{free}",
                                hint=f"free space on the file system that holds {folder or 'it'} (df -h), or point "

@@ -23,7 +23,7 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -248,7 +248,7 @@ def chroot_work_root(root: Path, cache: Path | None, *, make: bool = False) -> P
     ident = _cache_id(resolved)
     copy = base / "caches" / ident
     if make and not copy.is_dir() and os.access(root, os.W_OK):
-        try:
+        with suppress(OSError):  # a read-only root: the build says so where it writes
             (base / "caches").mkdir(parents=True, exist_ok=True)
             for other in (base / "caches").iterdir():
                 if other.is_dir() and not other.name.startswith(".") and _orphaned(other):
@@ -259,8 +259,6 @@ def chroot_work_root(root: Path, cache: Path | None, *, make: bool = False) -> P
                 new.rename(copy)
             except OSError:  # another porter named its copy first
                 shutil.rmtree(new, ignore_errors=True)
-        except OSError:
-            pass  # a read-only root: the build says so where it writes
     return copy
 
 

@@ -15,7 +15,7 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,14 +66,12 @@ def _remove(paths: Iterable[Path]) -> list[Path]:
     """Remove each path (a folder with all it holds) and return those removed; one that cannot be removed stays."""
     removed = []
     for path in paths:
-        try:
+        with suppress(OSError):
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
                 path.unlink()
             removed.append(path)
-        except OSError:
-            pass
     return removed
 
 

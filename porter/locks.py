@@ -19,7 +19,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -61,11 +61,9 @@ def hold(entry: Path, what: str, *, say: Callable[[str], None] | None = None) ->
             timeout = POLL_S
     owner = Path(str(lock_path) + ".owner")
     try:
-        try:
+        with suppress(OSError):  # the record is for people; the lock itself is what excludes
             owner.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
                                          "what": what}))
-        except OSError:
-            pass  # the record is for people; the lock itself is what excludes
         yield lock
     finally:
         if lock.is_locked:

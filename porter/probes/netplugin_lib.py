@@ -5,6 +5,7 @@ symbols and the shared objects the load mapped, ask a loaded RCCL its version. S
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -63,14 +64,11 @@ def header_facts(dirs: list[str]) -> dict[str, object]:
 
 def _mapped() -> set[str]:
     out: set[str] = set()
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                if len(parts) == 6 and parts[5].startswith("/") and ".so" in parts[5]:
-                    out.add(parts[5].strip())
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/") and ".so" in parts[5]:
+                out.add(parts[5].strip())
     return out
 
 
