@@ -95,9 +95,7 @@ def setup_cache(tc: Toolchain, *, work: Path, compiler_version_text: str, enable
         return None
     try:
         cache.dir.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".porter-write-test.", dir=cache.dir)
-        os.close(fd)
-        os.unlink(probe)
+        tempfile.TemporaryFile(dir=cache.dir).close()
     except OSError as exc:
         if log is not None:
             log.warn(f"compiler cache {cache.dir} is not usable ({exc.strerror}): building uncached")

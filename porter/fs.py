@@ -79,15 +79,11 @@ def remove_stale(folder: Path, prefix: str) -> list[Path]:
     """Remove what writers on this host left in ``folder`` under ``prefix`` (temp files and folders named by
     :func:`owned_prefix`) when they were killed: their pid is gone. A live writer's, and another host's, stay."""
     try:
-        names = [n for n in os.listdir(folder) if n.startswith(prefix)]
+        owners = {name: name[len(prefix):].partition("@") for name in os.listdir(folder) if name.startswith(prefix)}
     except OSError:
         return []
-    stale = []
-    for name in names:
-        pid, _, rest = name[len(prefix):].partition("@")
-        if _killed_here(pid, rest.removesuffix(".tmp").rsplit(".", 1)[0]):
-            stale.append(folder / name)
-    return _remove(stale)
+    return _remove(folder / name for name, (pid, _, rest) in owners.items()
+                   if _killed_here(pid, rest.removesuffix(".tmp").rsplit(".", 1)[0]))
 
 
 _PRIVATE_OUTPUT = re.compile(r"\.(\d+)@(.+)\.tmp(?:\.[^./]+)?$")
@@ -224,9 +220,7 @@ def ensure_writable_dir(path: str | os.PathLike[str], *, what: str = "output fol
     if not probe_dir.is_dir():
         raise ConfigError(f"cannot create the {what} {p}: {probe_dir} is not a folder", hint=hint)
     try:
-        fd, probe = tempfile.mkstemp(prefix=".porter-write-test.", dir=probe_dir)
-        os.close(fd)
-        os.unlink(probe)
+        tempfile.TemporaryFile(dir=probe_dir).close()
     except OSError as exc:
         verb = "is not writable" if probe_dir == p else f"cannot be created ({probe_dir} is not writable)"
         raise ConfigError(f"the {what} {p} {verb}: {exc.strerror}", hint=hint) from None
