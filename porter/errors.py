@@ -130,12 +130,8 @@ def first_error(text: str) -> str:
         return next((ln for ln in lines if re.search(r"\berror\b:", ln)),
                     next((ln for ln in lines if "error" in ln.lower()),
                          lines[-1] if lines else "failed with no output"))[:400]
-    chain: list[str] = []
-    for ln in reversed(lines[:at]):
-        if not ln.startswith(("In file included from ", "from ")):
-            break
-        chain.append(ln)
-    unit = chain[0].removeprefix("In file included from ").removeprefix("from ").rstrip(":,") if chain else ""
+    include = lines[at - 1] if at and lines[at - 1].startswith(("In file included from ", "from ")) else ""
+    unit = include.removeprefix("In file included from ").removeprefix("from ").rstrip(":,")
     return (lines[at] + (f" (included from {unit})" if unit else ""))[:600]
 
 
