@@ -36,10 +36,8 @@ def script_text(name: str) -> str:
 
 def parse_output(output: str) -> Any | None:
     """The document a probe printed (the last marker line), or None."""
-    for line in reversed(output.splitlines()):
-        if line.startswith(MARKER):
-            return json.loads(line[len(MARKER):])
-    return None
+    return next((json.loads(line[len(MARKER):]) for line in reversed(output.splitlines()) if line.startswith(MARKER)),
+                None)
 
 
 def run_probe(name: str, args: Sequence[str], *, python: str, runner: Runner, executor: Executor = HOST,

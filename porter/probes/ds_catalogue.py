@@ -45,8 +45,7 @@ def main() -> None:
     # when it exits) asks the compiler.
     os.environ["PORTER_FEATURE_PROBES"] = "compile"
     out: dict[str, Any] = {"torch": None, "ops": [], "errors": []}
-    noise = io.StringIO()
-    with contextlib.redirect_stdout(noise):
+    with contextlib.redirect_stdout(io.StringIO()):  # the tree's own prints are noise here
         try:
             import torch  # noqa: F401
         except ImportError as exc:
