@@ -31,13 +31,9 @@ EnvUpdate = Mapping[str, str | None]
 
 def make_env(update: EnvUpdate | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """A copy of ``base`` (default: the current environment) with ``update`` applied; None unsets."""
-    env = dict(os.environ if base is None else base)
-    for key, value in (update or {}).items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
+    changes = update or {}
+    env = {**(os.environ if base is None else base), **{k: v for k, v in changes.items() if v is not None}}
+    return {k: v for k, v in env.items() if changes.get(k, "") is not None}
 
 
 def env_changes(env: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str | None]:
