@@ -15,11 +15,9 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
     """``text`` as TOML; a syntax error is an ERROR naming ``where``."""
     try:
         return tomllib.loads(text)
-    except ValueError as exc:  # tomllib.TOMLDecodeError, or a number past Python's int-from-string limit
-        raise ConfigError(f"{where}: invalid TOML: {exc}", hint="fix the file's syntax") from None
-    except RecursionError:
-        raise ConfigError(f"{where}: invalid TOML: arrays or inline tables nested too deeply",
-                          hint="fix the file's syntax") from None
+    except (ValueError, RecursionError) as exc:  # a TOMLDecodeError, or a number past the int-from-string limit
+        why = "arrays or inline tables nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise ConfigError(f"{where}: invalid TOML: {why}", hint="fix the file's syntax") from None
 
 
 def check_keys(data: Mapping[str, Any], known: Collection[str], where: str, *, table: str = "",
