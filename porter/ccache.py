@@ -53,13 +53,10 @@ class CompilerCache:
         """What ccache reads, with paths as the launched programs see them. ``base``: ccache's base_dir
         (paths under it enter the key relative to the compiler's working folder)."""
         ex = tc.executor
-        env = {"CCACHE_DIR": ex.inside(self.dir), "CCACHE_COMPILERCHECK": f"string:{self.identity}",
-               "CCACHE_STATSLOG": ex.inside(stats_log), "CCACHE_NOHASHDIR": "1"}
-        if base is not None:
-            env["CCACHE_BASEDIR"] = ex.inside(base)
-        if self.remote:
-            env["CCACHE_REMOTE_STORAGE"] = self.remote
-        return env
+        return {"CCACHE_DIR": ex.inside(self.dir), "CCACHE_COMPILERCHECK": f"string:{self.identity}",
+                "CCACHE_STATSLOG": ex.inside(stats_log), "CCACHE_NOHASHDIR": "1",
+                **({"CCACHE_BASEDIR": ex.inside(base)} if base is not None else {}),
+                **({"CCACHE_REMOTE_STORAGE": self.remote} if self.remote else {})}
 
     def to_dict(self) -> dict[str, str]:
         return {"dir": str(self.dir), "identity": self.identity, "remote": self.remote}
