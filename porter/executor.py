@@ -21,6 +21,7 @@ import json
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -298,9 +299,5 @@ def build_python(executor: Executor, profile_python: str = "", python: str | Non
     toolchain's executor sees it*, in every command. With neither, porter's own interpreter runs on the
     host, and files it names are staged into the executor's root when a command there needs them.
     """
-    import sys
-
     chosen = python or os.environ.get("PORTER_PYTHON") or profile_python
-    if chosen:
-        return executor, chosen
-    return HOST, sys.executable
+    return (executor, chosen) if chosen else (HOST, sys.executable)

@@ -44,9 +44,8 @@ def sha256_bytes(data: bytes) -> str:
 
 def cache_dir() -> Path:
     """porter's cache: ``$PORTER_CACHE_DIR``, else ``$XDG_CACHE_HOME/porter``, else ``~/.cache/porter``."""
-    base = os.environ.get("PORTER_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "porter")
-    return Path(base)
+    return Path(os.environ.get("PORTER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "porter"))
 
 
 def _killed_here(pid: str, host: str) -> bool:

@@ -61,9 +61,8 @@ class Logger:
             return
         prefix = " ".join(f"{k}={shlex.quote(v)}" if v is not None else f"-u {k}"
                           for k, v in sorted((env_changes or {}).items()))
-        line = shlex.join(argv)
         where = f"(cd {shlex.quote(cwd)}) " if cwd and self.verbose else ""
-        self._out(f"$ {where}{prefix + ' ' if prefix else ''}{line}", "dim")
+        self._out(f"$ {where}{prefix + ' ' if prefix else ''}{shlex.join(argv)}", "dim")
 
     def replay(self, output: str) -> None:
         """Show a failed command's output (always, even with --quiet)."""
@@ -160,7 +159,6 @@ class Status:
         now = time.monotonic()
         elapsed = now - self._start
         eta = self._eta(done, total, unit, elapsed)
-        text = f"[{done}/{total}] {unit}".rstrip() + f" ({_clock(elapsed)}{eta})"
         with self._lock:
             if self._live is not None:
                 short = _SHORT_ETA.match(eta)
@@ -169,7 +167,7 @@ class Status:
                 self._live.update(escape(line if len(line) <= room else line[:room - 1] + "…"))
             elif not self._log.quiet and (done >= total or now - self._last >= self.every):
                 self._last = now
-                self._log.info(text)
+                self._log.info(f"[{done}/{total}] {unit}".rstrip() + f" ({_clock(elapsed)}{eta})")
 
     def ninja_line(self, line: str) -> None:
         """Read one line of ninja's output (with ``NINJA_STATUS`` set to ``[%f/%t] ``) into :meth:`progress`."""
