@@ -96,9 +96,7 @@ def _decompress(blob: bytes, start: int) -> tuple[bytes, int]:
     except ImportError:
         raise ConfigError("compressed (zstd) offload bundle found; reading it needs the 'zstandard' module",
                           hint="pip install zstandard, or build without --offload-compress") from None
-    dctx = zstandard.ZstdDecompressor()
-    inner = dctx.decompressobj().decompress(payload)
-    return inner, total or len(blob) - start
+    return zstandard.ZstdDecompressor().decompressobj().decompress(payload), total or len(blob) - start
 
 
 def _nv_fatbins(blob: bytes) -> list[CodeObject]:

@@ -59,11 +59,10 @@ def hold(entry: Path, what: str, *, say: Callable[[str], None] | None = None) ->
                      f"waiting for {entry.name}: another porter is writing it") + (f" ({who})" if who else ""))
                 last = now
             timeout = POLL_S
-    owner = Path(str(lock_path) + ".owner")
     try:
         with suppress(OSError):  # the record is for people; the lock itself is what excludes
-            owner.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
-                                         "what": what}))
+            Path(str(lock_path) + ".owner").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                                                   "since": time.time(), "what": what}))
         yield lock
     finally:
         if lock.is_locked:

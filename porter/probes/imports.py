@@ -6,6 +6,7 @@ DeepSpeed's own op loader.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import sys
@@ -17,10 +18,8 @@ modules, ds_ops = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 res: dict[str, object] = {}
 # torch first, as every user of a prebuilt module imports it: a torch extension names libc10.so and libtorch*.so
 # without a path of their own (no rpath) and finds the ones the imported torch loaded
-try:
+with contextlib.suppress(ImportError):
     import torch  # noqa: F401
-except ImportError:
-    pass
 # DeepSpeed's own loader first, as a DeepSpeed user's process does: an op may need another loaded before it (0.19.8:
 # async_io's module resolves pin_memory's symbols, which PinMemoryBuilder.load() makes global), so a bare import of
 # its module alone fails where DeepSpeed's load does not
