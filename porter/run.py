@@ -13,6 +13,7 @@ group (ninja and every compiler it started). Ctrl-C, SIGTERM and timeouts stop t
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -246,7 +247,5 @@ class RecordingRunner(Runner):
 
 
 def which(name: str, path: str | None = None) -> Path | None:
-    import shutil
-
     found = shutil.which(name, path=path)
     return Path(found) if found else None

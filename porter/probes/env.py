@@ -6,6 +6,7 @@ argv[1]: JSON list of canonical distribution names to report on.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as md
 import importlib.util
 import json
@@ -21,16 +22,13 @@ want = set(json.loads(sys.argv[1]))
 out: dict[str, object] = {"executable": sys.executable, "version": list(sys.version_info[:3]),
        "implementation": sys.implementation.name, "prefix": sys.prefix,
        "paths": {k: sysconfig.get_path(k) for k in ("purelib", "platlib", "data", "scripts")}}
-tags: list[str] = []
-try:
+out["tags"] = []
+with contextlib.suppress(Exception):
     try:
         from packaging import tags as _tags
     except ImportError:
         from pip._vendor.packaging import tags as _tags  # type: ignore[no-redef]
-    tags = [str(t) for t in _tags.sys_tags()]
-except Exception:
-    pass
-out["tags"] = tags
+    out["tags"] = [str(t) for t in _tags.sys_tags()]
 try:
     import pip
     out["pip"] = pip.__version__
