@@ -54,16 +54,15 @@ def _listing(top: Path) -> dict[str, int]:
             if p.is_file() and not p.is_symlink() and p.name != MARK}
 
 
-def _unpack(sdist: Path, dest_root: Path, digest: str, say: Callable[[str], None] | None = None) -> Path:
-    dest = dest_root / f"{sdist.name.removesuffix('.tar.gz')}-{digest[:12]}"
+def _unpack(sdist: Path, dest: Path, digest: str, say: Callable[[str], None] | None = None) -> None:
     if _unpacked(dest, digest, say):
-        return dest
+        return
     archive.members(sdist)  # a damaged or hostile archive is refused before any folder or lock is made
-    dest_root.mkdir(parents=True, exist_ok=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     with hold(dest, f"unpacking {sdist.name}"):  # one process unpacks; the others wait and reuse its tree
         if _unpacked(dest, digest):
-            return dest
-        tmp = owned_temp_dir(dest_root, ".unpack-")
+            return
+        tmp = owned_temp_dir(dest.parent, ".unpack-")
         try:
             try:
                 archive.unpack(sdist, tmp, checked=True)
@@ -72,7 +71,7 @@ def _unpack(sdist: Path, dest_root: Path, digest: str, say: Callable[[str], None
                     exc.filename = str(dest)  # a write that failed names no file: say which tree it was
                 raise
             faults.reached("unpack")
-            tops = [p for p in tmp.iterdir()]
+            tops = list(tmp.iterdir())
             top = tops[0] if len(tops) == 1 and tops[0].is_dir() else tmp
             # written last: its presence means complete; what it lists is checked whenever the tree is reused
             (top / MARK).write_text(json.dumps({"sha256": digest, "files": _listing(top)}) + "\n")
@@ -81,7 +80,6 @@ def _unpack(sdist: Path, dest_root: Path, digest: str, say: Callable[[str], None
             os.replace(top, dest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return dest
 
 
 def _unpacked(dest: Path, digest: str, say: Callable[[str], None] | None = None) -> bool:
@@ -166,45 +164,18 @@ def fetch_tree(spec: str, *, cache: Path, runner: Runner, hint: str, name: str |
     """``spec`` as an unpacked tree and where it came from (``git_commit``; ``sdist``, ``sdist_sha256``;
     ``requirement``): a folder as it is; an sdist unpacked once into ``cache/sources``; ``NAME==VERSION``
     downloaded once into ``cache/sdists`` first. Each cache entry is published by rename under a lock."""
-    path = Path(spec)
-    if path.is_dir():
-        commit = git_commit(path)
-        return path.resolve(), ({"git_commit": commit} if commit else {})
-    if path.is_file() and spec.endswith((".tar.gz", ".tgz")):
-        digest = sha256_file(path)
-        return (_unpack(path, cache / "sources", digest, runner.log.warn),
-                {"sdist": path.name, "sdist_sha256": digest})
-    req = _requirement(name, spec)
-    if req:
-        dl = cache / "sdists" / "-".join(req)
-        if not any(dl.glob("*.tar.gz")):
-            dl.parent.mkdir(parents=True, exist_ok=True)
-            with hold(dl, f"downloading {spec}", say=runner.log.info):
-                if not any(dl.glob("*.tar.gz")):  # pip writes to a temp folder; the whole sdist is renamed in
-                    with owned_temp(dl.parent, ".download-") as tmp:
-                        try:
-                            runner.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                                        *(() if download.isolated else ("--no-build-isolation",)), "-d", tmp, spec],
-                                       env=make_env(dict(download.env)), timeout=900,
-                                       hint="check the version exists on the package index and that it is "
-                                            "reachable; offline, pass a downloaded sdist file instead")
-                        except CommandFailed as exc:
-                            raise interrupted(spec, exc) or exc from None
-                        got = sorted(Path(tmp).glob("*.tar.gz"))
-                        if not got:
-                            raise ConfigError(f"pip downloaded no sdist for {spec}")
-                        dl.mkdir(parents=True, exist_ok=True)
-                        os.replace(got[0], dl / got[0].name)
-        found = sorted(dl.glob("*.tar.gz"))
-        tree, provenance = fetch_tree(str(found[0]), cache=cache, runner=runner, hint=hint)
-        return tree, {**provenance, "requirement": spec}
-    if path.exists():
+    got = cached_tree(spec, cache, name, runner, download)
+    if got is not None:
+        return got
+    if Path(spec).exists():
         raise ConfigError(f"{spec} is neither a folder nor a .tar.gz sdist", hint=hint)
     raise ConfigError(f"source not found: {spec}", hint=hint)
 
 
-def cached_tree(spec: str, cache: Path, name: str | None = None) -> tuple[Path, dict[str, str]] | None:
-    """What :func:`fetch_tree` gives if ``cache`` already holds it (read only: nothing is downloaded or written)."""
+def cached_tree(spec: str, cache: Path, name: str | None = None, runner: Runner | None = None,
+                download: Download = Download()) -> tuple[Path, dict[str, str]] | None:
+    """What :func:`fetch_tree` gives if ``cache`` already holds it (read only: nothing is downloaded or written);
+    with a ``runner``, what it lacks is unpacked or downloaded first (:func:`fetch_tree`'s way). None: not found."""
     path = Path(spec)
     if path.is_dir():
         commit = git_commit(path)
@@ -212,11 +183,36 @@ def cached_tree(spec: str, cache: Path, name: str | None = None) -> tuple[Path, 
     if path.is_file() and spec.endswith((".tar.gz", ".tgz")):
         digest = sha256_file(path)
         dest = cache / "sources" / f"{path.name.removesuffix('.tar.gz')}-{digest[:12]}"
-        return (dest, {"sdist": path.name, "sdist_sha256": digest}) if _unpacked(dest, digest) else None
+        if runner is not None:
+            _unpack(path, dest, digest, runner.log.warn)
+        elif not _unpacked(dest, digest):
+            return None
+        return dest, {"sdist": path.name, "sdist_sha256": digest}
     req = _requirement(name, spec)
-    found = sorted((cache / "sdists" / "-".join(req)).glob("*.tar.gz")) if req else []
-    got = cached_tree(str(found[0]), cache) if found else None
-    return (got[0], {**got[1], "requirement": spec}) if got else None
+    if req is None:
+        return None
+    dl = cache / "sdists" / "-".join(req)
+    if runner is not None and not any(dl.glob("*.tar.gz")):
+        dl.parent.mkdir(parents=True, exist_ok=True)
+        with hold(dl, f"downloading {spec}", say=runner.log.info):
+            if not any(dl.glob("*.tar.gz")):  # pip writes to a temp folder; the whole sdist is renamed in
+                with owned_temp(dl.parent, ".download-") as tmp:
+                    try:
+                        runner.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                                    *(() if download.isolated else ("--no-build-isolation",)), "-d", tmp, spec],
+                                   env=make_env(dict(download.env)), timeout=900,
+                                   hint="check the version exists on the package index and that it is "
+                                        "reachable; offline, pass a downloaded sdist file instead")
+                    except CommandFailed as exc:
+                        raise interrupted(spec, exc) or exc from None
+                    got = sorted(Path(tmp).glob("*.tar.gz"))
+                    if not got:
+                        raise ConfigError(f"pip downloaded no sdist for {spec}")
+                    dl.mkdir(parents=True, exist_ok=True)
+                    os.replace(got[0], dl / got[0].name)
+    found = sorted(dl.glob("*.tar.gz"))
+    tree = cached_tree(str(found[0]), cache, None, runner) if found else None
+    return (tree[0], {**tree[1], "requirement": spec}) if tree else None
 
 
 @dataclass(frozen=True)
@@ -260,7 +256,7 @@ def build_copy(source: Source, kind: str, cache: Path, runner: Runner, log: Logg
     the source as it is, with a warning; with sets asked for, it stops the build. A dry run (a recording
     ``runner``) plans it and writes nothing."""
     sets = [*asked, *(s for s in build_sets(source.project, kind, source.tree) if s.ref not in {a.ref for a in asked})]
-    patched = (planned_source if runner.dry else patched_source)(source, sets, cache)
+    patched = patched_source(source, sets, cache, write=not runner.dry)
     if patched.warning and asked:
         raise ConfigError(patched.warning.replace(", built as it is", ""),
                           hint="'porter patch check TREE --set SET' shows which patch no longer applies")
@@ -273,19 +269,15 @@ def build_copy(source: Source, kind: str, cache: Path, runner: Runner, log: Logg
 
 def planned_source(source: Source, sets: list[PatchSet], cache: Path) -> Patched:
     """What :func:`patched_source` gives, planned in memory with nothing written (a dry run's)."""
-    return _patched(source, sets, cache, write=False)
+    return patched_source(source, sets, cache, write=False)
 
 
-def patched_source(source: Source, sets: list[PatchSet], cache: Path) -> Patched:
+def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, write: bool = True) -> Patched:
     """``source`` with ``sets`` applied, as a cache entry of its own beside the unpacked sources (files linked from
     the source, the patched ones written anew): the source stays as it was, and two builds of one source share
     the entry. Published once, by rename, under a lock. A source that needs none of the sets (or has them
     applied already) is returned as it is; a set that cannot be applied (upstream moved its anchor) gives a
     warning and the unpatched source."""
-    return _patched(source, sets, cache, write=True)
-
-
-def _patched(source: Source, sets: list[PatchSet], cache: Path, *, write: bool) -> Patched:
     if not sets:
         return Patched(source)
     planned = plan_patches(source.tree, sets)
@@ -302,12 +294,13 @@ def _patched(source: Source, sets: list[PatchSet], cache: Path, *, write: bool) 
     patched = [f"{path}\0".encode() + after for path, after, _ in sorted(changes)]
     digest = hashlib.sha256(b"\0".join([fingerprint(source.tree), *patched])).hexdigest()[:12]
     dest = cache / "sources" / f"{source.tree.name}+{'+'.join(s.name for s in sets)}-{digest}"
+    done = Patched(replace(source, tree=dest), applied, changed=changed, records=records)
     if not write or (dest / ".porter-patched").is_file():
-        return Patched(replace(source, tree=dest), applied, changed=changed, records=records)
+        return done
     dest.parent.mkdir(parents=True, exist_ok=True)
     with hold(dest, f"patching {source.tree.name}"):
         if (dest / ".porter-patched").is_file():  # another build published it while this one waited
-            return Patched(replace(source, tree=dest), applied, changed=changed, records=records)
+            return done
         tmp = owned_temp_dir(dest.parent, ".patch-")
         try:
             work = tmp / "tree"
@@ -325,7 +318,7 @@ def _patched(source: Source, sets: list[PatchSet], cache: Path, *, write: bool) 
             os.replace(work, dest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return Patched(replace(source, tree=dest), applied, changed=changed, records=records)
+    return done
 
 
 def fingerprint(tree: Path) -> bytes:
