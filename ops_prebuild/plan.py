@@ -13,7 +13,7 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,6 @@ class Step:
     argv: tuple[str, ...]
     output: str
     inputs: tuple[str, ...]
-    depfile: str = ""
     wrapper: tuple[str, ...] = ()
     """What ninja puts before ``argv`` (the compile-only cost recorder); not part of the command."""
     rsp: tuple[str, ...] = ()
@@ -160,9 +159,7 @@ def _includes(op: OpSpec, cat: Catalogue, tree: Path, tc: Toolchain, v: Visible,
         torch_dirs += [v(d) for d in cat.torch.cuda_include_dirs if v(d) not in torch_dirs]
         nv = Path(cat.torch.site_packages) / "nvidia"
         torch_dirs += [v(p) for p in sorted(nv.glob("cu*/include"))]  # the pip CUDA math headers
-    for d in (*torch_dirs, v(cat.torch.python_include)):
-        inc += ["-isystem", d]
-    return inc
+    return inc + [x for d in (*torch_dirs, v(cat.torch.python_include)) for x in ("-isystem", d)]
 
 
 SYSTEM_INCLUDE_DIRS = ("/usr/include", "/usr/local/include")
@@ -193,11 +190,11 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     the compiler runs (links are not cached), with base_dir at the build folder's grandparent (porter's work
     folder; a port's: the tree it builds in) and the compiler started in the build folder, so the cache key holds
     paths relative to it (a build folder beside the copy of the sources it compiles, as the one build flow's:
-    the same for every release). ``pch``: GCC
-    host compiles that differ only in their op's name share one precompiled torch header
-    (:func:`_share_torch_header`); not with ``compile_only``, whose costs are per unit. ``debug``: what the
-    builders' ``-g`` becomes (:data:`DEBUG_INFO`): ``full`` keeps it; ``lines`` (line tables and function names:
-    backtraces keep file:line) and ``none`` compile faster and make smaller objects. nvcc's own ``-g`` stays."""
+    the same for every release). ``pch``: GCC host compiles that differ only in their op's name share one
+    precompiled torch header (:func:`_share_torch_header`); not with ``compile_only``, whose costs are per unit.
+    ``debug``: what the builders' ``-g`` becomes (:data:`DEBUG_INFO`): ``full`` keeps it; ``lines`` (line tables
+    and function names: backtraces keep file:line) and ``none`` compile faster and make smaller objects. nvcc's
+    own ``-g`` stays."""
     if debug not in DEBUG_INFO:
         raise ConfigError(f"debug info {debug!r} is not one of {', '.join(DEBUG_INFO)}")
     tree = cat.source.tree
@@ -243,8 +240,7 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
                     shareable.append((len(plan.steps), argv))
                 argv = [*argv[:at], *before, *argv[at:]]
                 wrapper = (*measure, f"{out}{COST_SUFFIX}", "--") if compile_only else ()
-                plan.steps.append(Step(op.name, "compile", tuple(argv), str(out), (str(src),), str(out) + ".d",
-                                       wrapper, arch=arch))
+                plan.steps.append(Step(op.name, "compile", tuple(argv), str(out), (str(src),), wrapper, arch=arch))
                 objs.append(str(out))
         plan.objects[op.name] = objs
         if not compile_only:
@@ -269,7 +265,7 @@ def _link(plan: Plan, op: OpSpec, cat: Catalogue, tc: Toolchain, objs: list[str]
         link_step = (sys.executable, "-m", "porter.emulate.shared", "--rev", emulate.revision(), "--lib",
                      v(cat.torch.library_dir), "--out", v(defs), "--", *tc.executor.argv(tc.compiler), "--",
                      *(v(o) for o in objs))
-        plan.steps.append(Step(op.name, "compile", link_step, str(defs), tuple(objs), str(defs) + ".d"))
+        plan.steps.append(Step(op.name, "compile", link_step, str(defs), tuple(objs)))
         objs = [*objs, str(defs)]
     so = odir / f"{op.leaf}{cat.torch.ext_suffix}"
     inside = [v(o) for o in objs]
@@ -311,6 +307,10 @@ def _share_torch_header(plan: Plan, units: list[tuple[int, list[str]]], v: Visib
     no-op). Groups of one unit are left alone: a header costs about a unit. ``text``: what the header includes;
     ``replaces``: a ``-include X`` pair of the units that the header stands in for (it must come first); ``ignore``:
     flags that may differ between the units of one group (and that the header is made without)."""
+    def without(argv: Sequence[str]) -> list[str]:  # less the ``replaces`` pair: the header includes it itself
+        k = next((j for j in range(len(argv) - 1) if (argv[j], argv[j + 1]) == replaces), None)
+        return list(argv) if k is None else [*argv[:k], *argv[k + 2:]]
+
     groups: dict[tuple[str, ...], list[int]] = {}
     for index, argv in units:
         key = tuple(a for a in argv[:-_TAIL] if not a.startswith("-DTORCH_EXTENSION_NAME=")
@@ -327,22 +327,15 @@ def _share_torch_header(plan: Plan, units: list[tuple[int, list[str]]], v: Visib
         header, gch = folder / PCH_HEADER, folder / (PCH_HEADER + ".gch")
         plan.files[str(header)] = ("// written by porter ops build: torch's extension header, precompiled once "
                                    "for the units below\n" + text)
-        own = list(key)
-        if replaces is not None:  # the header includes it itself
-            k = next(j for j in range(len(own) - 1) if (own[j], own[j + 1]) == replaces)
-            del own[k:k + 2]
+        own = without(key)
         # -c: after a unit's own "-x c++" (the emulated target's device units), GCC's driver takes a second -x
         # without -c for a link; ccache adds -c itself, so only a build without ccache failed
         argv = [*own[:at], *cache, *own[at:], "-c", "-x", "c++-header", v(header), "-MMD", "-MF", f"{v(gch)}.d",
                 "-o", v(gch)]
-        plan.steps.append(Step("", "pch", tuple(argv), str(gch), (str(header),), str(gch) + ".d",
-                               (*PUBLISH, str(gch), "--")))
+        plan.steps.append(Step("", "pch", tuple(argv), str(gch), (str(header),), (*PUBLISH, str(gch), "--")))
         for i in indexes:
             s = plan.steps[i]
-            argv = list(s.argv)
-            if replaces is not None:
-                k = next(j for j in range(len(argv) - 1) if (argv[j], argv[j + 1]) == replaces)
-                del argv[k:k + 2]
+            argv = without(s.argv)
             cut = len(argv) - _TAIL
             plan.steps[i] = replace(s, argv=(*argv[:cut], "-Winvalid-pch", "-include", v(header), *argv[cut:]),
                                     inputs=(*s.inputs, str(gch)))
@@ -351,44 +344,43 @@ def _share_torch_header(plan: Plan, units: list[tuple[int, list[str]]], v: Visib
 def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str, device: bool,
                   tree: Path, v: Visible, extra: tuple[Path, ...] = (), *, arch: str = "",
                   offload: str = "") -> list[str]:
-    ex = tc.executor
     common = [*_defines(op, cat), *_includes(op, cat, tree, tc, v, extra), *tc.cflags,
               *(f"-D{d}" for d in tc.defines)]
     half = ["-DBF16_AVAILABLE"] if op.bf16 else []
+    cxx, dep = tc.compiler, ("-MMD", "-MF")
     if device and tc.kind == "cuda":
         march = [a for a in host_args(op.cxx_args, tc) if a.startswith("-march=")]
         # torch's own CUDA extension flags first, so the builder's -U flags can undo them, as in torch
-        return ex.argv(tc.compiler, "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
-                       "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
-                       "--expt-relaxed-constexpr", *op.nvcc_args, *cxx_standard(op.nvcc_args, cat), *half,
-                       "--compiler-options", "-fPIC", *(x for m in march for x in ("--compiler-options", m)),
-                       *common, "--generate-dependencies-with-compile", "--dependency-output", f"{obj}.d",
-                       "-c", src, "-o", obj)
-    if tc.kind == "emulated" and op.device:
-        return _emulated_argv(op, cat, tc, src, obj, device, common, half, v)
-    if device and tc.kind == "rocm":
+        flags = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+                 "-D__CUDA_NO_HALF2_OPERATORS__", "--expt-relaxed-constexpr", *op.nvcc_args,
+                 *cxx_standard(op.nvcc_args, cat), *half, "--compiler-options", "-fPIC",
+                 *(x for m in march for x in ("--compiler-options", m))]
+        dep = ("--generate-dependencies-with-compile", "--dependency-output")
+    elif tc.kind == "emulated" and op.device:
+        flags = _emulated_flags(op, cat, tc, device, half, v)
+    elif device and tc.kind == "rocm":
         # torch's own ROCm extension flags first, so the builder's -U flags can undo them, as in torch
-        return ex.argv(tc.compiler, "-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2",
-                       "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1",
-                       *op.nvcc_args, *cxx_standard(op.nvcc_args, cat), f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}",
-                       *half, "-fno-gpu-rdc",
-                       *(f"--offload-arch={t.spec}" for t in tc.targets if not arch or t.name == arch),
-                       *([offload] if offload else []), *common, "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj)
-    host: list[str] = []
-    if tc.kind == "rocm" and op.device:
-        host = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}", *half]
-    if tc.kind == "cuda" and op.device:
-        host = half
-    # a GPU op's host units go through the profile's hip_cxx (ROCm 7's bf16 header is clang-only), except OpenMP
-    # ones: torch's OpenMP is GCC's (libgomp), and clang's -fopenmp wants LLVM's omp.h and runtime
-    hip_host = tc.kind == "rocm" and op.device and "-fopenmp" not in op.cxx_args
-    cxx = tc.compiler if tc.kind == "cpu" else (tc.hip_cxx or tc.cxx) if hip_host else tc.cxx
-    return ex.argv(cxx, *host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *host, *common,
-                   "-MMD", "-MF", f"{obj}.d", "-c", src, "-o", obj)
+        flags = ["-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2", "-DCUDA_HAS_FP16=1",
+                 "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1", *op.nvcc_args,
+                 *cxx_standard(op.nvcc_args, cat), f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}", *half, "-fno-gpu-rdc",
+                 *(f"--offload-arch={t.spec}" for t in tc.targets if not arch or t.name == arch),
+                 *([offload] if offload else [])]
+    else:
+        host: list[str] = []
+        if tc.kind == "rocm" and op.device:
+            host = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}", *half]
+        if tc.kind == "cuda" and op.device:
+            host = half
+        # a GPU op's host units go through the profile's hip_cxx (ROCm 7's bf16 header is clang-only), except
+        # OpenMP ones: torch's OpenMP is GCC's (libgomp), and clang's -fopenmp wants LLVM's omp.h and runtime
+        hip_host = tc.kind == "rocm" and op.device and "-fopenmp" not in op.cxx_args
+        cxx = tc.compiler if tc.kind == "cpu" else (tc.hip_cxx or tc.cxx) if hip_host else tc.cxx
+        flags = [*host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *host]
+    return tc.executor.argv(cxx, *flags, *common, *dep, f"{obj}.d", "-c", src, "-o", obj)
 
 
-def _emulated_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str, device: bool, common: list[str],
-                   half: list[str], v: Visible) -> list[str]:
+def _emulated_flags(op: OpSpec, cat: Catalogue, tc: Toolchain, device: bool, half: list[str],
+                    v: Visible) -> list[str]:
     """A unit of a GPU op for porter's emulated HIP target: the host compiler, ROCm's defines as a device compile
     has them (the wavefront the profile's), porter's HIP-on-CPU headers and prelude; a device unit is compiled as
     C++ with the op's device flags less those only a GPU compiler takes."""
@@ -397,15 +389,13 @@ def _emulated_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str
     rocm = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={wave}", *half]
     if device:
         flags = ["-x", "c++", "-fPIC", "-DHIPBLAS_V2", "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1",
-                 "-D__HIP_NO_HALF_CONVERSIONS__=1", *emulate.device_flags(op.nvcc_args), *cxx_standard(op.nvcc_args, cat),
-                 f"-march={tc.cpu_isa}", *rocm]
+                 "-D__HIP_NO_HALF_CONVERSIONS__=1", *emulate.device_flags(op.nvcc_args),
+                 *cxx_standard(op.nvcc_args, cat), f"-march={tc.cpu_isa}", *rocm]
     else:
         flags = [*host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *rocm]
     # after the op's own -O: kernels type-pun freely (float4 loads of half data), and no host optimisation may
     # change what such a load reads; -O1 also compiles the heavy template code in half the time of -O3
-    tail = ["-O1", "-fno-strict-aliasing"]
-    return tc.executor.argv(tc.compiler, *flags, *tail, *emu, *common, "-MMD", "-MF", f"{obj}.d", "-c", src, "-o",
-                            obj)
+    return [*flags, "-O1", "-fno-strict-aliasing", *emu]
 
 
 def _link_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, objs: list[str], so: str, v: Visible) -> list[str]:
