@@ -32,10 +32,6 @@ from ops_prebuild.hipify_step import hipify_sources
 from ops_prebuild.measure import SUFFIX as COST_SUFFIX
 from ops_prebuild.plan import CCACHE_STATS, Plan, Step, make_plan
 
-# Memory one compile job may take: host C++ ops ~1 GiB, nvcc/hipcc device units ~3 GiB.
-PER_JOB_BYTES = {"cpu": 1 << 30, "device": 3 << 30}
-
-
 @dataclass
 class OpResult:
     name: str
@@ -176,7 +172,8 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
                          compile_only=compile_only, extra_includes=view, cache=ccache,
                          pch=how.pch, debug=how.debug)
         plan.notes[:] = [*notes, *plan.notes, *_notes(cat, view, source_patches, emulated, not runner.dry)]
-        per_job = PER_JOB_BYTES["device" if any(o.device for o in selected) and tc.kind != "cpu" else "cpu"]
+        # the memory one compile job may take: nvcc/hipcc device units ~3 GiB, host C++ units ~1 GiB
+        per_job = 3 << 30 if any(o.device for o in selected) and tc.kind != "cpu" else 1 << 30
         n_jobs = how.jobs or default_jobs(per_job, spare=1)  # one spare: no core idles while the last units compile
         result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, compile_only=compile_only, ccache=ccache,
                              hip_view=str(view[0]) if view else "", source_patches=source_patches)
@@ -199,8 +196,7 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
         else:
             _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in plan.steps]))
         stats.unlink(missing_ok=True)
-        targets = [s.output for s in part if s.kind == "compile"] if part is not None and shard is not None \
-            else None
+        targets = [s.output for s in part or () if s.kind == "compile"] if shard is not None else None
         result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env), targets=targets,
                                ninja_file=ninja_file, log_name=log_name,
                                times=unit_times_path(cat.source.project, cat.source.version, tc),
@@ -276,11 +272,11 @@ def _links_only(plan: Plan, build_dir: Path, log: Logger, *, compile_only: bool)
     """The run after every shard: refuses when an object is missing (a damaged one is a missing one: the shard that
     compiled it runs again); its ninja file links only."""
     _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in plan.steps]), again=False)
-    missing = [s for s in plan.steps if s.kind == "compile" and not Path(s.output).is_file()]
+    compiles = [s.output for s in plan.steps if s.kind == "compile"]
+    missing = [o for o in compiles if not Path(o).is_file()]
     if missing:
-        compiles = [s.output for s in plan.steps if s.kind == "compile"]
-        raise CheckFailed(f"{len(missing)} object(s) are missing, e.g. {missing[0].output} "
-                          f"(compile step {compiles.index(missing[0].output)} of {len(compiles)})",
+        raise CheckFailed(f"{len(missing)} object(s) are missing, e.g. {missing[0]} "
+                          f"(compile step {compiles.index(missing[0])} of {len(compiles)})",
                           hint="a shard did not finish: rerun it (--shard I/N), then "
                                + ("--report-only" if compile_only else "--link-only"))
     part = plan.links()
@@ -424,16 +420,13 @@ def expected_times(plan: Plan, steps: list[Step], path: Path | None) -> tuple[di
     return expected, guessed, compiles
 
 
-def _source_as_named(step: Step) -> str:
-    """The source a compile step names after ``-c`` (as its compiler sees it: what ccache's stats log says)."""
-    return step.argv[step.argv.index("-c") + 1] if "-c" in step.argv[:-1] else ""
-
-
 def record_times(plan: Plan, entries: list[list[str]], path: Path, cached: Collection[str] = ()) -> None:
     """Merge this run's unit times (ninja's log: start and end in ms, output) into ``path``, in turn with others.
     ``cached``: the sources the compiler cache answered (:func:`porter.ccache.hit_sources`); a unit compiled from
     one of them took a copy's time, not a compile's, and is left out (else the next cold build's ETA is low)."""
-    copied = {s.output for s in plan.steps if s.kind != "link" and os.path.normpath(_source_as_named(s)) in cached}
+    # each step's source as its compiler sees it, after -c (what ccache's stats log names)
+    copied = {s.output for s in plan.steps if s.kind != "link" and "-c" in s.argv[:-1]
+              and os.path.normpath(s.argv[s.argv.index("-c") + 1]) in cached}
     times = {}
     for e in entries:
         if len(e) < 4 or not (e[0].isdigit() and e[1].isdigit()):
