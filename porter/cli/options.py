@@ -283,24 +283,6 @@ SLURM_PARAMS = ("partition", "account", "qos", "time_limit", "cpus_per_task", "m
 """What :func:`slurm_options` parse: how the jobs are submitted, never part of the build they run."""
 
 
-def submitted_request(component: str, toolchain_ref: str | None, source: str, *, jobs: int | None,
-                      last: dict[str, Any]) -> Any:
-    """The running command's build as a request its jobs run (:mod:`porter.cluster.request`): every option the
-    user gave (on the command line or through the environment: frozen now), paths made absolute, the jobs' own
-    compile ``jobs``, and ``last`` for the run after every shard. How to submit is left out."""
-    from porter.cluster.request import RUNNER_OWNS, BuildRequest
-
-    ctx = click.get_current_context()
-    skip = {*RUNNER_OWNS, *SLURM_PARAMS, *last, "wheelhouse", "link_only", "report_only"}
-    options = {k: v for k, v in ctx.params.items() if k not in skip and v is not None
-               and ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, None)}
-    options.update(source=path_or_name(source), **({"toolchain_ref": path_or_name(toolchain_ref)} if toolchain_ref
-                                                     else {}), **({"jobs": jobs} if jobs else {}))
-    if isinstance(options.get("cache_dir"), Path):
-        options["cache_dir"] = options["cache_dir"].resolve()
-    return BuildRequest(component, options, last={k: v for k, v in last.items() if v})
-
-
 def into(request: type[Any], *, rest: str = "") -> Callable[[F], F]:
     """Gather a command's options into one frozen request object: click's keyword arguments named like the
     ``request`` dataclass's fields become that object, passed on as ``req``; what the command function takes
@@ -369,6 +351,7 @@ def submit_shards(log: Logger, component: str, req: Any, planner: Callable[[Runn
     import sys
 
     from porter.cli import emit_json
+    from porter.cluster.request import RUNNER_OWNS, BuildRequest
     from porter.cluster.slurm import shards as sh
     from porter.cluster.slurm.sbatch import SlurmSettings
     from porter.fs import cache_dir
@@ -376,8 +359,20 @@ def submit_shards(log: Logger, component: str, req: Any, planner: Callable[[Runn
 
     env = make_env()
     settings = SlurmSettings(max_parallel=req.shards).merged({**req.slurm, "time": req.time_limit})
-    build = submitted_request(component, req.toolchain_ref or env.get("PORTER_TOOLCHAIN"), req.source,
-                              jobs=req.jobs or settings.cpus_per_task, last=last)
+    # the build as a request its jobs run (porter.cluster.request): every option the user gave (on the command line
+    # or through the environment: frozen now), paths made absolute, the jobs' own compile jobs, and ``last`` for the
+    # run after every shard; how to submit is left out
+    ctx = click.get_current_context()
+    skip = {*RUNNER_OWNS, *SLURM_PARAMS, *last, "wheelhouse", "link_only", "report_only"}
+    given = {k: v for k, v in ctx.params.items() if k not in skip and v is not None
+             and ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, None)}
+    toolchain_ref = req.toolchain_ref or env.get("PORTER_TOOLCHAIN")
+    jobs = req.jobs or settings.cpus_per_task
+    given.update(source=path_or_name(req.source), **({"toolchain_ref": path_or_name(toolchain_ref)} if toolchain_ref
+                                                     else {}), **({"jobs": jobs} if jobs else {}))
+    if isinstance(given.get("cache_dir"), Path):
+        given["cache_dir"] = given["cache_dir"].resolve()
+    build = BuildRequest(component, given, last={k: v for k, v in last.items() if v})
     shard_req = sh.ShardRequest(build=build, shards=req.shards, wheelhouse=req.wheelhouse.resolve(),
                                 dir=req.shards_dir.resolve() if req.shards_dir else Path(),
                                 cache=cache_dir().resolve(), python=sys.executable)
