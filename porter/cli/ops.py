@@ -56,9 +56,8 @@ def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
     root, _ = resolve_source(req.source, DRIVER, tc.executor.work_dir(cache_dir()), runner)
     src = detect(DRIVER, root, wheel_drivers())
     cat = read_catalogue(src, tc, python=py, runner=runner, executor=py_ex)
-    rows: list[dict[str, Any]] = [{"name": o.name, "compatible": o.compatible, "reason": o.reason, "device": o.device,
-             "module": o.module, "build_var": o.build_var, "sources": list(o.sources),
-             "loads": list(o.loads)} for o in cat.ops]
+    keys = ("name", "compatible", "reason", "device", "module", "build_var", "sources", "loads")
+    rows: list[dict[str, Any]] = [{k: getattr(o, k) for k in keys} for o in cat.ops]
     if tc.wavefront == 64:  # what a build would do with each op's warp-size-32 findings (the source as given)
         from porter.hipify import wave64
 
@@ -129,7 +128,12 @@ def build_cmd(log: Logger, /, req: BuildOptions, as_json: bool) -> None:
 
     With --shards N --slurm the build runs as Slurm jobs instead: N array tasks (--shard I/N) and a link
     job after them (porter ops status DIR follows it)."""
-    _check_build_options(req)
+    if req.ops and req.all_compatible:
+        raise click.UsageError("--ops and --all-compatible exclude each other")
+    if req.compile_only and req.with_deps:
+        raise click.UsageError("--with-deps downloads a wheel's dependencies; --compile-only makes no wheel")
+    if sharded(req, final="link") and req.compile_only:
+        raise click.UsageError("--shards splits a build that links a wheel; --compile-only is not sharded")
     if req.shards is not None:
         _submit_shards(log, req, as_json)
         return
@@ -163,16 +167,6 @@ def _build(req: BuildOptions, log: Logger, runner: Runner) -> Any:
                                             link_only=req.link_only, pch=req.pch, debug=req.debug_info))
     flow = compile_only if req.compile_only else build_wheel
     return flow(DRIVER, req.source, request, runner=runner, log=log)
-
-
-def _check_build_options(req: BuildOptions) -> None:
-    """Options of ``ops build`` that contradict each other: a usage error."""
-    if req.ops and req.all_compatible:
-        raise click.UsageError("--ops and --all-compatible exclude each other")
-    if req.compile_only and req.with_deps:
-        raise click.UsageError("--with-deps downloads a wheel's dependencies; --compile-only makes no wheel")
-    if sharded(req, final="link") and req.compile_only:
-        raise click.UsageError("--shards splits a build that links a wheel; --compile-only is not sharded")
 
 
 def _show_build(res: Any, req: BuildOptions, as_json: bool) -> None:
