@@ -140,18 +140,25 @@ def cxx_standard(args: tuple[str, ...] | list[str], cat: Catalogue) -> list[str]
     return ["-std=c++20" if (major, minor) >= (2, 12) else "-std=c++17"]
 
 
-def _defines(op: OpSpec, cat: Catalogue) -> list[str]:
-    return [f"-DTORCH_EXTENSION_NAME={op.leaf}", "-DTORCH_API_INCLUDE_EXTENSION_H",
-            f"-D_GLIBCXX_USE_CXX11_ABI={int(cat.torch.cxx11_abi)}", "-UC10_USE_GLOG"]
-
-
 Visible = Callable[[str | Path], str]
 """A host path -> the path the toolchain's programs see (the executor's mapping, staging included)."""
 
 
+SYSTEM_INCLUDE_DIRS = ("/usr/include", "/usr/local/include")
+"""Searched by every compiler by itself; named with -I they would come before libstdc++'s own wrappers."""
+
+
 def _includes(op: OpSpec, cat: Catalogue, tree: Path, tc: Toolchain, v: Visible,
               extra: tuple[Path, ...] = ()) -> list[str]:
-    inc = [f"-I{d}" for d in (_include_dir(p, tree, tc, v) for p in op.include_paths) if d]
+    """The op's include paths as the compiler sees them, then torch's as system headers. The tree's own are staged
+    where needed; an absolute one under the toolchain's root (DeepSpeed's builders join the ROCM_HOME/CUDA_HOME
+    porter gives them) is the toolchain's, never staged from the host; a system folder is left to the compiler."""
+    inc: list[str] = []
+    for p in map(Path, op.include_paths):
+        if not (p.is_absolute() and tc.root and p.is_relative_to(tc.root)):
+            inc.append(f"-I{v(tree / p)}")
+        elif os.path.normpath(p) not in SYSTEM_INCLUDE_DIRS:
+            inc.append(f"-I{p}")
     torch_dirs = [v(d) for d in extra if op.device] + [v(d) for d in cat.torch.include_dirs]
     if tc.kind == "rocm" and op.device and tc.root not in ("", "/", "/usr"):
         torch_dirs.append(f"{tc.root}/include")
@@ -160,20 +167,6 @@ def _includes(op: OpSpec, cat: Catalogue, tree: Path, tc: Toolchain, v: Visible,
         nv = Path(cat.torch.site_packages) / "nvidia"
         torch_dirs += [v(p) for p in sorted(nv.glob("cu*/include"))]  # the pip CUDA math headers
     return inc + [x for d in (*torch_dirs, v(cat.torch.python_include)) for x in ("-isystem", d)]
-
-
-SYSTEM_INCLUDE_DIRS = ("/usr/include", "/usr/local/include")
-"""Searched by every compiler by itself; named with -I they would come before libstdc++'s own wrappers."""
-
-
-def _include_dir(path: str, tree: Path, tc: Toolchain, v: Visible) -> str:
-    """An op's include path as the compiler sees it: the tree's own staged where needed; an absolute one under the
-    toolchain's root (DeepSpeed's builders join the ROCM_HOME/CUDA_HOME porter gives them) is the toolchain's,
-    never staged from the host; a system folder is left to the compiler ('' for none)."""
-    p = Path(path)
-    if p.is_absolute() and tc.root and p.is_relative_to(tc.root):
-        return "" if os.path.normpath(p) in SYSTEM_INCLUDE_DIRS else str(p)
-    return v(tree / p)
 
 
 def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
@@ -344,8 +337,9 @@ def _share_torch_header(plan: Plan, units: list[tuple[int, list[str]]], v: Visib
 def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str, device: bool,
                   tree: Path, v: Visible, extra: tuple[Path, ...] = (), *, arch: str = "",
                   offload: str = "") -> list[str]:
-    common = [*_defines(op, cat), *_includes(op, cat, tree, tc, v, extra), *tc.cflags,
-              *(f"-D{d}" for d in tc.defines)]
+    common = [f"-DTORCH_EXTENSION_NAME={op.leaf}", "-DTORCH_API_INCLUDE_EXTENSION_H",
+              f"-D_GLIBCXX_USE_CXX11_ABI={int(cat.torch.cxx11_abi)}", "-UC10_USE_GLOG",
+              *_includes(op, cat, tree, tc, v, extra), *tc.cflags, *(f"-D{d}" for d in tc.defines)]
     half = ["-DBF16_AVAILABLE"] if op.bf16 else []
     cxx, dep = tc.compiler, ("-MMD", "-MF")
     if device and tc.kind == "cuda":
