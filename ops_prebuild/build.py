@@ -137,14 +137,14 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
     report. The build folder is held under a lock while it is set up (the shards of one build then compile at
     once, each with its own ninja file); what was built is recorded with its sha256, and anything that no longer
     matches is built again. A dry run (a recording ``runner``) plans, writes nothing and returns with ``refusal`` set
-    instead of raising. The caller owns
-    what comes before (its source, its catalogue, its checks) and after (its wheel).
+    instead of raising. The caller owns what comes before (its source, catalogue and checks) and after (its wheel).
 
     ``hipify``: the ops whose CUDA sources the engine hipifies on a rocm profile (into a copy under the build
-    folder; default: every device op; ``()``: the sources are HIP already). ``torch_view``: a compile-only run without a ROCm torch sees torch's headers through a
-    generated HIP view (default: when an op was hipified here). ``hipify_from``: where hipify reads the sources
-    when they are not at ``cat.source.tree`` yet (a dry run's copy). ``notes`` go first in the plan's notes.
-    ``on_shard_setup``: called once a shard run lets go of the build folder's lock, for the caller's own locks."""
+    folder; default: every device op; ``()``: the sources are HIP already). ``torch_view``: a compile-only run
+    without a ROCm torch sees torch's headers through a generated HIP view (default: when an op was hipified
+    here). ``hipify_from``: where hipify reads the sources when they are not at ``cat.source.tree`` yet (a dry
+    run's copy). ``notes`` go first in the plan's notes. ``on_shard_setup``: called once a shard run lets go of
+    the build folder's lock, for the caller's own locks."""
     compile_only, compiler_cache, shard, link_only = how.compile_only, how.compiler_cache, how.shard, how.link_only
     start = time.monotonic()
     with ExitStack() as stack:
@@ -531,11 +531,11 @@ def compile_report(plan: Plan, results: list[OpResult], tc: Toolchain) -> list[d
                           peak_rss_mib=round(max(c["peak_rss_kib"] for c in costs) / 1024, 1),
                           returncode=next((c["returncode"] for c in costs if c["returncode"]), 0))
             parts = {st.arch: st.output for st in steps if st.arch}
+            made = Path(steps[0].output).is_file()  # the unit's one step, or its host part
+            whole = whole and made
             if parts:
                 tu["objects"] = parts
-                host = Path(steps[0].output)
-                whole = whole and host.is_file()
-                if host.is_file() and not registers_device_code(host):
+                if made and not registers_device_code(steps[0].output):
                     tu["host_only"] = True  # no kernel in it (host wrappers): nothing to hold per arch
                 else:
                     found = {o.target: o.arch for a, path in parts.items() if Path(path).is_file()
@@ -543,9 +543,8 @@ def compile_report(plan: Plan, results: list[OpResult], tc: Toolchain) -> list[d
                     tu["code_objects"] = sorted(found)
                     device_archs.append(set(found.values()))
             else:
-                whole = whole and all(Path(st.output).is_file() for st in steps)
                 device = any(a.startswith(("--offload-arch=", "-gencode")) for a in steps[0].argv)
-                if device and Path(steps[0].output).is_file():
+                if device and made:
                     objects = read_code_objects(steps[0].output)
                     tu["code_objects"] = sorted({o.target for o in objects})
                     if objects:

@@ -1,7 +1,8 @@
 """Where a project's source comes from: an sdist file, an unpacked tree, or ``NAME==X`` (the package index).
 
-This engine knows no project by name (a driver's name and download settings come with each call). Unpacked sdists and patched copies are cache entries: made in a
-temporary sibling, published once by rename under a lock, and checked by their marker when reused."""
+This engine knows no project by name (a driver's name and download settings come with each call). Unpacked
+sdists and patched copies are cache entries: made in a temporary sibling, published once by rename under a lock,
+and checked by their marker when reused."""
 
 from __future__ import annotations
 
