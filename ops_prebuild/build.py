@@ -577,18 +577,9 @@ def failures(failed: list[OpResult], where: str, tc: Toolchain,
     return f"in {where} with {tc.name}:\n" + "\n".join(lines)
 
 
+_FAILED_EDGE = re.compile(r"^FAILED: .*?(?=\n(?:FAILED: |\[\d+/\d+\] |ninja: )|\n?\Z)", re.M | re.S)
+
+
 def _failure_blocks(output: str) -> list[str]:
     """Split ninja's output into one block per failed edge (FAILED: line up to the next status line)."""
-    blocks: list[list[str]] = []
-    current: list[str] | None = None
-    for line in output.splitlines():
-        if line.startswith("FAILED: "):
-            current = [line]
-            blocks.append(current)
-        elif re.match(r"^\[\d+/\d+\] ", line) or line.startswith("ninja: "):
-            current = None
-        elif current is not None:
-            current.append(line)
-    return ["\n".join(b) for b in blocks]
-
-
+    return _FAILED_EDGE.findall(output)
