@@ -351,11 +351,8 @@ def check_outputs(build_dir: Path, outputs: list[str]) -> list[str]:
         path.unlink(missing_ok=True)
         return [f"{OUTPUTS_RECORD} (unreadable)", *gone]
     bad: list[str] = []
-    mine = {os.path.relpath(o, build_dir) for o in outputs}
-    for rel, want in sorted(rec.items()):
-        if rel not in mine:
-            continue
-        out = build_dir / rel
+    for rel in sorted(rec.keys() & {os.path.relpath(o, build_dir) for o in outputs}):
+        out, want = build_dir / rel, rec[rel]
         try:
             if out.stat().st_size == want["size"] and sha256_file(out) == want["sha256"]:
                 continue
