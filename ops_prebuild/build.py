@@ -55,7 +55,6 @@ class BuildResult:
     seconds: float = 0.0
     refusal: PorterError | None = None
     """Dry run only: why a real run here would be refused before any work."""
-    compile_only: bool = False
     compiled: list[dict[str, Any]] = field(default_factory=list)
     """--compile-only: per op, per arch, per translation unit (:func:`compile_report`)."""
     hip_view: str = ""
@@ -93,7 +92,7 @@ class BuildResult:
                 **({"shard": self.shard} if self.shard else {}),
                 **({"compile_only": True, "linked": False, "note": "compiled, not linked: no ROCm torch to link "
                     "against here" if self.hip_view else "compiled, not linked", "hip_view": self.hip_view or None,
-                    "compiled": self.compiled} if self.compile_only else {})}
+                    "compiled": self.compiled} if self.plan.compile_only else {})}
 
 
 def key(*parts: Any) -> str:
@@ -175,8 +174,8 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
         # the memory one compile job may take: nvcc/hipcc device units ~3 GiB, host C++ units ~1 GiB
         per_job = 3 << 30 if any(o.device for o in selected) and tc.kind != "cpu" else 1 << 30
         n_jobs = how.jobs or default_jobs(per_job, spare=1)  # one spare: no core idles while the last units compile
-        result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, compile_only=compile_only, ccache=ccache,
-                             hip_view=str(view[0]) if view else "", source_patches=source_patches)
+        result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, ccache=ccache, source_patches=source_patches,
+                             hip_view=str(view[0]) if view else "")
         if runner.dry:
             return _dry(result, tc.executor, start)
         _write_build_dir(plan, build_dir, log)
@@ -203,7 +202,7 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
                                stats=stats if ccache is not None else None)
         _record(result, build_dir, plan, shard, targets, stats, log)
         if compile_only and shard is None:
-            result.compiled = compile_report(plan, result.ops, tc)
+            result.compiled = compile_report(plan, result.ops)
         result.seconds = time.monotonic() - start
         return result
 
@@ -480,8 +479,7 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
     for op in plan.objects:
         so = plan.outputs.get(op, "") if targets is None else ""  # a shard links nothing
         odir = str(plan.build_dir / op) + os.sep
-        entries = [e for e in new if len(e) >= 4 and (str(plan.build_dir / e[3]).startswith(odir)
-                                                       or e[3].startswith(odir))]
+        entries = [e for e in new if len(e) >= 4 and str(plan.build_dir / e[3]).startswith(odir)]  # absolute: as is
         seconds = sum(int(e[1]) - int(e[0]) for e in entries) / 1000.0
         own = [b for b in blocks if odir in b.partition("\n")[0]  # the FAILED: line names the output
                or (shared in b.partition("\n")[0] and any(shared in i for o in plan.objects[op]
@@ -504,7 +502,7 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
     return results
 
 
-def compile_report(plan: Plan, results: list[OpResult], tc: Toolchain) -> list[dict[str, Any]]:
+def compile_report(plan: Plan, results: list[OpResult]) -> list[dict[str, Any]]:
     """Per op: status, first error, per-arch verdict; per translation unit: time, peak memory and the
     code objects found in its object file (porter's ELF reader). A unit compiled in parts (its host part and one
     device part per arch, see :func:`ops_prebuild.plan.make_plan`) is one entry: its parts' times added, their peak
@@ -553,10 +551,10 @@ def compile_report(plan: Plan, results: list[OpResult], tc: Toolchain) -> list[d
         # an op compiled in parts whose failures are all in some archs' device parts: the other archs compiled
         by_arch = plan.compile_only and whole and any("objects" in tu for tu in tus)
         if ok and not device_archs:  # host code only: cpu_adam in a ROCm build, or units with no kernel at all
-            archs = {a: "host-only" for a in tc.arch_names}
+            archs = {a: "host-only" for a in plan.toolchain.arch_names}
         else:
             archs = {a: "compiled" if (ok or by_arch) and all(a in d for d in device_archs) else "failed"
-                     for a in tc.arch_names}
+                     for a in plan.toolchain.arch_names}
         out.append({"name": op, "status": r.status, "error": r.error, "log": r.log, "archs": archs, "tus": tus,
                     "seconds": round(r.seconds, 2)})
     return out
