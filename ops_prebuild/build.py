@@ -196,9 +196,8 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in plan.steps]))
         stats.unlink(missing_ok=True)
         targets = [s.output for s in part or () if s.kind == "compile"] if shard is not None else None
-        result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, env=toolchain_env(tc, plan.env), targets=targets,
-                               ninja_file=ninja_file, log_name=log_name,
-                               times=unit_times_path(cat.source.project, cat.source.version, tc),
+        result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, targets=targets, ninja_file=ninja_file,
+                               log_name=log_name, times=unit_times_path(cat.source.project, cat.source.version, tc),
                                stats=stats if ccache is not None else None)
         _record(result, build_dir, plan, shard, targets, stats, log)
         if compile_only and shard is None:
@@ -439,10 +438,10 @@ def record_times(plan: Plan, entries: list[list[str]], path: Path, cached: Colle
                           + "\n")
 
 
-def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[str, str],
-              targets: list[str] | None = None, ninja_file: str = "build.ninja",
-              log_name: str = "build.log", times: Path | None = None, stats: Path | None = None) -> list[OpResult]:
-    """One ninja run over the plan (or only ``targets``: a shard's objects); per-op results.
+def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, targets: list[str] | None = None,
+              ninja_file: str = "build.ninja", log_name: str = "build.log", times: Path | None = None,
+              stats: Path | None = None) -> list[OpResult]:
+    """One ninja run over the plan (or only ``targets``: a shard's objects) in the plan's environment; per-op results.
 
     With ``targets`` an op's status says whether its part of the shard compiled: "compiled" (or
     "cached"), "failed", or "elsewhere" when no object of it is in the shard. ``times``: the unit times file
@@ -464,8 +463,8 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, env: dict[s
         if pending:  # an estimate from the start (ninja says where it is once a unit has finished)
             step.progress(0, len(pending))
         res = runner.run([ninja_bin, "-C", str(plan.build_dir), "-f", ninja_file, "-k", "0", "-j", str(jobs)],
-                         env={**env, "NINJA_STATUS": NINJA_STATUS}, timeout=4 * 3600, check=False,
-                         on_line=step.ninja_line)
+                         env={**toolchain_env(plan.toolchain, plan.env), "NINJA_STATUS": NINJA_STATUS},
+                         timeout=4 * 3600, check=False, on_line=step.ninja_line)
     after = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
     new = [l.split("\t") for l in after[len(before):] if not l.startswith("#")] if len(after) >= len(before) \
         else [l.split("\t") for l in after if not l.startswith("#")]
