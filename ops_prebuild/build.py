@@ -422,13 +422,9 @@ def record_times(plan: Plan, entries: list[list[str]], path: Path, cached: Colle
     # each step's source as its compiler sees it, after -c (what ccache's stats log names)
     copied = {s.output for s in plan.steps if s.kind != "link" and "-c" in s.argv[:-1]
               and os.path.normpath(s.argv[s.argv.index("-c") + 1]) in cached}
-    times = {}
-    for e in entries:
-        if len(e) < 4 or not (e[0].isdigit() and e[1].isdigit()):
-            continue
-        output = str(plan.build_dir / e[3]) if not os.path.isabs(e[3]) else e[3]
-        if output not in copied:
-            times[_unit_key(plan, output)] = (int(e[1]) - int(e[0])) / 1000.0
+    finished = [e for e in entries if len(e) >= 4 and e[0].isdigit() and e[1].isdigit()]
+    times = {_unit_key(plan, out): (int(e[1]) - int(e[0])) / 1000.0
+             for e in finished if (out := str(plan.build_dir / e[3])) not in copied}  # an absolute e[3] as it is
     if not times:
         return
     with hold(path, "recording unit times"):
