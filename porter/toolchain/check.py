@@ -6,8 +6,10 @@ This finds "gfx942 is not supported by this compiler" in seconds, before an hour
 from __future__ import annotations
 
 import shutil
+import string
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,40 +20,34 @@ from porter import emulate
 from porter.codeobjects import CodeObject, read_code_objects
 from porter.errors import PorterError, ToolError, first_error
 from porter.log import Logger, quiet_logger
-from porter.run import Runner
+from porter.run import Result, Runner
 from porter.toolchain.archs import Target
 from porter.toolchain.discover import Program, probe
 from porter.toolchain.profile import Toolchain, toolchain_env
 
+_GPU_KERNEL = string.Template(r"""
+#include <$header>
+// porter toolchain check: $what
+__global__ void porter_check_kernel(float* out, const float* in, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float v = i < n ? in[i] : 0.0f;
+  for (int offset = warpSize / 2; offset > 0; offset /= 2) v += $shuffle;
+  if (i < n) out[i] = v;
+}
+extern "C" int porter_check_launch(float* out, const float* in, int n) {
+  $launch;
+  return static_cast<int>(${api}GetLastError());
+}
+""")
 _KERNEL = {
-    "rocm": r"""
-#include <hip/hip_runtime.h>
-// porter toolchain check: one wave-wide reduction, so the wavefront size matters.
-__global__ void porter_check_kernel(float* out, const float* in, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  float v = i < n ? in[i] : 0.0f;
-  for (int offset = warpSize / 2; offset > 0; offset /= 2) v += __shfl_xor(v, offset);
-  if (i < n) out[i] = v;
-}
-extern "C" int porter_check_launch(float* out, const float* in, int n) {
-  hipLaunchKernelGGL(porter_check_kernel, dim3((n + 255) / 256), dim3(256), 0, 0, out, in, n);
-  return static_cast<int>(hipGetLastError());
-}
-""",
-    "cuda": r"""
-#include <cuda_runtime.h>
-// porter toolchain check: one warp-wide reduction.
-__global__ void porter_check_kernel(float* out, const float* in, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  float v = i < n ? in[i] : 0.0f;
-  for (int offset = warpSize / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  if (i < n) out[i] = v;
-}
-extern "C" int porter_check_launch(float* out, const float* in, int n) {
-  porter_check_kernel<<<(n + 255) / 256, 256>>>(out, in, n);
-  return static_cast<int>(cudaGetLastError());
-}
-""",
+    "rocm": _GPU_KERNEL.substitute(
+        header="hip/hip_runtime.h", what="one wave-wide reduction, so the wavefront size matters.", api="hip",
+        shuffle="__shfl_xor(v, offset)",
+        launch="hipLaunchKernelGGL(porter_check_kernel, dim3((n + 255) / 256), dim3(256), 0, 0, out, in, n)"),
+    "cuda": _GPU_KERNEL.substitute(
+        header="cuda_runtime.h", what="one warp-wide reduction.", api="cuda",
+        shuffle="__shfl_xor_sync(0xffffffffu, v, offset)",
+        launch="porter_check_kernel<<<(n + 255) / 256, 256>>>(out, in, n)"),
     "cpu": r"""
 // porter toolchain check: a loop the compiler may vectorize for the profile's ISA.
 extern "C" float porter_check_sum(const float* in, int n) {
@@ -102,28 +98,24 @@ class CheckReport:
             "compiler": {"path": self.compiler.path, "version": self.compiler.version},
             "version_problem": self.version_problem or None,
             "wavefront": self.toolchain.wavefront,
-            "archs": [{"arch": a.arch, "ok": a.ok, "seconds": round(a.seconds, 2), "message": a.message}
-                      for a in self.archs],
+            "archs": [{**asdict(a), "seconds": round(a.seconds, 2)} for a in self.archs],
             "shared_object": self.shared_object, "link_error": self.link_error or None,
             "code_objects": [{"target": c.target, "kind": c.kind, "size": c.size} for c in self.code_objects],
             "missing": self.missing,
         }
 
 
-def arch_flags(tc: Toolchain, targets: tuple[Target, ...]) -> list[str]:
-    if tc.kind == "rocm":
-        return [f"--offload-arch={t.spec}" for t in targets]
-    if tc.kind == "cuda":
-        nums = (t.name.removeprefix("sm_") for t in targets)
-        return [f"-gencode=arch=compute_{num},code=sm_{num}" for num in nums]
-    return []
-
-
-def host_flags(tc: Toolchain) -> list[str]:
+def _flags(tc: Toolchain, targets: Sequence[Target]) -> list[str]:
+    """The check's compiler flags: the host's (position-independent, the profile's ISA, cflags and defines), then
+    the device's for ``targets``."""
     march = f"-march={tc.cpu_isa}"
     common = [*tc.cflags, *(f"-D{d}" for d in tc.defines)]
+    if tc.kind == "rocm":
+        return ["-fPIC", march, *common, *(f"--offload-arch={t.spec}" for t in targets)]
     if tc.kind == "cuda":
-        return ["-Xcompiler", "-fPIC", "-Xcompiler", march, *common]
+        nums = (t.name.removeprefix("sm_") for t in targets)
+        return ["-Xcompiler", "-fPIC", "-Xcompiler", march, *common,
+                *(f"-gencode=arch=compute_{num},code=sm_{num}" for num in nums)]
     if tc.kind == "emulated":
         return ["-fPIC", march, *emulate.compile_flags(tc.wavefront or 64), *common]
     return ["-fPIC", march, *common]
@@ -150,25 +142,25 @@ def check_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger 
     with ex.scratch("porter-check-") as work:
         src = work / f"check{_SUFFIX[tc.kind]}"
         src.write_text(_KERNEL[tc.kind])
+
+        def run_cc(what: str, targets: Sequence[Target], out: Path, how: str, timeout: int) -> Result:
+            argv = ex.argv(tc.compiler, *_flags(tc, targets), how, ex.inside(src), "-o", ex.inside(out))
+            with log.step(what):
+                return runner.run(argv, env=env, timeout=timeout, check=False)
+
         good: list[Target] = []
         for target in tc.targets or (None,):
             label = target.spec if target else f"host ({tc.cpu_isa})"
             obj = work / f"check-{(target.spec if target else 'host').replace(':', '_')}.o"
-            argv = ex.argv(tc.compiler, *host_flags(tc), *arch_flags(tc, (target,) if target else ()),
-                           "-c", ex.inside(src), "-o", ex.inside(obj))
             start = time.monotonic()
-            with log.step(f"compiling for {label}"):
-                res = runner.run(argv, env=env, timeout=600, check=False)
+            res = run_cc(f"compiling for {label}", (target,) if target else (), obj, "-c", 600)
             msg = "" if res.ok else first_error(res.output)
             report.archs.append(ArchResult(label, res.ok, time.monotonic() - start, msg))
             if res.ok and target is not None:
                 good.append(target)
         if any(a.ok for a in report.archs):
             so = work / "libporter_check.so"
-            argv = ex.argv(tc.compiler, *host_flags(tc), *arch_flags(tc, tuple(good)), "-shared",
-                           ex.inside(src), "-o", ex.inside(so))
-            with log.step("linking one shared object for all archs that compiled"):
-                res = runner.run(argv, env=env, timeout=900, check=False)
+            res = run_cc("linking one shared object for all archs that compiled", good, so, "-shared", 900)
             if res.ok:
                 report.code_objects = read_code_objects(so)
                 if keep is not None:
