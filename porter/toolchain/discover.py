@@ -36,18 +36,14 @@ def version_of(kind: str, output: str) -> str:
     return m.group(1).rstrip(".") if m else "unknown"
 
 
-def version_argv(program: str) -> tuple[str, list[str]]:
-    base = os.path.basename(program)
-    kind = next((k for k in ("hipcc", "nvcc") if base.startswith(k)), "clang" if "clang" in base else "g++")
-    return kind, ["-dumpfullversion"] if kind == "g++" else ["--version"]
-
-
 def probe(program: str, runner: Runner, *, launcher: tuple[str, ...] = (),
           env: Mapping[str, str] | None = None) -> Program:
     """Run a compiler for its version (inside the launcher when given)."""
-    kind, args = version_argv(program)
+    base = os.path.basename(program)
+    kind = next((k for k in ("hipcc", "nvcc") if base.startswith(k)), "clang" if "clang" in base else "g++")
     try:
-        result = runner.run([*launcher, program, *args], env=env, timeout=60, check=False)
+        result = runner.run([*launcher, program, "-dumpfullversion" if kind == "g++" else "--version"], env=env,
+                            timeout=60, check=False)
     except ToolError:
         raise ToolError(f"compiler not found: {program}",
                         hint="install it, or set 'compiler' in the toolchain profile to its full path") from None
@@ -57,7 +53,7 @@ def probe(program: str, runner: Runner, *, launcher: tuple[str, ...] = (),
     if not result.ok:
         raise CommandFailed(result.argv, result.returncode, result.output)
     path = program if launcher else (shutil.which(program) or program)
-    return Program(os.path.basename(program), path, version_of(kind, result.output))
+    return Program(base, path, version_of(kind, result.output))
 
 
 def _candidates(environ: Mapping[str, str]) -> dict[str, list[Path]]:
