@@ -264,12 +264,11 @@ def load_toolchain(ref: str | os.PathLike[str] | None = None, *, overrides: Mapp
                 raise ConfigError(f"{path}: extends must be a preset name (a string), not {type(base).__name__}",
                                   hint="e.g. extends = \"mi300x\"; 'porter toolchain list' shows the presets")
             layers.append((f"preset {base}", _preset_data(base)))
-        data.setdefault("name", path.stem)
-        layers.append((str(path), data))
+        where, name = str(path), path.stem
     else:
-        data = _preset_data(ref)
-        data.setdefault("name", ref)
-        layers.append((f"preset {ref}", data))
+        data, where, name = _preset_data(ref), f"preset {ref}", ref
+    data.setdefault("name", name)
+    layers.append((where, data))
     layers.append(("PORTER_* environment", _from_env(environ)))
     if overrides:
         check_keys(overrides, FIELDS, "command line")
