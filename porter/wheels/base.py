@@ -391,9 +391,7 @@ class KernelContext:
 def _sync_file(src: Path, dest: Path) -> None:
     if dest.is_file():
         s, d = src.stat(), dest.stat()
-        if s.st_size == d.st_size and int(s.st_mtime) == int(d.st_mtime):
-            return
-        if s.st_size == d.st_size and filecmp.cmp(src, dest, shallow=False):
+        if s.st_size == d.st_size and (int(s.st_mtime) == int(d.st_mtime) or filecmp.cmp(src, dest, shallow=False)):
             return
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(src, dest)
