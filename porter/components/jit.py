@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from porter.artifacts.wheelfile import module_name
+from porter.components import static
 
 if TYPE_CHECKING:
     from porter.install.env import InstalledDist, TargetEnv
@@ -344,12 +345,8 @@ def builder_names(roots: Iterable[Path]) -> dict[str, str]:
             except (SyntaxError, ValueError):
                 continue
             for node in tree.body:
-                if not isinstance(node, ast.ClassDef):
-                    continue
-                for stmt in node.body:
-                    if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "NAME"
-                                                            for t in stmt.targets) and _literal(stmt.value):
-                        out.setdefault(node.name, _literal(stmt.value))
+                if isinstance(node, ast.ClassDef) and (name := _literal(static.assigns(node.body).get("NAME"))):
+                    out.setdefault(node.name, name)
     return out
 
 

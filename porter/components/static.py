@@ -13,6 +13,7 @@ list it was in and recorded in :attr:`Scope.skipped`, so a plan can say what it 
 from __future__ import annotations
 
 import ast
+import operator
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -144,10 +145,9 @@ def value(node: ast.expr | None, scope: Scope) -> Any:
     return UNKNOWN
 
 
-_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
-    ast.Eq: lambda a, b: bool(a == b), ast.NotEq: lambda a, b: bool(a != b), ast.Lt: lambda a, b: bool(a < b),
-    ast.LtE: lambda a, b: bool(a <= b), ast.Gt: lambda a, b: bool(a > b), ast.GtE: lambda a, b: bool(a >= b),
-}
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
+    ast.GtE: operator.ge}
 
 
 def compare(node: ast.Compare, scope: Scope) -> bool | None:
@@ -242,6 +242,12 @@ def strings(v: Any) -> list[str]:
     """The strings of a value (a list of them, or one), ROOT-relative paths kept as is."""
     items = [v] if isinstance(v, str) else v if isinstance(v, list) else []
     return [x if x != ROOT else "." for x in items if isinstance(x, str)]
+
+
+def assigns(body: Sequence[ast.stmt]) -> dict[str, ast.expr]:
+    """The ``NAME = value`` statements of a block (a class's attributes), name -> value expression."""
+    return {st.targets[0].id: st.value for st in body
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)}
 
 
 def parse(text: str, where: str) -> ast.Module:

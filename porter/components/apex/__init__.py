@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from porter.artifacts import labels
 from porter.components import jit, static
-from porter.components.apex import audit
 from porter.components.base import FromDriver
 from porter.components.op_builder import bf16, profile_simd, set_installed_ops
 from porter.errors import ConfigError
@@ -310,26 +309,22 @@ def _apex_version(root: Path, setup_text: str) -> str:
 def read_op_builder(folder: Path) -> tuple[OpSpec, ...]:
     """Ops from ``op_builder/*.py``: classes with string attributes BUILD_VAR, NAME (and INCLUDE_FLAG)."""
     ops: list[OpSpec] = []
-    for _path, _text, node in _classes(folder):
-        attrs: dict[str, str] = {}
-        for stmt in node.body:
-            if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-                    and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
-                attrs[stmt.targets[0].id] = stmt.value.value
+    for _path, _text, _node, assigned in _classes(folder):
+        attrs = {k: v.value for k, v in assigned.items() if isinstance(v, ast.Constant) and isinstance(v.value, str)}
         if "BUILD_VAR" in attrs and "NAME" in attrs:
             device = attrs.get("INCLUDE_FLAG") != CPP_GROUP_VAR
             ops.append(OpSpec(attrs["NAME"], f"apex.{attrs['NAME']}", device, attrs["BUILD_VAR"]))
     return tuple(ops)
 
 
-def _classes(folder: Path) -> Iterator[tuple[Path, str, ast.ClassDef]]:
-    """Each top-level class of ``folder/*.py``, with its file and that file's text (a file that does not parse: an
-    error)."""
+def _classes(folder: Path) -> Iterator[tuple[Path, str, ast.ClassDef, dict[str, ast.expr]]]:
+    """Each top-level class of ``folder/*.py``, with its file, that file's text and the class's attribute
+    assignments (a file that does not parse: an error)."""
     for path in sorted(folder.glob("*.py")):
         text = path.read_text(errors="replace")
         for node in static.parse(text, str(path)).body:
             if isinstance(node, ast.ClassDef):
-                yield path, text, node
+                yield path, text, node, static.assigns(node.body)
 
 
 def _flag_group(test: ast.AST) -> str | None:
@@ -372,16 +367,15 @@ class BuildSpec:
     skipped: tuple[str, ...] = ()
 
 
-def _seed(rocm: str) -> dict[str, Any]:
-    """Names an apex script computes from its torch, as they are for any torch 2 and the profile's ROCm."""
+def _scope(rocm: str, text: str, fixed: frozenset[str] = frozenset()) -> static.Scope:
+    """An evaluator scope for an apex script, seeded with the names it computes from its torch, as they are for any
+    torch 2 and the profile's ROCm."""
     major, _, minor = (rocm or "6.0").partition(".")
-    return {"this_dir": static.ROOT, "cwd": static.ROOT, "TORCH_MAJOR": 2, "TORCH_MINOR": 0,
+    seed = {"this_dir": static.ROOT, "cwd": static.ROOT, "TORCH_MAJOR": 2, "TORCH_MINOR": 0,
             "ROCM_MAJOR": int(major) if major.isdigit() else 6,
             "ROCM_MINOR": int(minor.split(".")[0]) if minor.split(".")[0].isdigit() else 0,
             "IS_ROCM_PYTORCH": True, "version_dependent_macros": list(VERSION_MACROS)}
-
-
-_FIXED = frozenset({"this_dir", "cwd", "IS_ROCM_PYTORCH"})
+    return static.Scope(names=seed, truth=_rocm_truth, call=_builder_call, source=text, fixed=fixed)
 
 
 def _rocm_truth(node: ast.expr, scope: static.Scope) -> bool | None:
@@ -477,21 +471,16 @@ def builder_specs(folder: Path, rocm: str = "") -> dict[str, BuildSpec]:
     ``nvcc_args()`` as the ROCm branch of each method returns them (or class attributes ``SOURCES``,
     ``INCLUDE_PATHS``, ``CXX_ARGS``, ``NVCC_ARGS``)."""
     out: dict[str, BuildSpec] = {}
-    for path, text, node in _classes(folder):
-        attrs: dict[str, Any] = {}
-        methods: dict[str, ast.FunctionDef] = {}
-        scope = static.Scope(names=_seed(rocm), truth=_rocm_truth, call=_builder_call, source=text)
-        for stmt in node.body:
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-                attrs[stmt.targets[0].id] = static.value(stmt.value, scope)
-            elif isinstance(stmt, ast.FunctionDef):
-                methods[stmt.name] = stmt
+    for path, text, node, assigned in _classes(folder):
+        scope = _scope(rocm, text)
+        attrs = {k: static.value(v, scope) for k, v in assigned.items()}
+        methods = {st.name: st for st in node.body if isinstance(st, ast.FunctionDef)}
         if not (isinstance(attrs.get("NAME"), str) and isinstance(attrs.get("BUILD_VAR"), str)):
             continue
 
         def get(method: str, attr: str) -> Any:
             if method in methods:
-                sub = static.Scope(names=_seed(rocm), truth=_rocm_truth, call=_builder_call, source=text)
+                sub = _scope(rocm, text)
                 sub.names.update(attrs)
                 got = static.run(methods[method].body, sub)
                 scope.skipped += sub.skipped
@@ -512,7 +501,7 @@ def _walk_flags(text: str, where: str, rocm: str) -> list[tuple[str, str, str, B
     ``optional`` (under a further condition porter cannot decide), ``excluded`` (never on ROCm: the
     CUDA-only branch). A guard whose one branch ends the script (``raise``) is no condition."""
     tree = static.parse(text, where)
-    scope = static.Scope(names=_seed(rocm), truth=_rocm_truth, call=_builder_call, source=text, fixed=_FIXED)
+    scope = _scope(rocm, text, frozenset({"this_dir", "cwd", "IS_ROCM_PYTORCH"}))
     found: list[tuple[str, str, str, BuildSpec]] = []
     def worse(a: str, b: str) -> str:
         return max(a, b, key=("required", "optional", "excluded").index)
@@ -600,7 +589,9 @@ def reads_hip_at_import(setup_py: Path) -> int | None:
 
 
 class ApexComponent(FromDriver, jit.NoSites):
-    """ROCm apex as a component: built by ``porter wheel apex`` with :class:`ApexDriver`."""
+    """ROCm apex as a component: built by ``porter wheel apex`` with :class:`ApexDriver`. Its compile sites for
+    ``porter audit`` (JitSites) are its op builders' ``load()`` (ROCm apex JIT-builds at import by default) whose
+    module the target does not ship."""
 
     name = "apex"
     title = "ROCm apex"
@@ -608,11 +599,42 @@ class ApexComponent(FromDriver, jit.NoSites):
     fetches = False
     takes_ops = True
     driver = ApexDriver()
-    jit_kinds = audit.KINDS  # (JitSites: porter audit asks it)
+    jit_kinds = {"apex": jit.Kind("APEX's op builder JIT-builds the op when apex is imported (minutes for CUDA/HIP "
+                                  "kernels)", "fails: no compiler", True)}
 
-    builder_roots = staticmethod(audit.builder_roots)
-    resolve = staticmethod(audit.resolve)
-    installed_sites = staticmethod(audit.installed_sites)
+    def builder_roots(self, tree: Path, target: jit.Target | None) -> list[Path]:
+        root = target.package_root(self.name, self.name) if target else None
+        return [root] if root else []
+
+    def resolve(self, raw: jit.Raw, at: jit.At, audit: jit.Audit) -> jit.Site | None:
+        """A load of one of its op builders: covered when the target ships the module the builder names."""
+        kind, _, cls = raw.key.partition(":")
+        if raw.kind != "op" or kind != "builder" or audit.owner(cls) != self.name:
+            return None
+        name = audit.builders[self.name][cls]
+        modules = audit.target.modules if audit.target else {}
+        shipped = [m for m in modules if m.split(".")[-1] == name]
+        what = f"{raw.what} -> module {name}"
+        if shipped:
+            return at.site(raw, "covered", f"prebuilt in {modules[shipped[0]]}", shipped[0], kind=self.name, what=what)
+        return at.site(raw, "compiles", f"apex ships no prebuilt {name}: build it with 'porter wheel apex --source "
+                                        "<apex tree> --toolchain <profile>' and install that wheel",
+                       kind=self.name, what=what)
+
+    def installed_sites(self, audit: jit.Audit, imports: set[str]) -> list[jit.Site]:
+        """What runs at import of the installed modules the tree imports (and the packages on their way)."""
+        target = audit.target
+        dist = target.dists.get(self.name) if target else None
+        root = target.package_root(self.name, self.name) if target else None
+        if dist is None or root is None:
+            return []
+        out: list[jit.Site] = []
+        for path in sorted(jit.imported_files(root, imports)):
+            at = jit.At(path.relative_to(root.parent).as_posix(), path.read_text(errors="replace"),
+                        f"{self.name} {dist.version}")
+            out += [audit.resolve(raw, at) for raw in jit.find_sites(at.text, audit.loads) if raw.when == "import"
+                    and raw.kind in ("op", "torch-jit") and jit.relevant(raw, path, audit.loads)]
+        return out
 
 
 APEX = ApexComponent()
