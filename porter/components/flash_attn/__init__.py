@@ -331,14 +331,11 @@ def _chosen_instances(instances: list[Path], pats: list[str], request: WheelRequ
         keep = set(ck_cover([g.stem for g in chosen], request.sample))
         chosen = [g for g in chosen if g.stem in keep]
     elif request.sample is not None:  # the first N of each family x head-dim bucket x dtype
-        seen: dict[str, int] = {}
-        kept = []
+        strata: dict[str, list[Path]] = {}
         for g in chosen:
-            stratum = ck_stratum(g.stem)
-            if seen.get(stratum, 0) < request.sample:
-                seen[stratum] = seen.get(stratum, 0) + 1
-                kept.append(g)
-        chosen = kept
+            strata.setdefault(ck_stratum(g.stem), []).append(g)
+        firsts = {g for group in strata.values() for g in group[:request.sample]}
+        chosen = [g for g in chosen if g in firsts]
     if request.instances is not None:
         if request.instances < 0:
             raise ConfigError(f"--instances must be 0 or more, not {request.instances}")
@@ -377,12 +374,12 @@ _CK_DEFAULTS = CkBuild(
     sources=())
 
 
-def _version(text: str) -> Version:
-    """``text`` as a version; 0 when it is none."""
+def _version(text: str) -> Version | None:
+    """``text`` as a version; None when it is none."""
     try:
-        return Version(text or "0")
+        return Version(text)
     except InvalidVersion:
-        return Version("0")
+        return None
 
 
 def read_ck_build(text: str, where: str, toolkit_version: str) -> CkBuild:
@@ -394,16 +391,13 @@ def read_ck_build(text: str, where: str, toolkit_version: str) -> CkBuild:
     runs: list[list[str]] = []
     fixed = {"IS_ROCM": True, "SKIP_CUDA_BUILD": False, "SKIP_CK_BUILD": False, "USE_TRITON_ROCM": False,
              "FORCE_BUILD": True, "BUILD_TARGET": "rocm", "this_dir": static.ROOT,
-             "hip_version": _version(toolkit_version), "archs": ["porter"]}
+             "hip_version": _version(toolkit_version) or Version("0"), "archs": ["porter"]}
 
     def call(node: ast.Call, scope: static.Scope) -> Any:
         name = static.dotted(node.func)
         if name in ("Version", "parse", "packaging.version.Version") and len(node.args) == 1:
             v = static.value(node.args[0], scope)
-            try:
-                return Version(v) if isinstance(v, str) else static.UNKNOWN
-            except InvalidVersion:
-                return static.UNKNOWN
+            return (_version(v) if isinstance(v, str) else None) or static.UNKNOWN
         if name.endswith(("subprocess.run", "subprocess.check_call", "subprocess.call")) and node.args:
             argv = static.value(node.args[0], scope)
             if isinstance(argv, list) and any(isinstance(a, str) and a.endswith("generate.py") for a in argv):
@@ -485,7 +479,7 @@ def allowed_archs(setup_text: str, version: str) -> tuple[str, ...]:
                           if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value != "native")
             if archs:
                 return archs
-    v = _version(version)
+    v = _version(version) or Version("0")
     return next((archs for floor, archs in _ALLOWED_BY_VERSION if v >= Version(floor)), _ALLOWED_BY_VERSION[-1][1])
 
 
