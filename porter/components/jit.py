@@ -147,28 +147,33 @@ class Audit:
 
 @runtime_checkable
 class JitSites(Protocol):
-    """A component whose code, or its users', compiles at run time: ``porter audit`` asks it about its sites."""
+    """A component whose code, or its users', compiles at run time: ``porter audit`` asks it about its sites. A
+    component that inherits it answers by default no kind, no import load, no site, and overrides what it knows."""
 
     name: str
-    jit_kinds: Mapping[str, Kind]
+    jit_kinds: Mapping[str, Kind] = {}
     """Its own kinds of site (the report names them)."""
-    loads_on_import: Loads
+    loads_on_import: Loads = {}
 
     def read_target(self, target: Target) -> None:
         """Read what it needs of its installation in ``target`` into ``target.facts`` (nothing when absent)."""
-        ...
+        return None
 
     def builder_roots(self, tree: Path, target: Target | None) -> list[Path]:
         """Folders whose ``op_builder`` classes are its op builders."""
-        ...
+        return []
 
     def resolve(self, raw: Raw, at: At, audit: Audit) -> Site | None:
         """The site's status when the site is this component's (None: not its)."""
-        ...
+        return None
 
     def installed_sites(self, audit: Audit, imports: set[str]) -> list[Site]:
         """Sites in its installed copy that a training importing ``imports`` runs."""
-        ...
+        return []
+
+
+NoSites = JitSites
+"""The name a component inherits the audit's default answers by."""
 
 
 _SUBPROCESS = {"run", "call", "check_call", "check_output", "Popen", "system"}
@@ -348,26 +353,6 @@ def builder_names(roots: Iterable[Path]) -> dict[str, str]:
                 if isinstance(node, ast.ClassDef) and (name := _literal(static.assigns(node.body).get("NAME"))):
                     out.setdefault(node.name, name)
     return out
-
-
-class NoSites:
-    """What a component answers the audit by default: no kind, no import load, no site; a component inherits it
-    and overrides what it knows (:class:`JitSites`)."""
-
-    jit_kinds: Mapping[str, Kind] = {}
-    loads_on_import: Loads = {}
-
-    def read_target(self, target: Target) -> None:
-        return None
-
-    def builder_roots(self, tree: Path, target: Target | None) -> list[Path]:
-        return []
-
-    def resolve(self, raw: Raw, at: At, audit: Audit) -> Site | None:
-        return None
-
-    def installed_sites(self, audit: Audit, imports: set[str]) -> list[Site]:
-        return []
 
 
 def relevant(raw: Raw, path: Path, loads: Loads) -> bool:
