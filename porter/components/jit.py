@@ -206,12 +206,8 @@ class _Finder(ast.NodeVisitor):
         self.triton_decorators: set[str] = set()  # jit / autotune imported from triton
         self.imports: set[str] = set()          # absolute modules this file imports (and from-imported names)
 
-    @property
-    def when(self) -> str:
-        return "import" if self.depth == 0 else "call"
-
     def _add(self, kind: str, node: ast.AST, what: str, key: str = "") -> None:
-        self.sites.append(Raw(kind, getattr(node, "lineno", 0), what, self.when, key))
+        self.sites.append(Raw(kind, getattr(node, "lineno", 0), what, "import" if self.depth == 0 else "call", key))
 
     # imports ---------------------------------------------------------------------------------
     def visit_Import(self, node: ast.Import) -> None:
@@ -264,31 +260,28 @@ class _Finder(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         name = _dotted(func)
+        leaf = name.split(".")[-1]
         if (isinstance(func, ast.Attribute) and func.attr in ("load", "load_inline") and
                 (_dotted(func.value) in self.cpp_modules or _dotted(func.value).endswith("cpp_extension"))) or \
                 (isinstance(func, ast.Name) and func.id in self.cpp_funcs):
-            self._torch_jit(node, name)
+            ext = _literal(next((k.value for k in node.keywords if k.arg == "name"),
+                                node.args[0] if node.args else None))
+            self._add("torch-jit", node, f"{name}({'name=' + repr(ext) if ext else '...'})", key=ext)
         elif isinstance(func, ast.Attribute) and func.attr in _LOADS and isinstance(func.value, ast.Call) \
-                and _dotted(func.value.func).split(".")[-1].endswith("Builder"):
-            cls = _dotted(func.value.func).split(".")[-1]
+                and (cls := _dotted(func.value.func).split(".")[-1]).endswith("Builder"):
             self._add("op", node, f"{cls}().{func.attr}()", key=f"builder:{cls}")
-        elif name.split(".")[-1] in ("create_op_builder", "get_op_builder") and node.args and _literal(node.args[0]):
-            cls = _literal(node.args[0])
-            self._add("op", node, f"{name.split('.')[-1]}({cls!r})", key=f"builder:{cls}")
-        elif name.split(".")[-1] == "has_function" and node.args:
+        elif leaf in ("create_op_builder", "get_op_builder") and node.args and (cls := _literal(node.args[0])):
+            self._add("op", node, f"{leaf}({cls!r})", key=f"builder:{cls}")
+        elif leaf == "has_function" and node.args:
             libs = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords
                                                                   if k.arg == "libraries"), None)
             names = [_literal(e) for e in libs.elts] if isinstance(libs, (ast.Tuple, ast.List)) else []
             fn = _literal(node.args[0]) or _literal(next((k.value for k in node.keywords if k.arg == "funcname"),
                                                          None))
             self._add("probe", node, f"has_function({fn!r}, {tuple(names)!r})", key=f"{fn}:{','.join(names)}")
-        elif name.split(".")[-1] in _SUBPROCESS and node.args and self._is_make(node.args[0]):
+        elif leaf in _SUBPROCESS and node.args and self._is_make(node.args[0]):
             self._add("make", node, f"{name}(make ...)")
         self.generic_visit(node)
-
-    def _torch_jit(self, node: ast.Call, name: str) -> None:
-        ext = _literal(next((k.value for k in node.keywords if k.arg == "name"), node.args[0] if node.args else None))
-        self._add("torch-jit", node, f"{name}({'name=' + repr(ext) if ext else '...'})", key=ext)
 
     @staticmethod
     def _is_make(arg: ast.AST) -> bool:
