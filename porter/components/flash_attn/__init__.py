@@ -411,9 +411,7 @@ def read_ck_build(text: str, where: str, toolkit_version: str) -> CkBuild:
         return static.UNKNOWN
 
     def truth(node: ast.expr, scope: static.Scope) -> bool | None:
-        name = static.dotted(node)
-        if name in fixed and isinstance(fixed[name], bool):
-            return bool(fixed[name])
+        # the fixed flags (IS_ROCM, ...) need no answer here: the evaluator reads a name's bool from the scope
         if isinstance(node, ast.Call) and static.dotted(node.func) in ("os.path.isdir", "os.path.exists"):
             arg = static.value(node.args[0], scope) if node.args else static.UNKNOWN
             return False if arg == ".git" else None  # porter builds copies without .git
