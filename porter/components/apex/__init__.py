@@ -78,8 +78,7 @@ class ApexDriver:
             return None
         text = setup_py.read_text(errors="replace")
         version = _apex_version(root, text)
-        has_env = (root / "op_builder").is_dir() and (CPP_GROUP_VAR in text or CUDA_GROUP_VAR in text)
-        if has_env:
+        if (root / "op_builder").is_dir() and (CPP_GROUP_VAR in text or CUDA_GROUP_VAR in text):
             ops = read_op_builder(root / "op_builder")
             if not ops:
                 raise ConfigError(f"{root}/op_builder declares no ops (no class with BUILD_VAR and NAME)",
@@ -99,18 +98,14 @@ class ApexDriver:
         regime = request.regime or info.regime
         if regime not in REGIMES:
             raise ConfigError(f"unknown apex build regime {regime!r}", hint=f"use one of: {', '.join(REGIMES)}")
-        if regime != info.regime:
-            note = (f"regime forced to {regime!r}; the tree at {info.tree} is a {info.regime!r} tree "
-                    f"(apex {info.version})")
-        else:
-            note = f"regime {regime!r} detected from the tree (apex {info.version})"
         if tc.kind == "emulated" and regime != "env":
             raise ConfigError(f"apex {info.version} builds its device ops through setup.py (--cuda_ext), which cannot "
                               f"target porter's emulated HIP target {tc.name}",
                               hint="the emulated target builds apex trees with op_builder/ (APEX_BUILD_*) on "
                                    "porter's engine")
         selected = select_ops(info, request.ops, tc.kind)
-        notes = [note]
+        notes = [f"regime forced to {regime!r}; the tree at {info.tree} is a {info.regime!r} tree (apex {info.version})"
+                 if regime != info.regime else f"regime {regime!r} detected from the tree (apex {info.version})"]
         core = next((op for op in info.ops if op.name == CORE_OP), None)
         if core is not None and any(op.group == "cuda" for op in selected):
             # apex.multi_tensor_apply and apex.optimizers import amp_C: a device build without it is broken
@@ -137,11 +132,10 @@ class ApexDriver:
                     "DESIRED_CUDA": None, "APEX_COMMIT": None})
         if cost_note:
             notes.append(cost_note)
-        if any(op.group == "cpp" for op in selected) and regime == "env":
+        if any(op.group == "cpp" for op in selected):
             notes.append(f"apex's host-only ops are compiled for the profile's cpu_isa (-march={tc.cpu_isa}), not "
-                         "for the build host (upstream's builder asks for -march=native)")
-        elif any(op.group == "cpp" for op in selected):
-            notes.append("apex's host-only ops are compiled with upstream's own -march choice (native on most "
+                         "for the build host (upstream's builder asks for -march=native)" if regime == "env" else
+                         "apex's host-only ops are compiled with upstream's own -march choice (native on most "
                          "hosts); a patch set can pin it to the profile's cpu_isa")
         needs_torch, why = _needs_torch(info, tc.kind)
         if tc.kind == "emulated":  # setup.py is not run: the engine builds the ops, the tree's package is the rest
