@@ -291,13 +291,10 @@ def select_ops(info: SourceInfo, wanted: Iterable[str], kind: str) -> tuple[OpSp
 # -- reading the tree ----------------------------------------------------------------------------
 
 def _apex_version(root: Path, setup_text: str) -> str:
+    """The tree's version.txt when it says one, else setup.py's ``version=``, else 0.0."""
     vfile = root / "version.txt"
-    if vfile.is_file():
-        v = vfile.read_text().strip()
-        if v:
-            return v
     m = re.search(r"""version\s*=\s*['"]([^'"]+)['"]""", setup_text)
-    return m.group(1) if m else "0.0"
+    return (vfile.read_text().strip() if vfile.is_file() else "") or (m.group(1) if m else "0.0")
 
 
 def read_op_builder(folder: Path) -> tuple[OpSpec, ...]:
@@ -472,20 +469,19 @@ def builder_specs(folder: Path, rocm: str = "") -> dict[str, BuildSpec]:
         if not (isinstance(attrs.get("NAME"), str) and isinstance(attrs.get("BUILD_VAR"), str)):
             continue
 
-        def get(method: str, attr: str) -> Any:
-            if method in methods:
-                sub = _scope(rocm, text)
-                sub.names.update(attrs)
-                got = static.run(methods[method].body, sub)
-                scope.skipped += sub.skipped
-                if sub.names.get("__version_macros__"):
-                    scope.names["__version_macros__"] = True
-                return got
-            return attrs.get(attr, [])
+        def get(method: str) -> Any:
+            if method not in methods:
+                return attrs.get(method.upper(), [])
+            sub = _scope(rocm, text)
+            sub.names.update(attrs)
+            got = static.run(methods[method].body, sub)
+            scope.skipped += sub.skipped
+            if sub.names.get("__version_macros__"):
+                scope.names["__version_macros__"] = True
+            return got
 
-        out[attrs["NAME"]] = _spec_from(attrs["NAME"], f"{path.name}:{node.name}", get("sources", "SOURCES"),
-                                        get("include_paths", "INCLUDE_PATHS"), get("cxx_args", "CXX_ARGS"),
-                                        get("nvcc_args", "NVCC_ARGS"), scope)
+        sources, includes, cxx, nvcc = (get(m) for m in ("sources", "include_paths", "cxx_args", "nvcc_args"))
+        out[attrs["NAME"]] = _spec_from(attrs["NAME"], f"{path.name}:{node.name}", sources, includes, cxx, nvcc, scope)
     return out
 
 
