@@ -53,20 +53,16 @@ class Component(Protocol):
         ...
 
     def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
-        """Component-specific checks of an installed copy (no subprocess)."""
-        ...
+        """Component-specific checks of an installed copy (no subprocess); by default, none."""
+        return InstalledCheck()
 
 
-class FromDriver:
+class FromDriver(Component):
     """What a component built by a wheel driver answers by default: a tree is its when the driver detects it, and an
     installed copy has no checks of its own. A component inherits it and overrides what it knows."""
 
-    name: str
     driver: WheelDriver
 
     def recognise(self, tree: Path) -> Source | None:
         info = self.driver.detect(tree)
         return Source(self.name, info.version, tree, regime=info.regime) if info else None
-
-    def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
-        return InstalledCheck()
