@@ -108,7 +108,6 @@ class ApexDriver:
                  if regime != info.regime else f"regime {regime!r} detected from the tree (apex {info.version})"]
         core = next((op for op in info.ops if op.name == CORE_OP), None)
         if core is not None and any(op.group == "cuda" for op in selected):
-            # apex.multi_tensor_apply and apex.optimizers import amp_C: a device build without it is broken
             if core not in selected:
                 notes.append(f"{CORE_OP} added: apex.multi_tensor_apply and apex.optimizers import it, so every "
                              "build with device ops needs it")
@@ -516,13 +515,11 @@ def _walk_flags(text: str, where: str, rocm: str) -> list[tuple[str, str, str, B
                 if group is None:
                     static.run([st], scope)
                     continue
-                t = static.branch(st, scope)
-                if t is None:
-                    visit(st.body, group, worse(state, "optional"))
-                    visit(st.orelse, group, worse(state, "optional"))
-                else:
-                    visit(st.body, group, state if t else "excluded")
-                    visit(st.orelse, group, "excluded" if t else state)
+                unsure = worse(state, "optional")
+                taken = {None: (unsure, unsure), True: (state, "excluded"), False: ("excluded", state)}
+                on, off = taken[static.branch(st, scope)]
+                visit(st.body, group, on)
+                visit(st.orelse, group, off)
             elif isinstance(st, (ast.For, ast.While, ast.With, ast.Try)) and group is not None:
                 inner = [*st.body, *getattr(st, "orelse", []), *getattr(st, "finalbody", [])]
                 visit(inner, group, worse(state, "optional"))
