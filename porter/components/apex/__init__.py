@@ -154,7 +154,7 @@ class ApexDriver:
     def kernel_ops(self, info: SourceInfo, request: WheelRequest, ctx: KernelContext) -> KernelSet:
         """The selected ops' translation units, as the tree declares them (op_builder classes, or the
         extensions of an old setup.py), for porter's planner: device ops are hipified, host-only ops not."""
-        selected = self.plan(info, request, _NO_MACHINE).ops
+        selected = self.plan(info, request, Machine(cores=1, free_bytes=0)).ops  # its ops; the jobs do not matter
         specs = _specs(info, request.toolchain.toolkit_version)
         ops: list[OpSpec] = []
         notes: list[str] = []
@@ -192,9 +192,6 @@ class ApexDriver:
         specs = _specs(info, request.toolchain.toolkit_version)
         return {op.name: (tuple(spec.sources), tuple(spec.include_paths)) for op in plan.ops
                 if op.group == "cuda" and (spec := specs.get(op.name)) is not None}
-
-
-_NO_MACHINE = Machine(cores=1, free_bytes=0)
 
 
 def _empty_hint(info: SourceInfo, regime: str) -> str:
