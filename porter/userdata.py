@@ -20,6 +20,12 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: invalid TOML: {why}", hint="fix the file's syntax") from None
 
 
+def whole_number(value: Any, low: int = -(2 ** 63)) -> bool:
+    """An integer of at least ``low`` that TOML can hold: 64-bit (tomllib reads wider ones, a 0x... of any length,
+    which a message would then show in full) and never a bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value < 2 ** 63
+
+
 def check_keys(data: Mapping[str, Any], known: Collection[str], where: str, *, table: str = "",
                required: Collection[str] = ()) -> None:
     """Refuse a key of ``data`` that is not ``known`` (naming the closest known one) and a ``required`` one that

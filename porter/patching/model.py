@@ -33,7 +33,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from porter.errors import ConfigError, shown
 from porter.fs import exists, read_user_text
-from porter.userdata import check_keys, parse_toml
+from porter.userdata import check_keys, parse_toml, whole_number
 
 Action = Literal["replace", "insert_before", "insert_after", "delete"]
 ACTIONS: tuple[str, ...] = get_args(Action)
@@ -150,10 +150,6 @@ class PatchSet:
 # --------------------------------------------------------------------------------------------
 # loading
 
-_INT64 = range(-(2 ** 63), 2 ** 63)
-"""TOML's integers are 64-bit; tomllib reads wider ones (a 0x... of any length): refused where a number is read."""
-
-
 def _table(value: Any, where: str, what: str) -> Mapping[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{where}: {what} must be a table, not {shown(value)}",
@@ -220,7 +216,7 @@ def _edit(data: Mapping[str, Any], where: str) -> Edit:
     count = data.get("count", 1)
     if not isinstance(regex, bool):
         raise ConfigError(f"{where}: regex must be true or false")
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1 or count not in _INT64:
+    if not whole_number(count, 1):
         raise ConfigError(f"{where}: count must be a positive integer, not {shown(count)}",
                           hint="the number of lines the anchor must match, e.g. count = 1")
     text = _str(data, "text", where, "")
@@ -270,7 +266,7 @@ def _patch(data: Mapping[str, Any], where: str, base: Traversable | Path | None)
             raise ConfigError(f"{where}: diff {name!r} has no folder to be read from")
         diff_text = _read_diff(base, name, where)
         strip = data.get("strip")
-        if strip is not None and (not isinstance(strip, int) or strip < 0 or strip not in _INT64):
+        if strip is not None and not (isinstance(strip, bool) or whole_number(strip, 0)):
             raise ConfigError(f"{where}: strip must be a non-negative integer",
                               hint="the leading path components to drop from the diff's headers, e.g. strip = 1")
         return Patch(id=pid, why=why, diff=diff_text, diff_name=name, strip=strip, versions=versions,

@@ -22,7 +22,7 @@ from typing import Any
 from porter.errors import ConfigError, shown
 from porter.fs import exists, read_user_text
 from porter.toolchain.archs import parse_target
-from porter.userdata import check_keys, parse_toml
+from porter.userdata import check_keys, parse_toml, whole_number
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,21 +204,16 @@ def _table(cls: type[Any], data: Mapping[str, Any], where: str, table: str) -> A
         raise ConfigError(f"{where}: [{table}] lacks {', '.join(missing) or exc}") from None
 
 
-def _int64(value: Any) -> bool:
-    """A whole number TOML can hold (64-bit; never a bool: tomllib reads wider ones, a 0x... of any length)."""
-    return isinstance(value, int) and not isinstance(value, bool) and -(2 ** 63) <= value < 2 ** 63
-
-
 def _strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 _KINDS: dict[str, tuple[Callable[[Any], bool], str, Callable[[Any], Any]]] = {
-    "int": (_int64, "a whole number", int),
-    "float": (lambda v: (_int64(v) or isinstance(v, float)) and math.isfinite(v), "a number", float),
+    "int": (whole_number, "a whole number", int),
+    "float": (lambda v: (whole_number(v) or isinstance(v, float)) and math.isfinite(v), "a number", float),
     "bool": (lambda v: isinstance(v, bool), "true or false", bool),
     "str": (lambda v: isinstance(v, str), "a string", str),
-    "tuple[int, ...]": (lambda v: isinstance(v, list) and all(map(_int64, v)), "a list of whole numbers", tuple),
+    "tuple[int, ...]": (lambda v: isinstance(v, list) and all(map(whole_number, v)), "a list of whole numbers", tuple),
     "tuple[str, ...]": (_strings, "a list of strings", tuple),
     "Mapping[str, str]": (lambda v: isinstance(v, dict) and _strings(list(v.values())), "a table of strings", dict),
 }

@@ -44,7 +44,7 @@ from porter.cluster.slurm.sbatch import SlurmSettings
 from porter.errors import ConfigError, shown
 from porter.fs import exists, read_user_text
 from porter.toolchain.profile import Toolchain, load_toolchain
-from porter.userdata import check_keys, parse_toml
+from porter.userdata import check_keys, parse_toml, whole_number
 
 TOP_KEYS = ("name", "dir", "wheelhouse", "toolchains", "python", "jobs", "component", "slurm")
 ENTRY_KEYS = ("name", "versions", "sources", "toolchains", "ops", "args", "tag")
@@ -181,7 +181,7 @@ def _python_and_jobs(data: Mapping[str, Any], where: str) -> tuple[str | None, i
         raise ConfigError(f"{where}: 'python' must be a string (the build python, as --python takes it)",
                           hint="e.g. python = \"/opt/venv/bin/python\"")
     jobs = data.get("jobs")
-    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs < 2 ** 63):
+    if jobs is not None and not whole_number(jobs, 1):
         raise ConfigError(f"{where}: 'jobs' must be a whole number >= 1, not {shown(jobs)}",
                           hint="the parallel compile jobs of each cell (--jobs), e.g. jobs = 16")
     return build_python, jobs

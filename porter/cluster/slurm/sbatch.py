@@ -20,7 +20,7 @@ from typing import Any
 from porter.errors import CommandFailed, ConfigError, PorterError, ToolError, shown
 from porter.log import Logger, quiet_logger
 from porter.run import Runner, which
-from porter.userdata import check_keys
+from porter.userdata import check_keys, whole_number
 
 _TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$")     # minutes, m:s, h:m:s, d-h, d-h:m, d-h:m:s
 _MEM = re.compile(r"^\d+[KMGT]?$")
@@ -70,8 +70,7 @@ class SlurmSettings:
                 raise ConfigError(f"slurm {key} {value!r} is not {what}", hint=hint)
         for key in ("cpus_per_task", "max_parallel"):  # below 2**63 so that a message never shows a huge value
             value = getattr(self, key)
-            if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
-                                          and 1 <= value < 2 ** 63):
+            if value is not None and not whole_number(value, 1):
                 raise ConfigError(f"slurm {key} must be a whole number >= 1, not {shown(value)}")
         for arg in self.sbatch_args:
             if not isinstance(arg, str) or not arg.startswith("-"):
