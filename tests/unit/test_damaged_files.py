@@ -7,8 +7,10 @@ fills them with random member names and types; every one is accepted or refused,
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,7 +146,7 @@ def test_a_good_tarball_unpacks_whole(sandbox: Path) -> None:
 
 def test_a_truncated_or_foreign_wheel_is_named_before_anything_reads_it(tmp_path: Path) -> None:
     wheel = deepspeed_wheel(tmp_path / "wh", {"cpu_adam": b"\x7fELF"})
-    manifest = __import__("json").loads(Path(f"{wheel}.porter.json").read_text())
+    manifest = json.loads(Path(f"{wheel}.porter.json").read_text())
     check_intact(wheel, manifest)  # as built
     data = wheel.read_bytes()
     wheel.write_bytes(data[: len(data) // 2])
@@ -214,10 +216,15 @@ def test_generated_members_stay_inside_or_are_refused(tmp_path_factory: pytest.T
                 Path(os.path.realpath(p)) == (top / "dest").resolve()
 
 
-WHEEL_DIR = Path(__import__("tempfile").mkdtemp(prefix="porter-damaged-wheel-"))
-REAL_WHEEL = deepspeed_wheel(WHEEL_DIR, {"cpu_adam": b"\x7fELF" + bytes(range(256)) * 40})
-REAL_MANIFEST = __import__("json").loads(Path(f"{REAL_WHEEL}.porter.json").read_text())
-WHEEL_BYTES = REAL_WHEEL.read_bytes()
+def _real_wheel() -> tuple[str, dict[str, object], bytes]:
+    """A real porter wheel's name, manifest and bytes (its folder removed again: nothing is left in the temp folder
+    by importing this module)."""
+    with tempfile.TemporaryDirectory(prefix="porter-damaged-wheel-") as tmp:
+        wheel = deepspeed_wheel(Path(tmp), {"cpu_adam": b"\x7fELF" + bytes(range(256)) * 40})
+        return wheel.name, json.loads(Path(f"{wheel}.porter.json").read_text()), wheel.read_bytes()
+
+
+WHEEL_NAME, REAL_MANIFEST, WHEEL_BYTES = _real_wheel()
 
 
 @GEN
@@ -230,15 +237,15 @@ def test_generated_damaged_wheels_are_refused(tmp_path_factory: pytest.TempPathF
         data[flip] ^= 0xFF
     else:
         data = data[:cut]
-    wheel = top / REAL_WHEEL.name
+    wheel = top / WHEEL_NAME
     wheel.write_bytes(bytes(data))
     with pytest.raises(DamagedFile) as err:
         check_intact(wheel, REAL_MANIFEST)
-    assert REAL_WHEEL.name in err.value.message and err.value.hint
+    assert WHEEL_NAME in err.value.message and err.value.hint
     try:
         archive.zip_members(wheel)
     except DamagedFile as exc:
-        assert REAL_WHEEL.name in exc.message
+        assert WHEEL_NAME in exc.message
 
 
 
