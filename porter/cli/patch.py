@@ -152,7 +152,7 @@ def revert_cmd(log: Logger, tree: Path, set_refs: tuple[str, ...], force: bool, 
     for r in set_refs:  # a set file names its journal entry by its own ref; others are matched by name
         is_file = Path(r).suffix in (".toml", ".patch", ".diff") and Path(r).is_file()
         refs.extend(s.ref for s in resolve_sets(r)) if is_file else refs.append(r)
-    done = plan_revert(tree, refs or None, force=force).result if dry_run else revert(tree, refs or None, force=force)
+    done = plan_revert(tree, refs or None, force=force) if dry_run else revert(tree, refs or None, force=force)
     if as_json:
         emit_json({"tree": str(tree), "reverted": list(done.sets), "restored": list(done.restored),
                    "reapplied": list(done.reapplied), "forced": list(done.forced), "dry_run": dry_run,

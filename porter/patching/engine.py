@@ -504,12 +504,9 @@ def _check_target(work: _Work, pset: PatchSet) -> None:
 def plan(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_version: str | None = None) -> Plan:
     """Apply ``sets`` in memory, in order; report every edit (would-apply / already / not-needed / skipped /
     failed). Nothing is written."""
-    root = tree_root(tree)
-    _check_journal_dir(root)
+    root, entries, layers = _journal(tree)
     work = _Work(root)
     set_plans: list[SetPlan] = []
-    entries = read_journal(root)["sets"]
-    layers = _layers(entries)
     journal = {e["set"]: e for e in entries}
     for pset in sets:
         version, notes = set_version(root, pset, target_version)
@@ -533,13 +530,6 @@ def plan(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_versi
         set_plans.append(SetPlan(pset.ref, pset.origin, pset.digest, version, tuple(results), changes,
                                  tuple(notes + more), applied=tuple(applied)))
     return Plan(root, tuple(set_plans))
-
-
-def _check_journal_dir(root: Path) -> None:
-    d = root / JOURNAL_DIR
-    if d.is_symlink() or (d.exists() and not d.resolve().is_relative_to(root)):
-        raise ConfigError(f"{d} is a symlink; porter keeps its journal only in a real folder inside the tree",
-                          hint=f"remove {d}")
 
 
 def failure_message(failures: Sequence[PatchResult]) -> str:
@@ -569,14 +559,22 @@ Layer = tuple[dict[str, Any], dict[str, Any]]
 """(journal entry of a set, its record of one file)."""
 
 
-def _layers(entries: list[dict[str, Any]]) -> dict[str, list[Layer]]:
-    """Per file, the sets that changed it, oldest first (by the record's ``seq``; older journals: entry order)."""
+def _journal(tree: str | os.PathLike[str]) -> tuple[Path, list[dict[str, Any]], dict[str, list[Layer]]]:
+    """The tree's root, its journal's entries and, per file, the sets that changed it, oldest first (by the
+    record's ``seq``; older journals: entry order)."""
+    root = tree_root(tree)
+    d = root / JOURNAL_DIR
+    if d.is_symlink() or (d.exists() and not d.resolve().is_relative_to(root)):
+        raise ConfigError(f"{d} is a symlink; porter keeps its journal only in a real folder inside the tree",
+                          hint=f"remove {d}")
+    entries: list[dict[str, Any]] = read_journal(root)["sets"]
     out: dict[str, list[Layer]] = {}
     for entry in entries:
         for rec in entry["files"]:
             out.setdefault(rec["path"], []).append((entry, rec))
     # a stable sort: records with the same seq keep the journal's entry order
-    return {path: sorted(stack, key=lambda layer: int(layer[1].get("seq", 0))) for path, stack in out.items()}
+    return root, entries, {path: sorted(stack, key=lambda layer: int(layer[1].get("seq", 0)))
+                           for path, stack in out.items()}
 
 
 def _layer_state(layers: list[Layer], index: int, now: str | None) -> tuple[str, str]:
@@ -644,10 +642,7 @@ def _file_states(work: _Work, layers: dict[str, list[Layer]], entry: dict[str, A
 
 def journal_status(tree: str | os.PathLike[str]) -> tuple[SetState, ...]:
     """Each applied set, oldest first, with each of its files' state, layers understood."""
-    root = tree_root(tree)
-    _check_journal_dir(root)
-    entries = read_journal(root)["sets"]
-    layers = _layers(entries)
+    root, entries, layers = _journal(tree)
     work = _Work(root)
     return tuple(SetState(entry["set"], entry.get("version", ""), entry.get("applied_at", ""), entry.get("origin", ""),
                           tuple(entry.get("patches", [])), tuple(entry.get("not_needed", [])),
@@ -658,39 +653,32 @@ def _slug(ref: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", ref)
 
 
-@dataclass
-class _Txn:
-    """The writes of an apply or a revert, all or none: each remembers what was there before; an exception out of
-    the ``with`` block undoes them all and removes the journal folders it created."""
+Write = tuple[str, bytes | None, int | None]
+"""(tree-relative path, its new bytes (None: removed), mode)."""
 
-    root: Path
-    undo: list[tuple[Path, bytes | None, int | None]] = field(default_factory=list)
-    created: list[Path] = field(default_factory=list)
 
-    def __enter__(self) -> _Txn:
-        self.created = [d for d in (self.root / JOURNAL_DIR, self.root / ORIGINALS) if not d.exists()]
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        for path, data, mode in reversed(self.undo if kind else []):
+def _commit(root: Path, writes: Iterable[Write], entries: list[dict[str, Any]]) -> None:
+    """Make the ``writes`` of an apply or a revert, then the journal of ``entries`` (none: no journal), all or
+    none: on an exception each written path gets back what was there before and the journal folders this
+    created are removed."""
+    created = [d for d in (root / JOURNAL_DIR, root / ORIGINALS) if not d.exists()]
+    undo: list[tuple[Path, bytes | None, int | None]] = []
+    try:
+        for rel, data, mode in [*writes, (JOURNAL, None, None)]:
+            path = root / rel
+            old = _read(path)
+            undo.append((path, old, path.stat().st_mode & 0o7777 if old is not None else None))
+            if rel == JOURNAL and entries:
+                atomic_write_json(path, {"schema": SCHEMA, "sets": entries})
+            else:
+                _write(path, data, mode)
+    except BaseException:
+        for path, data, mode in reversed(undo):
             with contextlib.suppress(OSError):
                 _write(path, data, mode)
-        for d in reversed(self.created if kind else []):
+        for d in reversed(created):
             shutil.rmtree(d, ignore_errors=True)
-
-    def write(self, rel: str, data: bytes | None, mode: int | None) -> None:
-        path = self.root / rel
-        old = _read(path)
-        old_mode = path.stat().st_mode & 0o7777 if old is not None else None
-        self.undo.append((path, old, old_mode))
-        _write(path, data, mode)
-
-    def journal(self, entries: list[dict[str, Any]]) -> None:
-        if not entries:  # no set left
-            self.write(JOURNAL, None, None)
-            return
-        self.undo.append((self.root / JOURNAL, _read(self.root / JOURNAL), 0o644))
-        atomic_write_json(self.root / JOURNAL, {"schema": SCHEMA, "sets": entries})
+        raise
 
 
 def _write(path: Path, data: bytes | None, mode: int | None) -> None:
@@ -737,9 +725,7 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
     p = checked(tree, sets, target_version=target_version)
     if not any(s.changes for s in p.sets):
         return Applied(p, ())
-    root = p.tree
-    entries: list[dict[str, Any]] = read_journal(root)["sets"]
-    layers = _layers(entries)
+    root, entries, layers = _journal(p.tree)
     for sp in p.sets:  # a set cannot change a file again underneath a set applied on top of it there
         for c in sp.changes:
             stack = layers.get(c.path, [])
@@ -751,33 +737,33 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
                                   hint=f"revert the set(s) above first (porter patch revert {root} --set "
                                        f"{above[-1]}), then apply them again after {sp.ref}")
     seq = 1 + max((int(rec.get("seq", 0)) for e in entries for rec in e["files"]), default=0)
-    with _Txn(root) as txn:
-        for sp in p.sets:
-            if not sp.changes:
-                continue
-            entry = next((e for e in entries if e["set"] == sp.ref), None)
-            if entry is None:
-                entry = {"set": sp.ref, "files": []}
-                entries.append(entry)
-            states = sp.patch_states()
-            entry.update({"origin": sp.origin, "digest": sp.digest, "version": sp.version,
-                          "applied_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                          "porter_version": __version__,
-                          "patches": sorted(k for k, v in states.items() if v in ("would-apply", "already")),
-                          "not_needed": sorted(k for k, v in states.items() if v == "not-needed")})
-            known = {f["path"]: f for f in entry["files"]}
-            for c in sp.changes:
-                rec = known.get(c.path)
-                if rec is None:
-                    backup = f"{ORIGINALS}/{_slug(sp.ref)}/{c.path}" if c.before is not None else None
-                    if backup is not None:
-                        txn.write(backup, c.before, 0o644)
-                    rec = {"path": c.path, "before": _sha(c.before), "backup": backup, "mode": c.mode, "seq": seq}
-                    seq += 1
-                    entry["files"].append(rec)
-                rec["after"] = _sha(c.after)
-                txn.write(c.path, c.after, c.mode)
-        txn.journal(entries)
+    writes: list[Write] = []
+    for sp in p.sets:
+        if not sp.changes:
+            continue
+        entry = next((e for e in entries if e["set"] == sp.ref), None)
+        if entry is None:
+            entry = {"set": sp.ref, "files": []}
+            entries.append(entry)
+        states = sp.patch_states()
+        entry.update({"origin": sp.origin, "digest": sp.digest, "version": sp.version,
+                      "applied_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                      "porter_version": __version__,
+                      "patches": sorted(k for k, v in states.items() if v in ("would-apply", "already")),
+                      "not_needed": sorted(k for k, v in states.items() if v == "not-needed")})
+        known = {f["path"]: f for f in entry["files"]}
+        for c in sp.changes:
+            rec = known.get(c.path)
+            if rec is None:
+                backup = f"{ORIGINALS}/{_slug(sp.ref)}/{c.path}" if c.before is not None else None
+                if backup is not None:
+                    writes.append((backup, c.before, 0o644))
+                rec = {"path": c.path, "before": _sha(c.before), "backup": backup, "mode": c.mode, "seq": seq}
+                seq += 1
+                entry["files"].append(rec)
+            rec["after"] = _sha(c.after)
+            writes.append((c.path, c.after, c.mode))
+    _commit(root, writes, entries)
     return Applied(_written(p), tuple(c.path for c in p.changes))
 
 
@@ -786,12 +772,21 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
 
 @dataclass(frozen=True)
 class Reverted:
+    """What :func:`revert` writes (:func:`plan_revert`, a dry run, writes nothing)."""
+
     sets: tuple[str, ...]
     restored: tuple[str, ...]
     changes: tuple[FileChange, ...]
-    forced: tuple[str, ...] = ()
-    reapplied: tuple[str, ...] = ()
+    forced: tuple[str, ...]
+    reapplied: tuple[str, ...]
     """Sets applied on top of a reverted one on a shared file, re-applied there after the revert."""
+    root: Path
+    writes: list[Write]
+    """The restored files and the re-applied sets' new backups."""
+    keep: list[dict[str, Any]]
+    """The journal's entries after the revert."""
+    drop: list[str]
+    """Backups no longer needed (tree-relative): the reverted sets' folders, the re-applied sets' stale ones."""
 
     def diff(self) -> str:
         return "".join(c.diff() for c in self.changes)
@@ -829,23 +824,8 @@ def _backup(root: Path, rel: str, rec: dict[str, Any]) -> bytes | None:
     return original
 
 
-@dataclass(frozen=True)
-class RevertPlan:
-    """What :func:`revert` writes (a dry run shows ``result`` and writes nothing)."""
-
-    result: Reverted
-    root: Path
-    writes: list[tuple[str, bytes | None, int | None]]
-    """(tree-relative path, its new bytes (None: removed), mode): the restored files and the re-applied sets' new
-    backups."""
-    keep: list[dict[str, Any]]
-    """The journal's entries after the revert."""
-    drop: list[str]
-    """Backups no longer needed (tree-relative): the reverted sets' folders, the re-applied sets' stale ones."""
-
-
 def plan_revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, force: bool = False,
-                load_set: SetLoader | None = None) -> RevertPlan:
+                load_set: SetLoader | None = None) -> Reverted:
     """What restoring the bytes from before the named sets (default: all) writes, on every file they changed.
 
     On a file where another set was applied on top of a reverted one, that set is re-applied (loaded by
@@ -853,17 +833,14 @@ def plan_revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None,
     its journal record and backup follow the new bytes. When it cannot be loaded or no longer applies, the error
     names it.
     """
-    root = tree_root(tree)
-    _check_journal_dir(root)
-    entries: list[dict[str, Any]] = read_journal(root)["sets"]
+    root, entries, layers = _journal(tree)
     chosen = _chosen(root, entries, refs)
     chosen_ids = {id(e) for e in chosen}
     chosen_names = ", ".join(e["set"] for e in chosen)
-    layers = _layers(entries)
     loader = load_set or load_recorded
     loaded: dict[int, PatchSet] = {}
     changes: list[FileChange] = []
-    writes: list[tuple[str, bytes | None, int | None]] = []
+    writes: list[Write] = []
     drop = [f"{ORIGINALS}/{_slug(e['set'])}" for e in chosen]
     forced: list[str] = []
     reapplied: list[str] = []
@@ -899,28 +876,25 @@ def plan_revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None,
             rec.update({"before": _sha(before), "after": _sha(data), "backup": backup})
         changes.append(FileChange(rel, now, data, None))
         writes.append((rel, data, mode))
-    result = Reverted(tuple(e["set"] for e in reversed(chosen)), tuple(c.path for c in changes), tuple(changes),
-                      tuple(forced), tuple(reapplied))
-    return RevertPlan(result, root, writes, [e for e in entries if id(e) not in chosen_ids], drop)
+    return Reverted(tuple(e["set"] for e in reversed(chosen)), tuple(c.path for c in changes), tuple(changes),
+                    tuple(forced), tuple(reapplied), root, writes, [e for e in entries if id(e) not in chosen_ids],
+                    drop)
 
 
 def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, force: bool = False,
            load_set: SetLoader | None = None) -> Reverted:
     """Restore the bytes from before the named sets (:func:`plan_revert`); when a step fails, nothing is changed."""
-    planned = plan_revert(tree, refs, force=force, load_set=load_set)
-    with _Txn(planned.root) as txn:
-        for rel, data, mode in planned.writes:
-            txn.write(rel, data, mode)
-        txn.journal(planned.keep)
-    for rel in planned.drop:
-        if (planned.root / rel).is_dir():
-            shutil.rmtree(planned.root / rel, ignore_errors=True)
+    done = plan_revert(tree, refs, force=force, load_set=load_set)
+    _commit(done.root, done.writes, done.keep)
+    for rel in done.drop:
+        if (done.root / rel).is_dir():
+            shutil.rmtree(done.root / rel, ignore_errors=True)
         else:
-            (planned.root / rel).unlink(missing_ok=True)
-    for sub in (planned.root / ORIGINALS, planned.root / JOURNAL_DIR):  # when nothing is left in them
+            (done.root / rel).unlink(missing_ok=True)
+    for sub in (done.root / ORIGINALS, done.root / JOURNAL_DIR):  # when nothing is left in them
         with contextlib.suppress(OSError):
             sub.rmdir()
-    return planned.result
+    return done
 
 
 def _chosen(root: Path, entries: list[dict[str, Any]], refs: Sequence[str] | None) -> list[dict[str, Any]]:

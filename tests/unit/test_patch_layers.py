@@ -200,7 +200,7 @@ def test_revert_lower_set_reapplies_the_upper(ds: Path, tmp_path: Path, one_call
 def test_revert_lower_set_dry_run_shows_the_result(ds: Path) -> None:
     layered(ds, one_call=False)
     before = snapshot(ds)
-    done = plan_revert(ds, ["deepspeed/no-jit"]).result
+    done = plan_revert(ds, ["deepspeed/no-jit"])
     assert snapshot(ds) == before
     assert done.reapplied == ("deepspeed/explicit-arch",)
     changed = [line for line in done.diff().splitlines()
