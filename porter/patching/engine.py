@@ -34,7 +34,7 @@ from porter import __version__
 from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError
 from porter.fs import atomic_path, atomic_write_json, sha256_bytes
 from porter.patching import udiff
-from porter.patching.model import Patch, PatchSet, VersionSource, check_relpath, load_file, load_shipped
+from porter.patching.model import Patch, PatchSet, VersionSource, check_relpath, resolve_sets
 from porter.patching.text import EditFailed, Lines, apply_edit
 
 JOURNAL_DIR = ".porter"
@@ -154,17 +154,11 @@ class SetPlan:
 
     @property
     def state(self) -> str:
-        """``would fail``, ``would apply``, ``applied``, ``already in place`` (not by porter) or ``not needed``."""
-        statuses = {r.status for r in self.results}
-        if "failed" in statuses:
-            return "would fail"
-        if "would-apply" in statuses:
-            return "would apply"
-        if "applied" in statuses or self.journaled:
-            return "applied"
-        if statuses <= {"not-needed", "skipped"}:
-            return "not needed"
-        return "already in place"
+        """``would fail``, ``would apply``, ``applied``, ``already in place`` (not by porter) or ``not needed``:
+        by its most telling result (a journaled set's results are all ``already`` or ``not-needed``)."""
+        top = "applied" if self.journaled else min((r.status for r in self.results), key=_RANK.index, default="")
+        return {"failed": "would fail", "would-apply": "would apply", "applied": "applied",
+                "already": "already in place"}.get(top, "not needed")
 
     def patch_states(self) -> dict[str, str]:
         """Per patch id, its most telling status over all its files and edits (failed first)."""
@@ -276,21 +270,15 @@ def detect_version(root: Path, sources: Iterable[VersionSource]) -> tuple[str, s
     return None
 
 
-def _maybe_in_range(version: str, spec: str) -> bool | None:
-    """Whether ``version`` is in ``spec``; None when ``version`` is not a PEP 440 version."""
+def _in_range(version: str, spec: str, strict: bool = True) -> bool | None:
+    """Whether ``version`` is in ``spec``; when ``version`` is not a PEP 440 version: refused (``strict``) or None."""
     try:
         return SpecifierSet(spec).contains(Version(version), prereleases=True)
     except ValueError:  # InvalidVersion, or a number past Python's int-from-string limit (4300 digits)
-        return None
-
-
-def _in_range(version: str, spec: str) -> bool:
-    """Like ``_maybe_in_range``, refusing a version that is not PEP 440."""
-    inside = _maybe_in_range(version, spec)
-    if inside is None:
+        if not strict:
+            return None
         raise ConfigError(f"version {version!r} is not a PEP 440 version",
-                          hint="pass --target-version with a version such as 0.19.8")
-    return inside
+                          hint="pass --target-version with a version such as 0.19.8") from None
 
 
 def set_version(root: Path, pset: PatchSet, target_version: str | None) -> tuple[str, list[str]]:
@@ -319,7 +307,7 @@ def set_version(root: Path, pset: PatchSet, target_version: str | None) -> tuple
         version, source = found
     if not pset.versions:
         return version, []
-    inside = _in_range(version, pset.versions) if gated else _maybe_in_range(version, pset.versions)
+    inside = _in_range(version, pset.versions, gated)
     if inside:
         return version, []
     if gated and target_version:
@@ -457,15 +445,13 @@ def _plan_set(work: _Work, pset: PatchSet, version: str,
     notes: list[str] = []
     applied: list[PatchRecord] = []
     for patch in pset.patches:
-        inside = _maybe_in_range(version, patch.versions) if patch.versions and version else True
-        if patch.needed_if is None:
-            if inside is None:
-                _in_range(version, patch.versions)  # raises, naming the version
-            if not inside:
-                results.append(PatchResult(pset.ref, patch.id, "", "skipped",
-                                           reason=f"for {pset.project} {patch.versions}, tree is {version}"))
-                continue
-        elif inside is False and only is None:
+        gated = patch.needed_if is None
+        inside = _in_range(version, patch.versions, gated) if patch.versions and version else True
+        if gated and not inside:
+            results.append(PatchResult(pset.ref, patch.id, "", "skipped",
+                                       reason=f"for {pset.project} {patch.versions}, tree is {version}"))
+            continue
+        if inside is False and only is None:  # needed_if decides
             notes.append(f"patch {patch.id} was verified on {pset.project} {patch.versions}, the tree is "
                          f"{version}: its needed_if decides")
         seen = dict(work.state)
@@ -511,29 +497,30 @@ def plan(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_versi
     for pset in sets:
         version, notes = set_version(root, pset, target_version)
         entry = journal.get(pset.ref)
-        if entry is not None and entry.get("digest") == pset.digest \
-                and all(f.unchanged for f in _file_states(work, layers, entry)):
-            results_j = tuple(PatchResult(pset.ref, pid, "", "already", reason="recorded in the journal")
-                              for pid in entry.get("patches", []))
-            results_j += tuple(PatchResult(pset.ref, pid, "", "not-needed", reason="recorded in the journal")
-                               for pid in entry.get("not_needed", []))
+        journaled = entry is not None and entry.get("digest") == pset.digest \
+            and all(f.unchanged for f in _file_states(work, layers, entry))
+        changes: tuple[FileChange, ...] = ()
+        if entry is not None and journaled:
+            results = [PatchResult(pset.ref, pid, "", "already" if key == "patches" else "not-needed",
+                                   reason="recorded in the journal")
+                       for key in ("patches", "not_needed") for pid in entry.get(key, [])]
             digests = {p.id: (p.digest, p.why) for p in pset.patches}
-            earlier = tuple(PatchRecord(pset.ref, pid, *digests[pid], earlier=True)
-                            for pid in entry.get("patches", []) if pid in digests)
-            set_plans.append(SetPlan(pset.ref, pset.origin, pset.digest, version, results_j, (), tuple(notes),
-                                     journaled=True, applied=earlier))
-            continue
-        _check_target(work, pset)
-        before = dict(work.state)
-        results, more, applied = _plan_set(work, pset, version)
-        changes = tuple(FileChange(rel, prev, data, work.modes.get(rel)) for rel, prev, data in _changed(work, before))
-        set_plans.append(SetPlan(pset.ref, pset.origin, pset.digest, version, tuple(results), changes,
-                                 tuple(notes + more), applied=tuple(applied)))
+            applied = [PatchRecord(pset.ref, pid, *digests[pid], earlier=True)
+                       for pid in entry.get("patches", []) if pid in digests]
+        else:
+            _check_target(work, pset)
+            before = dict(work.state)
+            results, more, applied = _plan_set(work, pset, version)
+            notes += more
+            changes = tuple(FileChange(rel, prev, data, work.modes.get(rel))
+                            for rel, prev, data in _changed(work, before))
+        set_plans.append(SetPlan(pset.ref, pset.origin, pset.digest, version, tuple(results), changes, tuple(notes),
+                                 journaled, tuple(applied)))
     return Plan(root, tuple(set_plans))
 
 
-def failure_message(failures: Sequence[PatchResult]) -> str:
-    head = f"{len(failures)} patch edit(s) cannot be applied; nothing was changed"
+def failure_message(failures: Sequence[PatchResult], head: str = "") -> str:
+    head = head or f"{len(failures)} patch edit(s) cannot be applied; nothing was changed"
     return head + "\n" + "\n".join("  " + f.describe().replace("\n", "\n  ") for f in failures)
 
 
@@ -701,13 +688,6 @@ class Applied:
     """Files written (tree-relative)."""
 
 
-def _written(p: Plan) -> Plan:
-    """The plan as done: its would-apply edits were written."""
-    sets = tuple(replace(s, results=tuple(replace(r, status="applied") if r.status == "would-apply" else r
-                                          for r in s.results)) for s in p.sets)
-    return replace(p, sets=sets)
-
-
 def checked(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_version: str | None = None) -> Plan:
     """The plan of ``sets`` on ``tree``, refused when a needed patch cannot be applied (a dry run of :func:`apply`:
     nothing is written, its results stay ``would-apply``)."""
@@ -764,7 +744,9 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
             rec["after"] = _sha(c.after)
             writes.append((c.path, c.after, c.mode))
     _commit(root, writes, entries)
-    return Applied(_written(p), tuple(c.path for c in p.changes))
+    done = tuple(replace(s, results=tuple(replace(r, status="applied") if r.status == "would-apply" else r
+                                          for r in s.results)) for s in p.sets)  # its would-apply edits were written
+    return Applied(replace(p, sets=done), tuple(c.path for c in p.changes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -798,15 +780,8 @@ SetLoader = Callable[[dict[str, Any]], "PatchSet | None"]
 def load_recorded(entry: dict[str, Any]) -> PatchSet | None:
     """The set a journal entry records, when porter can still load it with the very data it applied."""
     origin = entry.get("origin", "shipped")
-    try:
-        if origin == "shipped":
-            project, _, name = entry["set"].partition("/")
-            pset = load_shipped(project, name)
-        else:
-            path = Path(origin)
-            if not path.is_file():
-                return None
-            pset = load_file(path)
+    try:  # a shipped set by its name, a user's by its file
+        pset = resolve_sets(entry["set"] if origin == "shipped" else origin)[0]
     except ConfigError:
         return None
     return pset if pset.digest == entry.get("digest") else None
@@ -933,9 +908,9 @@ def _reapply(root: Path, rel: str, entry: dict[str, Any], data: bytes | None, mo
     results, _, _ = _plan_set(work, pset, entry.get("version", ""), only={rel})
     failures = [r for r in results if r.status == "failed"]
     if failures:
-        raise CheckFailed(f"cannot revert {reverting} alone: {ref}, applied on top of it on {rel}, does not "
-                          "apply without it; nothing was changed\n"
-                          + "\n".join("  " + f.describe().replace("\n", "\n  ") for f in failures), hint=hint)
+        raise CheckFailed(failure_message(failures, f"cannot revert {reverting} alone: {ref}, applied on top of it "
+                                                    f"on {rel}, does not apply without it; nothing was changed"),
+                          hint=hint)
     return work.state[rel]
 
 

@@ -134,24 +134,14 @@ def apply_file(fd: FileDiff, lines: Lines | None) -> Lines | None:
                              closest=best, closest_line=line_no)
         offset = at - (hunk.old_start - 1) + len(hunk.new) - len(hunk.old)
         # apply now so later hunks are placed against the updated text
-        _replace(work, at, hunk)
+        at_end = at + len(hunk.old) == len(work.text)
+        end_of_last = work.ends[-1] if at_end and work.ends else work.newline
+        del work.text[at:at + len(hunk.old)]
+        del work.ends[at:at + len(hunk.old)]
+        work.insert(at, hunk.new)
+        if at_end and hunk.new:  # the new last line ends as the diff says, else as the old last line did
+            work.ends[-1] = "" if hunk.new_no_newline else work.newline if hunk.old_no_newline else end_of_last
     return work
-
-
-def _replace(work: Lines, at: int, hunk: Hunk) -> None:
-    at_end = at + len(hunk.old) == len(work.text)
-    end_of_last = work.ends[-1] if at_end and work.ends else work.newline
-    del work.text[at:at + len(hunk.old)]
-    del work.ends[at:at + len(hunk.old)]
-    if at == len(work.text) and work.ends and work.ends[-1] == "":
-        work.ends[-1] = work.newline
-    work.text[at:at] = hunk.new
-    work.ends[at:at] = [work.newline] * len(hunk.new)
-    if at_end and hunk.new:
-        if hunk.new_no_newline:
-            work.ends[at + len(hunk.new) - 1] = ""
-        elif not hunk.old_no_newline:
-            work.ends[at + len(hunk.new) - 1] = end_of_last
 
 
 def already_applied(fd: FileDiff, lines: Lines | None) -> bool:
