@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import difflib
+import itertools
 import json
 import os
 import re
@@ -184,8 +185,7 @@ class Plan:
         for s in self.sets:
             for c in s.changes:
                 first = merged.get(c.path)
-                merged[c.path] = FileChange(c.path, first.before if first else c.before, c.after,
-                                            first.mode if first else c.mode)
+                merged[c.path] = replace(first, after=c.after) if first else c
         return tuple(merged.values())
 
     def diff(self) -> str:
@@ -344,10 +344,9 @@ def _evidence(pattern: re.Pattern[str], data: bytes | None) -> str:
     m = pattern.search(text)
     if m is None:
         return ""
-    start = text.rfind("\n", 0, m.start()) + 1
-    end = text.find("\n", m.start())
     number = text.count("\n", 0, m.start()) + 1
-    return f"line {number}: {text[start:end if end >= 0 else len(text)].strip()[:120]!r}"
+    line = text[text.rfind("\n", 0, m.start()) + 1:].partition("\n")[0]
+    return f"line {number}: {line.strip()[:120]!r}"
 
 
 def _glob_evidence(work: _Work, globs: Iterable[str], pattern: re.Pattern[str], where: str) -> str:
@@ -716,15 +715,13 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
                                   "top of it there; nothing was changed",
                                   hint=f"revert the set(s) above first (porter patch revert {root} --set "
                                        f"{above[-1]}), then apply them again after {sp.ref}")
-    seq = 1 + max((int(rec.get("seq", 0)) for e in entries for rec in e["files"]), default=0)
+    seq = itertools.count(1 + max((int(rec.get("seq", 0)) for e in entries for rec in e["files"]), default=0))
+    by_set = {e["set"]: e for e in entries}
     writes: list[Write] = []
     for sp in p.sets:
         if not sp.changes:
             continue
-        entry = next((e for e in entries if e["set"] == sp.ref), None)
-        if entry is None:
-            entry = {"set": sp.ref, "files": []}
-            entries.append(entry)
+        entry = by_set.setdefault(sp.ref, {"set": sp.ref, "files": []})
         states = sp.patch_states()
         entry.update({"origin": sp.origin, "digest": sp.digest, "version": sp.version,
                       "applied_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -738,12 +735,11 @@ def apply(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_vers
                 backup = f"{ORIGINALS}/{_slug(sp.ref)}/{c.path}" if c.before is not None else None
                 if backup is not None:
                     writes.append((backup, c.before, 0o644))
-                rec = {"path": c.path, "before": _sha(c.before), "backup": backup, "mode": c.mode, "seq": seq}
-                seq += 1
+                rec = {"path": c.path, "before": _sha(c.before), "backup": backup, "mode": c.mode, "seq": next(seq)}
                 entry["files"].append(rec)
             rec["after"] = _sha(c.after)
             writes.append((c.path, c.after, c.mode))
-    _commit(root, writes, entries)
+    _commit(root, writes, list(by_set.values()))
     done = tuple(replace(s, results=tuple(replace(r, status="applied") if r.status == "would-apply" else r
                                           for r in s.results)) for s in p.sets)  # its would-apply edits were written
     return Applied(replace(p, sets=done), tuple(c.path for c in p.changes))
@@ -818,7 +814,7 @@ def plan_revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None,
     writes: list[Write] = []
     drop = [f"{ORIGINALS}/{_slug(e['set'])}" for e in chosen]
     forced: list[str] = []
-    reapplied: list[str] = []
+    reapplied: dict[str, None] = {}
     for path in dict.fromkeys(rec["path"] for e in reversed(chosen) for rec in e["files"]):
         rel, real = safe_path(root, path, "journal")
         stack = layers[path]
@@ -839,8 +835,7 @@ def plan_revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None,
             if id(entry) in chosen_ids:
                 continue
             before, data = data, _reapply(root, rel, entry, data, mode, loader, loaded, chosen_names)
-            if entry["set"] not in reapplied:
-                reapplied.append(entry["set"])
+            reapplied[entry["set"]] = None
             backup = f"{ORIGINALS}/{_slug(entry['set'])}/{path}" if before is not None and before != data else None
             drop += [rec["backup"]] if backup is None and rec.get("backup") else []
             if before == data:  # no longer changes this file: it is not a layer there any more
@@ -874,19 +869,16 @@ def revert(tree: str | os.PathLike[str], refs: Sequence[str] | None = None, *, f
 
 def _chosen(root: Path, entries: list[dict[str, Any]], refs: Sequence[str] | None) -> list[dict[str, Any]]:
     """The journal's entries of the sets ``refs`` names (a project name: all its sets; none: every set)."""
-    if not refs:
-        chosen = list(entries)
-    else:
-        names = [e["set"] for e in entries]
+    names = [e["set"] for e in entries]
 
-        def hit(name: str, ref: str) -> bool:
-            return name == ref or name.startswith(ref.rstrip("/") + "/")
+    def hit(name: str, ref: str) -> bool:
+        return name == ref or name.startswith(ref.rstrip("/") + "/")
 
-        missing = [r for r in refs if not any(hit(n, r) for n in names)]
-        if missing:
-            raise ConfigError(f"set {missing[0]} is not applied to {root}",
-                              hint=f"applied sets: {', '.join(names) or '(none)'}")
-        chosen = [e for e in entries if any(hit(e["set"], r) for r in refs)]
+    missing = [r for r in refs or () if not any(hit(n, r) for n in names)]
+    if missing:
+        raise ConfigError(f"set {missing[0]} is not applied to {root}",
+                          hint=f"applied sets: {', '.join(names) or '(none)'}")
+    chosen = [e for e in entries if not refs or any(hit(e["set"], r) for r in refs)]
     if not chosen:
         raise NothingToDo(f"no patch sets are applied to {root}", hint="nothing to revert")
     return chosen

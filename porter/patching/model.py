@@ -302,9 +302,7 @@ def parse_set(text: str, *, project: str, name: str, where: str, base: Traversab
               version_from: tuple[VersionSource, ...] = (), origin: str = "shipped") -> PatchSet:
     data = parse_toml(text, where)
     check_keys(data, {"set", "patch"}, where)
-    head = data.get("set", {})
-    if not isinstance(head, dict):
-        raise ConfigError(f"{where}: [set] must be a table", hint="write the set's head as a [set] table")
+    head = _table(data.get("set", {}), where, "[set]")
     check_keys(head, {"description", "versions", "verified", "project", "name", "version_from"}, f"{where} [set]")
     project = _str(head, "project", where, project)
     name = _str(head, "name", where, name)

@@ -88,10 +88,9 @@ def _already(edit: Edit, lines: Lines, hits: list[int]) -> bool | None:
     if edit.applied_if:
         return re.search(edit.applied_if, lines.render(), re.MULTILINE) is not None
     new = edit.text.splitlines()  # a trailing newline in the TOML text ends the last line
-    if edit.action == "insert_after" and hits:
-        return all(lines.text[i + 1:i + 1 + len(new)] == new for i in hits)
-    if edit.action == "insert_before" and hits:
-        return all(i >= len(new) and lines.text[i - len(new):i] == new for i in hits)
+    if edit.action in ("insert_before", "insert_after") and hits:  # the new lines just before or after each hit
+        at = 1 if edit.action == "insert_after" else -len(new)
+        return all(i + at >= 0 and lines.text[i + at:i + at + len(new)] == new for i in hits)
     if edit.action == "replace" and not hits and edit.text and not edit.regex and "\n" not in edit.text:
         # the anchor is gone and exactly ``count`` lines carry the replacement (else use applied_if)
         return sum(edit.text in line for line in lines.text) == edit.count
@@ -113,10 +112,8 @@ def apply_edit(edit: Edit, lines: Lines) -> bool:
                          anchor=edit.anchor)
     new = edit.text.splitlines()
     for i in reversed(hits):
-        if edit.action == "insert_before":
-            lines.insert(i, new)
-        elif edit.action == "insert_after":
-            lines.insert(i + 1, new)
+        if edit.action in ("insert_before", "insert_after"):
+            lines.insert(i + 1 if edit.action == "insert_after" else i, new)
         elif edit.action == "delete":
             lines.delete(i)
         else:

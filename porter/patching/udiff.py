@@ -108,22 +108,14 @@ def _find(haystack: list[str], needle: list[str], near: int) -> int | None:
 
 def apply_file(fd: FileDiff, lines: Lines | None) -> Lines | None:
     """Apply one file's hunks. Returns the new lines, or None for a deleted file."""
-    if fd.old_path is None:  # a new file
-        new = fd.hunks[0].new if fd.hunks else []
-        if lines is not None:
-            if lines.text == new:
-                return lines
-            raise EditFailed("the diff creates this file, but it already exists with other content")
-        created = Lines([], [], "\n")
-        created.insert(0, new)
-        if fd.hunks and fd.hunks[0].new_no_newline and created.ends:
-            created.ends[-1] = ""
-        return created
-    if lines is None:
+    if fd.old_path is None and lines is not None:  # (with the same content it is already applied: not tried)
+        raise EditFailed("the diff creates this file, but it already exists with other content")
+    if fd.old_path is not None and lines is None:
         raise EditFailed("file to patch does not exist")
     if fd.new_path is None:  # a deletion
         return None
-    work = Lines(list(lines.text), list(lines.ends), lines.newline)
+    # a new file: its one hunk spliced into an empty file
+    work = Lines(list(lines.text), list(lines.ends), lines.newline) if lines is not None else Lines([], [], "\n")
     offset = 0
     for hunk in fd.hunks:
         at = _find(work.text, hunk.old, hunk.old_start - 1 + offset)
