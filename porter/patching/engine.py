@@ -150,10 +150,6 @@ class SetPlan:
     """Each patch that changes a file (journaled: each patch the journal records as applied)."""
 
     @property
-    def failed(self) -> tuple[PatchResult, ...]:
-        return tuple(r for r in self.results if r.status == "failed")
-
-    @property
     def state(self) -> str:
         """``would fail``, ``would apply``, ``applied``, ``already in place`` (not by porter) or ``not needed``:
         by its most telling result (a journaled set's results are all ``already`` or ``not-needed``)."""
@@ -176,7 +172,7 @@ class Plan:
 
     @property
     def failed(self) -> tuple[PatchResult, ...]:
-        return tuple(r for s in self.sets for r in s.failed)
+        return tuple(r for s in self.sets for r in s.results if r.status == "failed")
 
     @property
     def changes(self) -> tuple[FileChange, ...]:
@@ -246,13 +242,6 @@ class _Work:
     state: dict[str, bytes | None] = field(default_factory=dict)
     modes: dict[str, int | None] = field(default_factory=dict)
 
-    def read(self, rel: str, real: Path) -> bytes | None:
-        if rel not in self.state:
-            data = _read(real)
-            self.state[rel] = data
-            self.modes[rel] = real.stat().st_mode & 0o7777 if data is not None else None
-        return self.state[rel]
-
 
 # --------------------------------------------------------------------------------------------
 # versions
@@ -315,22 +304,16 @@ def set_version(root: Path, pset: PatchSet, target_version: str | None) -> tuple
                           f"{target_version} is outside that range",
                           hint="pick a set for that version, or a version in the range")
     if gated:
+        example = next((s.version for s in SpecifierSet(pset.versions) if s.operator in (">=", "==", "~=")), "X")
         raise ConfigError(f"{pset.ref} is for {pset.project} {pset.versions}, but the tree is version "
                           f"{version} (from {source})",
-                          hint=f"use --target-version to apply it anyway (e.g. --target-version "
-                               f"{_example(pset.versions)}) once you have checked the patch fits")
+                          hint=f"use --target-version to apply it anyway (e.g. --target-version {example}) once "
+                               "you have checked the patch fits")
     if inside is None:
         return version, [f"version {version!r} (from {source}) is not a PEP 440 version; "
                          "each patch decides by its needed_if whether it is needed"]
     return version, [f"{pset.ref} was verified on {pset.project} {pset.versions}; the tree is {version} "
                      f"(from {source}): each patch decides by its needed_if whether it is needed"]
-
-
-def _example(spec: str) -> str:
-    for s in SpecifierSet(spec):
-        if s.operator in (">=", "==", "~="):
-            return s.version
-    return "X"
 
 
 # --------------------------------------------------------------------------------------------
@@ -414,7 +397,10 @@ def _plan_patch(work: _Work, pset: PatchSet, patch: Patch, only: set[str] | None
         seen.add(rel)
         if only is not None and rel not in only:
             continue
-        data = work.read(rel, real)
+        if rel not in work.state:  # read once, then edited in memory
+            work.state[rel] = _read(real)
+            work.modes[rel] = real.stat().st_mode & 0o7777 if work.state[rel] is not None else None
+        data = work.state[rel]
         evidence = _evidence(pattern, data) if pattern is not None and need and not need.files else patch_evidence
         lines = Lines.parse(data.decode("utf-8", "surrogateescape")) if data is not None else None
         steps, new = _try_file(patch, fd, n, lines)

@@ -10,15 +10,14 @@ from dataclasses import dataclass
 from porter.patching.model import Edit
 
 
+@dataclass(eq=False)
 class EditFailed(Exception):
     """An edit cannot be applied; the engine adds the patch id and file."""
 
-    def __init__(self, reason: str, *, anchor: str = "", closest: str = "", closest_line: int = 0) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.anchor = anchor
-        self.closest = closest
-        self.closest_line = closest_line
+    reason: str
+    anchor: str = ""
+    closest: str = ""
+    closest_line: int = 0
 
 
 @dataclass
@@ -116,11 +115,9 @@ def apply_edit(edit: Edit, lines: Lines) -> bool:
             lines.insert(i + 1 if edit.action == "insert_after" else i, new)
         elif edit.action == "delete":
             lines.delete(i)
-        else:
-            if edit.regex:
-                value = pattern.sub(edit.text, lines.text[i])
-            else:
-                value = lines.text[i].replace(edit.anchor, edit.text)
+        else:  # a regex's replacement may use its groups; a literal anchor's text is taken as it is
+            line = lines.text[i]
+            value = pattern.sub(edit.text, line) if edit.regex else line.replace(edit.anchor, edit.text)
             pieces = value.split("\n")
             lines.text[i:i + 1] = pieces
             # a multi-line replacement: the extra lines take the file's newline, the last keeps the line's own

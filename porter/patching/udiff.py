@@ -65,8 +65,7 @@ def parse(text: str, strip: int | None = None) -> list[FileDiff]:
             if not files:
                 raise DiffError(f"hunk at diff line {i + 1} before any ---/+++ header")
             try:
-                old_n = int(m.group(2)) if m.group(2) is not None else 1
-                new_n = int(m.group(4)) if m.group(4) is not None else 1
+                old_n, new_n = (int(count or 1) for count in m.group(2, 4))  # a count left out is 1
                 hunk = Hunk(int(m.group(1)))
             except ValueError:  # a line number past Python's int-from-string limit (4300 digits)
                 raise DiffError(f"hunk header at diff line {i + 1} has a line number too large to read") from None
