@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from porter.cli import cli
 from porter.cluster.slurm import sbatch as sl
-from porter.cluster.slurm.folder import SUBMISSION
+from porter.cluster.slurm.folder import SUBMISSION, JobFolder
 from porter.cluster.slurm.matrix_run import (PLAN, REPORT, Plan, finish, outcome, plan_of, read_plan, run_cell,
                                  run_local, run_matrix, status, write_plan)
 from porter.cluster.slurm.matrix import load_matrix
@@ -212,17 +212,15 @@ def test_slurm_settings_are_checked_and_the_command_line_wins() -> None:
 def test_array_is_held_capped_and_the_index_waits_on_afterok(tmp_path: Path) -> None:
     s = sl.SlurmSettings(partition="batch", account="abc", time="2:00:00", cpus_per_task=4, mem="8G",
                          max_parallel=2, index_time="10", sbatch_args=("--constraint=nvme",))
-    a = sl.array_argv("sbatch", name="porter-matrix-t", cells=3, directory=tmp_path, script=tmp_path / "c.sh",
-                      settings=s)
+    folder = JobFolder(tmp_path, "cell", "index")
+    a = folder.array_argv("sbatch", name="porter-matrix-t", tasks=3, settings=s)
     assert a[:5] == ["sbatch", "--parsable", "--hold", "--job-name=porter-matrix-t", "--array=0-2%2"]
     assert {"--partition=batch", "--account=abc", "--constraint=nvme", "--time=2:00:00", "--cpus-per-task=4",
-            "--mem=8G", f"--output={tmp_path}/logs/cell-%a.log"} <= set(a) and a[-1] == str(tmp_path / "c.sh")
-    i = sl.index_argv("sbatch", name="porter-matrix-t", array_job="41", directory=tmp_path,
-                      script=tmp_path / "i.sh", settings=s)
+            "--mem=8G", f"--output={tmp_path}/logs/cell-%a.log"} <= set(a) and a[-1] == str(folder.task_script)
+    i = folder.final_argv("sbatch", name="porter-matrix-t", array_job="41", settings=s)
     assert "--dependency=afterok:41" in i and "--kill-on-invalid-dep=yes" in i and "--hold" not in i
     assert "--time=10" in i and "--cpus-per-task=1" in i and "--mem=8G" not in i
-    assert sl.array_argv("sbatch", name="n", cells=1, directory=tmp_path, script=tmp_path / "c.sh",
-                         settings=sl.SlurmSettings())[4] == "--array=0-0%1"
+    assert folder.array_argv("sbatch", name="n", tasks=1, settings=sl.SlurmSettings())[4] == "--array=0-0%1"
 
 
 def test_submit_holds_then_releases_and_cancels_what_it_submitted_on_failure(tmp_path: Path) -> None:
@@ -230,18 +228,15 @@ def test_submit_holds_then_releases_and_cancels_what_it_submitted_on_failure(tmp
     programs = sl.find_programs(env)
     ids = iter(["sbatch: warning: something\n41;cluster\n", "42\n"])
     runner = FakeRunner(answers={"sbatch": lambda a: (0, next(ids))})
-    sub = sl.submit(name="n", cells=2, directory=tmp_path, cell_script=tmp_path / "c.sh",
-                    index_script=tmp_path / "i.sh", settings=sl.SlurmSettings(), programs=programs,
-                    runner=runner, env=env)
-    assert (sub.array_job, sub.index_job) == ("41", "42")
+    folder = JobFolder(tmp_path, "cell", "index")
+    sub = folder.submit(name="n", tasks=2, settings=sl.SlurmSettings(), programs=programs, runner=runner, env=env)
+    assert (sub["array_job"], sub["index_job"]) == ("41", "42")
     assert [Path(r[0]).name for r in runner.ran] == ["sbatch", "sbatch", "scontrol"]
     assert runner.ran[2][1:] == ["release", "41"] and runner.envs[0] == env
     calls = iter([(0, "41\n"), (1, "sbatch: error: Invalid account")])
     failing = FakeRunner(answers={"sbatch": lambda a: next(calls)})
     with pytest.raises(CommandFailed):
-        sl.submit(name="n", cells=2, directory=tmp_path, cell_script=tmp_path / "c.sh",
-                  index_script=tmp_path / "i.sh", settings=sl.SlurmSettings(), programs=programs,
-                  runner=failing, env=env)
+        folder.submit(name="n", tasks=2, settings=sl.SlurmSettings(), programs=programs, runner=failing, env=env)
     assert failing.ran[-1][1:] == ["41"] and Path(failing.ran[-1][0]).name == "scancel"
     assert not any(Path(r[0]).name == "scontrol" for r in failing.ran)
 
@@ -262,10 +257,10 @@ def test_wait_stops_when_the_index_job_ended_without_a_report(tmp_path: Path) ->
     def sleep(s: float) -> None:
         now[0] += s
 
-    sub = sl.Submission("41", "42", [], [])
+    folder, sub = JobFolder(tmp_path, "cell", "index"), {"array_job": "41", "index_job": "42"}
     with pytest.raises(ToolError, match="index job 42 ended \\(CANCELLED\\)") as err:
-        sl.wait_for(tmp_path / "report.json", submission=sub, programs=programs, runner=runner, env=env,
-                    sleep=sleep, clock=lambda: now[0])
+        folder.wait(tmp_path / "report.json", sub, programs=programs, runner=runner, env=env, sleep=sleep,
+                    clock=lambda: now[0])
     assert "afterok:41" in (err.value.hint or "") and "porter matrix finish" in (err.value.hint or "")
     assert [r[1:] for r in runner.ran] == [["-h", "-t", "all", "-j", "42", "-o", "%T"]] * 2
 
@@ -273,8 +268,8 @@ def test_wait_stops_when_the_index_job_ended_without_a_report(tmp_path: Path) ->
         now[0] += s
         (tmp_path / "report.json").write_text("{}")
 
-    sl.wait_for(tmp_path / "report.json", submission=sub, programs=programs, runner=FakeRunner(), env=env,
-                sleep=lands, clock=lambda: now[0])
+    folder.wait(tmp_path / "report.json", sub, programs=programs, runner=FakeRunner(), env=env, sleep=lands,
+                clock=lambda: now[0])
 
 
 # ------------------------------------------------------------------------------ cells and the report

@@ -437,12 +437,12 @@ def run_matrix(matrix: Matrix, *, mode: str, force: bool, runner: Runner, env: M
     if mode == "local":
         return RunResult(plan, mode, report=run_local(plan, runner=runner, env=env, log=log))
     assert programs is not None
-    sub, submission = plan.folder.submit(name=name, tasks=tasks, settings=settings, programs=programs, runner=runner,
-                                         env=env)
-    log.info(f"submitted {len(plan.cells)} cell(s) as array job {sub.array_job} (at most "
-             f"{min(settings.max_parallel, len(plan.cells))} at once) and index job {sub.index_job} "
-             f"(afterok:{sub.array_job})")
+    submission = plan.folder.submit(name=name, tasks=tasks, settings=settings, programs=programs, runner=runner,
+                                    env=env)
+    log.info(f"submitted {len(plan.cells)} cell(s) as array job {submission['array_job']} (at most "
+             f"{min(settings.max_parallel, len(plan.cells))} at once) and index job {submission['index_job']} "
+             f"(afterok:{submission['array_job']})")
     if not wait:
         return RunResult(plan, mode, submission=submission)
-    sl.wait_for(plan.dir / REPORT, submission=sub, programs=programs, runner=runner, env=env, log=log, poll=poll)
+    plan.folder.wait(plan.dir / REPORT, submission, programs=programs, runner=runner, env=env, log=log, poll=poll)
     return RunResult(plan, mode, report=read_json(plan.dir / REPORT), submission=submission)

@@ -1,24 +1,22 @@
-"""Slurm through its own commands: one job array (one task per cell of a matrix, or per shard of a build),
-submitted held, a final job (the matrix's index, the build's link) that waits on it with ``afterok``, then one
-``scontrol release``.
+"""Slurm through its own commands: the settings every job asks for and the programs that submit them (a job
+folder's held array, its final job after it with ``afterok``, one ``scontrol release``:
+:class:`porter.cluster.slurm.folder.JobFolder`).
 
 Everything goes through :class:`porter.run.Runner` (argv lists, an explicit env). Nothing here reads
 Slurm's accounting: results are files the jobs write on the shared filesystem (:mod:`porter.cluster.slurm.matrix_run`);
-``squeue`` is asked only whether the index job is still alive while ``--wait`` waits for the report.
+``squeue`` is asked only whether the final job is still alive while ``--wait`` waits for the report.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from porter.errors import CommandFailed, ConfigError, PorterError, ToolError, shown
-from porter.log import Logger, quiet_logger
+from porter.errors import ConfigError, ToolError, shown
 from porter.run import Runner, which
 from porter.userdata import check_keys, whole_number
 
@@ -148,104 +146,3 @@ def local_disk_warnings(paths: Mapping[str, str | Path]) -> list[str]:
     """One warning per path (``what -> path``) on this machine's own disk, which other nodes cannot see."""
     return [f"the {what} {path} is on this machine's local disk: only jobs on this node can see it"
             for what, path in paths.items() if str(path).startswith(("/tmp/", "/dev/shm/", "/var/tmp/"))]
-
-
-def array_argv(sbatch: str | Path, *, name: str, cells: int, directory: Path, script: Path,
-               settings: SlurmSettings, task_log: str = "cell-%a.log") -> list[str]:
-    """The cells (or shards): one array task each, at most ``max_parallel`` at once, submitted held; each
-    task's output in ``logs/<task_log>``."""
-    cap = min(settings.max_parallel, cells)
-    argv = [str(sbatch), "--parsable", "--hold", f"--job-name={name}", f"--array=0-{cells - 1}%{cap}",
-            f"--chdir={directory}", f"--output={directory / 'logs' / task_log}",
-            *settings.common_args()]
-    argv += [f"--{k.replace('_', '-')}={v}" for k, v in (("time", settings.time),
-                                                         ("cpus_per_task", settings.cpus_per_task),
-                                                         ("mem", settings.mem)) if v]
-    return argv + [str(script)]
-
-
-def index_argv(sbatch: str | Path, *, name: str, array_job: str, directory: Path, script: Path,
-               settings: SlurmSettings, final: str = "index") -> list[str]:
-    """The final job (``final``: the matrix's index, a sharded build's link): starts once every array task
-    ended with exit 0 (a matrix cell records a failed build in its result file and still exits 0);
-    cancelled by Slurm when a task failed or was lost (killed, timed out). Its output: ``logs/<final>.log``."""
-    argv = [str(sbatch), "--parsable", f"--job-name={name}-{final}", f"--dependency=afterok:{array_job}",
-            "--kill-on-invalid-dep=yes", f"--chdir={directory}", f"--output={directory / 'logs' / f'{final}.log'}",
-            "--cpus-per-task=1", *settings.common_args()]
-    if settings.index_time:
-        argv.append(f"--time={settings.index_time}")
-    return argv + [str(script)]
-
-
-def _job_id(output: str, argv: list[str]) -> str:
-    """sbatch --parsable prints ``JOBID`` or ``JOBID;CLUSTER`` (after any warnings)."""
-    for line in reversed(output.strip().splitlines()):
-        first = line.strip().split(";", 1)[0]
-        if first.isdigit():
-            return first
-    raise CommandFailed(argv, 0, output, hint="sbatch --parsable printed no job id")
-
-
-@dataclass(frozen=True)
-class Submission:
-    array_job: str
-    index_job: str
-    array_argv: list[str]
-    index_argv: list[str]
-
-
-def submit(*, name: str, cells: int, directory: Path, cell_script: Path, index_script: Path,
-           settings: SlurmSettings, programs: Programs, runner: Runner, env: Mapping[str, str],
-           task_log: str = "cell-%a.log", final: str = "index",
-           hint: str = "check the partition, account and limits in the [slurm] table") -> Submission:
-    """Submit the array held, the final (index) job after it, then release the array. A step that fails
-    cancels what was already submitted, so nothing is left queued by half."""
-    first = array_argv(programs.sbatch, name=name, cells=cells, directory=directory, script=cell_script,
-                       settings=settings, task_log=task_log)
-    res = runner.run(first, env=env, hint=hint)
-    array_job = _job_id(res.output, first)
-    submitted = [array_job]
-    try:
-        second = index_argv(programs.sbatch, name=name, array_job=array_job, directory=directory,
-                            script=index_script, settings=settings, final=final)
-        index_job = _job_id(runner.run(second, env=env).output, second)
-        submitted.append(index_job)
-        runner.run([str(programs.scontrol), "release", array_job], env=env)
-    except PorterError:
-        if programs.scancel is not None:
-            runner.run([str(programs.scancel), *submitted], env=env, check=False)
-        raise
-    return Submission(array_job, index_job, first, second)
-
-
-def wait_for(report: Path, *, submission: Submission, programs: Programs, runner: Runner, env: Mapping[str, str],
-             log: Logger | None = None, poll: float = 0.5, check_every: float = 10.0,
-             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-             final: str = "index", lost_hint: str | None = None) -> None:
-    """Wait until the final (``final``: index) job wrote ``report``. Slurm is asked (squeue) only every
-    ``check_every`` seconds, and only whether that job is still queued or running: when it ended, or Slurm
-    forgot it, without a report, waiting stops with an error (``lost_hint``: what to do then)."""
-    log = log or quiet_logger()
-    last_check = clock()
-    while not report.exists():
-        sleep(poll)
-        if clock() - last_check < check_every:
-            continue
-        last_check = clock()
-        # its state while slurmctld still knows it (PENDING, COMPLETED...); None once forgotten, or with no squeue
-        res = runner.run([str(programs.squeue), "-h", "-t", "all", "-j", submission.index_job, "-o", "%T"], env=env,
-                         check=False) if programs.squeue else None
-        states = res.output.split() if res is not None and res.ok else []
-        state = states[0] if states else None
-        if state is not None and state not in ENDED:
-            log.detail(f"{final} job {submission.index_job}: {state}")
-            continue
-        sleep(poll)  # the report may land just after the job ends
-        if report.exists():
-            return
-        raise ToolError(f"the {final} job {submission.index_job} ended ({state or 'no longer known to Slurm'}) "
-                        f"without writing {report}",
-                        hint=lost_hint or f"a cell task was lost (killed, timed out, out of memory) so afterok:"
-                             f"{submission.array_job} never held; read 'porter matrix status {report.parent}' "
-                             f"and the logs in {report.parent / 'logs'}, then 'porter matrix finish "
-                             f"{report.parent}' indexes what was built")

@@ -14,7 +14,7 @@ WHEELHOUSE/                the wheel and its manifest, written by the link job
 ```
 
 The array is submitted held, the link job with ``afterok`` on it, then the array is released (the
-matrix's submission, :func:`porter.cluster.slurm.sbatch.submit`). A shard that fails exits non-zero: the link
+matrix's submission, :meth:`porter.cluster.slurm.folder.JobFolder.submit`). A shard that fails exits non-zero: the link
 could only refuse (an object is missing), so ``afterok`` never holds and Slurm cancels the link job;
 ``porter ops status DIR`` names the shard and its log. Every job sees the same porter cache (the build
 folder and the compiler cache live in it): the scripts export ``PORTER_CACHE_DIR`` as it was at
@@ -327,19 +327,17 @@ def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settin
         raise CheckFailed(f"the build would be refused: {facts.refusal}",
                           hint="fix it before submitting; nothing was submitted")
     assert programs is not None
-    run = ShardRun(req)
     for w in preflight(req):
         log.warn(w)
     write_jobs(req)
-    sub, run.submission = req.folder.submit(
+    sub = req.folder.submit(
         name=req.name, tasks=req.shards, settings=settings, programs=programs, runner=runner, env=env,
         hint="check --partition, --account and the limits (--time, --mem, --cpus-per-task)")
-    log.info(f"submitted {req.shards} shard(s) as array job {sub.array_job} and link job {sub.index_job} "
-             f"(afterok:{sub.array_job}); the wheel will land in {req.wheelhouse}")
+    log.info(f"submitted {req.shards} shard(s) as array job {sub['array_job']} and link job {sub['link_job']} "
+             f"(afterok:{sub['array_job']}); the wheel will land in {req.wheelhouse}")
     if wait:
-        sl.wait_for(req.link_exit, submission=sub, programs=programs, runner=runner, env=env, log=log, poll=poll,
-                    check_every=check_every, final="link",
-                    lost_hint=f"a shard failed or was lost, so afterok:{sub.array_job} never held; read "
-                              f"'porter ops status {req.dir}' and the logs in {req.dir / 'logs'}")
-        run.status = status(req.dir)
-    return run
+        req.folder.wait(req.link_exit, sub, programs=programs, runner=runner, env=env, log=log, poll=poll,
+                        check_every=check_every,
+                        lost_hint=f"a shard failed or was lost, so afterok:{sub['array_job']} never held; read "
+                                  f"'porter ops status {req.dir}' and the logs in {req.dir / 'logs'}")
+    return ShardRun(req, submission=sub, status=status(req.dir) if wait else None)
