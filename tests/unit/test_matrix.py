@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from porter.cli import cli
 from porter.cluster.slurm import sbatch as sl
 from porter.cluster.slurm.folder import SUBMISSION, JobFolder
-from porter.cluster.slurm.matrix_run import (PLAN, REPORT, Plan, finish, outcome, plan_of, read_plan, run_cell,
-                                 run_local, run_matrix, status, write_plan)
-from porter.cluster.slurm.matrix import load_matrix
+from porter.cluster.slurm.matrix_run import (PLAN, REPORT, finish, outcome, read_plan, run_cell, run_local,
+                                             run_matrix, status, write_plan)
+from porter.cluster.slurm.matrix import Matrix, load_matrix
 from porter.errors import CheckFailed, CommandFailed, ConfigError, PartialSuccess, ToolError
 from porter.run import Result, Runner
 from tests.fixtures.install.wheels import make_manifest, make_wheel
@@ -299,9 +299,8 @@ def fake_build(fail: frozenset[str] = frozenset(), partial: frozenset[str] = fro
     return build
 
 
-def planned(project: Path) -> tuple[Path, Plan]:
-    m = load_matrix(project / "m.toml", directory=project / "d", environ={})
-    plan = plan_of(m)
+def planned(project: Path) -> tuple[Path, Matrix]:
+    plan = load_matrix(project / "m.toml", directory=project / "d", environ={})
     write_plan(plan, force=False)
     return project / "d", plan
 

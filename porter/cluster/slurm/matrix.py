@@ -28,18 +28,21 @@ written or submitted.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from porter import __version__
 from porter.artifacts import labels
-from porter.cluster.request import BuildRequest
+from porter.cluster.request import BuildRequest, jsonable
+from porter.cluster.slurm.folder import JobFolder
 from porter.cluster.slurm.sbatch import SlurmSettings
 from porter.errors import ConfigError, shown
 from porter.fs import exists, read_user_text
@@ -52,6 +55,8 @@ ENTRY_KEYS = ("name", "versions", "sources", "toolchains", "ops", "args", "tag")
 OWNED_OPTIONS = ("--source", "-t", "--toolchain", "-o", "--wheelhouse", "--json", "--dry-run", "--python",
                  "-j", "--jobs", "--arch", "--cpu-isa", "-q", "--quiet")
 _SDIST = re.compile(r"(\.tar\.gz|\.tgz|\.zip|\.tar\.bz2)$")
+PLAN_SCHEMA = "porter.matrix/2"
+REQUEST = "request.json"
 
 
 @dataclass(frozen=True)
@@ -87,14 +92,38 @@ class Cell:
 
 @dataclass(frozen=True)
 class Matrix:
+    """A matrix and its folder: all a job needs, written into ``matrix.json`` and read back from it."""
+
     name: str
-    file: Path
     dir: Path
     wheelhouse: Path
     python: str
     """The interpreter that runs porter in every job: porter's own (it must be on the shared filesystem)."""
     cells: tuple[Cell, ...]
-    slurm: SlurmSettings
+    file: str = ""
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    """The file's [slurm] table (the submission's business: ``matrix.json`` leaves it out)."""
+
+    @property
+    def folder(self) -> JobFolder:
+        return JobFolder(self.dir, "cell", "index")
+
+    def cell_dir(self, cell: Cell) -> Path:
+        return self.dir / "cells" / cell.id
+
+    def argv(self, cell: Cell) -> list[str]:
+        """What the cell's job runs: its request, the wheel into the cell's own out/ (shipped from there)."""
+        return [self.python, "-m", "porter", "build", "--request", str(self.cell_dir(cell) / REQUEST),
+                "-o", str(self.cell_dir(cell) / "out")]
+
+    def job_log(self, cell: Cell) -> Path:
+        """Where the cell's job writes its own output (``--output=logs/cell-%a.log``)."""
+        return self.folder.task_log(cell.index)
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = jsonable(dataclasses.asdict(self))
+        del doc["slurm"]
+        return {"schema": PLAN_SCHEMA, "porter_version": __version__, **doc}
 
 
 def _safe(text: str) -> str:
@@ -170,8 +199,8 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
     cells = tuple(Cell(index=index, ops=tuple(c["ops"]), python=build_python, jobs=jobs, args=tuple(c["args"]),
                        **{k: c[k] for k in ("id", "component", "source", "toolchain", "toolchain_name", "label")})
                   for index, c in enumerate(planned))
-    return Matrix(name=_safe(name), file=file, dir=folder, wheelhouse=house, python=python or sys.executable,
-                  cells=cells, slurm=slurm)
+    return Matrix(name=_safe(name), dir=folder, wheelhouse=house, python=python or sys.executable, cells=cells,
+                  file=str(file), slurm=slurm)
 
 
 def _python_and_jobs(data: Mapping[str, Any], where: str) -> tuple[str | None, int | None]:

@@ -41,8 +41,8 @@ from typing import Any
 from porter import __version__
 from porter.cluster.request import jsonable, write_request
 from porter.cluster.slurm import sbatch as sl
-from porter.cluster.slurm.folder import JobFolder, now, read_json
-from porter.cluster.slurm.matrix import Cell, Matrix
+from porter.cluster.slurm.folder import now, read_json
+from porter.cluster.slurm.matrix import PLAN_SCHEMA, REQUEST, Cell, Matrix
 from porter.errors import CheckFailed, ConfigError, PartialSuccess, PorterError, ToolError, first_error
 from porter.fs import atomic_write_json, atomic_write_text, ensure_writable_dir
 from porter.log import Logger, quiet_logger
@@ -51,50 +51,12 @@ from porter.run import Runner
 PLAN = "matrix.json"
 REPORT = "report.json"
 RESULT = "result.json"
-REQUEST = "request.json"
-PLAN_SCHEMA = "porter.matrix/2"
 RESULT_SCHEMA = "porter.matrix-cell/1"
 REPORT_SCHEMA = "porter.matrix-report/1"
 SHIPPED = ("built", "partial")
 
 
-@dataclass(frozen=True)
-class Plan:
-    """A matrix written into its folder: all a job needs, read back from ``matrix.json``."""
-
-    name: str
-    dir: Path
-    wheelhouse: Path
-    python: str
-    cells: tuple[Cell, ...]
-    file: str = ""
-
-    @property
-    def folder(self) -> JobFolder:
-        return JobFolder(self.dir, "cell", "index")
-
-    def cell_dir(self, cell: Cell) -> Path:
-        return self.dir / "cells" / cell.id
-
-    def argv(self, cell: Cell) -> list[str]:
-        """What the cell's job runs: its request, the wheel into the cell's own out/ (shipped from there)."""
-        return [self.python, "-m", "porter", "build", "--request", str(self.cell_dir(cell) / REQUEST),
-                "-o", str(self.cell_dir(cell) / "out")]
-
-    def job_log(self, cell: Cell) -> Path:
-        """Where the cell's job writes its own output (``--output=logs/cell-%a.log``)."""
-        return self.folder.task_log(cell.index)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": PLAN_SCHEMA, "porter_version": __version__, **jsonable(dataclasses.asdict(self))}
-
-
-def plan_of(matrix: Matrix) -> Plan:
-    return Plan(name=matrix.name, dir=matrix.dir, wheelhouse=matrix.wheelhouse, python=matrix.python,
-                cells=matrix.cells, file=str(matrix.file))
-
-
-def read_plan(directory: str | os.PathLike[str]) -> Plan:
+def read_plan(directory: str | os.PathLike[str]) -> Matrix:
     from porter.fs import read_folder_document
 
     folder = Path(directory).resolve()
@@ -102,11 +64,12 @@ def read_plan(directory: str | os.PathLike[str]) -> Plan:
                                 missing_hint="pass the folder given to 'porter matrix run --dir'",
                                 unreadable_hint="run 'porter matrix run --force' again",
                                 other_hint="run the matrix with this porter version")
-    return Plan(name=str(data["name"]), dir=folder, wheelhouse=Path(data["wheelhouse"]), python=str(data["python"]),
-                cells=tuple(Cell.from_dict(c) for c in data["cells"]), file=str(data.get("file", "")))
+    return Matrix(name=str(data["name"]), dir=folder, wheelhouse=Path(data["wheelhouse"]),
+                  python=str(data["python"]), cells=tuple(Cell.from_dict(c) for c in data["cells"]),
+                  file=str(data.get("file", "")))
 
 
-def preflight(plan: Plan, *, force: bool) -> list[str]:
+def preflight(plan: Matrix, *, force: bool) -> list[str]:
     """Refuse bad folders before anything is written: the matrix folder and the wheelhouse must be
     writable, and a folder that already holds a matrix is only reused with ``--force``. Returns warnings."""
     ensure_writable_dir(plan.dir, what="matrix folder", option="--dir")
@@ -119,7 +82,7 @@ def preflight(plan: Plan, *, force: bool) -> list[str]:
     return plan.folder.still_running_warning((plan.dir / REPORT).exists())
 
 
-def write_plan(plan: Plan, *, force: bool) -> None:
+def write_plan(plan: Matrix, *, force: bool) -> None:
     """Create the matrix folder: ``matrix.json``, the two job scripts, one folder per cell. With
     ``force``, an earlier plan's results, logs and report are removed first (wheels are kept)."""
     preflight(plan, force=force)
@@ -228,7 +191,7 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
 
 # --------------------------------------------------------------------------------- results and the report
 
-def _cell_entry(plan: Plan, cell: Cell) -> dict[str, Any]:
+def _cell_entry(plan: Matrix, cell: Cell) -> dict[str, Any]:
     """One cell as the report shows it, read from its result file and its wheel's manifest."""
     from porter.artifacts.manifest import manifest_path, read_manifest
 
@@ -261,7 +224,7 @@ def _cell_entry(plan: Plan, cell: Cell) -> dict[str, Any]:
     return entry
 
 
-def collect(plan: Plan) -> dict[str, Any]:
+def collect(plan: Matrix) -> dict[str, Any]:
     cells = [_cell_entry(plan, c) for c in plan.cells]
     counts = dict(Counter(c["status"] for c in cells))
     return {"name": plan.name, "dir": str(plan.dir), "wheelhouse": str(plan.wheelhouse), "counts": counts,
@@ -352,7 +315,7 @@ def describe(doc: Mapping[str, Any]) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------ --local
 
-def run_local(plan: Plan, *, runner: Runner, env: Mapping[str, str], log: Logger | None = None) -> dict[str, Any]:
+def run_local(plan: Matrix, *, runner: Runner, env: Mapping[str, str], log: Logger | None = None) -> dict[str, Any]:
     """Run the same two job scripts here: every cell one after another, then the index step. As on
     Slurm (afterok), the index step runs only when every cell's job exited 0."""
     log = log or quiet_logger()
@@ -386,7 +349,7 @@ def run_local(plan: Plan, *, runner: Runner, env: Mapping[str, str], log: Logger
 
 @dataclass
 class RunResult:
-    plan: Plan
+    plan: Matrix
     mode: str
     report: dict[str, Any] | None = None
     """The report, once the index step ran (--local, --slurm --wait)."""
@@ -400,7 +363,7 @@ class RunResult:
         return {"mode": self.mode, "dir": str(self.plan.dir), "submission": self.submission, "report": self.report}
 
 
-def _dry_run_lines(plan: Plan, tail: list[str]) -> list[str]:
+def _dry_run_lines(plan: Matrix, tail: list[str]) -> list[str]:
     """The plan as text, then the Slurm submission's commands (``tail``, none to run the cells here)."""
     lines = [f"# matrix {plan.name}: {len(plan.cells)} cell(s) in {plan.dir}, wheels into {plan.wheelhouse}"]
     for cell in plan.cells:
@@ -413,7 +376,7 @@ def _dry_run_lines(plan: Plan, tail: list[str]) -> list[str]:
     return lines + tail
 
 
-def run_matrix(matrix: Matrix, *, mode: str, force: bool, runner: Runner, env: Mapping[str, str],
+def run_matrix(plan: Matrix, *, mode: str, force: bool, runner: Runner, env: Mapping[str, str],
                settings: sl.SlurmSettings | None = None, wait: bool = False, log: Logger | None = None,
                poll: float = 0.5) -> RunResult:
     """``porter matrix run``: check everything, write the matrix folder, then run the cells here one after
@@ -421,8 +384,7 @@ def run_matrix(matrix: Matrix, *, mode: str, force: bool, runner: Runner, env: M
     until the report is written). A dry run (a recording ``runner``) only describes it."""
     log = log or quiet_logger()
     dry_run = runner.dry
-    plan = plan_of(matrix)
-    settings = settings if settings is not None else matrix.slurm
+    settings = settings if settings is not None else plan.slurm
     programs, refusal = sl.programs_or_refusal(env, runner) if mode == "slurm" else (None, None)
     warnings = preflight(plan, force=force)
     name, tasks = f"porter-matrix-{plan.name}", len(plan.cells)
