@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from porter.cli import cli
 from porter.cluster.slurm import sbatch as sl
-from porter.cluster.slurm.folder import SUBMISSION, JobFolder
+from porter.cluster.slurm.sbatch import SUBMISSION, JobFolder
 from porter.cluster.slurm.matrix_run import (PLAN, REPORT, finish, outcome, read_plan, run_cell, run_local,
                                              run_matrix, status, write_plan)
 from porter.cluster.slurm.matrix import Matrix, load_matrix

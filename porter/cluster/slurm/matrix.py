@@ -42,8 +42,7 @@ from packaging.version import InvalidVersion, Version
 from porter import __version__
 from porter.artifacts import labels
 from porter.cluster.request import BuildRequest, jsonable
-from porter.cluster.slurm.folder import JobFolder
-from porter.cluster.slurm.sbatch import SlurmSettings
+from porter.cluster.slurm.sbatch import JobFolder, SlurmSettings
 from porter.errors import ConfigError, shown
 from porter.fs import exists, read_user_text
 from porter.toolchain.profile import Toolchain, load_toolchain

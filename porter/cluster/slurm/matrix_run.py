@@ -41,7 +41,7 @@ from typing import Any
 from porter import __version__
 from porter.cluster.request import jsonable, write_request
 from porter.cluster.slurm import sbatch as sl
-from porter.cluster.slurm.folder import now, read_json
+from porter.cluster.slurm.sbatch import now, read_json
 from porter.cluster.slurm.matrix import PLAN_SCHEMA, REQUEST, Cell, Matrix
 from porter.errors import CheckFailed, ConfigError, PartialSuccess, PorterError, ToolError, first_error
 from porter.fs import atomic_write_json, atomic_write_text, ensure_writable_dir

@@ -14,7 +14,7 @@ WHEELHOUSE/                the wheel and its manifest, written by the link job
 ```
 
 The array is submitted held, the link job with ``afterok`` on it, then the array is released (the
-matrix's submission, :meth:`porter.cluster.slurm.folder.JobFolder.submit`). A shard that fails exits non-zero: the link
+matrix's submission, :meth:`porter.cluster.slurm.sbatch.JobFolder.submit`). A shard that fails exits non-zero: the link
 could only refuse (an object is missing), so ``afterok`` never holds and Slurm cancels the link job;
 ``porter ops status DIR`` names the shard and its log. Every job sees the same porter cache (the build
 folder and the compiler cache live in it): the scripts export ``PORTER_CACHE_DIR`` as it was at
@@ -34,7 +34,7 @@ from typing import Any
 from porter import __version__
 from porter.cluster.request import BuildRequest, jsonable, write_request
 from porter.cluster.slurm import sbatch as sl
-from porter.cluster.slurm.folder import JobFolder, read_exit_code, read_json
+from porter.cluster.slurm.sbatch import JobFolder, read_exit_code, read_json
 from porter.errors import CheckFailed, ConfigError, PorterError
 from porter.fs import atomic_write_json, ensure_writable_dir
 from porter.log import Logger, quiet_logger
