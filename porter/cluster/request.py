@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from porter.errors import ConfigError
-from porter.fs import atomic_write_json
 
 SCHEMA = "porter.request/1"
 RUNNER_OWNS = ("shard", "shards", "use_slurm", "shards_dir", "wait", "dry_run", "as_json")
@@ -76,11 +75,6 @@ class BuildRequest:
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
             raise ConfigError(f"{where}: 'args' must be a list of strings")
         return cls(component, options, tuple(args), last)
-
-
-def write_request(path: Path, request: BuildRequest) -> Path:
-    atomic_write_json(path, request.to_dict())
-    return path
 
 
 def read_request(path: Path) -> BuildRequest:

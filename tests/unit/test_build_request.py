@@ -10,8 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from porter.cli import cli
-from porter.cluster.request import BuildRequest, read_request, write_request
+from porter.cluster.request import BuildRequest, read_request
 from porter.errors import ConfigError
+from porter.fs import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 APEX_ENV = ROOT / "tests" / "fixtures" / "apex-flags"  # setup.py builds it: a dry run starts no probe
@@ -79,5 +80,6 @@ def test_a_damaged_or_foreign_file_is_refused(tmp_path: Path) -> None:
 def test_a_request_reads_back_as_written(tmp_path: Path) -> None:
     req = BuildRequest("deepspeed", {"source": "/s", "ops": ("a", "b"), "cache_dir": tmp_path}, ("--pch",),
                        {"link_only": True})
-    back = read_request(write_request(tmp_path / "r.json", req))
+    atomic_write_json(tmp_path / "r.json", req.to_dict())
+    back = read_request(tmp_path / "r.json")
     assert back.to_dict() == req.to_dict() and back.options["ops"] == ["a", "b"] and back.args == ("--pch",)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from porter import __version__
-from porter.cluster.request import jsonable, write_request
+from porter.cluster.request import jsonable
 from porter.cluster.slurm import sbatch as sl
 from porter.cluster.slurm.sbatch import now, read_json
 from porter.cluster.slurm.matrix import PLAN_SCHEMA, REQUEST, Cell, Matrix
@@ -153,7 +153,7 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
     out, build_log = plan.cell_dir(cell) / "out", plan.cell_dir(cell) / "build.log"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    write_request(plan.cell_dir(cell) / REQUEST, cell.request())
+    atomic_write_json(plan.cell_dir(cell) / REQUEST, cell.request().to_dict())
     argv = plan.argv(cell)
     doc: dict[str, Any] = {"schema": RESULT_SCHEMA, **jsonable(dataclasses.asdict(cell)), "status": "running",
                            "host": socket.gethostname(), "slurm": _slurm_ids(env), "started": now(),

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from porter import __version__
-from porter.cluster.request import BuildRequest, jsonable, write_request
+from porter.cluster.request import BuildRequest, jsonable
 from porter.cluster.slurm import sbatch as sl
 from porter.cluster.slurm.sbatch import JobFolder, read_exit_code, read_json
 from porter.errors import CheckFailed, ConfigError, PorterError
@@ -171,7 +171,7 @@ def write_jobs(req: ShardRequest) -> None:
     ensure_writable_dir(req.dir, what="shards folder", option="--dir", create=True)
     req.folder.reset("results")
     req.folder.write_scripts(*scripts(req).values())
-    write_request(req.request_file, req.build)
+    atomic_write_json(req.request_file, req.build.to_dict())
     atomic_write_json(req.dir / REQUEST, req.to_dict())
 
 
