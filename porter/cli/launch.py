@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import click
 from porter.cli import emit
 from porter.cli.options import (account_option, arg, json_option, nodes_option, opt, options, out_option,
                                 partition_option, site_option, target_python_option, time_option)
+from porter.cluster.site.launch import JobOptions
 
 
 @click.group()
@@ -68,15 +68,16 @@ def plan_cmd(req: PlanOptions, as_json: bool) -> None:
 
 
 @dataclass(frozen=True)
-class LaunchWriteOptions(PlanOptions):
-    """``porter launch write``'s options: each field declares its own (``--help`` says what each is)."""
+class LaunchWriteOptions(JobOptions, PlanOptions):
+    """``porter launch write``'s options, the job's (:class:`JobOptions`) after the plan's: each field declares its
+    own (``--help`` says what each is)."""
 
     out_dir: Path = out_option.field(required=True, help="Folder for job.sbatch, the DeepSpeed config and plan.json.")
     python: str | None = target_python_option.field()
     entry: str = opt("--entry", default="pretrain_gpt.py", show_default=True, help="The training script.")
     account: str = account_option.field(default="")
     partition: str = partition_option.field(default="", help="Slurm partition (default: the site's).")
-    time_limit: str = time_option.field(default="", help="Slurm time limit (default: the site's).")
+    time: str = time_option.field(default="", help="Slurm time limit (default: the site's).")
     broadcast_env: str = opt("--broadcast-env", default="", metavar="TARBALL",
                              help="A packed Python environment (conda-pack) to sbcast to node-local storage and run "
                                   "from.")
@@ -93,7 +94,7 @@ def write_cmd(req: LaunchWriteOptions, as_json: bool) -> None:
     """Plan, then write the sbatch job (site env, MIOpen DB on node-local storage, a preflight on every node,
     one rank per device bound to its cores) and the DeepSpeed config. ENTRY_ARGS (after --) go to the
     training script after the layout's own Megatron arguments."""
-    from porter.cluster.site.launch import JobOptions, write_job
+    from porter.cluster.site.launch import write_job
     from porter.cluster.site.preflight import CHECKS
     from porter.errors import ConfigError
 
@@ -101,9 +102,6 @@ def write_cmd(req: LaunchWriteOptions, as_json: bool) -> None:
         if s not in CHECKS:
             raise ConfigError(f"unknown preflight check {s!r}", hint=f"checks: {', '.join(CHECKS)}")
     site, p = req.make_plan()
-    opts = JobOptions(python=req.python or sys.executable, entry=req.entry, entry_args=req.entry_args,
-                      porter_python=sys.executable, account=req.account, partition=req.partition, time=req.time_limit,
-                      broadcast_env=req.broadcast_env, preflight_skip=req.preflight_skip, job_name=req.job_name)
-    written = write_job(p, site, opts, req.out_dir)
+    written = write_job(p, site, req)
     emit(as_json, {"plan": p.to_dict(), "written": asdict(written)},  # its paths as text
          lambda: [*p.describe(), f"wrote {written.script}, {written.config}, {written.plan}"])

@@ -103,9 +103,9 @@ def test_recompute_off_costs_activations() -> None:
 
 def test_write_job(tmp_path: Path) -> None:
     p = plan(FRONTIER, MODELS["gpt-1t"], nodes=384, tp=8, pp=64)
-    opts = JobOptions(python="/shared/env/bin/python", porter_python="/shared/porter/bin/python", account="abc123",
+    opts = JobOptions(out_dir=tmp_path / "job", python="/shared/env/bin/python", account="abc123",
                       entry_args=("--train-iters", "10"), broadcast_env="/shared/env.tar.gz")
-    w = write_job(p, FRONTIER, opts, tmp_path / "job")
+    w = write_job(p, FRONTIER, opts, porter_python="/shared/porter/bin/python")
     text = w.script.read_text()
     for line in ("#SBATCH --nodes=384", "#SBATCH --ntasks-per-node=8", "#SBATCH --cpus-per-task=7",
                  "#SBATCH --gpus-per-node=8", "#SBATCH --partition=batch", "#SBATCH --account=abc123",

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -271,13 +272,12 @@ def plan(site: Site, model: Model, *, nodes: int, tp: int | None = None, pp: int
 
 @dataclass(frozen=True, kw_only=True)
 class JobOptions:
-    python: str
-    """The training python as the compute nodes see it."""
+    out_dir: Path
+    python: str | None = None
+    """The training python as the compute nodes see it (default: porter's own)."""
     entry: str = "pretrain_gpt.py"
     """The training script (Megatron-DeepSpeed's pretrain_gpt.py, or a stand-in)."""
     entry_args: tuple[str, ...] = ()
-    porter_python: str
-    """The python that runs porter's preflight on every node."""
     account: str = ""
     partition: str = ""
     time: str = ""
@@ -292,7 +292,7 @@ def _q(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
 
 
-def sbatch_script(p: Plan, site: Site, opts: JobOptions, *, config: Path, site_ref: str) -> str:
+def sbatch_script(p: Plan, site: Site, opts: JobOptions, *, config: Path, site_ref: str, porter_python: str) -> str:
     n = site.node
     sch = site.scheduler
     options = {"job-name": opts.job_name or f"porter-{p.model.name}", "nodes": p.nodes, "ntasks-per-node": n.devices,
@@ -311,7 +311,7 @@ def sbatch_script(p: Plan, site: Site, opts: JobOptions, *, config: Path, site_r
     lines += [': "${MASTER_ADDR:=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}"',
               f"export MASTER_ADDR MASTER_PORT={site.runtime.master_port}", ""]
     per_node = f"srun --nodes={p.nodes} --ntasks={p.nodes} --ntasks-per-node=1"
-    python = opts.python
+    python = opts.python or sys.executable
     if opts.broadcast_env:
         where = n.nvme or n.local_dir
         lines += ["# the Python environment on node-local storage: one read of the shared filesystem per node",
@@ -323,7 +323,7 @@ def sbatch_script(p: Plan, site: Site, opts: JobOptions, *, config: Path, site_r
     skip = "".join(f" --skip {shlex.quote(s)}" for s in opts.preflight_skip)
     lines += ["# MIOpen's user DB on node-local storage, made on every node", f'{per_node} mkdir -p "$MIOPEN_USER_DB_PATH"',
               "# preflight on every node: the env, MIOpen's DB dir, the network plugin, prebuilt ops, archs",
-              f"{per_node} {shlex.quote(opts.porter_python)} -m porter site preflight {shlex.quote(site_ref)} "
+              f"{per_node} {shlex.quote(porter_python)} -m porter site preflight {shlex.quote(site_ref)} "
               f"--python {_q(python)} --nodes {p.nodes}{skip}", ""]
     bind = (f" --cpu-bind={n.cpu_bind}" if n.cpu_bind else "") + (f" --gpu-bind={n.gpu_bind}" if n.gpu_bind else "")
     train = [opts.entry, *training_args(p, config), *opts.entry_args]
@@ -342,16 +342,17 @@ class Written:
     plan: Path
 
 
-def write_job(p: Plan, site: Site, opts: JobOptions, out_dir: Path) -> Written:
-    """``job.sbatch``, the training's config (:data:`CONFIG`) and ``plan.json`` in ``out_dir`` (each written
-    atomically)."""
-    out_dir = ensure_writable_dir(out_dir.resolve(), what="job folder", option="-o", create=True)
+def write_job(p: Plan, site: Site, opts: JobOptions, *, porter_python: str = sys.executable) -> Written:
+    """``job.sbatch``, the training's config (:data:`CONFIG`) and ``plan.json`` in ``opts.out_dir`` (each written
+    atomically); ``porter_python`` runs porter's preflight on every node."""
+    out_dir = ensure_writable_dir(opts.out_dir.resolve(), what="job folder", option="-o", create=True)
     config = out_dir / CONFIG
     builtin = site.name in site_names() and Path(site.file).parent.parts[-2:] == ("site", "builtin")
     site_ref = site.file if site.file and Path(site.file).is_file() and not builtin else site.name
     atomic_write_json(config, training_config(p))
     atomic_write_json(out_dir / "plan.json", p.to_dict())
     script = out_dir / "job.sbatch"
-    atomic_write_text(script, sbatch_script(p, site, opts, config=config, site_ref=site_ref))
+    atomic_write_text(script, sbatch_script(p, site, opts, config=config, site_ref=site_ref,
+                                            porter_python=porter_python))
     script.chmod(0o755)
     return Written(script, config, out_dir / "plan.json")
