@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from porter.cli import cli as cli_main
 from porter.components import get_driver, wheel_drivers
 from porter.components import static
-from porter.components.apex import builder_specs, flag_specs, read_flag_extensions, reads_hip_at_import
+from porter.components.apex import builder_specs, read_flag_extensions, reads_hip_at_import
 from porter.components.flash_attn import FRONTEND, ck_cover, ck_families, ck_family, ck_stratum, read_ck_build
 from porter.errors import ConfigError
 from porter.probe import script_text
@@ -196,14 +196,15 @@ if "--cuda_ext" in sys.argv:
 
 
 def test_old_flags_tree_guarded_extensions_are_required_and_cuda_only_ones_left_out() -> None:
-    ops = {o.name: (o.group, o.required) for o in read_flag_extensions(OLD_SETUP, "setup.py")}
+    read, specs = read_flag_extensions(OLD_SETUP, "setup.py")
+    ops = {o.name: (o.group, o.required) for o in read}
     # behind "if CUDA_HOME is None and not IS_ROCM: raise ... else:" is no condition on ROCm
     for name in ("amp_C", "syncbn", "fused_layer_norm_cuda", "mlp_cuda"):
         assert ops[name] == ("cuda", True), name
     assert "xentropy_cuda" not in ops  # only on the CUDA branch
     assert ops["fused_conv_bias_relu"] == ("cuda", False)  # a condition porter cannot decide
     assert ops["apex_C"] == ("cpp", True)
-    spec = flag_specs(OLD_SETUP, "setup.py")["amp_C"]
+    spec = specs["amp_C"]
     assert spec.sources == ("csrc/amp_C_frontend.cpp", "csrc/scale.cu") and spec.include_paths == ("csrc",)
     assert spec.nvcc_args == ("-O3",) and spec.version_macros  # the hipcc branch of the IfExp
 

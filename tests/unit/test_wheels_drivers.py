@@ -109,7 +109,7 @@ def test_read_flag_extensions_positional_and_keyword_names() -> None:
     text = ('import sys\nif "--cpp_ext" in sys.argv:\n    e.append(CppExtension("apex_C", []))\n'
             'if "--distributed_adam" in sys.argv or "--cuda_ext" in sys.argv:\n'
             '    e.append(CUDAExtension(name="distributed_adam_cuda", sources=[]))\n')
-    names = {(o.name, o.group) for o in read_flag_extensions(text, "setup.py")}
+    names = {(o.name, o.group) for o in read_flag_extensions(text, "setup.py")[0]}
     assert names == {("apex_C", "cpp"), ("distributed_adam_cuda", "cuda")}
 
 

@@ -85,7 +85,7 @@ class ApexDriver:
                                   hint="is this a complete ROCm/apex checkout?")
             return SourceInfo("apex", version, root, regime="env", ops=ops)
         if "--cpp_ext" in text or "--cuda_ext" in text:
-            return SourceInfo("apex", version, root, regime="flags", ops=read_flag_extensions(text, str(setup_py)))
+            return SourceInfo("apex", version, root, regime="flags", ops=read_flag_extensions(text, str(setup_py))[0])
         raise ConfigError(f"{setup_py}: an apex tree whose setup.py knows neither APEX_BUILD_* nor --cpp_ext/--cuda_ext",
                           hint="porter supports ROCm/apex trees; check that this is ROCm's apex, not NVIDIA's or PyPI's")
 
@@ -221,7 +221,8 @@ def _specs(info: SourceInfo, rocm: str | None) -> dict[str, BuildSpec]:
     """Each op's translation units as the tree declares them (op_builder classes, or an old setup.py's extensions)."""
     if info.regime == "env":
         return builder_specs(info.tree / "op_builder", rocm or "6.0")
-    return flag_specs((info.tree / "setup.py").read_text(errors="replace"), str(info.tree / "setup.py"), rocm or "6.0")
+    return read_flag_extensions((info.tree / "setup.py").read_text(errors="replace"), str(info.tree / "setup.py"),
+                                rocm or "6.0")[1]
 
 
 def _env_switches(info: SourceInfo, selected: tuple[OpSpec, ...]) -> dict[str, str | None]:
@@ -481,14 +482,20 @@ def builder_specs(folder: Path, rocm: str = "") -> dict[str, BuildSpec]:
     return out
 
 
-def _walk_flags(text: str, where: str, rocm: str) -> list[tuple[str, str, str, BuildSpec]]:
-    """(name, group, state, spec) of every extension an old setup.py creates under ``--cpp_ext`` /
-    ``--cuda_ext``, in order. state: ``required`` (built whenever the flag is given on ROCm),
-    ``optional`` (under a further condition porter cannot decide), ``excluded`` (never on ROCm: the
-    CUDA-only branch). A guard whose one branch ends the script (``raise``) is no condition."""
+def read_flag_extensions(text: str, where: str, rocm: str = "") -> tuple[tuple[OpSpec, ...], dict[str, BuildSpec]]:
+    """The extensions an old setup.py builds on ROCm under ``--cpp_ext`` / ``--cuda_ext``, by name: each one's
+    op, and its sources, include dirs and flags (ROCm branch).
+
+    Those built whenever the flag is given are required (also when they sit behind a guard that stops
+    the script otherwise, as in ``if CUDA_HOME is None: raise ... else: ...``: a guard whose one branch ends the
+    script is no condition); those behind a further condition porter cannot decide are optional; those only on the
+    CUDA branch are left out.
+    """
     tree = static.parse(text, where)
     scope = _scope(rocm, text, frozenset({"this_dir", "cwd", "IS_ROCM_PYTORCH"}))
-    found: list[tuple[str, str, str, BuildSpec]] = []
+    ops: dict[str, OpSpec] = {}
+    specs: dict[str, BuildSpec] = {}
+
     def worse(a: str, b: str) -> str:
         return max(a, b, key=("required", "optional", "excluded").index)
 
@@ -499,7 +506,10 @@ def _walk_flags(text: str, where: str, rocm: str) -> list[tuple[str, str, str, B
             includes = static.value(kw.get("include_dirs"), scope) if "include_dirs" in kw else []
             args = static.value(kw.get("extra_compile_args"), scope) if "extra_compile_args" in kw else []
             cxx, nvcc = (args.get("cxx", []), args.get("nvcc", [])) if isinstance(args, dict) else (args, [])
-            found.append((name, group, state, _spec_from(name, where, sources, includes, cxx, nvcc, scope)))
+            if state != "excluded":
+                required = state == "required" or (name in ops and ops[name].required)
+                ops[name] = OpSpec(name, name, group == "cuda", f"--{group}_ext", required)
+                specs[name] = _spec_from(name, where, sources, includes, cxx, nvcc, scope)
 
     def visit(body: list[ast.stmt], group: str | None, state: str) -> None:
         for st in body:
@@ -526,33 +536,7 @@ def _walk_flags(text: str, where: str, rocm: str) -> list[tuple[str, str, str, B
                     record(st, group, state)
 
     visit(tree.body, None, "required")
-    return found
-
-
-def read_flag_extensions(text: str, where: str, rocm: str = "") -> tuple[OpSpec, ...]:
-    """Extensions an old setup.py builds on ROCm under ``--cpp_ext`` / ``--cuda_ext``.
-
-    Those built whenever the flag is given are required (also when they sit behind a guard that stops
-    the script otherwise, as in ``if CUDA_HOME is None: raise ... else: ...``); those behind a further
-    condition porter cannot decide are optional; those only on the CUDA branch are left out.
-    """
-    found: dict[str, OpSpec] = {}
-    for name, group, state, _spec in _walk_flags(text, where, rocm):
-        if state == "excluded":
-            continue
-        prev = found.get(name)
-        required = state == "required" or (prev is not None and prev.required)
-        found[name] = OpSpec(name, name, group == "cuda", f"--{group}_ext", required)
-    return tuple(sorted(found.values(), key=lambda o: o.name))
-
-
-def flag_specs(text: str, where: str, rocm: str = "") -> dict[str, BuildSpec]:
-    """Per extension of an old setup.py (ROCm branch): its sources, include dirs and flags."""
-    out: dict[str, BuildSpec] = {}
-    for name, _group, state, spec in _walk_flags(text, where, rocm):
-        if state != "excluded":
-            out[name] = spec
-    return out
+    return tuple(sorted(ops.values(), key=lambda o: o.name)), specs
 
 
 def reads_hip_at_import(setup_py: Path) -> int | None:
