@@ -77,7 +77,10 @@ class ApexDriver:
         if not (setup_py.is_file() and (root / "apex" / "__init__.py").is_file()):
             return None
         text = setup_py.read_text(errors="replace")
-        version = _apex_version(root, text)
+        # the tree's version.txt when it says one, else setup.py's version=, else 0.0
+        vfile = root / "version.txt"
+        m = re.search(r"""version\s*=\s*['"]([^'"]+)['"]""", text)
+        version = (vfile.read_text().strip() if vfile.is_file() else "") or (m.group(1) if m else "0.0")
         if (root / "op_builder").is_dir() and (CPP_GROUP_VAR in text or CUDA_GROUP_VAR in text):
             ops = read_op_builder(root / "op_builder")
             if not ops:
@@ -172,14 +175,14 @@ class ApexDriver:
                 continue
             macros = VERSION_MACROS if spec.version_macros else ()
             heads = [ctx.py_ex.outside(d) for d in (ctx.torch.include_dirs if ctx.torch else ())]
-            ops.append(replace(op, builder=spec.where, sources=spec.sources, include_paths=spec.include_paths,
+            ops.append(replace(op, builder=spec.builder, sources=spec.sources, include_paths=spec.include_paths,
                                cxx_args=profile_simd((*_resolve_markers(spec.cxx_args, heads), *macros),
                                                      ctx.toolchain.cpu_isa),
                                nvcc_args=(*_resolve_markers(spec.nvcc_args, heads), *macros) if op.device else (),
                                bf16=bf16(op.device, ctx.toolchain)))
             dirs |= {s.split("/")[0] for s in (*spec.sources, *spec.include_paths)}
             if spec.skipped:
-                notes.append(f"{op.name}: not read from {spec.where} (left out): {'; '.join(spec.skipped[:3])}")
+                notes.append(f"{op.name}: not read from {spec.builder} (left out): {'; '.join(spec.skipped[:3])}")
         for top in sorted(d for d in dirs if d not in (".", "")):
             if (info.tree / top).exists():
                 ctx.copy(top)
@@ -287,13 +290,6 @@ def select_ops(info: SourceInfo, wanted: Iterable[str], kind: str) -> tuple[OpSp
 
 # -- reading the tree ----------------------------------------------------------------------------
 
-def _apex_version(root: Path, setup_text: str) -> str:
-    """The tree's version.txt when it says one, else setup.py's ``version=``, else 0.0."""
-    vfile = root / "version.txt"
-    m = re.search(r"""version\s*=\s*['"]([^'"]+)['"]""", setup_text)
-    return (vfile.read_text().strip() if vfile.is_file() else "") or (m.group(1) if m else "0.0")
-
-
 def read_op_builder(folder: Path) -> tuple[OpSpec, ...]:
     """Ops from ``op_builder/*.py``: classes with string attributes BUILD_VAR, NAME (and INCLUDE_FLAG)."""
     ops: list[OpSpec] = []
@@ -322,34 +318,25 @@ def _flag_group(test: ast.AST) -> str | None:
     return next((g for g in ("cuda", "cpp") if f"--{g}_ext" in words), None)
 
 
-def _extension_calls(node: ast.AST) -> list[tuple[str, ast.Call]]:
-    found: list[tuple[str, ast.Call]] = []
+def _extension_calls(node: ast.AST) -> Iterator[tuple[str, ast.Call]]:
+    """Each ``...Extension(NAME, ...)`` or ``...Extension(name=NAME, ...)`` call under ``node``, with its name."""
     for call in ast.walk(node):
         if not isinstance(call, ast.Call):
             continue
         func = call.func
         fname = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-        if not fname.endswith("Extension"):
-            continue
         value = next((k.value for k in call.keywords if k.arg == "name"), call.args[0] if call.args else None)
-        if isinstance(value, ast.Constant) and isinstance(value.value, str):
-            found.append((value.value, call))
-    return found
+        if fname.endswith("Extension") and isinstance(value, ast.Constant) and isinstance(value.value, str):
+            yield value.value, call
 
 
 # -- what an apex tree compiles, read without running it -------------------------------------------
 
 @dataclass(frozen=True)
-class BuildSpec:
-    """One op's translation units and flags, as the tree declares them."""
+class BuildSpec(OpSpec):
+    """One op's translation units and flags as the tree declares them (``builder``: the builder class or setup.py
+    they were read from)."""
 
-    name: str
-    where: str
-    """The builder class or setup.py it was read from."""
-    sources: tuple[str, ...]
-    include_paths: tuple[str, ...] = ()
-    cxx_args: tuple[str, ...] = ()
-    nvcc_args: tuple[str, ...] = ()
     version_macros: bool = False
     """The tree adds apex's version_dependent_macros (porter adds :data:`VERSION_MACROS`)."""
     skipped: tuple[str, ...] = ()
@@ -446,7 +433,7 @@ def _spec_from(name: str, where: str, sources: Any, includes: Any, cxx: Any, nvc
                scope: static.Scope) -> BuildSpec:
     macros = bool(scope.names.get("__version_macros__"))
     clean = [f for f in static.strings(nvcc) if f not in VERSION_MACROS]
-    return BuildSpec(name=name, where=where, sources=tuple(static.strings(sources)),
+    return BuildSpec(name=name, builder=where, sources=tuple(static.strings(sources)),
                      include_paths=tuple(p.rstrip("/") or "." for p in static.strings(includes)),
                      cxx_args=tuple(f for f in static.strings(cxx) if f not in VERSION_MACROS),
                      nvcc_args=tuple(clean), version_macros=macros or any(
