@@ -199,12 +199,10 @@ class ApexDriver:
 
 def _empty_hint(info: SourceInfo, regime: str) -> str:
     """What to say when the wheel holds no extension at all."""
-    if regime == "flags" and info.regime == "env":
-        return (f"apex {info.version} reads APEX_BUILD_* environment variables and silently drops "
-                "--cpp_ext/--cuda_ext; drop --regime and let porter use the tree's own regime")
-    if regime == "env" and info.regime == "flags":
-        return (f"apex {info.version} predates APEX_BUILD_* and only builds with --cpp_ext/--cuda_ext; "
-                "drop --regime and let porter use the tree's own regime")
+    if regime != info.regime:  # the two regimes, one forced on a tree of the other
+        why = ("reads APEX_BUILD_* environment variables and silently drops --cpp_ext/--cuda_ext"
+               if info.regime == "env" else "predates APEX_BUILD_* and only builds with --cpp_ext/--cuda_ext")
+        return f"apex {info.version} {why}; drop --regime and let porter use the tree's own regime"
     return "upstream skipped every requested op; look for 'Skip pre-compile' in the build output"
 
 
