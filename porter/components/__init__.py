@@ -50,22 +50,17 @@ ENTRY_POINTS = "porter.components"
 def registry() -> Mapping[str, Component]:
     """The components, by name: :data:`BUILTIN` (imported on first use, not when this package is imported), those
     installed distributions add (:data:`ENTRY_POINTS`), then those added with :func:`register`."""
-    found = [getattr(importlib.import_module(mod), attr) for mod, attr in BUILTIN]
-    return {**{c.name: c for c in found}, **{c.name: c for c in _plugins()}, **_ADDED}
-
-
-def _plugins() -> list[Component]:
     from importlib.metadata import entry_points
 
-    out = []
+    found = [getattr(importlib.import_module(mod), attr) for mod, attr in BUILTIN]
     for ep in entry_points(group=ENTRY_POINTS):
         try:
-            out.append(ep.load())
+            found.append(ep.load())
         except Exception as exc:  # a plugin that does not import: say which, and what it raised
             raise ConfigError(f"the component {ep.name!r} ({ep.value}, from the installed distribution "
                               f"{ep.dist.name if ep.dist else '?'}) does not load: {type(exc).__name__}: {exc}",
                               hint="fix or uninstall that distribution") from None
-    return out
+    return {**{c.name: c for c in found}, **_ADDED}
 
 
 def register(component: Component) -> None:

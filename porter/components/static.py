@@ -30,15 +30,11 @@ class _Unknown:
 
 UNKNOWN: Any = _Unknown()
 
-Truth = Callable[[ast.expr, "Scope"], bool | None]
-CallHook = Callable[[ast.Call, "Scope"], Any]
-
-
 @dataclass
 class Scope:
     names: dict[str, Any] = field(default_factory=dict)
-    truth: Truth = lambda node, scope: None
-    call: CallHook = lambda node, scope: UNKNOWN
+    truth: Callable[[ast.expr, Scope], bool | None] = lambda node, scope: None
+    call: Callable[[ast.Call, Scope], Any] = lambda node, scope: UNKNOWN
     skipped: list[str] = field(default_factory=list)
     """Source snippets porter could not evaluate (for the plan's notes)."""
     source: str = ""
