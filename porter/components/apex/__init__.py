@@ -58,9 +58,7 @@ class ApexDriver:
     version_info = "apex/git_version_info_installed.py"
     """Where apex's op_builder loader (DeepSpeed's, adapted) reads ``installed_ops``."""
 
-    def mark_prebuilt(self, text: str, installed: Mapping[str, bool]) -> str:
-        """(EngineDriver) ROCm apex's loader is DeepSpeed's: its ``installed_ops``."""
-        return set_installed_ops(text, installed)
+    mark_prebuilt = staticmethod(set_installed_ops)  # (EngineDriver) ROCm apex's loader is DeepSpeed's
 
     def on_engine(self, info: SourceInfo, plan: BuildPlan) -> bool:
         """The op_builder regime (APEX_BUILD_*): its ops are porter's engine's catalogue, compiled and linked there
