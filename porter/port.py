@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,9 +17,9 @@ from typing import Any
 
 from porter import __version__, faults
 from porter.errors import ConfigError, PorterError
-from porter.fs import atomic_write_json, owned_temp, publish_dir
+from porter.fs import atomic_write_json, ensure_writable_dir, owned_temp, publish_dir
 from porter.log import Logger
-from porter.patching import PatchFailed
+from porter.patching import PatchFailed, apply
 from porter.patching.model import PatchSet, resolve_sets
 from porter.patching.engine import Plan as PatchPlan, failure_message, plan as patch_plan
 from ops_prebuild.plan import Plan
@@ -88,16 +88,6 @@ class PortResult:
     wheel: Path | None = None
     manifest: Path | None = None
 
-    def took(self, plan: PatchPlan, changed: Sequence[str], skipped: Mapping[str, Sequence[str]],
-             notes: Sequence[str] | None = None) -> PortResult:
-        """What the patch ``plan`` did to the tree (``changed``: the files written), or in a dry run would do; the
-        notes: the sets' own (each once) unless given."""
-        self.version, self.patched = plan.sets[0].version, list(changed)
-        self.patch_results = [r.to_dict() for sp in plan.sets for r in sp.results]
-        self.patches = summarize(plan, skipped)
-        self.notes = list(notes if notes is not None else dict.fromkeys(n for sp in plan.sets for n in sp.notes))
-        return self
-
     def to_dict(self) -> dict[str, Any]:
         return {"source": str(self.source), "out": str(self.out), "toolchain": self.toolchain,
                 "version": self.version, "hipified": self.hipified, "patched": self.patched,
@@ -135,6 +125,7 @@ def staged(src: Path, dest: Path, in_place: bool, log: Logger) -> Iterator[Path]
     if in_place:
         yield dest
         return
+    ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest", create=True)
     with owned_temp(dest.parent, f".{dest.name}.") as staging:
         with log.step("copying the tree"):
             work = staging / "t"
@@ -145,10 +136,10 @@ def staged(src: Path, dest: Path, in_place: bool, log: Logger) -> Iterator[Path]
         publish_dir(work, dest)
 
 
-def patch_sets(refs: Sequence[str] = (), skip: Sequence[str] = (), *,
-               project: str) -> tuple[list[PatchSet], dict[str, list[str]]]:
+def patch_sets(refs: Sequence[str] = (), skip: Sequence[str] = (), *, project: str,
+               target_version: str | None = None) -> Patches:
     """The sets a port applies (default: every set of ``project``, in order), each without the patches
-    ``skip`` names; returns them and, per set, the ids left out. A set with patches left out gets its own digest,
+    ``skip`` names, and, per set, the ids left out. A set with patches left out gets its own digest,
     so the journal never mistakes it for the whole set."""
     sets = [ps for ref in (refs or [project]) for ps in resolve_sets(ref)]
     known = {p.id for ps in sets for p in ps.patches}
@@ -170,20 +161,44 @@ def patch_sets(refs: Sequence[str] = (), skip: Sequence[str] = (), *,
             out.append(replace(ps, patches=kept, digest=digest))
     if not out:
         raise ConfigError("--skip leaves no patch to apply", hint="skip fewer patches, or use 'porter hipify' alone")
-    return out, skipped
+    return Patches(out, skipped, target_version)
 
 
-def check_patches(src: Path, sets: list[PatchSet], skipped: Mapping[str, Sequence[str]], target_version: str | None,
-                   dest: Path) -> PatchPlan:
-    """The patch plan on ``src``; a failure stops the port before anything is written, with every patch's state."""
-    pp = patch_plan(src, sets, target_version=target_version)
-    if pp.failed:
-        lines = [f"  {STATE_WORDS.get(p.state, p.state):<12} {p.set}: {p.patch}" for p in summarize(pp, skipped)]
-        raise PatchFailed(f"the port stops before writing anything ({dest} is as it was); per patch:\n"
-                          + "\n".join(lines) + "\n" + failure_message(pp.failed), pp.failed,
-                          hint="the tree differs where a patch's problem is present: update the anchor in the set, "
-                               "or leave that patch out with --skip PATCH and fix that file by hand")
-    return pp
+@dataclass(frozen=True)
+class Patches:
+    """The patch step both ports run (:func:`patch_sets`): the sets, the ids ``--skip`` left out of each, and the
+    version they are checked for (None: the tree's own)."""
+
+    sets: list[PatchSet]
+    skipped: dict[str, list[str]]
+    target_version: str | None = None
+
+    def take(self, tree: Path, result: PortResult, log: Logger | None = None,
+             notes: Callable[[PatchPlan], list[str]] | None = None) -> PatchPlan:
+        """The sets checked on ``tree`` (a failure stops the port before anything is written, with every patch's
+        state), then, given a ``log``, applied to it (the staged copy). ``result`` takes what they did, or without
+        a ``log`` what they would do (a dry run; a real one before any work); ``notes``: its notes from the plan
+        (default: the sets' own, each once)."""
+        pp = patch_plan(tree, self.sets, target_version=self.target_version)
+        if pp.failed:
+            lines = [f"  {STATE_WORDS.get(p.state, p.state):<12} {p.set}: {p.patch}"
+                     for p in summarize(pp, self.skipped)]
+            raise PatchFailed(f"the port stops before writing anything ({result.out} is as it was); per patch:\n"
+                              + "\n".join(lines) + "\n" + failure_message(pp.failed), pp.failed,
+                              hint="the tree differs where a patch's problem is present: update the anchor in the "
+                                   "set, or leave that patch out with --skip PATCH and fix that file by hand")
+        result.sets = [ps.ref for ps in self.sets]
+        changed = [c.path for c in pp.changes]
+        if log is not None:
+            skipping = f" (skipping {', '.join(p for v in self.skipped.values() for p in v)})" if self.skipped else ""
+            with log.step(f"applying {', '.join(result.sets)}{skipping}"):
+                done = apply(tree, self.sets, target_version=self.target_version)
+            pp, changed = done.plan, list(done.changed)
+        result.version, result.patched = pp.sets[0].version, changed
+        result.patch_results = [r.to_dict() for sp in pp.sets for r in sp.results]
+        result.patches = summarize(pp, self.skipped)
+        result.notes = notes(pp) if notes else list(dict.fromkeys(n for sp in pp.sets for n in sp.notes))
+        return pp
 
 
 STATE_WORDS = {"failed": "FAILED", "would-apply": "would apply", "applied": "applied", "already": "already",
@@ -192,5 +207,5 @@ STATE_WORDS = {"failed": "FAILED", "would-apply": "would apply", "applied": "app
 _WORST = tuple(STATE_WORDS)
 
 
-__all__ = ["PORT_RECORD", "STATE_WORDS", "PatchSummary", "PortResult", "check_patches", "destination", "patch_sets",
-           "staged", "summarize"]
+__all__ = ["PORT_RECORD", "STATE_WORDS", "PatchSummary", "Patches", "PortResult", "destination", "patch_sets", "staged",
+           "summarize"]

@@ -245,8 +245,15 @@ def gate(project: str, tree: Path, after: Callable[[str], str | None], by: str,
             found = scan_tree(tree)
         except ToolError as exc:  # no torch next to porter: nothing is known, so nothing is proven
             return Wave64(allowed=tuple(allow), unscanned=exc.message)
-        fixed = lost_lines(found, tree, after, by)
-        files = {name: files_of(tree, sources, includes) for name, (sources, includes) in ops.items()}
-        lanes = assess([f for f in found if f not in fixed], files, load_ledger(project), fixed=fixed, allow=allow)
+        lanes = judge(project, tree, found, lost_lines(found, tree, after, by), ops, allow)
     lanes.say(log, "the selected ops")
     return lanes
+
+
+def judge(project: str, tree: Path, found: Sequence[Finding], fixed: Mapping[Finding, str],
+          ops: Mapping[str, tuple[Sequence[str], Sequence[str]]], allow: Sequence[str]) -> Wave64:
+    """The states of ``found`` (paths relative to ``tree``) in ``ops`` (name -> sources and include paths): those
+    a shipped patch removed (``fixed``, valued with the patch) are fixed, the rest as ``project``'s ledger says,
+    else allowed or refused."""
+    files = {name: files_of(tree, sources, includes) for name, (sources, includes) in ops.items()}
+    return assess([f for f in found if f not in fixed], files, load_ledger(project), fixed=fixed, allow=allow)

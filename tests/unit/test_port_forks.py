@@ -101,10 +101,10 @@ def test_port_skip_leaves_a_patch_out_and_the_journal_knows(tmp_path: Path) -> N
 def test_set_and_skip_are_checked() -> None:
     with pytest.raises(ConfigError, match="--skip nope: no such patch in megatron-deepspeed/rocm"):
         patch_sets([], ["nope"], project=PATCH_PROJECT)
-    sets, skipped = patch_sets(["megatron-deepspeed/rocm"], ["hip-platform-amd"], project=PATCH_PROJECT)
-    assert skipped == {"megatron-deepspeed/rocm": ["hip-platform-amd"]}
-    whole, _ = patch_sets(project=PATCH_PROJECT)
-    assert sets[0].digest != whole[0].digest and len(sets[0].patches) == len(whole[0].patches) - 1
+    some = patch_sets(["megatron-deepspeed/rocm"], ["hip-platform-amd"], project=PATCH_PROJECT)
+    assert some.skipped == {"megatron-deepspeed/rocm": ["hip-platform-amd"]}
+    whole = patch_sets(project=PATCH_PROJECT).sets
+    assert some.sets[0].digest != whole[0].digest and len(some.sets[0].patches) == len(whole[0].patches) - 1
 
 
 def test_failed_patch_stops_the_port_and_leaves_out_alone(tmp_path: Path) -> None:

@@ -9,12 +9,11 @@ from pathlib import Path
 
 from porter.components.deepspeed.build import is_tree
 from porter.errors import ConfigError
-from porter.fs import ensure_writable_dir
 from porter.log import Logger, quiet_logger
-from porter.patching import apply
 from porter.run import Runner
+from porter.port import PortResult, destination, patch_sets, staged
 
-from porter.port import PortResult, check_patches, destination, patch_sets, staged
+
 def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = None,
                    in_place: bool = False, sets: Sequence[str] = (), skip: Sequence[str] = (),
                    target_version: str | None = None, log: Logger | None = None,
@@ -30,15 +29,11 @@ def port_deepspeed(tree: str | os.PathLike[str], *, out: str | os.PathLike[str] 
                           hint="pass the top folder of a DeepSpeed checkout or unpacked sdist")
     src = src.resolve()
     dest = destination(src, Path(out) if out is not None else None, in_place, "ported")
-    psets, skipped = patch_sets(sets, skip, project="deepspeed")
-    pp = check_patches(src, psets, skipped, target_version, dest)
-    result = PortResult(src, dest, "", pp.sets[0].version, sets=[ps.ref for ps in psets], kernels=False)
+    patches = patch_sets(sets, skip, project="deepspeed", target_version=target_version)
+    result = PortResult(src, dest, "", "", kernels=False)
+    patches.take(src, result)  # checked against TREE before anything is written: a dry run ends here
     if runner is not None and runner.dry:
-        return result.took(pp, [c.path for c in pp.changes], skipped)
-    if not in_place:
-        ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest", create=True)
+        return result
     with staged(src, dest, in_place, log) as work:
-        with log.step(f"applying {', '.join(result.sets)}"):
-            done = apply(work, psets, target_version=target_version)
-        result.took(done.plan, done.changed, skipped)
+        patches.take(work, result, log)
     return result

@@ -17,6 +17,7 @@ applied, skipped by ``--skip``, failed): a fork without a patch's problem is not
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,15 +29,13 @@ from porter.artifacts.manifest import ExtensionEntry, publish
 from porter.artifacts.wheelfile import Payload, WheelSpec, write_wheel
 from porter.components.megatron import (DIST, HELPERS_FLAGS, HELPERS_MODULE, HELPERS_SOURCE, KERNEL_DIR,
                                         PACKAGE_INFO, PATCH_PROJECT, is_tree, kernels)
-from porter.errors import CheckFailed, ConfigError, PorterError
+from porter.errors import CheckFailed, ConfigError
 from porter.hipify import wave64
 from porter.hipify.engine import HipifyReport, group_findings, hipify_tree
 from porter.hipify.scan import Finding
 from porter.executor import build_python
 from porter.fs import ensure_writable_dir
 from porter.log import Logger, quiet_logger
-from porter.patching import apply
-from porter.patching.model import PatchSet
 from porter.patching.engine import Plan as PatchPlan
 from porter.run import Runner
 from porter.toolchain.check import ready
@@ -49,7 +48,8 @@ from ops_prebuild.build import OpResult, failures
 from ops_prebuild.catalogue import OpSpec
 from ops_prebuild.source import git_commit
 
-from porter.port import PortResult, check_patches, destination, patch_sets, staged
+from porter.port import Patches, PortResult, destination, patch_sets, staged
+
 HELPERS_OP = "helpers"
 
 
@@ -107,42 +107,35 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     and planned, nothing is written."""
     log = log or quiet_logger()
     runner = runner or Runner(log)
-    dry_run = runner.dry
     src = _check_request(Path(tree), tc, kernels=kernels, compile_only=compile_only)
     dest = destination(src, Path(out) if out is not None else None, in_place, tc.name)  # TREE-<profile> by default
-    psets, skipped = patch_sets(sets, skip, project=PATCH_PROJECT)
-    asked_python = python
-    py_ex, python = build_python(tc.executor, tc.python, python)
+    patches = patch_sets(sets, skip, project=PATCH_PROJECT, target_version=target_version)
+    py_ex, build_py = build_python(tc.executor, tc.python, python)
     torch_info: TorchInfo | None = None
-    refused: PorterError | None = None
-    if kernels and not dry_run and not compile_only:
+    if kernels and not runner.dry and not compile_only:
         if wheelhouse is None:
             raise ConfigError("building the fused kernels needs --wheelhouse DIR",
                               hint="pass --wheelhouse ./wheelhouse, or --no-kernels to port the tree only")
         ensure_writable_dir(Path(wheelhouse), what="wheelhouse")
-    if not dry_run and not in_place:
-        ensure_writable_dir(dest.parent, what="parent folder of the ported tree", option="--dest", create=True)
+    result = PortResult(src, dest, tc.name, "", kernels=kernels, compile_only=compile_only)
     if kernels:  # the torch rule first (bad input, exit 2), the patches, then the toolchain's root (its compiler:
         # when the kernels build)
-        torch_info, refused = build_torch(python, py_ex, runner, need=None if compile_only else need_for(tc.kind),
-                                          what=f"building Megatron's fused kernels for {tc.name}")
-        if not dry_run:
-            check_patches(src, psets, skipped, target_version, dest)  # fail before any compile or copy
-        refused = refused or ready(tc, runner, log, compiler=False)[1]
-    result = PortResult(src, dest, tc.name, "", kernels=kernels, refusal=refused, compile_only=compile_only,
-                        sets=[ps.ref for ps in psets])
-    if dry_run:
-        pp = check_patches(src, psets, skipped, target_version, dest)  # checked against the tree; nothing written
-        result.took(pp, [c.path for c in pp.changes], skipped, _version_notes(src, pp))
+        torch_info, result.refusal = build_torch(build_py, py_ex, runner,
+                                                 need=None if compile_only else need_for(tc.kind),
+                                                 what=f"building Megatron's fused kernels for {tc.name}")
+    patches.take(src, result, notes=functools.partial(_version_notes, src))  # before any compile or copy
+    if kernels:
+        result.refusal = result.refusal or ready(tc, runner, log, compiler=False)[1]
+    if runner.dry:
         if torch_info is not None:
             result.plan = KernelBuild(result.version, src, compile_only=compile_only).build(
-                src, tc, torch_info, runner, log, python=asked_python, jobs=jobs).plan
+                src, tc, torch_info, runner, log, python=python, jobs=jobs).plan
         return result
-    if refused is not None:
-        raise refused
+    if result.refusal is not None:
+        raise result.refusal
     with staged(src, dest, in_place, log) as work:
-        return _port_into(work, result, tc, psets, skipped, torch_info, wheelhouse, jobs, target_version, log,
-                          runner, python=asked_python, allow=allow_wave32)
+        return _port_into(work, result, tc, patches, torch_info, wheelhouse, jobs, log, runner, python=python,
+                          allow=allow_wave32)
 
 
 def _check_request(tree: Path, tc: Toolchain, *, kernels: bool, compile_only: bool) -> Path:
@@ -167,22 +160,17 @@ def _check_request(tree: Path, tc: Toolchain, *, kernels: bool, compile_only: bo
     return src
 
 
-def _port_into(work: Path, result: PortResult, tc: Toolchain, psets: list[PatchSet],
-               skipped: Mapping[str, Sequence[str]], torch_info: TorchInfo | None,
-               wheelhouse: str | os.PathLike[str] | None, jobs: int | None, target_version: str | None,
-               log: Logger, runner: Runner, *, python: str | None = None, allow: Sequence[str] = ()) -> PortResult:
-    src, dest, compile_only = result.source, result.out, result.compile_only
+def _port_into(work: Path, result: PortResult, tc: Toolchain, patches: Patches, torch_info: TorchInfo | None,
+               wheelhouse: str | os.PathLike[str] | None, jobs: int | None, log: Logger, runner: Runner, *,
+               python: str | None = None, allow: Sequence[str] = ()) -> PortResult:
+    src, compile_only = result.source, result.compile_only
     report = None
     if tc.hip:
         with log.step(f"hipifying {KERNEL_DIR}"):
             report = hipify_tree(work / KERNEL_DIR, in_place=True, log=log, use_cache=False)
         result.hipified = [f"{KERNEL_DIR}/{f.path}" for f in report.written]
-    skipping = f" (skipping {', '.join(p for v in skipped.values() for p in v)})" if skipped else ""
-    with log.step(f"applying {', '.join(result.sets)}{skipping}"):
-        check_patches(work, psets, skipped, target_version, dest)
-        done = apply(work, psets, target_version=target_version)
-    result.took(done.plan, done.changed, skipped, _version_notes(src, done.plan))
-    fixed = _report_findings(work, report, done.plan, result, log, assessed=torch_info is not None and
+    done = patches.take(work, result, log, functools.partial(_version_notes, src))
+    fixed = _report_findings(work, report, done, result, log, assessed=torch_info is not None and
                              tc.wavefront == 64) if report is not None else {}
     if torch_info is None:
         return result
@@ -213,7 +201,7 @@ def _port_into(work: Path, result: PortResult, tc: Toolchain, psets: list[PatchS
     with log.step("packaging the fused kernels"):
         result.wheel, result.manifest = package_kernels(
             ops, tc, torch_info, result.version, Path(wheelhouse), source=str(src),
-            specs={o.name: o for o in prebuilt_ops(tc, work)}, patches=done.plan.records(), wave64=result.wave64)
+            specs={o.name: o for o in prebuilt_ops(tc, work)}, patches=done.records(), wave64=result.wave64)
     return result
 
 
@@ -256,10 +244,9 @@ def _wave64(work: Path, tc: Toolchain, report: HipifyReport, fixed: Mapping[Find
     def rooted(f: Finding) -> Finding:
         return dataclasses.replace(f, path=f"{KERNEL_DIR}/{f.path}")
 
-    left = [rooted(f) for f in report.warp32 if f not in fixed]
-    files = {o.name: wave64.files_of(work, o.sources, o.include_paths) for o in prebuilt_ops(tc, work) if o.device}
-    return wave64.assess(left, files, wave64.load_ledger(PATCH_PROJECT),
-                         fixed={rooted(f): by for f, by in fixed.items()}, allow=allow)
+    ops = {o.name: (o.sources, o.include_paths) for o in prebuilt_ops(tc, work) if o.device}
+    return wave64.judge(PATCH_PROJECT, work, [rooted(f) for f in report.warp32],
+                        {rooted(f): by for f, by in fixed.items()}, ops, allow)
 
 
 PER_JOB = 6 << 30
