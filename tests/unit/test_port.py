@@ -15,7 +15,7 @@ from ops_prebuild.build import OpResult
 from porter.errors import ConfigError
 from porter.artifacts.manifest import read_manifest
 from porter.fs import sha256_file
-from porter.components.megatron.port import KernelBuild, kernel_ops, package_kernels, port_megatron
+from porter.components.megatron.port import KernelBuild, package_kernels, port_megatron, prebuilt_ops
 from porter.port import PORT_RECORD
 from porter.log import quiet_logger
 from porter.run import RecordingRunner
@@ -91,7 +91,7 @@ def test_rocm_plan_uses_profile_archs_and_wavefront(mds: Path, tmp_path: Path) -
 
 def test_cuda_specs_carry_gencode_and_toolkit_include(mds: Path) -> None:
     tc = load_toolchain("cuda-h100")
-    (op, *_) = kernel_ops(tc, mds)
+    (op, *_) = prebuilt_ops(tc, mds)
     assert "-gencode=arch=compute_90,code=sm_90" in op.nvcc_args
     assert f"{tc.root}/include" in op.include_paths
     assert op.module == "scaled_upper_triang_masked_softmax_cuda"  # top-level, as Megatron imports it
@@ -138,7 +138,8 @@ def test_older_generation_is_recognised_and_its_layer_norm_planned(tmp_path: Pat
                                     "scaled_upper_triang_masked_softmax_cuda"]
     ln = next(s for s in rocm.steps if s.output.endswith("layer_norm_cuda_kernel.cu.o"))
     assert "-maxrregcount=50" not in ln.argv and len([a for a in ln.argv if a.startswith("--offload-arch=")]) == 3
-    (cuda_ln,) = [o for o in kernel_ops(load_toolchain("cuda-h100"), tree) if o.module == "fused_mix_prec_layer_norm_cuda"]
+    (cuda_ln,) = [o for o in prebuilt_ops(load_toolchain("cuda-h100"), tree)
+                  if o.module == "fused_mix_prec_layer_norm_cuda"]
     assert "-maxrregcount=50" in cuda_ln.nvcc_args  # what its loader passes nvcc
 
 

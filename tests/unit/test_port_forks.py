@@ -19,7 +19,7 @@ from porter.fs import sha256_file
 from porter.patching import read_journal
 from porter.patching.engine import PatchFailed
 from porter.components.megatron import PATCH_PROJECT
-from porter.components.megatron.port import HELPERS_OP, helpers_op, package_kernels, port_megatron, prebuilt_ops
+from porter.components.megatron.port import HELPERS_OP, package_kernels, port_megatron, prebuilt_ops
 from porter.port import patch_sets
 from porter.toolchain.profile import load_toolchain
 from tests.unit.test_port import torch_info
@@ -129,7 +129,7 @@ def test_helpers_are_a_host_only_op_for_every_profile(tmp_path: Path) -> None:
     assert [o.name for o in prebuilt_ops(load_toolchain("cpu"), tree)] == [HELPERS_OP]
     rocm = prebuilt_ops(load_toolchain("frontier"), tree)
     assert [o.name for o in rocm][-1] == HELPERS_OP and len(rocm) == 4
-    op = helpers_op(load_toolchain("frontier"))
+    op = rocm[-1]
     assert not op.device and op.module == "megatron_fused_kernels.helpers" and op.leaf == "helpers"
     assert op.sources == ("megatron/data/helpers.cpp",) and "-Wl,--as-needed" in op.extra_ldflags
     assert [o.name for o in prebuilt_ops(load_toolchain("cpu"), FIXTURES / "patch" / "megatron-deepspeed")] == []

@@ -53,37 +53,28 @@ from porter.port import Patches, PortResult, destination, patch_sets, staged
 HELPERS_OP = "helpers"
 
 
-def kernel_ops(tc: Toolchain, tree: Path) -> list[OpSpec]:
-    """The tree's fused kernels (its generation's: :func:`porter.components.megatron.kernels`) as ops_prebuild
-    OpSpecs (top-level modules), with the device flags Megatron's own loader passes for the profile's kind.
+def prebuilt_ops(tc: Toolchain, tree: Path) -> list[OpSpec]:
+    """What the wheel carries for this profile and tree, as ops_prebuild OpSpecs: the fused kernels of the tree's
+    generation (GPU profiles; :func:`porter.components.megatron.kernels`) as top-level modules, with the device flags
+    Megatron's own loader passes for the profile's kind, and the dataset helpers (every profile, when the tree has
+    ``megatron/data/helpers.cpp``).
 
-    No -std here: the planner adds the C++ standard the build torch's headers need.
-    """
+    No -std for the kernels: the planner adds the C++ standard the build torch's headers need. The helpers are
+    host-only: the profile's host compiler with torch's bundled pybind11 headers. The planner links every op against
+    torch's libraries, which re-export some libstdc++ symbols: ``-Wl,--as-needed -lstdc++`` first makes the helpers
+    depend on libstdc++ alone, so they import without torch."""
     includes: tuple[str, ...] = (KERNEL_DIR,)
     if tc.kind == "cuda" and tc.root:  # the .cpp halves include cuda_fp16.h, compiled by the host compiler
         includes += (f"{tc.root}/include",)
     gencode = tuple(f"-gencode=arch=compute_{t.name[3:]},code={t.name}" for t in tc.targets)
-    return [OpSpec(name=k.module, builder="megatron.fused_kernels", build_var="", module=k.module,
-                   sources=tuple(f"{KERNEL_DIR}/{f}" for f in k.sources), include_paths=includes,
-                   device=True, compatible=True, cxx_args=("-O3",),
-                   nvcc_args=k.rocm_flags if tc.hip else (*k.cuda_flags, *gencode))
-            for k in kernels(tree)]
-
-
-def helpers_op(tc: Toolchain) -> OpSpec:
-    """Megatron's dataset helpers as a host-only OpSpec: the profile's host compiler with torch's bundled pybind11
-    headers. The planner links every op against torch's libraries, which re-export some libstdc++ symbols:
-    ``-Wl,--as-needed -lstdc++`` first makes the module depend on libstdc++ alone, so it imports without torch."""
-    return OpSpec(name=HELPERS_OP, builder="megatron.data", module=HELPERS_MODULE, sources=(HELPERS_SOURCE,),
-                  cxx_args=HELPERS_FLAGS, extra_ldflags=("-Wl,--as-needed", "-lstdc++"))
-
-
-def prebuilt_ops(tc: Toolchain, tree: Path) -> list[OpSpec]:
-    """What the wheel carries for this profile and tree: the fused kernels (GPU profiles) and the dataset
-    helpers (every profile, when the tree has ``megatron/data/helpers.cpp``)."""
-    ops = kernel_ops(tc, tree) if tc.gpu else []
+    ops = [OpSpec(name=k.module, builder="megatron.fused_kernels", build_var="", module=k.module,
+                  sources=tuple(f"{KERNEL_DIR}/{f}" for f in k.sources), include_paths=includes,
+                  device=True, compatible=True, cxx_args=("-O3",),
+                  nvcc_args=k.rocm_flags if tc.hip else (*k.cuda_flags, *gencode))
+           for k in kernels(tree)] if tc.gpu else []
     if (tree / HELPERS_SOURCE).is_file():
-        ops.append(helpers_op(tc))
+        ops.append(OpSpec(name=HELPERS_OP, builder="megatron.data", module=HELPERS_MODULE, sources=(HELPERS_SOURCE,),
+                          cxx_args=HELPERS_FLAGS, extra_ldflags=("-Wl,--as-needed", "-lstdc++")))
     return ops
 
 
@@ -337,4 +328,4 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
     return dest, mpath
 
 
-__all__ = ["HELPERS_OP", "helpers_op", "kernel_ops", "package_kernels", "port_megatron", "prebuilt_ops"]
+__all__ = ["HELPERS_OP", "package_kernels", "port_megatron", "prebuilt_ops"]
