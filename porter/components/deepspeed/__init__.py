@@ -16,17 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from porter.components import jit
-from ops_prebuild.source import Source
-from porter.components.base import InstalledCheck
+from porter.components.base import FromDriver, InstalledCheck
 from porter.components.deepspeed import audit
-from porter.components.deepspeed.build import DRIVER, is_tree, tree_version
+from porter.components.deepspeed.build import DRIVER
 from porter.components.op_builder import read_installed_ops
 
 if TYPE_CHECKING:
     from porter.artifacts.manifest import Manifest
     from porter.install.env import InstalledDist
 
-class DeepSpeedComponent:
+class DeepSpeedComponent(FromDriver):
     name = "deepspeed"
     title = "DeepSpeed"
     dists: tuple[str, ...] = ("deepspeed",)
@@ -43,9 +42,6 @@ class DeepSpeedComponent:
     def builder_roots(self, tree: Path, target: jit.Target | None) -> list[Path]:
         root = target.package_root(self.name, self.name) if target else None
         return [tree, *([root] if root else [])]
-
-    def recognise(self, tree: Path) -> Source | None:
-        return Source(self.name, tree_version(tree), tree) if is_tree(tree) else None
 
     def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
         out = InstalledCheck()

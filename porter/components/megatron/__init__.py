@@ -21,15 +21,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from porter.components import jit
 from ops_prebuild.source import Source
-from porter.components.base import InstalledCheck
-
-if TYPE_CHECKING:
-    from porter.artifacts.manifest import Manifest
-    from porter.install.env import InstalledDist
+from porter.components.base import Component
 
 KERNEL_DIR = "megatron/fused_kernels"
 DIST = "megatron-fused-kernels"
@@ -117,7 +112,7 @@ def tree_version(tree: Path) -> str:
     return ".".join(m.group(1) for m in parts if m) if all(parts) else ""
 
 
-class MegatronComponent(jit.NoSites):
+class MegatronComponent(Component, jit.NoSites):
     name = "megatron-deepspeed"
     title = "Megatron-DeepSpeed"
     dists: tuple[str, ...] = (DIST,)
@@ -145,9 +140,6 @@ class MegatronComponent(jit.NoSites):
 
     def recognise(self, tree: Path) -> Source | None:
         return Source(self.name, tree_version(tree), tree) if is_tree(tree) else None
-
-    def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
-        return InstalledCheck()
 
 
 MEGATRON = MegatronComponent()

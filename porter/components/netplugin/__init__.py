@@ -14,22 +14,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ops_prebuild.source import Source
-from porter.components.base import InstalledCheck
+from porter.components.base import Component
 from porter.errors import ConfigError
 
-if TYPE_CHECKING:
-    from porter.artifacts.manifest import Manifest
-    from porter.install.env import InstalledDist
 
-
-class NetPluginComponent:
+class NetPluginComponent(Component):
     name = "netplugin"
     title = "RCCL network plugin (aws-ofi-nccl)"
     dists: tuple[str, ...] = ()
-    """Not a wheel: a package folder with a manifest, installed where RCCL looks (NCCL_NET_PLUGIN)."""
+    """Not a wheel: a package folder with a manifest, installed where RCCL looks (NCCL_NET_PLUGIN); no distribution
+    to check (the default check_installed): 'porter net-plugin verify' loads the package itself."""
 
     def recognise(self, tree: Path) -> Source | None:
         from porter.components.netplugin.projects import recognise
@@ -39,9 +35,6 @@ class NetPluginComponent:
         except ConfigError:
             return None
         return Source(self.name, found.version, tree, regime="configure" if found.has_configure else "autogen.sh")
-
-    def check_installed(self, dist: InstalledDist, manifest: Manifest | None, kind: str) -> InstalledCheck:
-        return InstalledCheck()  # no distribution to check: 'porter net-plugin verify' loads the package itself
 
 
 NETPLUGIN = NetPluginComponent()
