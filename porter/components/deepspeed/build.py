@@ -34,8 +34,11 @@ class DeepSpeedDriver:
     """Where DeepSpeed's loader reads ``installed_ops`` (and porter's ``porter_feature_probes``)."""
 
     def detect(self, root: Path) -> SourceInfo | None:
-        return SourceInfo(self.name, tree_version(root), root, str(root), regime="op_builder") if is_tree(root) \
-            else None
+        if not is_tree(root):
+            return None
+        version = root / "version.txt"
+        return SourceInfo(self.name, version.read_text().strip() if version.is_file() else "0+unknown", root,
+                          str(root), regime="op_builder")
 
     def plan(self, info: SourceInfo, request: WheelRequest, machine: Machine) -> BuildPlan:
         """The Python side: DeepSpeed's setup.py with no op, for the accelerator of the profile (the emulated target's
@@ -81,11 +84,6 @@ DRIVER = DeepSpeedDriver()
 
 def is_tree(tree: Path) -> bool:
     return (tree / "op_builder" / "builder.py").is_file() and (tree / "deepspeed").is_dir()
-
-
-def tree_version(tree: Path) -> str:
-    vfile = tree / "version.txt"
-    return vfile.read_text().strip() if vfile.is_file() else "0+unknown"
 
 
 def _selected(cat: Catalogue, ops: list[str] | None, all_compatible: bool, log: Logger) -> list[OpSpec]:
