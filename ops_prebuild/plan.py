@@ -334,6 +334,10 @@ def _share_torch_header(plan: Plan, units: list[tuple[int, list[str]]], v: Visib
                                     inputs=(*s.inputs, str(gch)))
 
 
+_HIP_HALF = ("-DHIPBLAS_V2", "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1")
+"""torch's ROCm extension defines after the platform's (a device compile's, the emulated target's too)."""
+
+
 def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str, device: bool,
                   tree: Path, v: Visible, extra: tuple[Path, ...] = (), *, arch: str = "",
                   offload: str = "") -> list[str]:
@@ -342,6 +346,11 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str,
               *_includes(op, cat, tree, tc, v, extra), *tc.cflags, *(f"-D{d}" for d in tc.defines)]
     half = ["-DBF16_AVAILABLE"] if op.bf16 else []
     cxx, dep = tc.compiler, ("-MMD", "-MF")
+    # a unit of a GPU op for porter's emulated HIP target: the host compiler, ROCm's defines as a device compile has
+    # them (the wavefront the profile's), porter's HIP-on-CPU headers and prelude
+    emulated = tc.kind == "emulated" and op.device
+    wave = (tc.wavefront or 64) if emulated else tc.wavefront
+    rocm = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={wave}", *half]
     if device and tc.kind == "cuda":
         march = [a for a in host_args(op.cxx_args, tc) if a.startswith("-march=")]
         # torch's own CUDA extension flags first, so the builder's -U flags can undo them, as in torch
@@ -350,46 +359,29 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str,
                  *cxx_standard(op.nvcc_args, cat), *half, "--compiler-options", "-fPIC",
                  *(x for m in march for x in ("--compiler-options", m))]
         dep = ("--generate-dependencies-with-compile", "--dependency-output")
-    elif tc.kind == "emulated" and op.device:
-        flags = _emulated_flags(op, cat, tc, device, half, v)
+    elif device and emulated:  # compiled as C++ with the op's device flags less those only a GPU compiler takes
+        flags = ["-x", "c++", "-fPIC", *_HIP_HALF, *emulate.device_flags(op.nvcc_args),
+                 *cxx_standard(op.nvcc_args, cat), f"-march={tc.cpu_isa}", *rocm]
     elif device and tc.kind == "rocm":
         # torch's own ROCm extension flags first, so the builder's -U flags can undo them, as in torch
-        flags = ["-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2", "-DCUDA_HAS_FP16=1",
-                 "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1", *op.nvcc_args,
+        flags = ["-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", *_HIP_HALF, *op.nvcc_args,
                  *cxx_standard(op.nvcc_args, cat), f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}", *half, "-fno-gpu-rdc",
                  *(f"--offload-arch={t.spec}" for t in tc.targets if not arch or t.name == arch),
                  *([offload] if offload else [])]
     else:
-        host: list[str] = []
-        if tc.kind == "rocm" and op.device:
-            host = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}", *half]
-        if tc.kind == "cuda" and op.device:
-            host = half
+        host = {"rocm": rocm, "emulated": rocm, "cuda": half}.get(tc.kind, []) if op.device else []
         # a GPU op's host units go through the profile's hip_cxx (ROCm 7's bf16 header is clang-only), except
         # OpenMP ones: torch's OpenMP is GCC's (libgomp), and clang's -fopenmp wants LLVM's omp.h and runtime
         hip_host = tc.kind == "rocm" and op.device and "-fopenmp" not in op.cxx_args
-        cxx = tc.compiler if tc.kind == "cpu" else (tc.hip_cxx or tc.cxx) if hip_host else tc.cxx
+        cxx = tc.compiler if tc.kind == "cpu" or emulated else (tc.hip_cxx or tc.cxx) if hip_host else tc.cxx
         flags = [*host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *host]
+    if emulated:
+        # after the op's own -O: kernels type-pun freely (float4 loads of half data), and no host optimisation may
+        # change what such a load reads; -O1 also compiles the heavy template code in half the time of -O3
+        flags += ["-O1", "-fno-strict-aliasing",
+                  *(f"-I{v(emulate.INCLUDE_DIR)}" if a == f"-I{emulate.INCLUDE_DIR}" else a
+                    for a in emulate.compile_flags(tc.wavefront or 64))]
     return tc.executor.argv(cxx, *flags, *common, *dep, f"{obj}.d", "-c", src, "-o", obj)
-
-
-def _emulated_flags(op: OpSpec, cat: Catalogue, tc: Toolchain, device: bool, half: list[str],
-                    v: Visible) -> list[str]:
-    """A unit of a GPU op for porter's emulated HIP target: the host compiler, ROCm's defines as a device compile
-    has them (the wavefront the profile's), porter's HIP-on-CPU headers and prelude; a device unit is compiled as
-    C++ with the op's device flags less those only a GPU compiler takes."""
-    wave = int(tc.wavefront or 64)
-    emu = [f"-I{v(emulate.INCLUDE_DIR)}" if a == f"-I{emulate.INCLUDE_DIR}" else a for a in emulate.compile_flags(wave)]
-    rocm = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={wave}", *half]
-    if device:
-        flags = ["-x", "c++", "-fPIC", "-DHIPBLAS_V2", "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1",
-                 "-D__HIP_NO_HALF_CONVERSIONS__=1", *emulate.device_flags(op.nvcc_args),
-                 *cxx_standard(op.nvcc_args, cat), f"-march={tc.cpu_isa}", *rocm]
-    else:
-        flags = [*host_args(op.cxx_args, tc), *cxx_standard(op.cxx_args, cat), "-fPIC", *rocm]
-    # after the op's own -O: kernels type-pun freely (float4 loads of half data), and no host optimisation may
-    # change what such a load reads; -O1 also compiles the heavy template code in half the time of -O3
-    return [*flags, "-O1", "-fno-strict-aliasing", *emu]
 
 
 def _link_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, objs: list[str], so: str, v: Visible) -> list[str]:
