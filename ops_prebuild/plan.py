@@ -97,14 +97,9 @@ class Plan:
             lines.append(f"  desc = {s.kind.upper()} {s.op or 'shared'}: {os.path.basename(s.output)}")
             if s.rsp:
                 lines.append(f"  rsp = {' '.join(shlex.quote(o).replace('$', '$$') for o in s.rsp)}")
-        lines.append("")
-        if only is not None:
-            targets: list[str] = [s.output for s in only]
-        elif self.compile_only:
-            targets = [o for objs in self.objects.values() for o in objs]
-        else:
-            targets = list(self.outputs.values())
-        lines.append(f"default {' '.join(_esc(o) for o in targets)}")
+        final = "compile" if self.compile_only else "link"  # what the whole plan makes: objects, or modules
+        targets = [s.output for s in steps if only is not None or s.kind == final]
+        lines += ["", f"default {' '.join(_esc(o) for o in targets)}"]
         return "\n".join(lines) + "\n"
 
     def shard(self, index: int, count: int) -> list[Step]:
