@@ -471,8 +471,9 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, targets: li
     shared = str(plan.build_dir / "pch") + os.sep  # a failed precompiled header fails the ops that read it
     inputs = {s.output: s.inputs for s in plan.steps}
     results = []
+    linked = targets is None and not plan.compile_only  # a shard links nothing
     for op in plan.objects:
-        so = plan.outputs.get(op, "") if targets is None else ""  # a shard links nothing
+        so = plan.outputs.get(op, "") if linked else ""
         odir = str(plan.build_dir / op) + os.sep
         entries = [e for e in new if len(e) >= 4 and str(plan.build_dir / e[3]).startswith(odir)]  # absolute: as is
         seconds = sum(int(e[1]) - int(e[0]) for e in entries) / 1000.0
@@ -487,12 +488,9 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, targets: li
         log_path.parent.mkdir(parents=True, exist_ok=True)
         text = "\n".join(own) if own else "\n".join(l for l in res.output.splitlines() if odir in l)
         atomic_write_text(log_path, text + "\n")
-        done = all(Path(o).is_file() for o in mine) if plan.compile_only or targets is not None \
-            else Path(so).is_file()
-        ok = done and not own
-        status = "failed" if not ok else (("compiled" if plan.compile_only or targets is not None else "built")
-                                          if entries else "cached")
-        results.append(OpResult(op, status, seconds, str(log_path), so if ok and so else "",
+        ok = (Path(so).is_file() if linked else all(Path(o).is_file() for o in mine)) and not own
+        status = "failed" if not ok else ("built" if linked else "compiled") if entries else "cached"
+        results.append(OpResult(op, status, seconds, str(log_path), so if ok else "",
                                 sha256_file(so) if ok and so else "", first_error(text) if not ok else ""))
     return results
 
