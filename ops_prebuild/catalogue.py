@@ -82,19 +82,16 @@ class Catalogue:
             return self.with_loaded(chosen)
         if not names:
             raise ConfigError("no ops selected", hint="pass --ops a,b or --all-compatible")
-        chosen = []
         for name in names:
             if name not in ops:
                 close = difflib.get_close_matches(name, ops, n=3)
                 raise ConfigError(f"unknown op {name!r} in {self.source.project} {self.source.version}"
                                   + (f"; did you mean {', '.join(close)}?" if close else ""),
                                   hint="run 'porter ops list --source ...' for the ops of this tree")
-            op = ops[name]
-            if not op.compatible:
-                raise ConfigError(f"op {name} cannot be built with this toolchain: {op.reason}",
+            if not ops[name].compatible:
+                raise ConfigError(f"op {name} cannot be built with this toolchain: {ops[name].reason}",
                                   hint="pick another toolchain profile, or leave the op out")
-            chosen.append(op)
-        return self.with_loaded(chosen)
+        return self.with_loaded([ops[name] for name in names])
 
     def with_loaded(self, chosen: list[OpSpec]) -> list[OpSpec]:
         """``chosen`` and, after them, every op one of them loads first at run time (:attr:`OpSpec.loads`; an op
