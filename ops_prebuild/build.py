@@ -49,8 +49,6 @@ class BuildResult:
     plan: Plan
     catalogue: Catalogue
     ops: list[OpResult] = field(default_factory=list)
-    wheel: Path | None = None
-    manifest: Path | None = None
     jobs: int = 0
     seconds: float = 0.0
     refusal: PorterError | None = None
@@ -66,8 +64,6 @@ class BuildResult:
     """--shard I/N: which shard ran and the objects it compiled."""
     source_patches: tuple[str, ...] = ()
     """The shipped sets (``set: patch, ...``) applied to porter's copy of the source for this toolchain kind."""
-    wave64: dict[str, Any] = field(default_factory=dict)
-    """A 64-lane target: each warp-size-32 finding in the built ops with its state (:mod:`porter.hipify.wave64`)."""
 
     @property
     def failed(self) -> list[OpResult]:
@@ -81,13 +77,11 @@ class BuildResult:
                 if not o.compatible and o.name not in self.plan.objects]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"wheel": str(self.wheel) if self.wheel else None,
-                "manifest": str(self.manifest) if self.manifest else None,
+        return {"wheel": None, "manifest": None,  # the flow after the engine packages them (porter.wheels)
                 "jobs": self.jobs, "seconds": round(self.seconds, 2),
                 "ops": [o.__dict__ for o in self.ops], "excluded": self.excluded, "plan": self.plan.to_dict(),
                 "refusal": self.refusal.message if self.refusal else None,
                 "source_patches": list(self.source_patches),
-                **({"wave64": self.wave64} if self.wave64 else {}),
                 "cache": {**self.ccache.to_dict(), **self.cache_stats} if self.ccache else None,
                 **({"shard": self.shard} if self.shard else {}),
                 **({"compile_only": True, "linked": False, "note": "compiled, not linked: no ROCm torch to link "
