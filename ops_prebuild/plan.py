@@ -193,8 +193,7 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     def v(path: str | Path) -> str:
         return ex.visible(path, stage=stage, within=within)
 
-    plan = Plan(build_dir, tc, compile_only=compile_only)
-    plan.env = dict(tc.env)
+    plan = Plan(build_dir, tc, env=dict(tc.env), compile_only=compile_only)
     measure = (sys.executable, "-m", "ops_prebuild.measure")
     if cache is not None:
         # a port builds inside the tree it ports: from its top, so two ports of one tree in different folders (or
