@@ -173,10 +173,10 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
         if runner.dry:
             return _dry(result, tc.executor, start)
         _write_build_dir(plan, build_dir, log)
-        stats, part, ninja_file, log_name = build_dir / CCACHE_STATS, None, "build.ninja", "build.log"
+        stats, part, tag = build_dir / CCACHE_STATS, None, ""
         if shard is not None:
             part, tag = plan.shard(*shard), f"shard-{shard[0]}-of-{shard[1]}"
-            ninja_file, log_name, stats = _shard_files(plan, part, tag, build_dir, log, cached=ccache is not None)
+            stats = _shard_files(plan, part, tag, build_dir, log, cached=ccache is not None)
             lock.release()  # each shard has its own ninja file, ninja log and stats: they compile at once
             if on_shard_setup is not None:
                 on_shard_setup()
@@ -185,13 +185,13 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             stack.enter_context(hold(build_dir.parent / f"{build_dir.name}.{tag}",
                                      f"compiling shard {shard[0]} of {shard[1]}", say=log.info))
         elif link_only:
-            part, ninja_file = _links_only(plan, build_dir, log, compile_only=compile_only)
+            part, tag = _links_only(plan, build_dir, log, compile_only=compile_only), "link"
         else:
             _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in plan.steps]))
         stats.unlink(missing_ok=True)
         targets = [s.output for s in part or () if s.kind == "compile"] if shard is not None else None
-        result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, targets=targets, ninja_file=ninja_file,
-                               log_name=log_name, times=unit_times_path(cat.source.project, cat.source.version, tc),
+        result.ops = run_ninja(plan, n_jobs, runner=runner, log=log, targets=targets, tag=tag,
+                               times=unit_times_path(cat.source.project, cat.source.version, tc),
                                stats=stats if ccache is not None else None)
         _record(result, build_dir, plan, shard, targets, stats, log)
         if compile_only and shard is None:
@@ -222,16 +222,15 @@ def _dry(result: BuildResult, ex: Executor, start: float) -> BuildResult:
 
 
 def _shard_files(plan: Plan, part: list[Step], tag: str, build_dir: Path, log: Logger, *,
-                 cached: bool) -> tuple[str, str, Path]:
-    """A shard's own ninja file, ninja log and cache stats (its objects checked: the other shards' may be
-    half-written by their compilers right now)."""
-    ninja_file, log_name = f"build.{tag}.ninja", f"build.{tag}.log"
-    atomic_write_text(build_dir / ninja_file, plan.ninja(part, builddir=f".ninja-{tag}", publish=True))
+                 cached: bool) -> Path:
+    """A shard's own ninja file (:func:`run_ninja` finds it, and its ninja log, by ``tag``) and cache stats (its
+    objects checked: the other shards' may be half-written by their compilers right now)."""
+    atomic_write_text(build_dir / f"build.{tag}.ninja", plan.ninja(part, builddir=f".ninja-{tag}", publish=True))
     stats = build_dir / f"ccache-stats.{tag}.log"
     if cached:
         plan.env["CCACHE_STATSLOG"] = plan.toolchain.executor.inside(stats)
     _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in part if s.kind == "compile"]))
-    return ninja_file, log_name, stats
+    return stats
 
 
 def _torch_view(cat: Catalogue, cache: Path, python: str, runner: Runner, py_ex: Executor, log: Logger, *,
@@ -260,7 +259,7 @@ def _write_build_dir(plan: Plan, build_dir: Path, log: Logger) -> None:
     atomic_write_text(build_dir / "build.ninja", plan.ninja())
 
 
-def _links_only(plan: Plan, build_dir: Path, log: Logger, *, compile_only: bool) -> tuple[list[Step], str]:
+def _links_only(plan: Plan, build_dir: Path, log: Logger, *, compile_only: bool) -> list[Step]:
     """The run after every shard: refuses when an object is missing (a damaged one is a missing one: the shard that
     compiled it runs again); its ninja file links only."""
     _say_discarded(log, build_dir, check_outputs(build_dir, [s.output for s in plan.steps]), again=False)
@@ -273,7 +272,7 @@ def _links_only(plan: Plan, build_dir: Path, log: Logger, *, compile_only: bool)
                                + ("--report-only" if compile_only else "--link-only"))
     part = plan.links()
     atomic_write_text(build_dir / "build.link.ninja", plan.ninja(part, builddir=".ninja-link"))
-    return part, "build.link.ninja"
+    return part
 
 
 def _record(result: BuildResult, build_dir: Path, plan: Plan, shard: tuple[int, int] | None,
@@ -429,20 +428,19 @@ def record_times(plan: Plan, entries: list[list[str]], path: Path, cached: Colle
 
 
 def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, targets: list[str] | None = None,
-              ninja_file: str = "build.ninja", log_name: str = "build.log", times: Path | None = None,
-              stats: Path | None = None) -> list[OpResult]:
+              tag: str = "", times: Path | None = None, stats: Path | None = None) -> list[OpResult]:
     """One ninja run over the plan (or only ``targets``: a shard's objects) in the plan's environment; per-op results.
 
     With ``targets`` an op's status says whether its part of the shard compiled: "compiled" (or
     "cached"), "failed", or "elsewhere" when no object of it is in the shard. ``times``: the unit times file
     (:func:`unit_times_path`) the ETA is read from and this run's times are added to; ``stats``: the compiler
-    cache's stats log of this run, whose hits are not added as times."""
+    cache's stats log of this run, whose hits are not added as times; ``tag``: a part's (a shard's, the links') own
+    ninja file and log folder, named as :func:`_shard_files` and :func:`_links_only` write them."""
     import ninja  # the PyPI package ships the binary
 
     ninja_bin = str(Path(ninja.BIN_DIR) / "ninja")
-    state = re.search(r"(?m)^builddir = (.*)$", (plan.build_dir / ninja_file).read_text()) \
-        if (plan.build_dir / ninja_file).is_file() else None
-    ninja_log = plan.build_dir / (state.group(1) if state else "") / ".ninja_log"
+    ninja_file, ninja_dir = (f"build.{tag}.ninja", f".ninja-{tag}") if tag else ("build.ninja", "")
+    ninja_log = plan.build_dir / ninja_dir / ".ninja_log"
     before = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
     with log.step(f"compiling {len(plan.objects)} op(s) in one ninja graph with {jobs} job(s)"
                   + (" (compile only: no link)" if plan.compile_only else "")) as step:
@@ -474,7 +472,7 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, targets: li
         own = [b for b in blocks if odir in b.partition("\n")[0]  # the FAILED: line names the output
                or (shared in b.partition("\n")[0] and any(shared in i for o in plan.objects[op]
                                                            for i in inputs.get(o, ())))]
-        log_path = plan.build_dir / op / log_name
+        log_path = plan.build_dir / op / (f"build.{tag}.log" if targets is not None else "build.log")
         mine = [o for o in plan.objects[op] if targets is None or o in targets]
         if targets is not None and not mine:
             results.append(OpResult(op, "elsewhere", 0.0, ""))
