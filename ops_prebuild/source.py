@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 from porter import archive, faults
 from porter.errors import CommandFailed, ConfigError, ToolError
-from porter.fs import owned_temp, owned_temp_dir, sha256_file
+from porter.fs import owned_temp, sha256_file
 from porter.locks import hold
 from porter.patching import PatchSet, failure_message, load_project, load_shipped
 from porter.patching import plan as plan_patches
@@ -63,8 +63,7 @@ def _unpack(sdist: Path, dest: Path, digest: str, say: Callable[[str], None] | N
     with hold(dest, f"unpacking {sdist.name}"):  # one process unpacks; the others wait and reuse its tree
         if _unpacked(dest, digest):
             return
-        tmp = owned_temp_dir(dest.parent, ".unpack-")
-        try:
+        with owned_temp(dest.parent, ".unpack-") as tmp:
             try:
                 archive.unpack(sdist, tmp, checked=True)
             except OSError as exc:
@@ -79,8 +78,6 @@ def _unpack(sdist: Path, dest: Path, digest: str, say: Callable[[str], None] | N
             if dest.exists():  # an unpack that did not finish, or one found damaged: set aside, then removed
                 os.replace(dest, tmp / "stale")
             os.replace(top, dest)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _unpacked(dest: Path, digest: str, say: Callable[[str], None] | None = None) -> bool:
@@ -302,8 +299,7 @@ def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, write: 
     with hold(dest, f"patching {source.tree.name}"):
         if (dest / ".porter-patched").is_file():  # another build published it while this one waited
             return done
-        tmp = owned_temp_dir(dest.parent, ".patch-")
-        try:
+        with owned_temp(dest.parent, ".patch-") as tmp:
             work = tmp / "tree"
             shutil.copytree(source.tree, work, symlinks=True, copy_function=_link_or_copy)
             for rel, after, mode in changes:
@@ -317,8 +313,6 @@ def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, write: 
             (work / ".porter-patched").write_text("\n".join(applied) + "\n")
             shutil.rmtree(dest, ignore_errors=True)
             os.replace(work, dest)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     return done
 
 
