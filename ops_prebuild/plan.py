@@ -243,8 +243,7 @@ def make_plan(cat: Catalogue, tc: Toolchain, ops: list[OpSpec], build_dir: Path,
     return plan
 
 
-def _link(plan: Plan, op: OpSpec, cat: Catalogue, tc: Toolchain, objs: list[str], odir: Path,
-          v: Callable[[str | Path], str]) -> None:
+def _link(plan: Plan, op: OpSpec, cat: Catalogue, tc: Toolchain, objs: list[str], odir: Path, v: Visible) -> None:
     """The op's link step into its module (after, on the emulated target, the step that defines the module's
     extern __shared__ arrays)."""
     if tc.kind == "emulated" and op.device:
