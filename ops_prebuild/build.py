@@ -254,8 +254,7 @@ def _write_build_dir(plan: Plan, build_dir: Path, log: Logger) -> None:
         log.info(f"removed {len(left)} half-written output(s) of killed compiles, e.g. {left[0].name}")
     for path, text in plan.files.items():
         if not Path(path).is_file() or Path(path).read_text() != text:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(Path(path), text)
+            atomic_write_text(path, text)  # its folder made too
     atomic_write_text(build_dir / "build.ninja", plan.ninja())
 
 
@@ -477,7 +476,6 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, targets: li
         if targets is not None and not mine:
             results.append(OpResult(op, "elsewhere", 0.0, ""))
             continue
-        log_path.parent.mkdir(parents=True, exist_ok=True)
         text = "\n".join(own) if own else "\n".join(l for l in res.output.splitlines() if odir in l)
         atomic_write_text(log_path, text + "\n")
         ok = (Path(so).is_file() if linked else all(Path(o).is_file() for o in mine)) and not own
