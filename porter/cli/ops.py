@@ -66,19 +66,18 @@ def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
         for r in rows:
             states = [st.state for st in lanes.states if st.op == r["name"]]
             r["wave64"] = {"refused": states.count("refused"), "safe": states.count("safe")}
-    if as_json:
-        emit_json({"source": {"project": src.project, "version": src.version, "tree": str(src.tree)},
-                   "toolchain": tc.name, "torch": cat.torch.version, "accelerator": cat.accelerator, "ops": rows})
-        return
-    click.echo(f"DeepSpeed {src.version} ops for toolchain {tc.name} (torch {cat.torch.version}, "
-               f"accelerator {cat.accelerator}):")
-    for r in rows:
-        mark = "yes" if r["compatible"] else "no "
-        click.echo(f"  {r['name']:<26} {mark} {len(r['sources']):>3} sources"
-                   + (f"  (loads {', '.join(r['loads'])} first)" if r["loads"] else "")
-                   + (f"  [wave 64: refused: {r['wave64']['refused']} unproven warp-size-32 finding(s), "
-                      "see --allow-wave32]" if r["compatible"] and r.get("wave64", {}).get("refused") else "")
-                   + (f"  ({r['reason'][:110]})" if r["reason"] else ""))
+
+    def line(r: dict[str, Any]) -> str:
+        return (f"  {r['name']:<26} {'yes' if r['compatible'] else 'no '} {len(r['sources']):>3} sources"
+                + (f"  (loads {', '.join(r['loads'])} first)" if r["loads"] else "")
+                + (f"  [wave 64: refused: {r['wave64']['refused']} unproven warp-size-32 finding(s), "
+                   "see --allow-wave32]" if r["compatible"] and r.get("wave64", {}).get("refused") else "")
+                + (f"  ({r['reason'][:110]})" if r["reason"] else ""))
+
+    emit(as_json, {"source": {"project": src.project, "version": src.version, "tree": str(src.tree)},
+                   "toolchain": tc.name, "torch": cat.torch.version, "accelerator": cat.accelerator, "ops": rows},
+         lambda: [f"DeepSpeed {src.version} ops for toolchain {tc.name} (torch {cat.torch.version}, accelerator "
+                  f"{cat.accelerator}):", *map(line, rows)])
 
 
 @dataclass(frozen=True)
