@@ -251,27 +251,23 @@ def slurm_options(*, task: str = "cell", final: str = "index") -> Callable[[F], 
     """What each Slurm job asks for (:class:`porter.cluster.slurm.sbatch.SlurmSettings`), from the command line or
     ``PORTER_SLURM_*``. ``task``: what one array task runs (a cell, a shard); ``final``: the job after them
     (the index, the link), whose time limit is ``--<final>-time``."""
+    every = {"partition": partition_option.but(help="Partition of every job."), "account": account_option,
+             "qos": Spec(("--qos",), dict(default=None, help="QOS of every job.")),
+             "time_limit": time_option.but(help=f"Time limit of each {task} task (2:00:00)."),
+             "cpus_per_task": Spec(("--cpus-per-task",), dict(type=click.IntRange(min=1), default=None,
+                                                             help=f"CPUs of each {task} task.")),
+             "mem": Spec(("--mem",), dict(default=None, help=f"Memory of each {task} task (16G).")),
+             "max_parallel": Spec(("--max-parallel",), dict(
+                 type=click.IntRange(min=1), default=None,
+                 help=f"At most this many {task}s at once (the array's %N; default "
+                      + ("8" if task == "cell" else f"every {task}") + ")."))}
+
     def decorate(f: F) -> F:
-        opts = [
-            partition_option.but(envvar="PORTER_SLURM_PARTITION", show_envvar=True,
-                                 help="Partition of every job.").option("partition"),
-            account_option.but(envvar="PORTER_SLURM_ACCOUNT", show_envvar=True).option("account"),
-            click.option("--qos", default=None, envvar="PORTER_SLURM_QOS", show_envvar=True,
-                         help="QOS of every job."),
-            time_option.but(envvar="PORTER_SLURM_TIME", show_envvar=True,
-                            help=f"Time limit of each {task} task (2:00:00).").option("time_limit"),
-            click.option("--cpus-per-task", type=click.IntRange(min=1), default=None,
-                         envvar="PORTER_SLURM_CPUS_PER_TASK", show_envvar=True, help=f"CPUs of each {task} task."),
-            click.option("--mem", default=None, envvar="PORTER_SLURM_MEM", show_envvar=True,
-                         help=f"Memory of each {task} task (16G)."),
-            click.option("--max-parallel", type=click.IntRange(min=1), default=None,
-                         envvar="PORTER_SLURM_MAX_PARALLEL", show_envvar=True,
-                         help=f"At most this many {task}s at once (the array's %N; default "
-                              + ("8" if task == "cell" else f"every {task}") + ")."),
-            click.option(f"--{final}-time", "index_time", default=None, help=f"Time limit of the {final} job."),
-            click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="OPTION",
-                         help="One more sbatch option for every job (repeat): --constraint=nvme."),
-        ]
+        opts = [*(spec.but(envvar=f"PORTER_SLURM_{name.removesuffix('_limit').upper()}", show_envvar=True).option(name)
+                  for name, spec in every.items()),  # each also from PORTER_SLURM_<NAME> (--time: PORTER_SLURM_TIME)
+                click.option(f"--{final}-time", "index_time", default=None, help=f"Time limit of the {final} job."),
+                click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="OPTION",
+                             help="One more sbatch option for every job (repeat): --constraint=nvme.")]
         for opt in reversed(opts):
             f = opt(f)
         return f
