@@ -131,8 +131,7 @@ def cxx_standard(args: tuple[str, ...] | list[str], cat: Catalogue) -> list[str]
     (C++20 from torch 2.12 on, C++17 before)."""
     if any(a.startswith("-std=") for a in args):
         return []
-    major, minor = (int(x) for x in cat.torch.major_minor.split("."))
-    return ["-std=c++20" if (major, minor) >= (2, 12) else "-std=c++17"]
+    return ["-std=c++20" if tuple(map(int, cat.torch.major_minor.split("."))) >= (2, 12) else "-std=c++17"]
 
 
 Visible = Callable[[str | Path], str]
