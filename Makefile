@@ -49,11 +49,13 @@ demo: venv
 
 # Two or more pytest workers (at most 4): many integration tests wait on one compiler, pip or a child process at a
 # time, so a second worker fills the idle core. Each worker has its own session fixtures (a one-node Slurm on free
-# ports included).
+# ports included). --dist loadfile --no-loadscope-reorder: a worker is handed one whole test file at a time, in the
+# collection's order (tests/conftest.py: the integration files with slow tests first, the unit tier's last), so a
+# file's module fixtures are made once and the last file to start is a short one.
 TEST_JOBS   ?= $(shell n=$$(nproc); [ $$n -lt 2 ] && n=2; [ $$n -gt 4 ] && n=4; echo $$n)
 
 test: venv test-unit-no-torch
-	$(PY) -m pytest -n $(TEST_JOBS) --durations=60 tests/unit tests/integration
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=60 tests/unit tests/integration
 
 # The unit tier must pass where torch is absent (what needs torch skips, with its reason).
 NOTORCH_VENV ?= .venv-notorch

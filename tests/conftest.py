@@ -23,9 +23,24 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks the integration tier, and orders the files: the integration files holding a test marked slow (over a
+    minute) first, then the other integration files, then the unit tier's (seconds in all); each file's tests stay
+    together, in their order. ``make test`` hands its pytest-xdist workers whole files in this order (--dist
+    loadfile): a file's module fixtures are made once, its tests that hand results on run on one worker, and what
+    starts last is short (the run ends when the later worker does)."""
+    slow: set[Path] = set()
     for item in items:
         if "tests/integration" in str(item.path).replace(os.sep, "/"):
             item.add_marker(pytest.mark.integration)
+            if item.get_closest_marker("slow"):
+                slow.add(item.path)
+
+    def order(item: pytest.Item) -> int:
+        if "tests/integration" not in str(item.path).replace(os.sep, "/"):
+            return 2
+        return 0 if item.path in slow else 1
+
+    items.sort(key=order)  # stable
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -14,7 +14,7 @@ import pytest
 
 from tests.integration.test_install import cpu_so, wheelhouse  # noqa: F401  (fixtures)
 
-pytestmark = [pytest.mark.integration, pytest.mark.rocm7]
+pytestmark = [pytest.mark.integration, pytest.mark.rocm7, pytest.mark.slow]
 
 
 def porter(*args: str) -> subprocess.CompletedProcess[str]:

@@ -96,6 +96,7 @@ def _left(marker: str) -> str:
     return subprocess.run(["pgrep", "-a", "-f", marker], capture_output=True, text=True).stdout.strip()
 
 
+@pytest.mark.slow
 def test_a_build_killed_at_each_stage_reruns_to_the_same_wheel(deepspeed_sdist: Path, tmp_path: Path) -> None:
     """Issue 22: porter killed with SIGKILL while it unpacks the sdist, while a compiler runs, while the linker
     runs, and while it writes the wheel; after each kill nothing it started still runs, nothing half-written is
@@ -160,6 +161,7 @@ def test_a_build_killed_at_each_stage_reruns_to_the_same_wheel(deepspeed_sdist: 
     assert not [p for p in wheelhouse.iterdir() if p.name.startswith(".")]  # the killed write's temp is gone
 
 
+@pytest.mark.slow
 def test_four_different_builds_at_once_on_one_cache(deepspeed_sdist: Path, tmp_path: Path,
                                                     ccache_remote: dict[str, str]) -> None:
     """Issue 22: two builds on one cache once failed 3 runs out of 3 (an unpack renamed onto another's, a

@@ -168,6 +168,7 @@ def test_ctrl_c_stops_ninja_and_leaves_no_wheel(deepspeed_sdist: Path, tmp_path:
     assert left == "", f"processes left behind: {left}"
 
 
+@pytest.mark.slow
 def test_kill_9_of_porter_leaves_no_compiler_and_the_rerun_builds(deepspeed_sdist: Path, tmp_path: Path) -> None:
     """Issue 22: a SIGKILL of porter (an OOM kill, 'kill -9' on a login node) once left ninja and its compilers
     running as orphans, writing into the cache while the next run started. Now the guardian of each command stops
@@ -242,6 +243,7 @@ def test_rocm_profile_with_cpu_torch_plans_but_refuses_to_build(deepspeed_sdist:
 
 
 @pytest.mark.cuda
+@pytest.mark.slow
 def test_cuda_h100_fused_adam_builds_and_imports_without_gpu(deepspeed_sdist: Path, tmp_path: Path) -> None:
     from tests.conftest import ROOT
 

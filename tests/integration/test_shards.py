@@ -9,6 +9,8 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.integration.conftest import run_porter
 
 
@@ -110,6 +112,7 @@ def test_the_same_shard_of_two_arrays_at_once_compiles_once(deepspeed_sdist: Pat
     assert any("waiting for" in err and "shard-0-of-2" in err for _, err in outs)
 
 
+@pytest.mark.slow
 def test_a_shard_killed_mid_compile_resumes_where_it_stopped(deepspeed_sdist: Path, tmp_path: Path) -> None:
     """Issue 22: a shard task killed (a time limit, preemption) and run again (Slurm's requeue runs the same
     script): the object it had finished is kept, only the rest is compiled, and the link after it succeeds."""
@@ -174,6 +177,7 @@ with open(out, "wb") as f:
 """
 
 
+@pytest.mark.slow
 def test_two_arrays_with_other_shard_counts_never_show_a_half_written_object(deepspeed_sdist: Path,
                                                                               tmp_path: Path) -> None:
     """Issue 22: two arrays of one build with other shard counts (0/2 and 0/3) on one build folder compile the

@@ -17,7 +17,7 @@ import pytest
 from tests.integration.conftest import run_porter
 from tests.slurm_cluster import SlurmCluster
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
 def _digest(path: Path) -> str:
