@@ -13,7 +13,7 @@ import os
 import shlex
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -183,17 +183,15 @@ class BuildPlan:
     whose setup.py would ask a CPU torch for ROCm)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "project": self.project, "version": self.version, "regime": self.regime, "backend": self.backend,
-            "label": self.label, "pip_args": list(self.pip_args), "env": dict(self.env), "jobs": self.jobs,
-            "per_job_bytes": self.per_job_bytes, "per_job_source": self.per_job_source,
-            "needs_torch": self.needs_torch, "needs_torch_why": self.needs_torch_why or None,
-            "ops": [op.name for op in self.ops],
-            "expect": {"modules": list(self.expect.modules), "optional": list(self.expect.optional),
-                       "prebuilt": self.expect.prebuilt, "packages": list(self.expect.packages),
-                       "archs": list(self.expect.archs), "host_only": list(self.expect.host_only)},
-            "notes": list(self.notes),
-        }
+        """Every field but ``setup_py`` (tuples as lists; the ops by name; the expectation but its hint)."""
+        return {**{f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "setup_py"},
+                "needs_torch_why": self.needs_torch_why or None, "ops": [op.name for op in self.ops],
+                "expect": {f.name: _plain(getattr(self.expect, f.name)) for f in fields(Expectation)
+                           if f.name != "empty_hint"}}
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, Mapping) else value
 
 
 class WheelDriver(Protocol):
