@@ -103,14 +103,12 @@ class WheelOptions(ToolchainChoice):
     allow_wave32: str | None = allow_wave32_option.field()
 
     def request(self, tc: Toolchain) -> WheelRequest:
-        """With the project's own fields of :class:`WheelRequest`: those a subclass adds (apex: ops, regime;
-        flash-attn: backend, units...)."""
-        shared = {f.name for f in dataclasses.fields(WheelOptions)}
-        takes = {f.name for f in dataclasses.fields(WheelRequest)} - shared
-        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in takes}
+        """Each field of :class:`WheelRequest` this options class has by its name (python, jobs, patch_set; apex's
+        ops, regime; flash-attn's backend, units...), the others from the options that say them."""
+        takes = {f.name for f in dataclasses.fields(WheelRequest)} - {"source", "allow_wave32"}  # (typed otherwise)
+        same = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in takes}
         return WheelRequest(source=Path(self.source), toolchain=tc, output=self.wheelhouse.resolve(),
-                            python=self.python, jobs=self.jobs, patch_set=self.patch_set,
-                            torch_check=not self.no_torch_check, allow_wave32=tuple(allowed(self.allow_wave32)), **own)
+                            torch_check=not self.no_torch_check, allow_wave32=tuple(allowed(self.allow_wave32)), **same)
 
 
 @dataclass(frozen=True)
