@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from porter.errors import ConfigError, NothingToDo, PorterError, stop_note
+from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError, stop_note
 from porter.executor import build_python
 from porter.fs import cache_dir, owned_temp
 from porter.locks import hold
@@ -148,9 +148,8 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                             py_ex=py_ex, runner=runner.real(echo=log.verbose), log=log, scratch=_made(tmp / "scratch"),
                             torch=torch)
         kset = _kernel_set(driver, info, request, ctx, log)
-        lanes = wave64_step(driver, info, wplan, request, patched, log, kset.ops)
-        if (stop := lanes.error(f"{info.project} {info.version} for {tc.name}", LEAVE) if lanes else None) \
-                and not runner.dry:
+        lanes, stop = wave64_step(driver, info, wplan, request, patched, log, kset.ops)
+        if stop and not runner.dry:
             raise stop
         if link and not runner.dry and tc.kind != "cpu" and any(o.device for o in kset.ops):
             compiler_version = checked_compiler(tc, log)  # a wheel of host-only ops needs no device compiler
@@ -232,18 +231,22 @@ def _result(info: SourceInfo, tc: Toolchain, built: Any, wplan: BuildPlan, kset:
 
 
 def wave64_step(driver: WheelDriver, info: SourceInfo, plan: BuildPlan, request: WheelRequest, patched: Patched,
-                log: Logger, ops: Sequence[OpSpec] = ()) -> wave64.Wave64 | None:
+                log: Logger, ops: Sequence[OpSpec] = ()) -> tuple[wave64.Wave64 | None, CheckFailed | None]:
     """A 64-lane wheel build's wave-64 step on the source (each file as porter's ``patched`` copy has it):
     the device sources the driver names (:class:`DeviceSources`), else those of the device ``ops`` it compiles;
-    None: another target, or no device op. A driver that assessed its code itself (:class:`Assessed`) has its own."""
+    None: another target, or no device op. A driver that assessed its code itself (:class:`Assessed`) has its own.
+    With the stop a refused finding makes (raised in a real run)."""
     if request.toolchain.wavefront != 64:
-        return None
+        return None, None
     if isinstance(driver, Assessed):
-        return driver.lanes
-    device = driver.device_sources(info, plan, request) if isinstance(driver, DeviceSources) else {
-        o.name: (o.sources, o.include_paths) for o in ops if o.device}
-    by = "; ".join(a.split(":")[0] for a in patched.applied)
-    return wave64.gate(driver.name, info.tree, patched.after, by, device, request.allow_wave32, log) if device else None
+        lanes = driver.lanes
+    else:
+        device = driver.device_sources(info, plan, request) if isinstance(driver, DeviceSources) else {
+            o.name: (o.sources, o.include_paths) for o in ops if o.device}
+        by = "; ".join(a.split(":")[0] for a in patched.applied)
+        lanes = wave64.gate(driver.name, info.tree, patched.after, by, device, request.allow_wave32, log) \
+            if device else None
+    return lanes, lanes.error(f"{info.project} {info.version} for {request.toolchain.name}", LEAVE) if lanes else None
 
 
 def _kernel_set(driver: WheelDriver, info: SourceInfo, request: WheelRequest, ctx: KernelContext,

@@ -37,8 +37,7 @@ from porter.toolchain.check import ready
 from porter.toolchain.profile import toolchain_env
 from porter.torch_facts import TorchInfo, build_torch
 from porter.wheels import costs
-from porter.hipify import wave64
-from porter.wheels.base import LEAVE, BuildPlan, Machine, SourceInfo, WheelDriver, WheelRequest
+from porter.wheels.base import BuildPlan, Machine, SourceInfo, WheelDriver, WheelRequest
 from porter.wheels.compile import CompileOnlyResult, compile_only as engine_step, wave64_step
 from porter.wheels.source import detect, resolve_source
 from porter.wheels.verify import relabel, verify_wheel
@@ -139,30 +138,35 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         # the patch set asked for, then the kind's (ck-rocm7, ...), on porter's copy of the source of its own
         asked = resolve_sets(request.patch_set) if request.patch_set else []
         patched = build_copy(Source(info.project, info.version, root, source), tc.kind, cache, runner, log, asked=asked)
-        lanes = wave64_step(driver, info, plan, request, patched, log)
-        plan, stop = _gated(plan, lanes, tc.name)
+        lanes, stop = wave64_step(driver, info, plan, request, patched, log)
+        if lanes is not None:
+            plan = replace(plan, notes=(*plan.notes, *([stop_note(stop.message)] if stop else []),
+                                        *lanes.allowed_notes()))
         if runner.dry:
             runner.run(argv, env=env, cwd=tree)
             return WheelResult(plan, argv, env_changes(env), torch, dry_run=True, refusal=refused or not_ready or stop,
                                wave64=lanes.to_dict() if lanes else None)
         if stop is not None:
             raise stop
-        with log.step(f"copying {patched.source.tree} to a work tree"):
-            shutil.copytree(patched.source.tree, tree, ignore=_IGNORE, symlinks=True)
-            out.mkdir()
-        built = _setup_py(plan, argv, env, tree, out, runner, log)
+        built = _setup_py(plan, (argv, env), patched.source.tree, work, runner, log)
         return _finish(built, plan, request, info, torch, list(patched.records), argv, env, log,
                        wave64=lanes.to_dict() if lanes else None)
 
 
-def _setup_py(plan: BuildPlan, argv: list[str], env: dict[str, str], tree: Path, out: Path, runner: Runner,
+def _setup_py(plan: BuildPlan, command: tuple[list[str], dict[str, str]], tree: Path, work: Path, runner: Runner,
               log: Logger, *, what: str = "") -> Path:
-    """Upstream's setup.py run by ``pip wheel`` on the work tree: its one wheel."""
+    """Upstream's setup.py run by ``pip wheel`` (``command``) on a work copy of ``tree`` in ``work`` (pip builds in
+    place): its one wheel."""
+    argv, env = command
+    with log.step(f"copying {tree} to a work tree"):
+        shutil.copytree(tree, work / "tree", ignore=_IGNORE, symlinks=True)
+        (work / "out").mkdir()
     with log.step(f"building {plan.project} {plan.version} for +{plan.label} " + (what or f"(MAX_JOBS={plan.jobs})")):
-        runner.run(argv, env=env, cwd=tree, hint=f"the {plan.project} build failed; the output above is upstream's. "
-                                                 "Run with --dry-run to see the exact command and environment")
-    if len(built := sorted(out.glob("*.whl"))) != 1:
-        raise CheckFailed(f"pip wheel produced {len(built)} wheels in {out}, expected one")
+        runner.run(argv, env=env, cwd=work / "tree", hint=f"the {plan.project} build failed; the output above is "
+                                                          "upstream's. Run with --dry-run to see the exact command and "
+                                                          "environment")
+    if len(built := sorted((work / "out").glob("*.whl"))) != 1:
+        raise CheckFailed(f"pip wheel produced {len(built)} wheels in {work / 'out'}, expected one")
     return built[0]
 
 
@@ -243,14 +247,11 @@ def _python_side(plan: BuildPlan, command: tuple[list[str], dict[str, str]], tre
     with hold(entry, f"building {plan.project} {plan.version}'s Python side", say=log.info):
         if found := sorted(entry.glob("*.whl")):  # another build made it while this one waited
             return found[0]
-        with log.step(f"copying {tree} to a work tree"):
-            shutil.copytree(tree, work / "tree", ignore=_IGNORE, symlinks=True)
-            (work / "out").mkdir()
         if plan.setup_py:
-            built = _setup_py(plan, argv, env, work / "tree", work / "out", runner, log, what="(the Python side)")
+            built = _setup_py(plan, command, tree, work, runner, log, what="(the Python side)")
         else:  # the emulated target: setup.py would ask the CPU torch for ROCm
             with log.step(f"packaging {plan.project} {plan.version}'s Python side as the tree has it"):
-                built = python_side(work / "tree", package, plan.version, work / "out")
+                built = python_side(tree, package, plan.version, work)
         shutil.copy2(built, entry / f".{built.name}.part")
         os.replace(entry / f".{built.name}.part", entry / built.name)
     return entry / built.name
@@ -311,15 +312,6 @@ def _torch_step(plan: BuildPlan, request: WheelRequest, known: TorchInfo | None,
     return build_torch(python, py_ex, runner, need=plan.needs_torch, known=known,
                        what=f"{plan.project} {plan.version} ({plan.backend or plan.regime} build for +{plan.label}"
                             + (f"; {plan.needs_torch_why}" if plan.needs_torch_why else "") + ")")
-
-
-def _gated(plan: BuildPlan, lanes: wave64.Wave64 | None, target: str) -> tuple[BuildPlan, CheckFailed | None]:
-    """The plan with the wave-64 step's notes, and the stop a refused finding makes."""
-    if lanes is None:
-        return plan, None
-    stop = lanes.error(f"{plan.project} {plan.version} for {target}", LEAVE)
-    return replace(plan, notes=(*plan.notes, *([stop_note(stop.message)] if stop else []),
-                                *lanes.allowed_notes())), stop
 
 
 @runtime_checkable
