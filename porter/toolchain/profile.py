@@ -207,7 +207,7 @@ _VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 def _expand(value: str, environ: Mapping[str, str]) -> str:
     """``${VAR}`` and ``${VAR:-default}`` and a leading ``~``: lets presets name relocatable paths."""
     value = _VAR.sub(lambda m: environ.get(m.group(1)) or (m.group(2) or ""), value)
-    if "\0" in value:  # refused by the caller (_no_nul); expanduser would raise ValueError on it
+    if "\0" in value:  # refused by the caller (_coerce); expanduser would raise ValueError on it
         return value
     return os.path.expanduser(value)
 
@@ -221,27 +221,23 @@ def _coerce(data: Mapping[str, Any], where: str, environ: Mapping[str, str]) -> 
             if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{where}: {key} must be a list of strings")
             value = tuple(_expand(v, environ) for v in value)
-            _no_nul(key, value, where)
+            texts = list(value)
         elif key == "env":
             if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
                                                          for k, v in value.items()):
                 raise ConfigError(f"{where}: env must be a table of strings")
             value = {k: _expand(v, environ) for k, v in value.items()}
-            _no_nul(key, [*value, *value.values()], where)
+            texts = [*value, *value.values()]
         elif not isinstance(value, str):
             raise ConfigError(f"{where}: {key} must be a string, not {type(value).__name__}")
         else:
             value = _expand(value, environ)
-            _no_nul(key, [value], where)
+            texts = [value]
+        if any("\0" in t for t in texts):  # no path, flag, argument or variable can hold one
+            raise ConfigError(f"{where}: {key} holds a NUL byte (\\0)",
+                              hint="a path, flag or name cannot contain NUL; remove it")
         out[key] = value
     return out
-
-
-def _no_nul(key: str, values: Any, where: str) -> None:
-    """No value of a profile may hold a NUL byte: no path, flag, argument or variable can."""
-    if any("\0" in v for v in values):
-        raise ConfigError(f"{where}: {key} holds a NUL byte (\\0)",
-                          hint="a path, flag or name cannot contain NUL; remove it")
 
 
 def load_toolchain(ref: str | os.PathLike[str] | None = None, *, overrides: Mapping[str, Any] | None = None,
@@ -277,9 +273,8 @@ def load_toolchain(ref: str | os.PathLike[str] | None = None, *, overrides: Mapp
     for where, layer in layers:
         layer = {k: v for k, v in layer.items() if k != "extends"}
         merged.update(_coerce(layer, where, environ))
-    for required in ("name", "kind"):
-        if required not in merged:
-            raise ConfigError(f"toolchain {ref!r}: missing required key {required!r}")
+    if "kind" not in merged:  # (the name is the preset's or the file's unless a layer gives one)
+        raise ConfigError(f"toolchain {ref!r}: missing required key 'kind'")
     return Toolchain(**merged)
 
 
