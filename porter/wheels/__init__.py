@@ -7,9 +7,7 @@
 
 from __future__ import annotations
 
-from ops_prebuild.catalogue import OpSpec
-from porter.wheels.base import BuildPlan, Expectation, Machine, SourceInfo, WheelDriver, WheelRequest
-from porter.wheels.engine import WheelResult, build_wheel
+from porter.wheels.base import Machine, WheelRequest
+from porter.wheels.engine import build_wheel
 
-__all__ = ["BuildPlan", "Expectation", "Machine", "OpSpec", "SourceInfo", "WheelDriver", "WheelRequest",
-           "WheelResult", "build_wheel"]
+__all__ = ["Machine", "WheelRequest", "build_wheel"]
