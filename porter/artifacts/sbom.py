@@ -59,14 +59,13 @@ def document(manifest: Mapping[str, Any], *, name: str = "", version: str = "", 
                                            version or str(manifest.get("version") or ""), epoch, serial, purl_type))
 
 
-def image_document(wheels: Iterable[tuple[str, str, Mapping[str, Any]]], *, name: str, version: str,
-                   epoch: int, others: Iterable[tuple[str, str, Mapping[str, Any]]] = ()) -> bytes:
-    """The combined CycloneDX JSON of an image: the image as the subject, and each installed wheel
-    (distribution, version, its manifest) as a component with what its own SBOM holds, its references prefixed
-    with its name so they stay unique; ``others`` the same for what is no Python distribution (a network
-    plugin: a ``generic`` purl); the tools of every wheel, once."""
-    items = [(*w, "pypi") for w in sorted(wheels, key=lambda w: (w[0], w[1]))] + \
-            [(*o, "generic") for o in sorted(others, key=lambda o: (o[0], o[1]))]
+def image_document(parts: Iterable[tuple[str, str, Mapping[str, Any], str]], *, name: str, version: str,
+                   epoch: int) -> bytes:
+    """The combined CycloneDX JSON of an image: the image as the subject, and each part (distribution, version, its
+    manifest, its purl type: ``pypi`` for an installed wheel, ``generic`` for what is no Python distribution, a
+    network plugin) as a component with what its own SBOM holds, its references prefixed with its name so they
+    stay unique; the wheels first; the tools of every part, once."""
+    items = sorted(parts, key=lambda p: (p[3] != "pypi", p[0], p[1]))
 
     def make(serial: uuid.UUID) -> Bom:
         image = Component(type=ComponentType.CONTAINER, name=name, version=version or None, bom_ref="image",

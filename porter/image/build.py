@@ -384,11 +384,11 @@ def write_image_sbom(root: Path, python: str, name: str, *, wheels: bool = True,
     if wheels and not records:
         raise ToolError(f"porter install left no install records under {', '.join(str(d) for d in found)}",
                         hint="the install step inside the image did not run to its end; its output is above")
-    parts = [(str(r["project"]), str(r["version"]), r["manifest"]) for r in records]
+    parts = [(str(r["project"]), str(r["version"]), r["manifest"], "pypi") for r in records]
     plugin = read_package(net_plugin)[0] if net_plugin is not None else None
-    others = [(str(plugin.get("component")), str(plugin.get("version") or ""), plugin)] if plugin is not None else []
-    atomic_write_bytes(root / SBOM.lstrip("/"), image_document(parts, name=name, version="", epoch=source_date_epoch(),
-                                                               others=others))
+    if plugin is not None:
+        parts.append((str(plugin.get("component")), str(plugin.get("version") or ""), plugin, "generic"))
+    atomic_write_bytes(root / SBOM.lstrip("/"), image_document(parts, name=name, version="", epoch=source_date_epoch()))
     return [str(r["wheel"]) for r in records]
 
 
