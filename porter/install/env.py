@@ -27,7 +27,6 @@ from porter.torch_facts import TorchInfo
 @dataclass(frozen=True)
 class InstalledDist:
     name: str
-    canonical: str
     version: str
     location: str
     shared_objects: tuple[tuple[str, str], ...]   # (path in RECORD, absolute path)
@@ -67,7 +66,7 @@ class TargetEnv:
         t = data.get("torch")
         torch = TorchInfo(str(t["version"]), t.get("hip"), t.get("cuda"), root=str(t.get("path", ""))) \
             if t and t.get("version") else None
-        dists = {k: InstalledDist(v["name"], k, v["version"], v["location"],
+        dists = {k: InstalledDist(v["name"], v["version"], v["location"],
                                   tuple((a, b) for a, b in v["shared_objects"]), v.get("carried_manifest"))
                  for k, v in (data.get("dists") or {}).items()}
         v = data["version"]

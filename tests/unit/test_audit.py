@@ -124,7 +124,7 @@ def target(tmp_path: Path, *, modules: dict[str, str] | None = None, ops: dict[s
         "        return self.has_function('io_submit', ('aio', ))\n")
     (ds / "ops" / "op_builder" / "cpu" / "cpu_adam.py").write_text(
         "class CPUAdamBuilder:\n    NAME = 'cpu_adam'\n")
-    dist = InstalledDist("deepspeed", "deepspeed", "0.19.8+cpu", str(site), ())
+    dist = InstalledDist("deepspeed", "0.19.8+cpu", str(site), ())
     env = TargetEnv("/venv/bin/python", (3, 11, 0), "cpython", str(tmp_path), {"data": str(tmp_path)}, (), None, None,
                     {"deepspeed": dist})
     t = target_of(env)
@@ -167,7 +167,7 @@ def test_installed_deepspeed_probes_and_unprebuilt_ops(tmp_path: Path) -> None:
 
 def test_flash_attn_without_compiled_extension_is_a_triton_site(tmp_path: Path) -> None:
     t = target(tmp_path)
-    t.dists["flash-attn"] = InstalledDist("flash_attn", "flash-attn", "2.8.3", str(tmp_path / "site"), ())
+    t.dists["flash-attn"] = InstalledDist("flash_attn", "2.8.3", str(tmp_path / "site"), ())
     rep = audit(tmp_path / "site" / "deepspeed" / "ops" / "op_builder" / "cpu", t)
     (fa,) = [s for s in rep.sites if s.kind == "triton"]
     assert fa.status == "compiles" and fa.origin == "flash-attn 2.8.3"
@@ -187,14 +187,14 @@ def test_installed_apex_loads_at_import_of_what_the_tree_imports(tmp_path: Path)
     tree = tmp_path / "train"
     tree.mkdir()
     (tree / "loss.py").write_text("from apex.contrib.xentropy import SoftmaxCrossEntropyLoss\n")
-    apex = InstalledDist("apex", "apex", "1.8.0", str(site), ())
+    apex = InstalledDist("apex", "1.8.0", str(site), ())
     env = TargetEnv("/venv/bin/python", (3, 11, 0), "cpython", str(tmp_path), {"data": str(tmp_path)}, (), None, None,
                     {"apex": apex})
     rep = audit(tree, target_of(env))
     (s,) = rep.sites
     assert (s.kind, s.file, s.status, s.when) == ("apex", "apex/contrib/xentropy/__init__.py", "compiles", "import")
     assert "xentropy_cuda" in s.what and "porter wheel apex" in s.detail
-    shipped = InstalledDist("apex", "apex", "1.8.0", str(site),
+    shipped = InstalledDist("apex", "1.8.0", str(site),
                             (("apex/xentropy_cuda.cpython-311-x86_64-linux-gnu.so", str(site / "x.so")),))
     env = TargetEnv("/venv/bin/python", (3, 11, 0), "cpython", str(tmp_path), {"data": str(tmp_path)}, (), None, None,
                     {"apex": shipped})
