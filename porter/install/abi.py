@@ -16,6 +16,7 @@ What this cannot see: libraries a site module would add to ``LD_LIBRARY_PATH`` l
 
 from __future__ import annotations
 
+import functools
 import glob
 import io
 import os
@@ -97,7 +98,6 @@ class Userspace:
     root: Path = Path("/")
     torch_lib: Path | None = None
     extra_dirs: tuple[Path, ...] = ()
-    _dirs: list[Path] | None = None
     _libs: dict[Path, ElfNeeds] = field(default_factory=dict)
 
     @classmethod
@@ -111,12 +111,11 @@ class Userspace:
     def describe(self) -> str:
         return "this host" if self.root == Path("/") else str(self.root)
 
+    @functools.cached_property
     def dirs(self) -> list[Path]:
-        if self._dirs is None:
-            torch = [self.torch_lib] if self.torch_lib is not None else []
-            found = [*torch, *self.extra_dirs, *(self.root / d for d in LIB_DIRS), *self._conf_dirs()]
-            self._dirs = [d for d in dict.fromkeys(found) if d.is_dir()]
-        return self._dirs
+        torch = [self.torch_lib] if self.torch_lib is not None else []
+        found = [*torch, *self.extra_dirs, *(self.root / d for d in LIB_DIRS), *self._conf_dirs()]
+        return [d for d in dict.fromkeys(found) if d.is_dir()]
 
     def _conf_dirs(self) -> Iterator[Path]:
         seen: set[Path] = set()
@@ -138,7 +137,7 @@ class Userspace:
         yield from read(self.root / "etc" / "ld.so.conf")
 
     def find(self, soname: str, also: Iterable[Path] = ()) -> Path | None:
-        return next((d / soname for d in (*also, *self.dirs()) if (d / soname).exists()), None)
+        return next((d / soname for d in (*also, *self.dirs) if (d / soname).exists()), None)
 
     def defined(self, path: Path) -> ElfNeeds:
         """What a library on the node defines (read once)."""
@@ -167,7 +166,7 @@ def check_shared_object(arc: str, needs: ElfNeeds, node: Userspace, in_wheel: se
         lib = node.find(soname, runpath)
         if lib is None:
             out.append(f"{arc} needs {soname}, which {node.describe()} does not have "
-                       f"(looked in {', '.join(str(d) for d in node.dirs()[:6])}{' ...' if len(node.dirs()) > 6 else ''})")
+                       f"(looked in {', '.join(str(d) for d in node.dirs[:6])}{' ...' if len(node.dirs) > 6 else ''})")
         else:
             found[soname] = lib
     for soname, wanted in sorted(needs.versions.items()):

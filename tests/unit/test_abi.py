@@ -17,8 +17,8 @@ def test_library_folders_come_from_ld_so_conf_under_the_root(tmp_path: Path) -> 
     (root / "opt/rocm-7.0.2/lib/libamdhip64.so.7").write_bytes(b"")
     node = Userspace.of(root)
     assert node.describe() == str(root)
-    assert node.dirs() == [root / "usr/lib/x86_64-linux-gnu", root / "usr/lib", root / "opt/rocm-7.0.2/lib",
-                           root / "opt/site/lib"]
+    assert node.dirs == [root / "usr/lib/x86_64-linux-gnu", root / "usr/lib", root / "opt/rocm-7.0.2/lib",
+                         root / "opt/site/lib"]
     assert node.find("libamdhip64.so.7") == root / "opt/rocm-7.0.2/lib/libamdhip64.so.7"
     needs = ElfNeeds(("libamdhip64.so.7", "libamdhip64.so.6", "libmine.so"), (), {}, ())
     why = check_shared_object("pkg/op.so", needs, node, {"pkg/op.so", "pkg/libmine.so"})
