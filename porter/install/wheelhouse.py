@@ -12,6 +12,7 @@ escapes the install target. ``write_index`` makes a PEP 503 simple index plus a 
 
 from __future__ import annotations
 
+import email.parser
 import html
 import os
 import re
@@ -308,14 +309,8 @@ def _page(title: str, links: Iterable[tuple[str, str, str | None]]) -> str:
 def _requires_python(path: Path) -> str | None:
     with zipfile.ZipFile(path) as zf:
         meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
-        if meta is None:
-            return None
-        for line in zf.read(meta).decode(errors="replace").splitlines():
-            if not line.strip():
-                break
-            if line.lower().startswith("requires-python:"):
-                return line.split(":", 1)[1].strip()
-    return None
+        found = email.parser.BytesHeaderParser().parsebytes(zf.read(meta))["Requires-Python"] if meta else None
+    return found.strip() if found is not None else None
 
 
 def write_index(directory: str | os.PathLike[str]) -> dict[str, Any]:
