@@ -162,10 +162,6 @@ class WheelIn:
     dist_info: str
     files: dict[str, bytes]
 
-    @property
-    def metadata(self) -> bytes:
-        return self.files[f"{self.dist_info}/METADATA"]
-
 
 def read_wheel(path: str | os.PathLike[str]) -> WheelIn:
     with zipfile.ZipFile(path) as zf:
@@ -196,4 +192,5 @@ def rewrite_wheel(src: str | os.PathLike[str], dest_dir: str | os.PathLike[str],
         new = "{dist_info}" + name[len(w.dist_info):] if name.startswith(w.dist_info + "/") else name
         files[new] = edit(name, data) if edit else data
     files.update(add or {})
-    return write_wheel(dest_dir, WheelSpec(w.name, version, tag, purelib), files, metadata=w.metadata)
+    return write_wheel(dest_dir, WheelSpec(w.name, version, tag, purelib), files,
+                       metadata=w.files[f"{w.dist_info}/METADATA"])

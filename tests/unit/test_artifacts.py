@@ -103,7 +103,8 @@ def test_rewrite_renames_dist_info_and_keeps_files(tmp_path: Path) -> None:
     assert str(version) == "1.14.0a0+rocm7.1.gfx90a" and {str(t) for t in tags} == {CP}
     w = read_wheel(out)
     assert w.dist_info == "apex-1.14.0a0+rocm7.1.gfx90a.dist-info" and w.files["apex/__init__.py"] == b"x = 1\n"
-    assert b"Version: 1.14.0a0+rocm7.1.gfx90a" in w.metadata and b"Requires-Dist: packaging" in w.metadata
+    metadata = w.files[f"{w.dist_info}/METADATA"]
+    assert b"Version: 1.14.0a0+rocm7.1.gfx90a" in metadata and b"Requires-Dist: packaging" in metadata
     assert f"{w.dist_info}/porter.json" in w.files
     validate_record(out)
 
