@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from porter.cli import emit_json
+from porter.cli import emit
 from porter.cli.options import json_option
 from porter.log import Logger
 
@@ -31,9 +31,7 @@ def index_cmd(log: Logger, directory: Path, as_json: bool) -> None:
     from porter.install.wheelhouse import INDEX_NAME, write_index
 
     doc = write_index(directory)
-    if as_json:
-        emit_json(doc)
-        return
     root = directory.resolve()
-    click.echo(f"indexed {len(doc['wheels'])} wheel(s): {root / 'simple'}/ and {root / INDEX_NAME}")
-    log.tip(f"pip install --index-url {(root / 'simple').as_uri()}/ <name>")
+    emit(as_json, doc, lambda: [f"indexed {len(doc['wheels'])} wheel(s): {root / 'simple'}/ and {root / INDEX_NAME}"])
+    if not as_json:
+        log.tip(f"pip install --index-url {(root / 'simple').as_uri()}/ <name>")
