@@ -48,10 +48,6 @@ def components() -> list[JitSites]:
     return [c for c in registry().values() if isinstance(c, JitSites)]
 
 
-def kinds() -> dict[str, Kind]:
-    return {**KINDS, **{k: v for c in components() for k, v in c.jit_kinds.items()}}
-
-
 def target_of(env: TargetEnv) -> Target:
     """The target python as the audit reads it: its prebuilt modules, and what each component reads of its own
     installation."""
@@ -106,7 +102,8 @@ def audit(tree: str | os.PathLike[str], target: Target | None) -> AuditReport:
 
     root = Path(tree).resolve()
     comps = components()
-    report = AuditReport(root, target.python if target else "", kinds=kinds())
+    report = AuditReport(root, target.python if target else "",
+                         kinds={**KINDS, **{k: v for c in comps for k, v in c.jit_kinds.items()}})
     if target is not None:
         shown = {*all_dists(), "triton"}
         report.installed = {d.name: d.version for k, d in sorted(target.dists.items()) if k in shown}
@@ -150,4 +147,4 @@ def render(report: AuditReport) -> list[str]:
     return lines
 
 
-__all__ = ["AuditReport", "audit", "kinds", "render", "target_of"]
+__all__ = ["AuditReport", "audit", "render", "target_of"]
