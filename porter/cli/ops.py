@@ -61,8 +61,8 @@ def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
     if tc.wavefront == 64:  # what a build would do with each op's warp-size-32 findings (the source as given)
         from porter.hipify import wave64
 
-        files = {o.name: wave64.files_of(src.tree, o.sources, o.include_paths) for o in cat.ops if o.device}
-        lanes = wave64.assess(wave64.scan_tree(src.tree), files, wave64.load_ledger(src.project))
+        ops = {o.name: (o.sources, o.include_paths) for o in cat.ops if o.device}
+        lanes = wave64.judge(src.project, src.tree, wave64.scan_tree(src.tree), {}, ops, ())
         for r in rows:
             states = [st.state for st in lanes.states if st.op == r["name"]]
             r["wave64"] = {"refused": states.count("refused"), "safe": states.count("safe")}
