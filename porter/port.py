@@ -21,7 +21,7 @@ from porter.fs import atomic_write_json, ensure_writable_dir, owned_temp, publis
 from porter.log import Logger
 from porter.patching import PatchFailed, apply
 from porter.patching.model import PatchSet, resolve_sets
-from porter.patching.engine import Plan as PatchPlan, failure_message, plan as patch_plan
+from porter.patching.engine import PatchResult, Plan as PatchPlan, failure_message, plan as patch_plan
 from ops_prebuild.plan import Plan
 
 PORT_RECORD = ".porter/port.json"
@@ -47,14 +47,13 @@ def summarize(plan: PatchPlan, skipped: Mapping[str, Sequence[str]] = {}) -> lis
     """Per set and patch, its state (the engine's :meth:`SetPlan.patch_states`) and its files."""
     out: list[PatchSummary] = []
     for sp in plan.sets:
-        per: dict[str, dict[str, tuple[str, str]]] = {}
+        per: dict[str, dict[str, PatchResult]] = {}
         for r in sp.results:
             files = per.setdefault(r.patch, {})
-            # A file's status is the worst its results give it.
-            if r.file and (r.file not in files or _WORST.index(r.status) < _WORST.index(files[r.file][0])):
-                files[r.file] = (r.status, r.reason)
+            if r.file:  # a file's status is the worst its results give it (the first such)
+                files[r.file] = min(files.get(r.file, r), r, key=lambda x: _WORST.index(x.status))
         for pid, state in sp.patch_states().items():
-            out.append(PatchSummary(sp.ref, pid, state, tuple((f, st, why) for f, (st, why) in per[pid].items())))
+            out.append(PatchSummary(sp.ref, pid, state, tuple((f, r.status, r.reason) for f, r in per[pid].items())))
         out += [PatchSummary(sp.ref, pid, "skipped", (("", "skipped", "--skip"),)) for pid in skipped.get(sp.ref, ())]
     return out
 
@@ -188,13 +187,11 @@ class Patches:
                               hint="the tree differs where a patch's problem is present: update the anchor in the "
                                    "set, or leave that patch out with --skip PATCH and fix that file by hand")
         result.sets = [ps.ref for ps in self.sets]
-        changed = [c.path for c in pp.changes]
         if log is not None:
             skipping = f" (skipping {', '.join(p for v in self.skipped.values() for p in v)})" if self.skipped else ""
             with log.step(f"applying {', '.join(result.sets)}{skipping}"):
-                done = apply(tree, self.sets, target_version=self.target_version)
-            pp, changed = done.plan, list(done.changed)
-        result.version, result.patched = pp.sets[0].version, changed
+                pp = apply(tree, self.sets, target_version=self.target_version).plan
+        result.version, result.patched = pp.sets[0].version, [c.path for c in pp.changes]
         result.patch_results = [r.to_dict() for sp in pp.sets for r in sp.results]
         result.patches = summarize(pp, self.skipped)
         result.notes = notes(pp) if notes else list(dict.fromkeys(n for sp in pp.sets for n in sp.notes))
