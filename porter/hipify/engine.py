@@ -321,10 +321,8 @@ class _State:
     cache: dict[str, dict[str, Any]]
     new_cache: dict[str, dict[str, Any]] = field(default_factory=dict)
     results: list[FileResult] = field(default_factory=list)
-    unsupported: list[Finding] = field(default_factory=list)
-    warp32: list[Finding] = field(default_factory=list)
-    defined: set[str] = field(default_factory=set)
-    pending_masks: list[tuple[str, Finding]] = field(default_factory=list)
+    found: ScanResult = field(default_factory=ScanResult)
+    """The findings of the files so far, each file's :func:`scan` added."""
 
 
 def _write(dest: Path, data: bytes, mode: int, atomic: bool) -> None:
@@ -359,19 +357,19 @@ def _process_file(s: _State, rel: str, path: Path) -> None:
         s.new_cache[rel] = rec
         s.results.append(FileResult(rel, rec["status"], rec.get("reason", ""), False, True,
                                     tuple((k, int(v)) for k, v in rec.get("replacements", {}).items())))
-        s.unsupported.extend(Finding(**d) for d in rec.get("unsupported", []))
-        s.warp32.extend(Finding(**d) for d in rec.get("warp32", []))
-        s.defined.update(rec.get("defines", []))
-        s.pending_masks.extend((str(n), Finding(**d)) for n, d in rec.get("pending_masks", []))
+        s.found.unsupported.extend(Finding(**d) for d in rec.get("unsupported", []))
+        s.found.warp32.extend(Finding(**d) for d in rec.get("warp32", []))
+        s.found.defines.update(rec.get("defines", []))
+        s.found.pending_masks.extend((str(n), Finding(**d)) for n, d in rec.get("pending_masks", []))
         return
 
     counts: Counter[str] = Counter()
     status, reason, out_data, scan_text = _translated(s, rel, data, counts)
     found = scan(scan_text, rel, s.cmap) if scan_text is not None else ScanResult()
-    s.unsupported.extend(found.unsupported)
-    s.warp32.extend(found.warp32)
-    s.defined.update(found.defines)
-    s.pending_masks.extend(found.pending_masks)
+    s.found.unsupported.extend(found.unsupported)
+    s.found.warp32.extend(found.warp32)
+    s.found.defines.update(found.defines)
+    s.found.pending_masks.extend(found.pending_masks)
 
     if s.in_place:
         write = out_data is not data
@@ -428,9 +426,9 @@ def _settle_pending_masks(s: _State, entries: list[tuple[str, Path, str]]) -> li
     """The full masks bound to a name their own file no longer uses (``#define FULL_MASK``) that
     another file still uses after hipify. Rare: only files whose source names one are translated
     again."""
-    if not s.pending_masks:
+    if not s.found.pending_masks:
         return []
-    names = {n for n, _ in s.pending_masks}
+    names = {n for n, _ in s.found.pending_masks}
     used: set[str] = set()
     for rel, path, kind in entries:
         if kind != "file" or not rel.endswith(torch_engine.SOURCE_EXTENSIONS):
@@ -445,7 +443,7 @@ def _settle_pending_masks(s: _State, entries: list[tuple[str, Path, str]]) -> li
         text = _translated(s, rel, data, Counter())[3]  # what hipify makes of it (None: not UTF-8)
         if text is not None:
             used.update(n for n in present if uses_name(text, n))
-    return [f for n, f in s.pending_masks if n in used]
+    return [f for n, f in s.found.pending_masks if n in used]
 
 
 def _process_link(s: _State, rel: str, path: Path) -> FileResult:
@@ -529,10 +527,10 @@ def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None 
                    "files": state.new_cache}
             atomic_write_text(out_path / CACHE_NAME, json.dumps(doc, separators=(",", ":")))
 
-    unsupported = tuple(f for f in state.unsupported if f.identifier not in state.defined)
+    unsupported = tuple(f for f in state.found.unsupported if f.identifier not in state.found.defines)
     # A mask macro (or file-scope constant) its own file no longer uses counts if another file does.
     order = {f.path: i for i, f in enumerate(state.results)}
-    warp32 = sorted(state.warp32 + _settle_pending_masks(state, entries),
+    warp32 = sorted(state.found.warp32 + _settle_pending_masks(state, entries),
                     key=lambda f: (order.get(f.path, len(order)), f.line, f.column))
     return HipifyReport(src=src_path, out=out_path, in_place=in_place, check=check, files=tuple(state.results),
                         unsupported=unsupported, warp32=tuple(warp32),
