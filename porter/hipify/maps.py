@@ -89,7 +89,22 @@ class ExtraMap:
 
     @cached_property
     def compiled(self) -> CompiledMap:
-        return CompiledMap.build(self)
+        def words(names: Sequence[str]) -> str:
+            return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+
+        idents = dict(self.identifiers)
+        calls = dict(self.calls)
+        ident_re = re.compile(rf"\b(?:{words(list(idents))})\b") if idents else None
+        call_re = re.compile(rf"(?<![\w.>:])({words(list(calls))})\s*\(") if calls else None
+        names = dict(self.unsupported_names)
+        prefixes = sorted({n[:2] for n in names})
+        names_re = re.compile(rf"(?:{'|'.join(re.escape(p) for p in prefixes)})\w*") if names else None
+        res = tuple((*_fast(p.pattern), p.hint) for p in self.unsupported_patterns)
+        warp_file_re = re.compile(self.warp_file_pattern) if self.warp_file_pattern else None
+        rules = tuple(Rule(r, *_fast(r.pattern), re.compile(r.context) if r.context else None) for r in self.warp_rules)
+        verdicts = tuple((v, re.compile(v.match)) for v in self.verdicts)
+        return CompiledMap(idents, ident_re, calls, call_re, res, names_re, names, warp_file_re,
+                           rules, self.warp_file_words, verdicts)
 
 
 def _fail(path: Path, msg: str) -> ConfigError:
@@ -274,25 +289,6 @@ class CompiledMap:
     warp_rules: tuple[Rule, ...] = field(default=())
     warp_file_words: tuple[str, ...] = field(default=())
     verdicts: tuple[tuple[Verdict, re.Pattern[str]], ...] = field(default=())
-
-    @staticmethod
-    def build(m: ExtraMap) -> CompiledMap:
-        def words(names: Sequence[str]) -> str:
-            return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
-
-        idents = dict(m.identifiers)
-        calls = dict(m.calls)
-        ident_re = re.compile(rf"\b(?:{words(list(idents))})\b") if idents else None
-        call_re = re.compile(rf"(?<![\w.>:])({words(list(calls))})\s*\(") if calls else None
-        names = dict(m.unsupported_names)
-        prefixes = sorted({n[:2] for n in names})
-        names_re = re.compile(rf"(?:{'|'.join(re.escape(p) for p in prefixes)})\w*") if names else None
-        res = tuple((*_fast(p.pattern), p.hint) for p in m.unsupported_patterns)
-        warp_file_re = re.compile(m.warp_file_pattern) if m.warp_file_pattern else None
-        rules = tuple(Rule(r, *_fast(r.pattern), re.compile(r.context) if r.context else None) for r in m.warp_rules)
-        verdicts = tuple((v, re.compile(v.match)) for v in m.verdicts)
-        return CompiledMap(idents, ident_re, calls, call_re, res, names_re, names, warp_file_re,
-                           rules, m.warp_file_words, verdicts)
 
     def is_warp_code(self, masked: str) -> bool:
         """Whether the warp32 rules apply to a file: it contains one of ``file_words`` (in any case)
