@@ -21,7 +21,7 @@ from porter.fs import atomic_write_json, ensure_writable_dir, owned_temp, publis
 from porter.log import Logger
 from porter.patching import PatchFailed, apply
 from porter.patching.model import PatchSet, resolve_sets
-from porter.patching.engine import PatchResult, Plan as PatchPlan, failure_message, plan as patch_plan
+from porter.patching.engine import RANK, PatchResult, Plan as PatchPlan, failure_message, plan as patch_plan
 from ops_prebuild.plan import Plan
 
 PORT_RECORD = ".porter/port.json"
@@ -51,7 +51,7 @@ def summarize(plan: PatchPlan, skipped: Mapping[str, Sequence[str]] = {}) -> lis
         for r in sp.results:
             files = per.setdefault(r.patch, {})
             if r.file:  # a file's status is the worst its results give it (the first such)
-                files[r.file] = min(files.get(r.file, r), r, key=lambda x: _WORST.index(x.status))
+                files[r.file] = min(files.get(r.file, r), r, key=lambda x: RANK.index(x.status))
         for pid, state in sp.patch_states().items():
             out.append(PatchSummary(sp.ref, pid, state, tuple((f, r.status, r.reason) for f, r in per[pid].items())))
         out += [PatchSummary(sp.ref, pid, "skipped", (("", "skipped", "--skip"),)) for pid in skipped.get(sp.ref, ())]
@@ -201,7 +201,6 @@ class Patches:
 STATE_WORDS = {"failed": "FAILED", "would-apply": "would apply", "applied": "applied", "already": "already",
                "not-needed": "not needed", "skipped": "skipped"}
 """A patch's or a file's state in words, worst first."""
-_WORST = tuple(STATE_WORDS)
 
 
 __all__ = ["PORT_RECORD", "STATE_WORDS", "PatchSummary", "Patches", "PortResult", "destination", "patch_sets", "staged",

@@ -49,7 +49,7 @@ Status = Literal["would-apply", "applied", "already", "not-needed", "skipped", "
 
 WORDS: dict[str, str] = {"would-apply": "would apply", "applied": "applied", "already": "already applied",
                          "not-needed": "not needed here", "skipped": "skipped", "failed": "failed"}
-_RANK = ("failed", "would-apply", "applied", "already", "not-needed", "skipped")
+RANK = ("failed", "would-apply", "applied", "already", "not-needed", "skipped")
 
 
 class PatchFailed(CheckFailed):
@@ -153,7 +153,7 @@ class SetPlan:
     def state(self) -> str:
         """``would fail``, ``would apply``, ``applied``, ``already in place`` (not by porter) or ``not needed``:
         by its most telling result (a journaled set's results are all ``already`` or ``not-needed``)."""
-        top = "applied" if self.journaled else min((r.status for r in self.results), key=_RANK.index, default="")
+        top = "applied" if self.journaled else min((r.status for r in self.results), key=RANK.index, default="")
         return {"failed": "would fail", "would-apply": "would apply", "applied": "applied",
                 "already": "already in place"}.get(top, "not needed")
 
@@ -161,7 +161,7 @@ class SetPlan:
         """Per patch id, its most telling status over all its files and edits (failed first)."""
         out: dict[str, str] = {}
         for r in self.results:
-            out[r.patch] = min(out.get(r.patch, r.status), r.status, key=_RANK.index)
+            out[r.patch] = min(out.get(r.patch, r.status), r.status, key=RANK.index)
         return out
 
 
