@@ -237,11 +237,6 @@ class HipifyReport:
         }
 
 
-def default_out(src: Path) -> Path:
-    src = src.resolve()
-    return src.with_name(src.name + "-hip")
-
-
 def _read_only(path: Path) -> bool:
     mode = path.stat().st_mode
     return not (mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) or not os.access(path, os.W_OK)
@@ -259,7 +254,7 @@ def _validate(src: Path, out: Path | None, in_place: bool, check: bool) -> tuple
                               hint="drop -o/--output, or drop --in-place")
         out = src
     else:
-        out = default_out(src) if out is None else out.resolve()
+        out = src.with_name(src.name + "-hip") if out is None else out.resolve()
         if out == src:
             raise ConfigError(f"output directory is the source tree: {out}",
                               hint="pass --in-place to hipify the tree itself, or another -o directory")
