@@ -292,10 +292,9 @@ class CompiledMap:
         or matches ``file_pattern``; every file when the map has neither."""
         if self.warp_file_re is None and not self.warp_file_words:
             return True
-        if self.warp_file_words:
-            low = masked.lower()
-            if any(w in low for w in self.warp_file_words):
-                return True
+        low = masked.lower() if self.warp_file_words else ""
+        if any(w in low for w in self.warp_file_words):
+            return True
         return self.warp_file_re is not None and self.warp_file_re.search(masked) is not None
 
     def apply(self, text: str, counts: Counter[str] | None = None) -> str:
