@@ -44,7 +44,7 @@ from porter.cluster.slurm import sbatch as sl
 from porter.cluster.slurm.sbatch import now, read_json
 from porter.cluster.slurm.matrix import PLAN_SCHEMA, REQUEST, Cell, Matrix
 from porter.errors import CheckFailed, ConfigError, PartialSuccess, PorterError, ToolError, first_error
-from porter.fs import atomic_write_json, atomic_write_text, ensure_writable_dir
+from porter.fs import atomic_path, atomic_write_json, atomic_write_text, ensure_writable_dir, read_folder_document
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
 
@@ -57,8 +57,6 @@ SHIPPED = ("built", "partial")
 
 
 def read_plan(directory: str | os.PathLike[str]) -> Matrix:
-    from porter.fs import read_folder_document
-
     folder = Path(directory).resolve()
     data = read_folder_document(folder, PLAN, PLAN_SCHEMA, missing="matrix",
                                 missing_hint="pass the folder given to 'porter matrix run --dir'",
@@ -113,8 +111,6 @@ def _move(src: Path, dest: Path) -> None:
     try:
         os.replace(src, dest)
     except OSError:
-        from porter.fs import atomic_path
-
         with atomic_path(dest) as tmp:
             shutil.copyfile(src, tmp)
         src.unlink()

@@ -36,7 +36,7 @@ from porter.cluster.request import BuildRequest, jsonable
 from porter.cluster.slurm import sbatch as sl
 from porter.cluster.slurm.sbatch import JobFolder, read_exit_code, read_json
 from porter.errors import CheckFailed, ConfigError, PorterError
-from porter.fs import atomic_write_json, ensure_writable_dir
+from porter.fs import atomic_write_json, ensure_writable_dir, read_folder_document
 from porter.log import Logger, quiet_logger
 from porter.run import Runner
 
@@ -131,8 +131,6 @@ class ShardRequest:
 
 
 def read_request(directory: str | Path) -> ShardRequest:
-    from porter.fs import read_folder_document
-
     folder = Path(directory).resolve()
     data = read_folder_document(folder, REQUEST, SCHEMA, missing="sharded build",
                                 missing_hint="pass the folder 'porter ops build --shards N --slurm' printed (its 'dir')",
