@@ -78,10 +78,12 @@ def from_os_error(exc: OSError) -> FileSystemError:
     import os
     import shutil
     from contextlib import suppress
+    from pathlib import Path
 
     path = exc.filename if exc.filename is not None else ""
     where = f" ({path})" if path else ""
-    folder = _existing_parent(os.fspath(path)) if path else ""
+    nearest = Path(os.path.abspath(os.fspath(path))) if path else None  # its nearest folder (os.path: never raises)
+    folder = next((str(d) for d in (nearest, *nearest.parents) if os.path.isdir(d)), "") if nearest else ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         free = ""
         with suppress(OSError):
@@ -99,14 +101,6 @@ def from_os_error(exc: OSError) -> FileSystemError:
                                hint=f"check who owns {folder or 'it'} and its mode (ls -ld), or point porter at a "
                                     "folder of yours (PORTER_CACHE_DIR, -o)")
     return FileSystemError(f"{exc.strerror or exc}{where}", hint="see the path above; nothing half-written was kept")
-
-
-def _existing_parent(path: str) -> str:
-    import os
-    from pathlib import Path
-
-    p = Path(os.path.abspath(path))
-    return next((str(d) for d in (p, *p.parents) if os.path.isdir(d)), "")  # (os.path: never raises)
 
 
 def first_error(text: str) -> str:
