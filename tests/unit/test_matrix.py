@@ -225,7 +225,7 @@ def test_array_is_held_capped_and_the_index_waits_on_afterok(tmp_path: Path) -> 
 
 def test_submit_holds_then_releases_and_cancels_what_it_submitted_on_failure(tmp_path: Path) -> None:
     env = sbin(tmp_path, "sbatch", "scontrol", "scancel")
-    programs = sl.find_programs(env)
+    programs = sl.programs_or_refusal(env, Runner())[0]
     ids = iter(["sbatch: warning: something\n41;cluster\n", "42\n"])
     runner = FakeRunner(answers={"sbatch": lambda a: (0, next(ids))})
     folder = JobFolder(tmp_path, "cell", "index")
@@ -243,13 +243,13 @@ def test_submit_holds_then_releases_and_cancels_what_it_submitted_on_failure(tmp
 
 def test_sbatch_missing_names_local(tmp_path: Path) -> None:
     with pytest.raises(ToolError) as err:
-        sl.find_programs(sbin(tmp_path, "scontrol"))
+        sl.programs_or_refusal(sbin(tmp_path, "scontrol"), Runner())
     assert "sbatch not found" in err.value.message and "--local" in (err.value.hint or "")
 
 
 def test_wait_stops_when_the_index_job_ended_without_a_report(tmp_path: Path) -> None:
     env = sbin(tmp_path, "sbatch", "scontrol", "squeue")
-    programs = sl.find_programs(env)
+    programs = sl.programs_or_refusal(env, Runner())[0]
     states = iter(["PENDING\n", "CANCELLED\n"])
     runner = FakeRunner(answers={"squeue": lambda a: (0, next(states))})
     now = [0.0]

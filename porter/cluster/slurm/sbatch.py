@@ -133,31 +133,23 @@ class Programs:
     scancel: Path | None
 
 
-def find_programs(env: Mapping[str, str], *, what: str = "the matrix",
-                  local: str = "run the cells on this machine one after another with --local") -> Programs:
+def programs_or_refusal(env: Mapping[str, str], runner: Runner, *, what: str = "the matrix",
+                        local: str = "run the cells on this machine one after another with --local",
+                        ) -> tuple[Programs | None, str | None]:
     """Slurm's commands on the env's PATH; sbatch or scontrol missing is an error that names the local
-    alternative (``local``: what to do instead on this machine)."""
+    alternative (``local``: what to do instead on this machine), and in a dry run (a recording ``runner``) the
+    refusal to end with instead."""
     path = env.get("PATH")
     found = {name: which(name, path=path) for name in ("sbatch", "scontrol", "squeue", "scancel")}
     missing = [n for n in ("sbatch", "scontrol") if found[n] is None]
     if missing:
-        raise ToolError(f"{' and '.join(missing)} not found on PATH: --slurm submits {what} with Slurm's "
-                        "own commands",
-                        hint=f"{local}, or run porter on a Slurm login node (module load slurm)")
+        message = f"{' and '.join(missing)} not found on PATH: --slurm submits {what} with Slurm's own commands"
+        if not runner.dry:
+            raise ToolError(message, hint=f"{local}, or run porter on a Slurm login node (module load slurm)")
+        return None, message
     sbatch, scontrol = found["sbatch"], found["scontrol"]
     assert sbatch is not None and scontrol is not None
-    return Programs(sbatch, scontrol, found["squeue"], found["scancel"])
-
-
-def programs_or_refusal(env: Mapping[str, str], runner: Runner, **where: str) -> tuple[Programs | None, str | None]:
-    """:func:`find_programs` (``where``: its ``what`` and ``local``); where they are missing, a dry run (a recording
-    ``runner``) gets the refusal to end with instead of the error."""
-    try:
-        return find_programs(env, **where), None
-    except ToolError as exc:
-        if not runner.dry:
-            raise
-        return None, exc.message
+    return Programs(sbatch, scontrol, found["squeue"], found["scancel"]), None
 
 
 def local_disk_warnings(paths: Mapping[str, str | Path]) -> list[str]:
