@@ -227,12 +227,11 @@ def collect(plan: Matrix) -> dict[str, Any]:
             "cells": cells}
 
 
-def finish(directory: str | os.PathLike[str], *, log: Logger | None = None) -> dict[str, Any]:
+def finish(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The final job: read every cell's result, index the wheelhouse when anything shipped
     (``porter wheelhouse index``), write ``report.json`` and return it."""
     from porter.install.wheelhouse import INDEX_NAME, write_index
 
-    log = log or quiet_logger()
     plan = read_plan(directory)
     started = now()
     doc = collect(plan)
@@ -250,7 +249,6 @@ def finish(directory: str | os.PathLike[str], *, log: Logger | None = None) -> d
     report = {"schema": REPORT_SCHEMA, "porter_version": __version__, **doc, "index": index,
               "index_error": index_error, "index_started": started, "finished": now()}
     atomic_write_json(plan.dir / REPORT, report)
-    log.detail(f"wrote {plan.dir / REPORT}")
     return report
 
 
@@ -373,8 +371,7 @@ def _dry_run_lines(plan: Matrix, tail: list[str]) -> list[str]:
 
 
 def run_matrix(plan: Matrix, *, mode: str, force: bool, runner: Runner, env: Mapping[str, str],
-               settings: sl.SlurmSettings | None = None, wait: bool = False, log: Logger | None = None,
-               poll: float = 0.5) -> RunResult:
+               settings: sl.SlurmSettings | None = None, wait: bool = False, log: Logger | None = None) -> RunResult:
     """``porter matrix run``: check everything, write the matrix folder, then run the cells here one after
     another (``local``) or submit them (``slurm``: held array, afterok index job, release; with ``wait``,
     until the report is written). A dry run (a recording ``runner``) only describes it."""
@@ -402,5 +399,5 @@ def run_matrix(plan: Matrix, *, mode: str, force: bool, runner: Runner, env: Map
              f"(afterok:{submission['array_job']})")
     if not wait:
         return RunResult(plan, mode, submission=submission)
-    plan.folder.wait(plan.dir / REPORT, submission, programs=programs, runner=runner, env=env, log=log, poll=poll)
+    plan.folder.wait(plan.dir / REPORT, submission, programs=programs, runner=runner, env=env, log=log)
     return RunResult(plan, mode, report=read_json(plan.dir / REPORT), submission=submission)

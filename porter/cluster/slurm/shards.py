@@ -293,8 +293,7 @@ def _dry_run_lines(req: ShardRequest, settings: sl.SlurmSettings, programs: sl.P
 
 def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settings: sl.SlurmSettings,
                  runner: Runner, env: Mapping[str, str], dir_given: bool = True,
-                 wait: bool = False, log: Logger | None = None, poll: float = 0.5,
-                 check_every: float = 10.0) -> ShardRun:
+                 wait: bool = False, log: Logger | None = None, poll: float = 0.5) -> ShardRun:
     """``porter ops build --shards N --slurm``: find sbatch, check the folders, read the build's plan
     (``planner``: a dry run of the same build), write the folder, submit the held array and the link job
     (afterok), release; with ``wait``, until the link job recorded its exit code. ``dir_given`` False:
@@ -335,7 +334,6 @@ def submit_build(req: ShardRequest, planner: Callable[[], BuildFacts], *, settin
              f"(afterok:{sub['array_job']}); the wheel will land in {req.wheelhouse}")
     if wait:
         req.folder.wait(req.link_exit, sub, programs=programs, runner=runner, env=env, log=log, poll=poll,
-                        check_every=check_every,
                         lost_hint=f"a shard failed or was lost, so afterok:{sub['array_job']} never held; read "
                                   f"'porter ops status {req.dir}' and the logs in {req.dir / 'logs'}")
     return ShardRun(req, submission=sub, status=status(req.dir) if wait else None)
