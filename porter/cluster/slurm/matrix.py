@@ -176,7 +176,14 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
     else:
         house = here(data["wheelhouse"]) if isinstance(data.get("wheelhouse"), str) else folder / "wheelhouse"
     default_tcs = _strings(data.get("toolchains"), where, "toolchains")
-    build_python, jobs = _python_and_jobs(data, where)
+    build_python = data.get("python")
+    if build_python is not None and (not isinstance(build_python, str) or "\0" in build_python):
+        raise ConfigError(f"{where}: 'python' must be a string (the build python, as --python takes it)",
+                          hint="e.g. python = \"/opt/venv/bin/python\"")
+    jobs = data.get("jobs")
+    if jobs is not None and not whole_number(jobs, 1):
+        raise ConfigError(f"{where}: 'jobs' must be a whole number >= 1, not {shown(jobs)}",
+                          hint="the parallel compile jobs of each cell (--jobs), e.g. jobs = 16")
     slurm_table = data.get("slurm", {})
     if not isinstance(slurm_table, dict):
         raise ConfigError(f"{where}: [slurm] must be a table")
@@ -200,19 +207,6 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
                   for index, c in enumerate(planned))
     return Matrix(name=_safe(name), dir=folder, wheelhouse=house, python=python or sys.executable, cells=cells,
                   file=str(file), slurm=slurm)
-
-
-def _python_and_jobs(data: Mapping[str, Any], where: str) -> tuple[str | None, int | None]:
-    """The file's build ``python`` and compile ``jobs`` for every cell."""
-    build_python = data.get("python")
-    if build_python is not None and (not isinstance(build_python, str) or "\0" in build_python):
-        raise ConfigError(f"{where}: 'python' must be a string (the build python, as --python takes it)",
-                          hint="e.g. python = \"/opt/venv/bin/python\"")
-    jobs = data.get("jobs")
-    if jobs is not None and not whole_number(jobs, 1):
-        raise ConfigError(f"{where}: 'jobs' must be a whole number >= 1, not {shown(jobs)}",
-                          hint="the parallel compile jobs of each cell (--jobs), e.g. jobs = 16")
-    return build_python, jobs
 
 
 def _entry_cells(entry: dict[str, Any], ewhere: str, default_tcs: list[str], here: Callable[[str], Path],
