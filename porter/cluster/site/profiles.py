@@ -248,11 +248,8 @@ def _validate(site: Site, where: str) -> None:
 def runtime_env(site: Site) -> dict[str, str]:
     """Every variable a rank of this site gets, in the order the job script exports them (values may
     name ``$VAR``s the job's shell expands): the site's own, then what porter derives."""
-    env = dict(site.runtime.env)
-    env["PORTER_LOCAL_DIR"] = site.node.local_dir
-    env["MIOPEN_USER_DB_PATH"] = site.runtime.miopen_dir
-    env["MIOPEN_CUSTOM_CACHE_DIR"] = "${MIOPEN_USER_DB_PATH}"
-    env["OMP_NUM_THREADS"] = str(site.node.cores_per_gcd)
+    env = {**site.runtime.env, "PORTER_LOCAL_DIR": site.node.local_dir, "MIOPEN_USER_DB_PATH": site.runtime.miopen_dir,
+           "MIOPEN_CUSTOM_CACHE_DIR": "${MIOPEN_USER_DB_PATH}", "OMP_NUM_THREADS": str(site.node.cores_per_gcd)}
     if site.plugin is not None and site.plugin.library:
         env[site.plugin.env_var] = site.plugin.library
     return env
