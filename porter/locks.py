@@ -28,16 +28,6 @@ POLL_S = 0.2
 REPORT_EVERY_S = 30.0
 
 
-def owner_text(lock_path: Path) -> str:
-    """Who holds the lock, in words, from its owner record ('' when there is none)."""
-    try:
-        rec = json.loads(Path(str(lock_path) + ".owner").read_text())
-        since = time.strftime("%H:%M:%S", time.localtime(float(rec["since"])))
-        return f"pid {rec['pid']} on {rec['host']} since {since} ({rec['what']})"
-    except (OSError, ValueError, KeyError, TypeError):
-        return ""
-
-
 @contextmanager
 def hold(entry: Path, what: str, *, say: Callable[[str], None] | None = None) -> Iterator[FileLock]:
     """Hold ``<entry>.lock`` for the block, waiting as long as another process holds it (saying so, and who, at
@@ -54,7 +44,11 @@ def hold(entry: Path, what: str, *, say: Callable[[str], None] | None = None) ->
         except Timeout:
             now = time.monotonic()
             if say is not None and (not timeout or now - last >= REPORT_EVERY_S):
-                who = owner_text(lock_path)
+                who = ""  # who holds it, in words, from its owner record
+                with suppress(OSError, ValueError, KeyError, TypeError):
+                    rec = json.loads(Path(str(lock_path) + ".owner").read_text())
+                    since = time.strftime("%H:%M:%S", time.localtime(float(rec["since"])))
+                    who = f"pid {rec['pid']} on {rec['host']} since {since} ({rec['what']})"
                 say((f"still waiting for {entry.name} after {now - start:.0f} s" if timeout else
                      f"waiting for {entry.name}: another porter is writing it") + (f" ({who})" if who else ""))
                 last = now
