@@ -101,11 +101,6 @@ def write_plan(plan: Matrix, *, force: bool) -> None:
 
 # ---------------------------------------------------------------------------------------------- one cell
 
-def _slurm_ids(env: Mapping[str, str]) -> dict[str, str]:
-    keys = {"job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID"}
-    return {k: env[v] for k, v in keys.items() if env.get(v)}
-
-
 def _move(src: Path, dest: Path) -> None:
     """Rename ``src`` onto ``dest``; across filesystems, copy beside ``dest`` and rename."""
     try:
@@ -151,9 +146,10 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
     out.mkdir(parents=True)
     atomic_write_json(plan.cell_dir(cell) / REQUEST, cell.request().to_dict())
     argv = plan.argv(cell)
+    ids = {"job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID"}
     doc: dict[str, Any] = {"schema": RESULT_SCHEMA, **jsonable(dataclasses.asdict(cell)), "status": "running",
-                           "host": socket.gethostname(), "slurm": _slurm_ids(env), "started": now(),
-                           "command": argv, "log": str(build_log), "job_log": str(plan.job_log(cell))}
+                           "host": socket.gethostname(), "slurm": {k: env[v] for k, v in ids.items() if env.get(v)},
+                           "started": now(), "command": argv, "log": str(build_log), "job_log": str(plan.job_log(cell))}
     atomic_write_json(plan.cell_dir(cell) / RESULT, doc)
     log.info(f"cell {cell.index} {cell.id}: {cell.component} from {cell.source} with {cell.toolchain_name}")
     start = time.monotonic()
