@@ -68,11 +68,11 @@ def read_installed_ops(text: str) -> dict[str, bool] | None:
     return None
 
 
-def set_installed_ops(text: str, installed: Mapping[str, bool]) -> str:
+def set_installed_ops(text: str, installed: Mapping[str, bool], name: str = "installed_ops") -> str:
     """The text of an op_builder family's ``git_version_info_installed.py`` (DeepSpeed's, and ROCm apex's, which
     took the loader from it) with ``installed_ops`` set: the loader imports an op marked True as its prebuilt
-    module and JIT-compiles the rest."""
-    line = "installed_ops=" + repr(dict(sorted(installed.items())))
-    if re.search(r"(?m)^installed_ops\s*=", text):
-        return re.sub(r"(?m)^installed_ops\s*=.*$", line.replace("\\", "\\\\"), text, count=1)
-    return text.rstrip("\n") + "\n" + line + "\n"
+    module and JIT-compiles the rest. Another ``name`` sets another record of that file the same way (DeepSpeed's
+    ``porter_feature_probes``)."""
+    line = f"{name}=" + repr(dict(sorted(installed.items())))
+    text, found = re.subn(rf"(?m)^{name}\s*=.*$", line.replace("\\", "\\\\"), text, count=1)
+    return text if found else text.rstrip("\n") + "\n" + line + "\n"

@@ -13,7 +13,7 @@ from typing import Any
 from porter.artifacts import labels
 from porter.components.deepspeed.audit import VERSION_INFO
 from porter.components.deepspeed.catalogue import read_catalogue
-from porter.components.deepspeed.wheel import guarded, probes_recorded
+from porter.components.deepspeed.wheel import guarded
 from porter.components.op_builder import set_installed_ops
 from porter.log import Logger
 from porter.run import Runner, make_env
@@ -75,7 +75,7 @@ class DeepSpeedDriver:
         """The feature-probe answers beside ``installed_ops``, and the no-JIT guard in the wheel's own copy of the op
         builder (:mod:`.wheel`)."""
         edits, patches = guarded(files)
-        edits[VERSION_INFO] = probes_recorded(files[VERSION_INFO].decode(), probes).encode()
+        edits[VERSION_INFO] = set_installed_ops(files[VERSION_INFO].decode(), probes, "porter_feature_probes").encode()
         return edits, patches
 
 

@@ -10,7 +10,6 @@ recorded beside ``installed_ops``), so a prebuilt install starts no compiler by 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,11 +50,3 @@ def guarded(files: Mapping[str, bytes]) -> tuple[dict[str, bytes], list[dict[str
     return ({c.path: c.after for c in planned.changes if c.after is not None and c.path in files},
             [{**r, "applied_to": "wheel"} for r in planned.records()])
 
-
-def probes_recorded(text: str, probes: Mapping[str, bool]) -> str:
-    """The record's text (``git_version_info_installed.py``) with the build python's answers to the tree's load-time
-    feature probes as ``porter_feature_probes``, which the no-JIT guard answers from instead of compiling a test
-    program."""
-    line = "porter_feature_probes=" + repr(dict(sorted(probes.items())))
-    text, found = re.subn(r"(?m)^porter_feature_probes\s*=.*$", line.replace("\\", "\\\\"), text, count=1)
-    return text if found else text.rstrip("\n") + "\n" + line + "\n"
