@@ -104,14 +104,6 @@ def is_tree(tree: Path) -> bool:
     return (tree / KERNEL_DIR / "__init__.py").is_file() and set(COMMON) <= {k.module for k in kernels(tree)}
 
 
-def tree_version(tree: Path) -> str:
-    """MAJOR.MINOR.PATCH from megatron/core/package_info.py; '' when the tree has no such file."""
-    info = tree / PACKAGE_INFO
-    text = info.read_text(errors="replace") if info.is_file() else ""
-    parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.M) for k in ("MAJOR", "MINOR", "PATCH")]
-    return ".".join(m.group(1) for m in parts if m) if all(parts) else ""
-
-
 class MegatronComponent(Component, jit.NoSites):
     name = "megatron-deepspeed"
     title = "Megatron-DeepSpeed"
@@ -139,7 +131,14 @@ class MegatronComponent(Component, jit.NoSites):
                                        f"port {self.name}'; install the wheel it builds", ", ".join(modules))
 
     def recognise(self, tree: Path) -> Source | None:
-        return Source(self.name, tree_version(tree), tree) if is_tree(tree) else None
+        """A tree of either generation, with its MAJOR.MINOR.PATCH from megatron/core/package_info.py ('' when the
+        tree has no such file)."""
+        if not is_tree(tree):
+            return None
+        info = tree / PACKAGE_INFO
+        text = info.read_text(errors="replace") if info.is_file() else ""
+        parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.M) for k in ("MAJOR", "MINOR", "PATCH")]
+        return Source(self.name, ".".join(m.group(1) for m in parts if m) if all(parts) else "", tree)
 
 
 MEGATRON = MegatronComponent()
