@@ -310,16 +310,11 @@ def imported_files(package_root: Path, modules: Iterable[str]) -> set[Path]:
     """The files of an installed package that importing ``modules`` runs: each module's file and the
     ``__init__.py`` of every package on its way (one level: what those files import in turn is not followed)."""
     out: set[Path] = set()
-    top = package_root.name
     for mod in modules:
         parts = mod.split(".")
-        if parts[0] != top:
-            continue
-        for i in range(1, len(parts) + 1):
-            base = package_root.parent.joinpath(*parts[:i])
-            for cand in (base / "__init__.py", base.with_suffix(".py")):
-                if cand.is_file():
-                    out.add(cand)
+        if parts[0] == package_root.name:
+            bases = [package_root.parent.joinpath(*parts[:i]) for i in range(1, len(parts) + 1)]
+            out |= {c for b in bases for c in (b / "__init__.py", b.with_suffix(".py")) if c.is_file()}
     return out
 
 
