@@ -230,11 +230,9 @@ def _env_switches(info: SourceInfo, selected: tuple[OpSpec, ...]) -> dict[str, s
     Per-op switches say exactly what is asked for (a group switch would also pick up ops a fork adds),
     and unsetting the rest keeps a stray value in the caller's shell from changing the build.
     """
-    env: dict[str, str | None] = {CPP_GROUP_VAR: None, CUDA_GROUP_VAR: None}
     chosen = {op.name for op in selected}
-    for op in info.ops:
-        env[op.build_var] = "1" if op.name in chosen else None
-    return env
+    return {CPP_GROUP_VAR: None, CUDA_GROUP_VAR: None,
+            **{op.build_var: "1" if op.name in chosen else None for op in info.ops}}
 
 
 def select_ops(info: SourceInfo, wanted: Iterable[str], kind: str) -> tuple[OpSpec, ...]:
@@ -427,14 +425,13 @@ def _builder_call(node: ast.Call, scope: static.Scope) -> Any:
 
 def _spec_from(name: str, where: str, sources: Any, includes: Any, cxx: Any, nvcc: Any,
                scope: static.Scope) -> BuildSpec:
-    macros = bool(scope.names.get("__version_macros__"))
-    clean = [f for f in static.strings(nvcc) if f not in VERSION_MACROS]
+    cxx, nvcc = static.strings(cxx), static.strings(nvcc)
     return BuildSpec(name=name, builder=where, sources=tuple(static.strings(sources)),
                      include_paths=tuple(p.rstrip("/") or "." for p in static.strings(includes)),
-                     cxx_args=tuple(f for f in static.strings(cxx) if f not in VERSION_MACROS),
-                     nvcc_args=tuple(clean), version_macros=macros or any(
-                         f in VERSION_MACROS for f in static.strings(nvcc) + static.strings(cxx)),
-                     skipped=tuple(dict.fromkeys(scope.skipped)))
+                     cxx_args=tuple(f for f in cxx if f not in VERSION_MACROS),
+                     nvcc_args=tuple(f for f in nvcc if f not in VERSION_MACROS),
+                     version_macros=bool(scope.names.get("__version_macros__")) or not {*cxx, *nvcc}.isdisjoint(
+                         VERSION_MACROS), skipped=tuple(dict.fromkeys(scope.skipped)))
 
 
 def builder_specs(folder: Path, rocm: str = "") -> dict[str, BuildSpec]:
@@ -452,10 +449,8 @@ def builder_specs(folder: Path, rocm: str = "") -> dict[str, BuildSpec]:
         def get(method: str) -> Any:
             if method not in methods:
                 return attrs.get(method.upper(), [])
-            sub = _scope(rocm, text)
-            sub.names.update(attrs)
+            sub = replace(scope, names={**scope.names, **attrs})  # names of its own; what it skips is the class's
             got = static.run(methods[method].body, sub)
-            scope.skipped += sub.skipped
             if sub.names.get("__version_macros__"):
                 scope.names["__version_macros__"] = True
             return got
