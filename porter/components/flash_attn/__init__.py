@@ -212,7 +212,7 @@ class FlashAttnDriver:
                          f"({', '.join(t.spec for t in tc.targets if t.features)}) are dropped")
         if backend == "triton":
             env.update({"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE", "FLASH_ATTENTION_SKIP_CK_BUILD": "TRUE"})
-            expect = Expectation(packages=(TRITON_PACKAGE,), prebuilt=False, archs=())
+            expect = Expectation(packages=(TRITON_PACKAGE,))
             notes.append("Triton backend: no extension is compiled; kernels are JIT-compiled by Triton at run time "
                          "and need a ROCm torch and triton on the compute node")
             if outside:

@@ -67,10 +67,9 @@ def prebuilt_ops(tc: Toolchain, tree: Path) -> list[OpSpec]:
     if tc.kind == "cuda" and tc.root:  # the .cpp halves include cuda_fp16.h, compiled by the host compiler
         includes += (f"{tc.root}/include",)
     gencode = tuple(f"-gencode=arch=compute_{t.name[3:]},code={t.name}" for t in tc.targets)
-    ops = [OpSpec(name=k.module, builder="megatron.fused_kernels", build_var="", module=k.module,
-                  sources=tuple(f"{KERNEL_DIR}/{f}" for f in k.sources), include_paths=includes,
-                  device=True, compatible=True, cxx_args=("-O3",),
-                  nvcc_args=k.rocm_flags if tc.hip else (*k.cuda_flags, *gencode))
+    ops = [OpSpec(name=k.module, builder="megatron.fused_kernels", module=k.module,
+                  sources=tuple(f"{KERNEL_DIR}/{f}" for f in k.sources), include_paths=includes, device=True,
+                  cxx_args=("-O3",), nvcc_args=k.rocm_flags if tc.hip else (*k.cuda_flags, *gencode))
            for k in kernels(tree)] if tc.gpu else []
     if (tree / HELPERS_SOURCE).is_file():
         ops.append(OpSpec(name=HELPERS_OP, builder="megatron.data", module=HELPERS_MODULE, sources=(HELPERS_SOURCE,),
