@@ -305,13 +305,6 @@ def _classes(folder: Path) -> Iterator[tuple[Path, str, ast.ClassDef, dict[str, 
                 yield path, text, node, static.assigns(node.body)
 
 
-def _flag_group(test: ast.AST) -> str | None:
-    """``cuda`` or ``cpp`` for a test that mentions ``--cuda_ext`` / ``--cpp_ext`` (``"--distributed_adam" in argv or
-    "--cuda_ext" in argv``: the cuda group)."""
-    words = {n.value for n in ast.walk(test) if isinstance(n, ast.Constant)}
-    return next((g for g in ("cuda", "cpp") if f"--{g}_ext" in words), None)
-
-
 def _extension_calls(node: ast.AST) -> Iterator[tuple[str, ast.Call]]:
     """Each ``...Extension(NAME, ...)`` or ``...Extension(name=NAME, ...)`` call under ``node``, with its name."""
     for call in ast.walk(node):
@@ -492,7 +485,10 @@ def read_flag_extensions(text: str, where: str, rocm: str = "") -> tuple[tuple[O
     def visit(body: list[ast.stmt], group: str | None, state: str) -> None:
         for st in body:
             if isinstance(st, ast.If):
-                flag = _flag_group(st.test)
+                # the group of a test that mentions --cuda_ext / --cpp_ext ('"--distributed_adam" in argv or
+                # "--cuda_ext" in argv': the cuda group)
+                words = {n.value for n in ast.walk(st.test) if isinstance(n, ast.Constant)}
+                flag = next((g for g in ("cuda", "cpp") if f"--{g}_ext" in words), None)
                 if flag is not None and (group is None or flag == group):
                     visit(st.body, flag, "required" if group is None else state)
                     visit(st.orelse, group, state)
