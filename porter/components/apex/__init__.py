@@ -167,8 +167,7 @@ class ApexDriver:
                 unplanned.append((op.name, f"porter cannot read the sources of {op.name} from the tree (its builder "
                                            "computes them at run time)"))
                 continue
-            missing = [s for s in spec.sources if not (info.tree / s).is_file()]
-            if missing:
+            if missing := [s for s in spec.sources if not (info.tree / s).is_file()]:
                 unplanned.append((op.name, f"{op.name} names sources the tree lacks: {', '.join(missing)}"))
                 continue
             macros = VERSION_MACROS if spec.version_macros else ()
@@ -343,8 +342,7 @@ def _scope(rocm: str, text: str, fixed: frozenset[str] = frozenset()) -> static.
 def _rocm_truth(node: ast.expr, scope: static.Scope) -> bool | None:
     """The conditions porter knows on a ROCm build: the ROCm branch is taken, the CUDA one not, no GPU is
     visible at build time, and a compare of numbers it knows is evaluated."""
-    name = static.dotted(node)
-    if name:
+    if name := static.dotted(node):
         low = name.lower()
         if "rocm" in low or "hip" in low:
             return True
