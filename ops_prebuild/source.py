@@ -265,11 +265,6 @@ def build_copy(source: Source, kind: str, cache: Path, runner: Runner, log: Logg
     return patched
 
 
-def planned_source(source: Source, sets: list[PatchSet], cache: Path) -> Patched:
-    """What :func:`patched_source` gives, planned in memory with nothing written (a dry run's)."""
-    return patched_source(source, sets, cache, write=False)
-
-
 def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, write: bool = True) -> Patched:
     """``source`` with ``sets`` applied, as a cache entry of its own beside the unpacked sources (files linked from
     the source, the patched ones written anew): the source stays as it was, and two builds of one source share

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ops_prebuild.source import Source, build_sets, patched_source, planned_source
+from ops_prebuild.source import Source, build_sets, patched_source
 from porter.errors import ConfigError
 from porter.patching import load_project, load_shipped, plan
 from porter.patching.model import parse_set
@@ -73,7 +73,7 @@ def test_patched_copy_leaves_the_source_alone_and_is_reused(tmp_path: Path) -> N
     stamp = (copy / ".porter-patched").stat().st_mtime_ns
     assert patched_source(src, sets, cache).source.tree == copy and (copy / ".porter-patched").stat().st_mtime_ns == stamp
     # a dry run names the copy and writes nothing
-    dry = planned_source(src, sets, tmp_path / "other-cache")
+    dry = patched_source(src, sets, tmp_path / "other-cache", write=False)
     assert dry.applied == done.applied and not (tmp_path / "other-cache").exists()
 
 
