@@ -50,11 +50,6 @@ class Source:
 MARK = ".porter-unpacked"
 
 
-def _listing(top: Path) -> dict[str, int]:
-    return {str(p.relative_to(top)): p.stat().st_size for p in sorted(top.rglob("*"))
-            if p.is_file() and not p.is_symlink() and p.name != MARK}
-
-
 def _unpack(sdist: Path, dest: Path, digest: str, say: Callable[[str], None] | None = None) -> None:
     if _unpacked(dest, digest, say):
         return
@@ -74,7 +69,9 @@ def _unpack(sdist: Path, dest: Path, digest: str, say: Callable[[str], None] | N
             tops = list(tmp.iterdir())
             top = tops[0] if len(tops) == 1 and tops[0].is_dir() else tmp
             # written last: its presence means complete; what it lists is checked whenever the tree is reused
-            (top / MARK).write_text(json.dumps({"sha256": digest, "files": _listing(top)}) + "\n")
+            files = {str(p.relative_to(top)): p.stat().st_size for p in sorted(top.rglob("*"))
+                     if p.is_file() and not p.is_symlink() and p.name != MARK}
+            (top / MARK).write_text(json.dumps({"sha256": digest, "files": files}) + "\n")
             if dest.exists():  # an unpack that did not finish, or one found damaged: set aside, then removed
                 os.replace(dest, tmp / "stale")
             os.replace(top, dest)
