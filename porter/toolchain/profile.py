@@ -105,9 +105,7 @@ class Toolchain:
     @property
     def wavefront(self) -> int | None:
         """Wavefront (warp) size baked into device code; None for cpu."""
-        if self.kind == "cpu":
-            return None
-        return wavefront_of(self.targets)
+        return None if self.kind == "cpu" else wavefront_of(self.targets)
 
     @property
     def executor(self) -> Executor:
