@@ -56,11 +56,6 @@ def probe(program: str, runner: Runner, *, launcher: tuple[str, ...] = (),
     return Program(base, path, version_of(kind, result.output))
 
 
-def _candidates(environ: Mapping[str, str]) -> dict[str, list[Path]]:
-    return {kind: [Path(environ[var]) / "bin" for var in names if environ.get(var)]
-            for kind, names in (("rocm", ("ROCM_PATH", "HIP_PATH")), ("cuda", ("CUDA_HOME", "CUDA_PATH")))}
-
-
 def find(name: str, dirs: list[Path], environ: Mapping[str, str]) -> str | None:
     for d in dirs:
         if (d / name).is_file() and os.access(d / name, os.X_OK):
@@ -71,7 +66,8 @@ def find(name: str, dirs: list[Path], environ: Mapping[str, str]) -> str | None:
 def detect(runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What this host has: compilers with versions, visible GPUs, and a *proposed* profile."""
     environ = dict(os.environ if environ is None else environ)
-    dirs = _candidates(environ)
+    dirs = {kind: [Path(environ[var]) / "bin" for var in names if environ.get(var)]
+            for kind, names in (("rocm", ("ROCM_PATH", "HIP_PATH")), ("cuda", ("CUDA_HOME", "CUDA_PATH")))}
     env = {**environ, "HIP_PLATFORM": environ.get("HIP_PLATFORM", "amd")}
     programs: dict[str, dict[str, str]] = {}
     for name, where in (("hipcc", dirs["rocm"]), ("amdclang++", dirs["rocm"]),
