@@ -193,12 +193,6 @@ def _parse_toml(text: str, where: str) -> dict[str, Any]:
     return data
 
 
-def _from_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """``PORTER_<FIELD>`` variables that are set and not empty (list fields are split by :func:`_coerce`)."""
-    return {name: environ[f"PORTER_{name.upper()}"] for name in FIELDS
-            if name not in ("name", "env") and environ.get(f"PORTER_{name.upper()}")}
-
-
 _VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 
 
@@ -263,7 +257,9 @@ def load_toolchain(ref: str | os.PathLike[str] | None = None, *, overrides: Mapp
         data, where, name = _preset_data(ref), f"preset {ref}", ref
     data.setdefault("name", name)
     layers.append((where, data))
-    layers.append(("PORTER_* environment", _from_env(environ)))
+    # PORTER_<FIELD> variables that are set and not empty (a list field's value is split by _coerce)
+    layers.append(("PORTER_* environment", {k: v for k in FIELDS if k not in ("name", "env")
+                                            and (v := environ.get(f"PORTER_{k.upper()}"))}))
     if overrides:
         check_keys(overrides, FIELDS, "command line")
         layers.append(("command line", {k: v for k, v in overrides.items() if v not in (None, (), [])}))
