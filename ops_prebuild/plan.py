@@ -257,8 +257,19 @@ def _link(plan: Plan, op: OpSpec, cat: Catalogue, tc: Toolchain, objs: list[str]
     rsp: tuple[str, ...] = ()
     if sum(len(o) + 1 for o in inside) > RSP_OVER:
         rsp, inside = tuple(inside), [f"@{v(str(so) + '.rsp')}"]
-    plan.steps.append(Step(op.name, "link", tuple(_link_argv(op, cat, tc, inside, v(so), v)), str(so), tuple(objs),
-                           rsp=rsp))
+    libs = ["-L" + v(cat.torch.library_dir), "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
+    linker = tc.compiler if tc.kind in ("cpu", "emulated") else tc.cxx
+    if op.device and tc.kind == "cuda":
+        libs += ["-lc10_cuda", "-ltorch_cuda"]
+        nv = sorted((Path(cat.torch.site_packages) / "nvidia").glob("cu*/lib"))
+        libs += [f"-L{v(p)}" for p in nv] + ([f"-L{tc.root}/lib64"] if tc.root else []) + ["-lcudart"]
+    if op.device and tc.kind == "rocm":
+        linker = tc.compiler
+        libs += ["-lc10_hip", "-ltorch_hip", "-lamdhip64"] + ([f"-L{tc.root}/lib"] if tc.root else [])
+    openmp = ["-fopenmp"] if "-fopenmp" in op.cxx_args and "-fopenmp" not in op.extra_ldflags else []
+    argv = tc.executor.argv(linker, "-shared", *inside, *op.extra_ldflags, *openmp,
+                            *(f"-l{lib}" for lib in op.libraries), *libs, "-o", v(so))
+    plan.steps.append(Step(op.name, "link", tuple(argv), str(so), tuple(objs), rsp=rsp))
     plan.outputs[op.name] = str(so)
 
 
@@ -374,18 +385,3 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str,
                   *(f"-I{v(emulate.INCLUDE_DIR)}" if a == f"-I{emulate.INCLUDE_DIR}" else a
                     for a in emulate.compile_flags(tc.wavefront or 64))]
     return tc.executor.argv(cxx, *flags, *common, *dep, f"{obj}.d", "-c", src, "-o", obj)
-
-
-def _link_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, objs: list[str], so: str, v: Visible) -> list[str]:
-    libs = ["-L" + v(cat.torch.library_dir), "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
-    linker = tc.compiler if tc.kind in ("cpu", "emulated") else tc.cxx
-    if op.device and tc.kind == "cuda":
-        libs += ["-lc10_cuda", "-ltorch_cuda"]
-        nv = sorted((Path(cat.torch.site_packages) / "nvidia").glob("cu*/lib"))
-        libs += [f"-L{v(p)}" for p in nv] + ([f"-L{tc.root}/lib64"] if tc.root else []) + ["-lcudart"]
-    if op.device and tc.kind == "rocm":
-        linker = tc.compiler
-        libs += ["-lc10_hip", "-ltorch_hip", "-lamdhip64"] + ([f"-L{tc.root}/lib"] if tc.root else [])
-    openmp = ["-fopenmp"] if "-fopenmp" in op.cxx_args and "-fopenmp" not in op.extra_ldflags else []
-    return tc.executor.argv(linker, "-shared", *objs, *op.extra_ldflags, *openmp,
-                            *(f"-l{lib}" for lib in op.libraries), *libs, "-o", so)
