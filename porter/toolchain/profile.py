@@ -121,11 +121,7 @@ class Toolchain:
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d["env"] = dict(self.env)
-        for k in _LIST_FIELDS:
-            d[k] = list(d[k])
-        d["wavefront"] = self.wavefront
-        return d
+        return {**d, "env": dict(self.env), **{k: list(d[k]) for k in _LIST_FIELDS}, "wavefront": self.wavefront}
 
 
 FIELDS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Toolchain)}
