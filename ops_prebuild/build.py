@@ -26,6 +26,7 @@ from porter.log import NINJA_STATUS, Logger
 from porter.resources import default_jobs
 from porter.run import Runner
 from porter.toolchain.archs import HOST_ONLY
+from porter.toolchain.check import ready
 from porter.toolchain.profile import Toolchain, toolchain_env
 from ops_prebuild.catalogue import Catalogue, OpSpec
 from ops_prebuild.hipify_step import hipify_sources
@@ -171,7 +172,7 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
         result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, ccache=ccache, source_patches=source_patches,
                              hip_view=str(view[0]) if view else "")
         if runner.dry:
-            return _dry(result, tc.executor, start)
+            return _dry(result, tc, runner, log, start)
         _write_build_dir(plan, build_dir, log)
         stats, part, tag = build_dir / CCACHE_STATS, None, ""
         if shard is not None:
@@ -211,12 +212,9 @@ def _notes(cat: Catalogue, view: tuple[Path, ...], source_patches: Sequence[str]
     return notes
 
 
-def _dry(result: BuildResult, ex: Executor, start: float) -> BuildResult:
+def _dry(result: BuildResult, tc: Toolchain, runner: Runner, log: Logger, start: float) -> BuildResult:
     """A dry run's result: the plan, and what a real run here would refuse (the toolchain's root not ready, ...)."""
-    try:
-        ex.preflight()
-    except PorterError as exc:
-        result.refusal = result.refusal or exc
+    result.refusal = result.refusal or ready(tc, runner, log, compiler=False)[1]
     result.seconds = time.monotonic() - start
     return result
 
