@@ -451,8 +451,7 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, targets: li
                          env={**toolchain_env(plan.toolchain, plan.env), "NINJA_STATUS": NINJA_STATUS},
                          timeout=4 * 3600, check=False, on_line=step.ninja_line)
     after = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
-    new = [l.split("\t") for l in after[len(before):] if not l.startswith("#")] if len(after) >= len(before) \
-        else [l.split("\t") for l in after if not l.startswith("#")]
+    new = [l.split("\t") for l in after[len(before) if len(after) >= len(before) else 0:] if not l.startswith("#")]
     if times is not None:
         where = plan.toolchain.executor.inside(plan.build_dir)  # ninja's folder, where each compile runs
         record_times(plan, new, times, hit_sources(stats, where) if stats is not None else set())
@@ -472,7 +471,7 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, targets: li
         log_path = plan.build_dir / op / (f"build.{tag}.log" if targets is not None else "build.log")
         mine = [o for o in plan.objects[op] if targets is None or o in targets]
         if targets is not None and not mine:
-            results.append(OpResult(op, "elsewhere", 0.0, ""))
+            results.append(OpResult(op, "elsewhere"))
             continue
         text = "\n".join(own) if own else "\n".join(l for l in res.output.splitlines() if odir in l)
         atomic_write_text(log_path, text + "\n")
