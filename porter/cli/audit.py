@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 
 from porter.cli import emit
-from porter.cli.options import target_python_option, json_option
+from porter.cli.options import json_option
 from porter.errors import CheckFailed, ConfigError, NothingToDo
 from porter.log import Logger
+from porter.optspec import target_python_option
 from porter.run import Runner
 
 

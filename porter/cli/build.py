@@ -9,8 +9,9 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from porter.cli.options import BUILDERS, dry_run_option, json_option, opt, options, shard_option, wheelhouse_option
+from porter.cli.options import BUILDERS, json_option, options
 from porter.errors import ConfigError
+from porter.optspec import dry_run_option, opt, shard_option, wheelhouse_option
 
 
 def builder(ctx: click.Context, component: str) -> tuple[click.Command, str]:

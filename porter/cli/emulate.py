@@ -8,10 +8,11 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import json_option, only_option, python_option
+from porter.cli.options import json_option
 from porter.emulate.checks import FAMILIES
 from porter.errors import CheckFailed
 from porter.log import Logger
+from porter.optspec import only_option, python_option
 
 
 @click.group("emulate")

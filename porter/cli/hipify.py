@@ -9,11 +9,12 @@ from pathlib import Path
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import arg, in_place_option, json_option, no_cache_option, opt, options, output_option
+from porter.cli.options import json_option, options
 from porter.errors import CheckFailed
 from porter.hipify import Finding, HipifyReport, hipify_tree
 from porter.hipify.engine import ALREADY_HIPIFIED, COPIED, UNCHANGED, FindingGroup
 from porter.log import Logger
+from porter.optspec import arg, in_place_option, no_cache_option, opt, output_option
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,11 @@ from pathlib import Path
 import click
 
 from porter.cli import emit
-from porter.cli.options import (Spec, arch_option, json_option, opt, options, output_option, python_option, site_option,
-                                toolchain_option, wheelhouse_option)
+from porter.cli.options import json_option, options
 from porter.image import COMPRESSION as IMAGE_COMPRESSION
 from porter.log import Logger
+from porter.optspec import (Spec, arch_option, opt, output_option, python_option, site_option, toolchain_option,
+                            wheelhouse_option)
 from porter.run import Runner
 
 apptainer_root_option = Spec(

@@ -9,10 +9,10 @@ from pathlib import Path
 import click
 
 from porter.cli import emit, emit_json
-from porter.cli.options import (arch_option, arg, dry_run_option, json_option, only_option, opt, options, runner_for,
-                                target_python_option)
+from porter.cli.options import json_option, options, runner_for
 from porter.errors import CheckFailed, NothingToDo
 from porter.log import Logger
+from porter.optspec import arch_option, arg, dry_run_option, only_option, opt, target_python_option
 from porter.run import Runner
 
 node_arch_option = arch_option.but(help="The node's GPU arch (gfx90a, gfx942, sm_90); default: what rocminfo / "

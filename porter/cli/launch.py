@@ -9,9 +9,10 @@ from typing import Any
 import click
 
 from porter.cli import emit
-from porter.cli.options import (account_option, arg, json_option, nodes_option, opt, options, out_option,
-                                partition_option, site_option, target_python_option, time_option)
+from porter.cli.options import json_option, options
 from porter.cluster.site.launch import JobOptions
+from porter.optspec import (account_option, arg, nodes_option, opt, out_option, partition_option, site_option,
+                            target_python_option, time_option)
 
 
 @click.group()

@@ -9,9 +9,10 @@ from typing import Any
 import click
 
 from porter.cli import emit, emit_json
-from porter.cli.options import (Spec, arg, dir_option, dry_run_option, flags, force_option, json_option, options,
-                                runner_for, slurm_option, slurm_options, wait_option, wheelhouse_option)
+from porter.cli.options import json_option, options, runner_for, slurm_options
 from porter.log import Logger
+from porter.optspec import (Spec, arg, dir_option, dry_run_option, flags, force_option, slurm_option, wait_option,
+                            wheelhouse_option)
 from porter.run import Runner, make_env
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import click
 
 from porter.cli import emit
-from porter.cli.options import (ToolchainChoice, arg, dry_run_option, jobs_option, json_option, opt, options,
-                                out_option, python_option, site_option, source_option)
+from porter.cli.options import ToolchainChoice, json_option, options
 from porter.errors import CheckFailed, refusal_line
 from porter.log import Logger
+from porter.optspec import arg, dry_run_option, jobs_option, opt, out_option, python_option, site_option, source_option
 
 PROBE_PYTHON = python_option.but(envvar=None, show_envvar=False, callback=None, help=(
     "The python that runs porter's probe where the toolchain runs (inside its chroot or container). Default: python3 "

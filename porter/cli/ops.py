@@ -10,13 +10,13 @@ from typing import Any
 import click
 
 from porter.cli import emit, emit_json
-from porter.cli.options import (CacheChoice, ShardChoice, ToolchainChoice, allow_wave32_option, allowed, builds,
-                                compile_failures, compile_only_option, dry_run_option, jobs_option, json_option,
-                                left_out, ops_option, opt, options, parse_shard, python_option, runner_for, sharded,
-                                show_compiled, show_plan, slurm_options, source_option, submit_shards,
-                                wheelhouse_option)
+from porter.cli.options import (CacheChoice, ShardChoice, ToolchainChoice, allowed, builds, compile_failures,
+                                json_option, left_out, options, parse_shard, runner_for, sharded, show_compiled,
+                                show_plan, slurm_options, submit_shards)
 from porter.cluster.slurm.shards import BuildFacts
 from porter.log import Logger
+from porter.optspec import (allow_wave32_option, compile_only_option, dry_run_option, jobs_option, ops_option, opt,
+                            python_option, source_option, wheelhouse_option)
 from porter.run import Runner
 
 SOURCE = source_option.but(help="DeepSpeed sdist (.tar.gz), unpacked source folder, or deepspeed==VERSION (fetched "

@@ -9,9 +9,10 @@ from typing import Any
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import dry_run_option, force_option, json_option, set_option, target_version_option
+from porter.cli.options import json_option
 from porter.errors import NothingToDo
 from porter.log import Logger
+from porter.optspec import dry_run_option, force_option, set_option, target_version_option
 
 tree_arg = click.argument("tree", type=click.Path(file_okay=False, path_type=Path))
 set_opt = set_option.but(help="Shipped set (deepspeed/no-jit), all sets of a project (deepspeed), or a set TOML / "

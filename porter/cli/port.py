@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 import click
 
 from porter.cli import emit_json
-from porter.cli.options import (ToolchainChoice, allow_wave32_option, allowed, arg, compile_failures,
-                                compile_only_option, dry_run_option, in_place_option, jobs_option, json_option, opt,
-                                options, python_option, runner_for, set_option, show_compiled, show_plan, skip_option,
-                                target_version_option, wheelhouse_option)
+from porter.cli.options import (ToolchainChoice, allowed, compile_failures, json_option, options, runner_for,
+                                show_compiled, show_plan)
 from porter.errors import refusal_line
 from porter.log import Logger
+from porter.optspec import (allow_wave32_option, arg, compile_only_option, dry_run_option, in_place_option, jobs_option,
+                            opt, python_option, set_option, skip_option, target_version_option, wheelhouse_option)
 
 if TYPE_CHECKING:
     from porter.port import PatchSummary, PortResult

@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from porter.cli import emit
-from porter.cli.options import json_option, nodes_option, skip_option, target_python_option
+from porter.cli.options import json_option
+from porter.optspec import nodes_option, skip_option, target_python_option
 
 
 @click.group()

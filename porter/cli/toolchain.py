@@ -9,10 +9,11 @@ import click
 
 from porter.artifacts import labels
 from porter.cli import emit, emit_json
-from porter.cli.options import ToolchainChoice, arch_option, json_option, output_option
+from porter.cli.options import ToolchainChoice, json_option
 from porter.errors import CheckFailed
 from porter.log import Logger
 from porter.fs import atomic_write_text
+from porter.optspec import arch_option, output_option
 from porter.run import Runner
 from porter.toolchain.archs import ARCHS
 from porter.toolchain.profile import load_toolchain, preset_names

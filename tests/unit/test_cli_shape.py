@@ -162,20 +162,32 @@ def undeclared(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if not f.metadata.get(OPTION) and f.name not in RECEIVERS]
 
 
+def declaring_modules() -> dict[str, Path]:
+    """Every module that declares options: the commands (porter/cli/), porter/optspec.py, and each module of the
+    library whose request dataclasses declare their own (it imports porter.optspec)."""
+    root = Path(__file__).resolve().parents[2]
+    found = {"porter.cli" if p.stem == "__init__" else f"porter.cli.{p.stem}": p
+             for p in sorted(root.joinpath("porter", "cli").glob("*.py"))}
+    for path in sorted(root.joinpath("porter").rglob("*.py")):
+        if "porter.optspec" in path.read_text() and "cli" not in path.relative_to(root).parts:
+            found[".".join(path.relative_to(root).with_suffix("").parts)] = path
+    return found | {"porter.optspec": root / "porter" / "optspec.py"}
+
+
 def option_classes() -> list[type]:
     import dataclasses
     import importlib
     import inspect as insp
-    from pathlib import Path
 
-    import porter.cli
+    from porter.optspec import OPTION
 
     found = []
-    for path in sorted(Path(porter.cli.__file__).parent.glob("*.py")):
-        mod = importlib.import_module(f"porter.cli.{path.stem}" if path.stem != "__init__" else "porter.cli")
+    for name in declaring_modules():
+        mod = importlib.import_module(name)
         found += [c for _, c in insp.getmembers(mod, insp.isclass) if dataclasses.is_dataclass(c)
-                  and c.__module__ == mod.__name__ and c.__name__.endswith(("Options", "Choice"))]
-    return found
+                  and c.__module__ == mod.__name__ and (c.__name__.endswith(("Options", "Choice")) if
+                  name.startswith("porter.cli") else any(f.metadata.get(OPTION) for f in dataclasses.fields(c)))]
+    return found  # a library class that declares one option declares them all
 
 
 def test_each_option_is_declared_once_by_its_field() -> None:
@@ -226,8 +238,7 @@ def declared_twice(texts: dict[str, str]) -> dict[str, list[str]]:
 def test_each_option_name_is_declared_in_one_place() -> None:
     """One declaration per option name across every command (porter/cli/options.py holds the shared ones); a
     command narrows the help with Spec.but or Spec.field, it does not declare the option again."""
-    texts = {p.name: p.read_text() for p in sorted(Path(__file__).resolve().parents[2].joinpath("porter", "cli")
-                                                   .glob("*.py"))}
+    texts = {name: p.read_text() for name, p in declaring_modules().items()}
     assert sum(len(declarations(t)) for t in texts.values()) > 80
     assert declared_twice(texts) == {}
 

@@ -168,7 +168,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("artifacts and toolchain", ("porter.artifacts", "porter.toolchain", "porter.emulate")),
     ("core", ("porter.errors", "porter.log", "porter.run", "porter.executor", "porter.fs", "porter.archive", "porter.locks", "porter.faults",
               "porter.probe", "porter.probes", "porter.torch_facts", "porter.torch_hip_view", "porter.codeobjects",
-              "porter.resources", "porter.userdata", "porter")),
+              "porter.resources", "porter.userdata", "porter.optspec", "porter")),
 )
 ROOTS = ("porter",)
 """Package roots listed for their own ``__init__`` alone: a root is never a catch-all for its modules."""
