@@ -11,8 +11,7 @@ import click
 from porter.cli import emit
 from porter.cli.options import json_option, options
 from porter.cluster.site.launch import JobOptions
-from porter.optspec import (account_option, arg, nodes_option, opt, out_option, partition_option, site_option,
-                            target_python_option, time_option)
+from porter.optspec import nodes_option, opt, out_option, site_option
 
 
 @click.group()
@@ -70,22 +69,10 @@ def plan_cmd(req: PlanOptions, as_json: bool) -> None:
 
 @dataclass(frozen=True)
 class LaunchWriteOptions(JobOptions, PlanOptions):
-    """``porter launch write``'s options, the job's (:class:`JobOptions`) after the plan's: each field declares its
-    own (``--help`` says what each is)."""
+    """``porter launch write``'s options, the job's (:class:`JobOptions`, each field declaring its own) after the
+    plan's."""
 
     out_dir: Path = out_option.field(required=True, help="Folder for job.sbatch, the DeepSpeed config and plan.json.")
-    python: str | None = target_python_option.field()
-    entry: str = opt("--entry", default="pretrain_gpt.py", show_default=True, help="The training script.")
-    account: str = account_option.field(default="")
-    partition: str = partition_option.field(default="", help="Slurm partition (default: the site's).")
-    time: str = time_option.field(default="", help="Slurm time limit (default: the site's).")
-    broadcast_env: str = opt("--broadcast-env", default="", metavar="TARBALL",
-                             help="A packed Python environment (conda-pack) to sbcast to node-local storage and run "
-                                  "from.")
-    preflight_skip: tuple[str, ...] = opt("--preflight-skip", multiple=True, metavar="CHECK",
-                                          help="A preflight check to skip (env, miopen, plugin, ops, archs); repeat.")
-    job_name: str = opt("--job-name", default="", help="Slurm job name (default: porter-<model>).")
-    entry_args: tuple[str, ...] = arg(nargs=-1, type=click.UNPROCESSED)
 
 
 @launch.command("write")

@@ -36,10 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import click
+
 from porter.cluster.site.profiles import Site, runtime_env, site_names
 from porter.components.megatron.launch import CONFIG, training_args, training_config
 from porter.errors import ConfigError
 from porter.fs import atomic_write_json, atomic_write_text, ensure_writable_dir
+from porter.optspec import (account_option, arg, opt, out_option, partition_option, target_python_option,
+                            time_option)
 
 GIB = 1 << 30
 USABLE = 0.9
@@ -272,19 +276,23 @@ def plan(site: Site, model: Model, *, nodes: int, tp: int | None = None, pp: int
 
 @dataclass(frozen=True, kw_only=True)
 class JobOptions:
-    out_dir: Path
-    python: str | None = None
-    """The training python as the compute nodes see it (default: porter's own)."""
-    entry: str = "pretrain_gpt.py"
-    """The training script (Megatron-DeepSpeed's pretrain_gpt.py, or a stand-in)."""
-    entry_args: tuple[str, ...] = ()
-    account: str = ""
-    partition: str = ""
-    time: str = ""
-    broadcast_env: str = ""
-    """A packed Python environment (conda-pack tarball) to sbcast to node-local storage and run from."""
-    preflight_skip: tuple[str, ...] = ()
-    job_name: str = ""
+    """The job's settings, each field declaring its ``porter launch write`` option (``--help`` says what each is)."""
+
+    out_dir: Path = out_option.field(required=True)
+    """The command narrows its help (which names the training's config: no project is named in this layer)."""
+    python: str | None = target_python_option.field()
+    entry: str = opt("--entry", default="pretrain_gpt.py", show_default=True, help="The training script.")
+    """Megatron-DeepSpeed's pretrain_gpt.py, or a stand-in."""
+    entry_args: tuple[str, ...] = arg(nargs=-1, type=click.UNPROCESSED)
+    account: str = account_option.field(default="")
+    partition: str = partition_option.field(default="", help="Slurm partition (default: the site's).")
+    time: str = time_option.field(default="", help="Slurm time limit (default: the site's).")
+    broadcast_env: str = opt("--broadcast-env", default="", metavar="TARBALL",
+                             help="A packed Python environment (conda-pack) to sbcast to node-local storage and run "
+                                  "from.")
+    preflight_skip: tuple[str, ...] = opt("--preflight-skip", multiple=True, metavar="CHECK",
+                                          help="A preflight check to skip (env, miopen, plugin, ops, archs); repeat.")
+    job_name: str = opt("--job-name", default="", help="Slurm job name (default: porter-<model>).")
 
 
 def _q(value: str) -> str:
