@@ -62,8 +62,8 @@ def test_a_bad_base_or_output_is_refused_before_work(tmp_path: Path) -> None:
                                   (tmp_path / "wh", "x.img", "should end in .sif", "gzip"),
                                   (tmp_path / "wh", "x.sif", "compression 'xz' is not one of gzip, zstd", "xz")):
         with pytest.raises(ConfigError, match=words):
-            build_image(ImageRequest(base, tmp_path / "wh", tmp_path / out, "cpu", compression=how), runner,
-                        quiet_logger())
+            build_image(ImageRequest(base=base, wheelhouse=tmp_path / "wh", output=tmp_path / out, toolchain="cpu",
+                                     compression=how), runner, quiet_logger())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.img", "wh"]  # nothing written
 
 
