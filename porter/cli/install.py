@@ -3,40 +3,24 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 import click
 
 from porter.cli import emit, emit_json
 from porter.cli.options import json_option, options, runner_for
 from porter.errors import CheckFailed, NothingToDo
+from porter.install.engine import InstallOptions, node_arch_option
 from porter.log import Logger
-from porter.optspec import arch_option, arg, dry_run_option, only_option, opt, target_python_option
+from porter.optspec import dry_run_option, target_python_option
 from porter.run import Runner
 
-node_arch_option = arch_option.but(help="The node's GPU arch (gfx90a, gfx942, sm_90); default: what rocminfo / "
-                                       "nvidia-smi see.")
+@dataclass(frozen=True, kw_only=True)
+class InstallCommandOptions(InstallOptions):
+    """``porter install``'s options: the library's request (each field declares its option) and the command's own
+    --dry-run, which picks the runner (a recording one) and is no part of what :func:`install` reads."""
 
-
-@dataclass(frozen=True)
-class InstallCommandOptions:
-    """``porter install``'s options: each field declares its own (``--help`` says what each is)."""
-
-    wheelhouse: Path = arg(type=click.Path(file_okay=False, path_type=Path))
-    python: str | None = target_python_option.field()
-    archs: tuple[str, ...] = node_arch_option.field()
-    only: tuple[str, ...] = only_option.field(help="Install only these components or projects (repeat or "
-                                                   "comma-separate).")
-    reinstall: bool = opt("--reinstall", is_flag=True, help="Install again even when the same wheel is installed.")
-    no_deps: bool = opt("--no-deps", is_flag=True, help="Do not let pip install dependencies from the wheelhouse.")
-    lock_timeout: float = opt("--lock-timeout", type=float, default=1800.0, show_default=True,
-                              help="Seconds to wait for another install into the same environment.")
     dry_run: bool = dry_run_option.field(help="Select and check the wheels, print the pip command, install nothing.")
-    node_root: Path = opt("--node-root", type=click.Path(file_okay=False, exists=True, path_type=Path),
-                          default=Path("/"), show_default=True,
-                          help="The root folder of the userspace the wheels will load in (a chroot, an image's root "
-                               "file system); the default is this host.")
 
 
 @click.command("install")
@@ -59,11 +43,9 @@ def install_cmd(log: Logger, /, req: InstallCommandOptions, as_json: bool) -> No
     folders, LD_LIBRARY_PATH), with the glibc / libstdc++ symbol versions they need, and torch's
     libraries here define the torch symbols they use (same torch, same C++ ABI).
     """
-    from porter.install.engine import InstallOptions, install, parse_only
+    from porter.install.engine import install, parse_only
 
-    opts = replace(req, python=req.python or sys.executable, only=parse_only(req.only))
-    result = install(InstallOptions(**{k: v for k, v in asdict(opts).items() if k != "dry_run"}),
-                     runner_for(log, req.dry_run, echo=not log.quiet), log)
+    result = install(replace(req, only=parse_only(req.only)), runner_for(log, req.dry_run, echo=not log.quiet), log)
     emit(as_json, result.to_json(), lambda: [
         *(f"installed {w.component} {w.version_text} ({w.filename})" for w in result.installed),
         *(f"unchanged {w.component} {w.version_text} (already installed from {w.filename})" for w in result.skipped),

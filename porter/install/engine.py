@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import click
 from filelock import FileLock, Timeout
 
 from porter.components import all_dists
@@ -30,20 +32,31 @@ from porter.install.records import lock_path, read_records, write_record
 from porter.install.wheelhouse import (Selection, Wheel, check_intact, check_wheel, orphan_manifests, same_version,
                                       scan, select)
 from porter.log import Logger, quiet_logger
+from porter.optspec import arch_option, arg, only_option, opt, target_python_option
 from porter.run import Runner, make_env
 
+node_arch_option = arch_option.but(help="The node's GPU arch (gfx90a, gfx942, sm_90); default: what rocminfo / "
+                                       "nvidia-smi see.")
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class InstallOptions:
-    wheelhouse: Path
-    python: str
-    archs: tuple[str, ...] = ()
-    only: tuple[str, ...] = ()
-    reinstall: bool = False
-    no_deps: bool = False
-    lock_timeout: float = 1800.0
-    node_root: Path = Path("/")
-    """The userspace the wheels will load in (this host, or a chroot's or an image's root folder)."""
+    """``porter install``'s request: each field declares its own option (``--help`` says what each is)."""
+
+    wheelhouse: Path = arg(type=click.Path(file_okay=False, path_type=Path))
+    python: str | None = target_python_option.field()
+    """None: the python running porter."""
+    archs: tuple[str, ...] = node_arch_option.field()
+    only: tuple[str, ...] = only_option.field(help="Install only these components or projects (repeat or "
+                                                   "comma-separate).")
+    reinstall: bool = opt("--reinstall", is_flag=True, help="Install again even when the same wheel is installed.")
+    no_deps: bool = opt("--no-deps", is_flag=True, help="Do not let pip install dependencies from the wheelhouse.")
+    lock_timeout: float = opt("--lock-timeout", type=float, default=1800.0, show_default=True,
+                              help="Seconds to wait for another install into the same environment.")
+    node_root: Path = opt("--node-root", type=click.Path(file_okay=False, exists=True, path_type=Path),
+                          default=Path("/"), show_default=True,
+                          help="The root folder of the userspace the wheels will load in (a chroot, an image's root "
+                               "file system); the default is this host.")
 
 
 @dataclass
@@ -72,11 +85,12 @@ def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> 
     ``runner`` (a dry run) inspects and checks, and installs nothing."""
     log = log or quiet_logger()
     wheelhouse = opts.wheelhouse.resolve()
+    python = opts.python or sys.executable
     probes = runner.real()  # the environment and the node are inspected in a dry run too
-    with log.step(f"inspect {opts.python}"):
+    with log.step(f"inspect {python}"):
         wheels = scan(wheelhouse)
         dists = [*(str(w.project) for w in wheels), *all_dists()]
-        env = inspect_env(opts.python, probes, dists=dists)
+        env = inspect_env(python, probes, dists=dists)
         node = detect_node(probes, opts.archs)
     log.info(f"target: {env.describe()}; GPU: {node.describe()}")
     for orphan in orphan_manifests(wheelhouse):
@@ -108,7 +122,7 @@ def install(opts: InstallOptions, runner: Runner, log: Logger | None = None) -> 
     acquired = time.time()
     try:
         # re-inspect under the lock: an install that held it may have changed the environment
-        env = result.env = inspect_env(opts.python, probes, dists=dists)
+        env = result.env = inspect_env(python, probes, dists=dists)
         _install_locked(opts, env, selection, wheelhouse, runner, log, result)
     finally:
         lock.release()
