@@ -33,6 +33,8 @@ class Spec:
         """An options-class field that declares this option (``short``, ``more``: as :meth:`but`)."""
         spec = self.but(short=short, **more)
         many = spec.attrs.get("multiple") or spec.attrs.get("nargs") == -1
+        if spec.attrs.get("required", spec.argument and not many and "default" not in spec.attrs):
+            return dataclasses.field(metadata={OPTION: (spec,)})  # no default: a direct caller must give it too
         default = spec.attrs.get("default", False if spec.attrs.get("is_flag") else () if many else None)
         return dataclasses.field(default=default, metadata={OPTION: (spec,)})
 

@@ -47,7 +47,7 @@ def run_request(ctx: click.Context, cmd: click.Command, name: str, options: dict
         return cmd.invoke(sub)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunOptions:
     """``porter build``'s options: each field declares its own (``--help`` says what each is)."""
 

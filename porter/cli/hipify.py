@@ -17,7 +17,7 @@ from porter.log import Logger
 from porter.optspec import arg, in_place_option, no_cache_option, opt, output_option
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HipifyOptions:
     """``porter hipify``'s options: each field declares its own (``--help`` says what each is)."""
 

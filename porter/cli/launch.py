@@ -20,7 +20,7 @@ def launch() -> None:
     its sbatch job and DeepSpeed config. Formula and rules: docs/cluster.md."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanOptions:
     """``porter launch plan``'s options (the site, the model's shape, the layout asked for): each field declares its
     own."""
@@ -67,7 +67,7 @@ def plan_cmd(req: PlanOptions, as_json: bool) -> None:
     emit(as_json, p.to_dict(), p.describe)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LaunchWriteOptions(JobOptions, PlanOptions):
     """``porter launch write``'s options, the job's (:class:`JobOptions`, each field declaring its own) after the
     plan's."""

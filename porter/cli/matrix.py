@@ -36,7 +36,7 @@ def _exit_for(doc: dict[str, Any]) -> None:
         raise err
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MatrixRunOptions:
     """``porter matrix run``'s options: each field declares its own (``--help`` says what each is)."""
 

@@ -31,7 +31,7 @@ def net_plugin() -> None:
     """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NetPluginBuildOptions(ToolchainChoice):
     """``porter net-plugin build``'s options: each field declares its own (``--help`` says what each is)."""
 
@@ -89,7 +89,7 @@ def build_cmd(log: Logger, /, req: NetPluginBuildOptions, as_json: bool) -> None
         f"{(facts.get('libfabric') or {}).get('version') or 'unknown'}"])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NetPluginVerifyOptions(ToolchainChoice):
     """``porter net-plugin verify``'s options: each field declares its own (``--help`` says what each is)."""
 

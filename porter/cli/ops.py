@@ -28,7 +28,7 @@ def ops() -> None:
     """Ahead-of-time DeepSpeed ops: list what a tree offers, build them into one wheel."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ListOptions(ToolchainChoice):
     """``porter ops list``'s options: each field declares its own (``--help`` says what each is)."""
 
@@ -80,7 +80,7 @@ def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
                   f"{cat.accelerator}):", *map(line, rows)])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BuildOptions(ShardChoice, CacheChoice, ToolchainChoice):
     """``porter ops build``'s options: each field declares its own (``--help`` says what each is)."""
 

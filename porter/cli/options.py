@@ -57,7 +57,7 @@ def allowed(value: str | None) -> list[str]:
     return [n.strip() for n in (value or "").split(",") if n.strip()]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CacheChoice:
     """The compiler cache: ccache keyed to the toolchain, on by default when found where the compiler runs."""
 
@@ -75,7 +75,7 @@ class CacheChoice:
                             remote=self.cache_remote)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ToolchainChoice:
     """``--toolchain`` plus the overrides that sit on top of file/env/preset: the base of a building command's
     options."""
@@ -89,7 +89,7 @@ class ToolchainChoice:
         return load_toolchain(self.toolchain_ref, overrides={"archs": archs, "cpu_isa": self.cpu_isa})
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ShardChoice:
     """A build split into shards: one shard here (``--shard``), or all of them as Slurm jobs (``--shards N
     --slurm``, with :func:`slurm_options`)."""

@@ -47,7 +47,7 @@ def port() -> None:
     """Port a project tree to a toolchain in one command (copy, hipify, patch, prebuild)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PortOptions:
     """What every ``porter port PROJECT`` takes: each field declares its option (``--help`` says what each is)."""
 
@@ -66,7 +66,7 @@ class PortOptions:
     dry_run: bool = dry_run_option.field()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PortMegatronOptions(ToolchainChoice, PortOptions):
     """``porter port megatron-deepspeed``'s options: each field declares its own."""
 

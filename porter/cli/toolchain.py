@@ -101,7 +101,7 @@ def check_cmd(log: Logger, ref: str, archs: tuple[str, ...], keep: Path | None, 
     shared object, and list the code objects inside it. Exits 1 if any arch fails."""
     from porter.toolchain.check import ARCH_HINT, check_toolchain
 
-    tc = ToolchainChoice(ref, archs).toolchain()
+    tc = ToolchainChoice(toolchain_ref=ref, archs=archs).toolchain()
     report = check_toolchain(tc, log=log, keep=keep)
     if as_json:
         emit_json(report.to_dict())

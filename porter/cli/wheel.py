@@ -81,7 +81,7 @@ class SampleType(click.ParamType):  # type: ignore[type-arg]  # generic from cli
         return n
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WheelOptions(ToolchainChoice):
     """``porter wheel PROJECT``'s options every project shares: each field declares its own (see ``--help``)."""
 
@@ -111,7 +111,7 @@ class WheelOptions(ToolchainChoice):
                             torch_check=not self.no_torch_check, allow_wave32=tuple(allowed(self.allow_wave32)), **same)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ApexOptions(WheelOptions):
     source: str = source_option.field(metavar="DIR|SDIST", help="ROCm apex tree (a checkout) or sdist.")
     ops: tuple[str, ...] = ops_option.field(
@@ -123,7 +123,7 @@ class ApexOptions(WheelOptions):
                                   "--cpp_ext/--cuda_ext flags).")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShardedWheelOptions(ShardChoice, WheelOptions):
     """A wheel build whose --compile-only can be split into shards (here, or as Slurm jobs)."""
 
@@ -132,7 +132,7 @@ class ShardedWheelOptions(ShardChoice, WheelOptions):
                                  "and report every unit the shards compiled.")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FlashAttnOptions(ShardedWheelOptions):
     source: str = source_option.field(metavar="DIR|SDIST|flash-attn==X", help="flash-attention tree, sdist .tar.gz, "
                                       "or a version to download from the package index.")

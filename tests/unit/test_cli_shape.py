@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -210,6 +211,44 @@ def test_a_field_fed_by_a_separate_click_option_is_caught() -> None:
         b: str | None = None  # declared again by a @click.option("--b") on the command
 
     assert undeclared(TwiceOptions) == ["b"]
+
+
+def required_with_default(cls: type) -> list[str]:
+    """Fields whose option (or argument) click requires but which a direct caller of the class may leave out."""
+    import dataclasses
+
+    from porter.optspec import OPTION
+
+    def required(spec: Any, name: str) -> bool:
+        decorated = spec.option(name)(lambda: None)
+        return bool(decorated.__click_params__[-1].required)
+
+    return [f.name for f in dataclasses.fields(cls) if any(required(s, f.name) for s in f.metadata.get(OPTION, ()))
+            and (f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)]
+
+
+def test_what_the_command_line_requires_a_direct_caller_must_give() -> None:
+    import dataclasses
+
+    from porter.image.build import ImageRequest
+
+    assert {c.__name__: required_with_default(c) for c in option_classes() if required_with_default(c)} == {}
+    assert {"base", "output", "toolchain"} <= {f.name for f in dataclasses.fields(ImageRequest)
+                                               if f.default is dataclasses.MISSING}
+
+
+def test_a_required_option_with_a_default_is_caught() -> None:
+    from dataclasses import dataclass, field
+
+    from porter.optspec import opt, source_option
+
+    @dataclass(frozen=True, kw_only=True)
+    class Loose:
+        source: str = source_option.field()
+        out: str = field(default="", metadata=opt("--out", required=True).metadata)
+        name: str | None = opt("--name")
+
+    assert required_with_default(Loose) == ["out"]
 
 
 def declarations(text: str) -> list[str]:
