@@ -10,7 +10,7 @@ PY          := $(VENV)/bin/python
 export HIP_PLATFORM := amd
 
 .PHONY: help venv demo test test-unit test-unit-no-torch notorch-venv test-integration typecheck rocm-debian chroot-trixie cuda-venv clean
-.PHONY: chroot-rocm7 image-base image-base-rocm
+.PHONY: chroot-rocm7 image-base image-base-rocm cuda-torch
 
 help:
 	@echo "make demo           install porter in $(VENV); prebuild DeepSpeed's CPU ops into ./wheelhouse;"
@@ -167,10 +167,18 @@ image-base-rocm:
 	  chroot "$$root" apt-get clean; umount "$$root/proc"; \
 	  echo "ROCm runtime image base ready at $$root"; fi
 
-$(CUDA_VENV)/.stamp: pyproject.toml setup.py
+# torch alone first (gigabytes to unpack, and it touches nothing here), so .ci/run can install it while the other
+# venvs install porter (editable installs write porter.egg-info here: one after the other).
+$(CUDA_VENV)/.torch:
 	$(PYTHON) -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/python -m pip install -q "$(TORCH_CUDA)"
+	touch $@
+
+$(CUDA_VENV)/.stamp: pyproject.toml setup.py $(CUDA_VENV)/.torch
 	$(CUDA_VENV)/bin/python -m pip install -q "$(TORCH_CUDA)" -e ".[test]"
 	touch $@
+
+cuda-torch: $(CUDA_VENV)/.torch
 
 cuda-venv: $(CUDA_VENV)/.stamp
 
