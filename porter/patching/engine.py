@@ -513,8 +513,7 @@ def failure_message(failures: Sequence[PatchResult], head: str = "") -> str:
 # journal and layers
 
 def read_journal(tree: str | os.PathLike[str]) -> dict[str, Any]:
-    root = tree_root(tree)
-    path = root / JOURNAL
+    path = tree_root(tree) / JOURNAL
     if not path.exists():
         return {"schema": SCHEMA, "sets": []}
     try:
