@@ -147,6 +147,5 @@ def registers_device_code(path: str | os.PathLike[str]) -> bool:
     from elftools.elf.sections import SymbolTableSection
 
     with open(path, "rb") as f:
-        elf = ELFFile(f)
-        return any(sym.name == "__hipRegisterFatBinary" for sec in elf.iter_sections()
+        return any(sym.name == "__hipRegisterFatBinary" for sec in ELFFile(f).iter_sections()
                    if isinstance(sec, SymbolTableSection) for sym in sec.iter_symbols())

@@ -283,8 +283,7 @@ def make_executor(launcher: tuple[str, ...], launcher_root: str = "", *, work_ro
         if work_root is None:
             raise ConfigError("a container executor needs a work folder to bind")
         wr = str(work_root)
-        prefix = (launcher[0], "exec", "--bind", f"{wr}:{wr}", *launcher[2:])
-        return Executor("container", prefix, None, work_root)
+        return Executor("container", (launcher[0], "exec", "--bind", f"{wr}:{wr}", *launcher[2:]), None, work_root)
     # a chroot, or any other prefix (a wrapper script) with launcher_root: paths map like a chroot's
     if root is not None:
         return Executor("chroot", tuple(launcher), root, chroot_work_root(root, work_root),

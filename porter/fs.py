@@ -150,8 +150,7 @@ def _exchange(a: Path, b: Path) -> bool:
     import errno
 
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = libc.renameat2
+        call = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):
         return False
     at_fdcwd = -100

@@ -76,13 +76,11 @@ class TorchInfo:
         return cls(**kw)
 
 
-def probe_torch(python: str, runner: Runner, *, executor: Executor = HOST,
-                env: dict[str, str] | None = None) -> TorchInfo:
+def probe_torch(python: str, runner: Runner, *, executor: Executor = HOST) -> TorchInfo:
     """The build python's torch. ConfigError (exit 2) when it has none."""
     from porter.probe import run_probe
 
-    doc = run_probe("torch", [], python=python, runner=runner, executor=executor, env=env, timeout=300,
-                    what="for its torch")
+    doc = run_probe("torch", [], python=python, runner=runner, executor=executor, timeout=300, what="for its torch")
     if "error" in doc:
         where = "" if executor.kind == "host" else f" (in {executor.describe()})"
         raise ConfigError(f"{python}{where} cannot import torch: {doc['error']}",

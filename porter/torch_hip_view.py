@@ -20,7 +20,7 @@ from porter.executor import HOST, Executor
 from porter.fs import atomic_write_text, owned_temp, publish_dir
 from porter.locks import hold
 from porter.probe import run_probe
-from porter.run import Runner, make_env
+from porter.run import Runner
 from porter.torch_facts import TorchInfo
 
 DONE = ".porter-view"
@@ -65,8 +65,8 @@ def make_view(torch: TorchInfo, work: Path, *, python: str, runner: Runner, exec
             return dest
         with owned_temp(dest.parent, f".{dest.name}.") as tmp:
             paths = [executor.inside(p) if executor.kind != "host" else str(p) for p in (include, tmp)]
-            doc = run_probe("torch_hip_view", paths, python=python, runner=runner, executor=executor, env=make_env(),
-                            timeout=600, what="to make a HIP view of its torch headers")
+            doc = run_probe("torch_hip_view", paths, python=python, runner=runner, executor=executor,
+                            what="to make a HIP view of its torch headers")
             if "error" in doc:
                 raise ConfigError(f"no HIP view of torch {torch.version}: {doc['error']}")
             for rel, text in EXTRA.items():

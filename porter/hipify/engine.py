@@ -238,8 +238,7 @@ class HipifyReport:
 
 
 def _read_only(path: Path) -> bool:
-    mode = path.stat().st_mode
-    return not (mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) or not os.access(path, os.W_OK)
+    return not (path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) or not os.access(path, os.W_OK)
 
 
 def _validate(src: Path, out: Path | None, in_place: bool, check: bool) -> tuple[Path, Path]:

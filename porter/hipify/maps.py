@@ -293,9 +293,8 @@ class CompiledMap:
         if self.warp_file_re is None and not self.warp_file_words:
             return True
         low = masked.lower() if self.warp_file_words else ""
-        if any(w in low for w in self.warp_file_words):
-            return True
-        return self.warp_file_re is not None and self.warp_file_re.search(masked) is not None
+        return any(w in low for w in self.warp_file_words) or (self.warp_file_re is not None
+                                                                and self.warp_file_re.search(masked) is not None)
 
     def apply(self, text: str, counts: Counter[str] | None = None) -> str:
         """Call rewrites, then identifier swaps. Counts replacements by CUDA name."""
@@ -311,10 +310,9 @@ class CompiledMap:
 
     def _rewrite_calls(self, text: str, counts: Counter[str]) -> str:
         assert self.call_re is not None
-        matches = list(self.call_re.finditer(text))
         # Right to left: a call nested in another's arguments is rewritten first, and positions
         # before the current match stay valid.
-        for mt in reversed(matches):
+        for mt in reversed(list(self.call_re.finditer(text))):
             name = mt.group(1)
             split = split_call(text, mt.end() - 1)
             if split is None:

@@ -188,8 +188,7 @@ class _Lines:
 
 
 def _skip_ws(text: str, i: int) -> int:
-    n = len(text)
-    while i < n and text[i].isspace():
+    while i < len(text) and text[i].isspace():
         i += 1
     return i
 
@@ -197,8 +196,7 @@ def _skip_ws(text: str, i: int) -> int:
 def _close(masked: str, open_pos: int, opener: str, closer: str) -> int:
     """Index of the bracket closing the one at ``open_pos`` (comments and strings are blanked), or -1."""
     depth = 0
-    end = min(len(masked), open_pos + _SCAN_LIMIT)
-    for i in range(open_pos, end):
+    for i in range(open_pos, min(len(masked), open_pos + _SCAN_LIMIT)):
         c = masked[i]
         if c == opener:
             depth += 1

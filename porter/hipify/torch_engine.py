@@ -99,11 +99,9 @@ def torch_hipify_version() -> str:
 @lru_cache(maxsize=1)
 def _caffe2_steps() -> tuple[tuple[str, re.Pattern[str] | None, str], ...]:
     """(CUDA path, the pattern to substitute -- None: a plain replace --, HIP path) per CAFFE2_PATH_MAPPINGS entry."""
-    steps = []
-    for cuda_path, hip_path in torch_hipify().CAFFE2_PATH_MAPPINGS.items():
-        lookbehind = "/hip/" in hip_path and "/hip/" not in cuda_path
-        steps.append((cuda_path, re.compile(r"(?<!/hip/)" + re.escape(cuda_path)) if lookbehind else None, hip_path))
-    return tuple(steps)
+    return tuple((cuda_path, re.compile(r"(?<!/hip/)" + re.escape(cuda_path))
+                  if "/hip/" in hip_path and "/hip/" not in cuda_path else None, hip_path)
+                 for cuda_path, hip_path in torch_hipify().CAFFE2_PATH_MAPPINGS.items())
 
 
 def breadcrumb() -> str:

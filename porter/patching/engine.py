@@ -450,12 +450,8 @@ def _plan_set(work: _Work, pset: PatchSet, version: str,
 def _changed(work: _Work, before: dict[str, bytes | None]) -> list[tuple[str, bytes | None, bytes | None]]:
     """(file, bytes before, bytes now) per file whose bytes differ from ``before``, a snapshot of ``work.state``
     (a file not in it: as on disk)."""
-    out = []
-    for rel, data in work.state.items():
-        prev = before[rel] if rel in before else _read(work.root / rel)
-        if data != prev:
-            out.append((rel, prev, data))
-    return out
+    return [(rel, prev, data) for rel, data in work.state.items()
+            if data != (prev := before[rel] if rel in before else _read(work.root / rel))]
 
 
 def _check_target(work: _Work, pset: PatchSet) -> None:
@@ -513,8 +509,7 @@ def failure_message(failures: Sequence[PatchResult], head: str = "") -> str:
 # journal and layers
 
 def read_journal(tree: str | os.PathLike[str]) -> dict[str, Any]:
-    root = tree_root(tree)
-    path = root / JOURNAL
+    path = tree_root(tree) / JOURNAL
     if not path.exists():
         return {"schema": SCHEMA, "sets": []}
     try:

@@ -335,7 +335,7 @@ def _version_sources(raw: Any, where: str) -> tuple[VersionSource, ...]:
     for i, v in enumerate(_tables(raw, where, "version_from")):
         check_keys(v, {"file", "regex"}, f"{where} version_from {i + 1}")
         rx = _str(v, "regex", where)
-        _regex(rx, where, "version_from", 0)
+        _regex(rx, where, "version_from")
         out.append(VersionSource(file=check_relpath(_str(v, "file", where), where), regex=rx))
     return tuple(out)
 
@@ -401,8 +401,7 @@ def load_shipped(project: str, name: str) -> PatchSet:
     if name not in proj.all_sets:
         raise _unknown(f"project {project!r} has no patch set {name!r}", name, proj.all_sets, "its sets")
     folder = _root().joinpath(project)
-    path = folder.joinpath(f"{name}.toml")
-    return parse_set(path.read_text(encoding="utf-8"), project=project, name=name,
+    return parse_set(folder.joinpath(f"{name}.toml").read_text(encoding="utf-8"), project=project, name=name,
                      where=f"patches/{project}/{name}.toml", base=folder, version_from=proj.version_from)
 
 
