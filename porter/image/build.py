@@ -32,7 +32,7 @@ import click
 
 from porter import __version__
 from porter.errors import CommandFailed, ConfigError, ToolError
-from porter.fs import atomic_path, atomic_write_text, owned_temp, owned_temp_dir, sha256_file
+from porter.fs import atomic_path, atomic_write_bytes, atomic_write_text, owned_temp, owned_temp_dir, sha256_file
 from porter.image import COMPRESSION
 from porter.image.definition import BASE_KINDS, NET_PLUGIN, TOOLS, WHEELHOUSE, Recipe, base_kind
 from porter.log import Logger
@@ -401,7 +401,6 @@ def write_image_sbom(root: Path, python: str, name: str, *, wheels: bool, net_pl
     from porter.artifacts.sbom import image_document
     from porter.artifacts.wheelfile import source_date_epoch
     from porter.components.netplugin.verify import read_package
-    from porter.fs import atomic_write_bytes
 
     prefix = Path(python).parents[1]  # a venv's, or /usr for /usr/bin/python3
     found = [root / d.lstrip("/") / "share" / "porter" / "installed" for d in (str(prefix), "/usr/local")]
