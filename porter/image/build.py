@@ -32,7 +32,7 @@ import click
 
 from porter import __version__
 from porter.errors import CommandFailed, ConfigError, ToolError
-from porter.fs import atomic_path, atomic_write_text, owned_temp, owned_temp_dir, sha256_file
+from porter.fs import atomic_path, atomic_write_bytes, atomic_write_text, owned_temp, owned_temp_dir, sha256_file
 from porter.image import COMPRESSION
 from porter.image.definition import BASE_KINDS, NET_PLUGIN, TOOLS, WHEELHOUSE, Recipe, base_kind
 from porter.log import Logger
@@ -108,6 +108,7 @@ def _recipe(req: ImageRequest) -> Recipe:
     from packaging.utils import canonicalize_name
 
     from porter.artifacts import labels as label_names
+    from porter.cluster.site.profiles import load_site, runtime_env
     from porter.install.wheelhouse import scan
     from porter.toolchain.profile import load_toolchain
 
@@ -125,16 +126,10 @@ def _recipe(req: ImageRequest) -> Recipe:
         assert w.manifest is not None
         labels[f"org.porter.wheel.{canonicalize_name(w.component)}"] = \
             f"{w.filename} sha256:{w.manifest['wheel'].get('sha256', '?')}"
-    env: dict[str, str] = {}
-    site = None
-    if req.site:
-        from porter.cluster.site.profiles import load_site, runtime_env
-
-        site = load_site(req.site)
-        env = runtime_env(site)
-    library = ""
+    site = load_site(req.site) if req.site else None
+    env = runtime_env(site) if site is not None else {}
+    library = _plugin_library(req.net_plugin) if req.net_plugin is not None else ""
     if req.net_plugin is not None:
-        library = _plugin_library(req.net_plugin)
         labels["org.porter.net-plugin"] = f"{req.net_plugin.name} sha256:{sha256_file(req.net_plugin)}"
         # the image's own plugin, where RCCL loads it from (a site's module path means nothing inside the image)
         env[site.plugin.env_var if site is not None and site.plugin is not None else "NCCL_NET_PLUGIN"] = \
@@ -261,28 +256,27 @@ def unpack_base(base: Path, kind: str, into: Path, app: Apptainer, runner: Runne
                    timeout=3600, hint=f"could not copy the base root folder {base}")
         return
     if kind == "sif":
-        staged = into.parent / f"{into.name}.base.sif"
+        staged, fs = into.parent / f"{into.name}.base.sif", into.parent / f"{into.name}.base.squashfs"
         shutil.copyfile(base, staged)
         try:
             listing = runner.run(app.argv("sif", "list", app.inside(staged)), timeout=120).output
             ids = [ln.split("|")[0].strip() for ln in listing.splitlines() if "Squashfs" in ln]
             if not ids:
                 raise ConfigError(f"{base} holds no squashfs root file system", hint="pass another base image")
-            fs = into.parent / f"{into.name}.base.squashfs"
             runner.run(["sh", "-c", shlex.join(app.argv("sif", "dump", ids[0], app.inside(staged)))
                         + " > " + shlex.quote(str(fs))], timeout=3600, hint=f"could not read {base}")
             runner.run(app.tool("unsquashfs", "-f", "-q", "-d", app.inside(into), app.inside(fs), *only),
                        timeout=3600, hint=f"could not unpack {base}")
         finally:
             staged.unlink(missing_ok=True)
-            (into.parent / f"{into.name}.base.squashfs").unlink(missing_ok=True)
+            fs.unlink(missing_ok=True)
         return
     raise ConfigError(f"porter builds from a root folder or a SIF here; {base} is a {kind}",
                       hint="build the written definition file with apptainer (it reads OCI archives itself), or "
                            "turn the archive into a SIF first ('apptainer build base.sif docker-archive:FILE')")
 
 
-def run_inside(root: Path, line: str, runner: Runner, log: Logger, what: str, *, show: bool = False) -> None:
+def run_inside(root: Path, line: str, runner: Runner, log: Logger, what: str, *, show: bool) -> None:
     """One shell line in the root folder's userspace: a mount namespace of its own (its /proc goes with it,
     whatever happens), minimal /dev nodes, no network needed (pip --no-index). ``show``: its output is logged
     after the step, as the user's own run would show it."""
@@ -401,14 +395,12 @@ SBOM = "/opt/porter/sbom.cdx.json"
 """In the image: one CycloneDX document for every wheel porter installed there, and its network plugin."""
 
 
-def write_image_sbom(root: Path, python: str, name: str, *, wheels: bool = True,
-                     net_plugin: Path | None = None) -> list[str]:
+def write_image_sbom(root: Path, python: str, name: str, *, wheels: bool, net_plugin: Path | None) -> list[str]:
     """The image's combined SBOM, from porter's install records in its training environment and the network
     plugin's manifest; the installed wheels' names."""
     from porter.artifacts.sbom import image_document
     from porter.artifacts.wheelfile import source_date_epoch
     from porter.components.netplugin.verify import read_package
-    from porter.fs import atomic_write_bytes
 
     prefix = Path(python).parents[1]  # a venv's, or /usr for /usr/bin/python3
     found = [root / d.lstrip("/") / "share" / "porter" / "installed" for d in (str(prefix), "/usr/local")]

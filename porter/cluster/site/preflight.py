@@ -167,8 +167,8 @@ def check_ops(python: str, node: Node, runner: Runner) -> Check:
                                         for c in rep.components) + ": no JIT")
 
 
-def preflight(site: Site, *, python: str, nodes: int, skip: set[str], environ: Mapping[str, str], runner: Runner,
-              host: str = "") -> Report:
+def preflight(site: Site, *, python: str, nodes: int, skip: set[str], environ: Mapping[str, str],
+              runner: Runner) -> Report:
     unknown = skip - set(CHECKS)
     if unknown:
         raise ConfigError(f"unknown preflight check(s): {', '.join(sorted(unknown))}", hint=f"checks: {', '.join(CHECKS)}")
@@ -184,7 +184,7 @@ def preflight(site: Site, *, python: str, nodes: int, skip: set[str], environ: M
                                            "ops": lambda: check_ops(python, node(), runner)}
     checks = [Check(name, "skipped", "--skip") if name in skip else check() for name, check in run.items()]
     checks[3:] = sorted(checks[3:], key=lambda c: c.status == "skipped")  # the node's skipped checks come last
-    return Report(site=site.name, host=host or os.uname().nodename, checks=tuple(checks))
+    return Report(site=site.name, host=os.uname().nodename, checks=tuple(checks))
 
 
 def describe(rep: Report) -> list[str]:

@@ -372,12 +372,11 @@ def run_matrix(plan: Matrix, *, mode: str, force: bool, runner: Runner, env: Map
     another (``local``) or submit them (``slurm``: held array, afterok index job, release; with ``wait``,
     until the report is written). A dry run (a recording ``runner``) only describes it."""
     log = log or quiet_logger()
-    dry_run = runner.dry
     settings = settings if settings is not None else plan.slurm
     programs, refusal = sl.programs_or_refusal(env, runner) if mode == "slurm" else (None, None)
     warnings = preflight(plan, force=force)
     name, tasks = f"porter-matrix-{plan.name}", len(plan.cells)
-    if dry_run:
+    if runner.dry:
         tail = plan.folder.dry_run_tail(name=name, tasks=tasks, settings=settings, programs=programs, refusal=refusal)
         return RunResult(plan, mode, dry_run=_dry_run_lines(plan, tail if mode == "slurm" else []))
     if mode == "slurm":

@@ -139,8 +139,7 @@ def programs_or_refusal(env: Mapping[str, str], runner: Runner, *, what: str = "
     """Slurm's commands on the env's PATH; sbatch or scontrol missing is an error that names the local
     alternative (``local``: what to do instead on this machine), and in a dry run (a recording ``runner``) the
     refusal to end with instead."""
-    path = env.get("PATH")
-    found = {name: which(name, path=path) for name in ("sbatch", "scontrol", "squeue", "scancel")}
+    found = {name: which(name, path=env.get("PATH")) for name in ("sbatch", "scontrol", "squeue", "scancel")}
     missing = [n for n in ("sbatch", "scontrol") if found[n] is None]
     if missing:
         message = f"{' and '.join(missing)} not found on PATH: --slurm submits {what} with Slurm's own commands"

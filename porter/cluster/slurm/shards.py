@@ -103,12 +103,6 @@ class ShardRequest:
         """Written last by the link job: what ``--wait`` and ``status`` look for."""
         return self.results / "link.exit"
 
-    def porter(self) -> list[str]:
-        return [self.python, "-m", "porter", "build", "--request", str(self.request_file)]
-
-    def link_argv(self) -> list[str]:
-        return [*self.porter(), "--last", "-o", str(self.wheelhouse), "--json"]
-
     def with_facts(self, facts: BuildFacts, *, dir_given: bool = True) -> ShardRequest:
         # the name that tells one build from another: the build folder's, or its parent's where the folder is a
         # build/ inside a per-build folder (porter wheel's work copy and build side by side)
@@ -141,7 +135,7 @@ def read_request(directory: str | Path) -> ShardRequest:
 
 # ------------------------------------------------------------------------------------------ the two scripts
 
-def _record(req: ShardRequest, command: str, name: str) -> str:
+def _record(command: str, name: str) -> str:
     """Run ``command``: its JSON report into results/NAME.json and its exit code into results/NAME.exit
     (each renamed into place, the exit code last), then exit with that code."""
     return (f'{command} > "$results"/.{name}.json.part\n'
@@ -155,12 +149,14 @@ def scripts(req: ShardRequest) -> dict[Path, str]:
     """The text of ``jobs/shard.sh`` (one array task; ``bash shard.sh I`` by hand) and ``jobs/link.sh``."""
     folder, title = req.folder, f"{req.build.component} in {req.shards} shard(s)"
     exports, results = {"PORTER_CACHE_DIR": str(req.cache)}, f"results={shlex.quote(str(req.results))}\n"
+    porter = [req.python, "-m", "porter", "build", "--request", str(req.request_file)]
     shard = folder.script(title, "one shard per array task (or: bash shard.sh INDEX)", exports=exports, body=(
         results + 'i="${1:-${SLURM_ARRAY_TASK_ID:?pass the shard index, or run as an array task}}"\n'
-        + _record(req, f'{shlex.join(req.porter())} --shard "$i/{req.shards}" --json', 'shard-"$i"')))
+        + _record(f'{shlex.join(porter)} --shard "$i/{req.shards}" --json', 'shard-"$i"')))
     link = folder.script(title, "link and package after every shard (afterok)" if not req.build.reports
-                         else "report every unit after every shard (afterok): it compiles nothing",
-                         exports=exports, body=results + _record(req, shlex.join(req.link_argv()), "link"))
+                         else "report every unit after every shard (afterok): it compiles nothing", exports=exports,
+                         body=results + _record(shlex.join([*porter, "--last", "-o", str(req.wheelhouse), "--json"]),
+                                                "link"))
     return {folder.task_script: shard, folder.final_script: link}
 
 
