@@ -171,7 +171,7 @@ def _setup_py(plan: BuildPlan, command: tuple[list[str], dict[str, str]], tree: 
 
 
 def _finish(built: Path, plan: BuildPlan, request: WheelRequest, info: SourceInfo, torch: TorchInfo | None,
-            patches: list[dict[str, Any]] | None, argv: list[str], env: dict[str, str], log: Logger, *,
+            patches: list[dict[str, Any]], argv: list[str], env: dict[str, str], log: Logger, *,
             wave64: dict[str, Any] | None, linked: CompileOnlyResult | None = None,
             add: Mapping[str, Payload] | None = None) -> WheelResult:
     """The wheel (with the engine's files ``add``ed) verified, labelled and published with its manifest."""
@@ -372,20 +372,15 @@ def python_side(tree: Path, package: str, version: str, out: Path) -> Path:
 
 
 def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, tag: str | None, entries: list[ExtensionEntry],
-              torch: TorchInfo | None, info: SourceInfo, patches: list[dict[str, Any]] | None = None,
-              linked: CompileOnlyResult | None = None) -> dict[str, Any]:
+              torch: TorchInfo | None, info: SourceInfo, patches: list[dict[str, Any]],
+              linked: CompileOnlyResult | None) -> dict[str, Any]:
     """The manifest's fields for the labelled wheel (its version and wheel section are set by :func:`relabel`;
     ``tag``: the one it gets instead of ``wheel``'s);
-    ``patches``: those applied to the work copy (None: not known); ``linked``: the engine's part (each op's
-    result)."""
-    tc = request.toolchain
+    ``patches``: those applied to the work copy; ``linked``: the engine's part (each op's result)."""
     tags = parse_tag(tag) if tag else parse_wheel_filename(wheel.name)[3]
     python_tag = ".".join(sorted({t.interpreter for t in tags}))
-    setup_py = info.tree / "setup.py"
-    sources: dict[str, Any] = {"upstream_version": info.version, "setup.py_sha256": sha256_file(setup_py),
-                               **request.sources}
-    if patches is not None:
-        sources["patches"] = patches
+    sources: dict[str, Any] = {"upstream_version": info.version, "setup.py_sha256": sha256_file(info.tree / "setup.py"),
+                               **request.sources, "patches": patches}
     for entry in entries:
         op = next((o.name for o in plan.ops if o.module == entry["module"]), None)
         if op:
@@ -400,6 +395,6 @@ def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, tag: str | No
         why = "optional: upstream built it only under further conditions"
         ops = [{"name": o.name, "status": "built"} if o.module in have else
                {"name": o.name, "status": "skipped", "reason": why} for o in plan.ops]
-    return {"component": plan.project, "version": "", "tc": tc, "torch": torch, "python_tag": python_tag,
-            "sources": sources, "extensions": entries, "ops": ops,
+    return {"component": plan.project, "version": "", "tc": request.toolchain, "torch": torch,
+            "python_tag": python_tag, "sources": sources, "extensions": entries, "ops": ops,
             "target": {"regime": plan.regime, "backend": plan.backend}}
