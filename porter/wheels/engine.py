@@ -99,14 +99,11 @@ class WheelResult:
 
 def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runner: Runner,
                 log: Logger | None = None, machine: Machine | None = None,
-                others: Mapping[str, WheelDriver] | None = None, torch_info: TorchInfo | None = None) -> WheelResult:
+                others: Mapping[str, WheelDriver] | None = None) -> WheelResult:
     """The whole flow. ``runner`` runs (or, for probes, asks); a recording runner is a dry run: the build is only
     recorded, nothing is written. A driver whose ops porter's engine builds (:class:`EngineDriver`) has them
     compiled and linked first (:func:`~porter.wheels.compile.compile_only`: one shard of them, with
-    ``request.engine.shard``), and its setup.py writes only the Python side.
-
-    ``torch_info`` skips probing the build python (callers that already know it).
-    """
+    ``request.engine.shard``), and its setup.py writes only the Python side."""
     log = log or quiet_logger()
     tc = request.toolchain
     ex = tc.executor
@@ -124,7 +121,7 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         if request.measured is None:  # what a --compile-only run measured sizes MAX_JOBS (porter.wheels.costs)
             request = replace(request, measured=costs.load(driver.name, info.version, tc))
         engine, plan = _on_engine(driver, info, driver.plan(info, request, machine or Machine.current()))
-        torch, refused = _torch_step(plan, request, torch_info, python, py_ex, runner, log)
+        torch, refused = _torch_step(plan, request, python, py_ex, runner, log)
         tree, out = work / "tree", work / "out"
         # setup.py runs where the build python runs: the toolchain's root when --python names one there, else the
         # host (a backend that compiles nothing, FlashAttention's Triton one, needs no more; one that compiles is
@@ -301,15 +298,15 @@ def _on_engine(driver: WheelDriver, info: SourceInfo, plan: BuildPlan) -> tuple[
                                   "(compiler cache, per-op errors); setup.py below builds only the Python side"))
 
 
-def _torch_step(plan: BuildPlan, request: WheelRequest, known: TorchInfo | None, python: str, py_ex: Any,
-                runner: Runner, log: Logger) -> tuple[TorchInfo | None, PorterError | None]:
+def _torch_step(plan: BuildPlan, request: WheelRequest, python: str, py_ex: Any, runner: Runner,
+                log: Logger) -> tuple[TorchInfo | None, PorterError | None]:
     """The build python's torch and, when it is not what the plan needs, the refusal (raised in a real run)."""
     if not request.torch_check:
         if plan.needs_torch:
             log.warn(f"torch check skipped: this build needs a {plan.needs_torch} torch; "
                      "upstream's setup.py fails late if the build python has another")
-        return known, None
-    return build_torch(python, py_ex, runner, need=plan.needs_torch, known=known,
+        return None, None
+    return build_torch(python, py_ex, runner, need=plan.needs_torch,
                        what=f"{plan.project} {plan.version} ({plan.backend or plan.regime} build for +{plan.label}"
                             + (f"; {plan.needs_torch_why}" if plan.needs_torch_why else "") + ")")
 
