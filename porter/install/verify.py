@@ -171,9 +171,7 @@ def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
             with contextlib.suppress(ConfigError):  # a corrupt copy counts as none
                 manifest = carried_manifest(dist.carried_manifest, f"{dist.name} {dist.version}")
         known = components.for_dist(project)
-        comp = known.name if known else project
-        if manifest is not None:
-            comp = str(manifest.get("component") or project)
+        comp = str(manifest.get("component") or project) if manifest is not None else known.name if known else project
         rep = ComponentReport(comp, project, dist.version if dist else None, str(rf.path) if rf else None)
         out.append(rep)
         if rf is not None and rf.error:

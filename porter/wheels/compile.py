@@ -283,9 +283,8 @@ def _record_costs(result: CompileOnlyResult, project: str, request: WheelRequest
     path = costs_mod.record(project, result.version, tc, measured, costs_root)
     if path is not None:
         result.costs = str(path)
-        after = costs_mod.load(project, result.version, tc, costs_root)
-        result.measured = after.to_dict() if after else None
-        if after is not None:
+        if (after := costs_mod.load(project, result.version, tc, costs_root)) is not None:
+            result.measured = after.to_dict()
             log.info(f"measured compile costs: {after.describe()}")
 
 

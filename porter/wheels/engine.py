@@ -99,14 +99,11 @@ class WheelResult:
 
 def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runner: Runner,
                 log: Logger | None = None, machine: Machine | None = None,
-                others: Mapping[str, WheelDriver] | None = None, torch_info: TorchInfo | None = None) -> WheelResult:
+                others: Mapping[str, WheelDriver] | None = None) -> WheelResult:
     """The whole flow. ``runner`` runs (or, for probes, asks); a recording runner is a dry run: the build is only
     recorded, nothing is written. A driver whose ops porter's engine builds (:class:`EngineDriver`) has them
     compiled and linked first (:func:`~porter.wheels.compile.compile_only`: one shard of them, with
-    ``request.engine.shard``), and its setup.py writes only the Python side.
-
-    ``torch_info`` skips probing the build python (callers that already know it).
-    """
+    ``request.engine.shard``), and its setup.py writes only the Python side."""
     log = log or quiet_logger()
     tc = request.toolchain
     ex = tc.executor
@@ -124,7 +121,7 @@ def build_wheel(driver: WheelDriver, source: str, request: WheelRequest, *, runn
         if request.measured is None:  # what a --compile-only run measured sizes MAX_JOBS (porter.wheels.costs)
             request = replace(request, measured=costs.load(driver.name, info.version, tc))
         engine, plan = _on_engine(driver, info, driver.plan(info, request, machine or Machine.current()))
-        torch, refused = _torch_step(plan, request, torch_info, python, py_ex, runner, log)
+        torch, refused = _torch_step(plan, request, python, py_ex, runner, log)
         tree, out = work / "tree", work / "out"
         # setup.py runs where the build python runs: the toolchain's root when --python names one there, else the
         # host (a backend that compiles nothing, FlashAttention's Triton one, needs no more; one that compiles is
@@ -171,7 +168,7 @@ def _setup_py(plan: BuildPlan, command: tuple[list[str], dict[str, str]], tree: 
 
 
 def _finish(built: Path, plan: BuildPlan, request: WheelRequest, info: SourceInfo, torch: TorchInfo | None,
-            patches: list[dict[str, Any]] | None, argv: list[str], env: dict[str, str], log: Logger, *,
+            patches: list[dict[str, Any]], argv: list[str], env: dict[str, str], log: Logger, *,
             wave64: dict[str, Any] | None, linked: CompileOnlyResult | None = None,
             add: Mapping[str, Payload] | None = None) -> WheelResult:
     """The wheel (with the engine's files ``add``ed) verified, labelled and published with its manifest."""
@@ -301,15 +298,15 @@ def _on_engine(driver: WheelDriver, info: SourceInfo, plan: BuildPlan) -> tuple[
                                   "(compiler cache, per-op errors); setup.py below builds only the Python side"))
 
 
-def _torch_step(plan: BuildPlan, request: WheelRequest, known: TorchInfo | None, python: str, py_ex: Any,
-                runner: Runner, log: Logger) -> tuple[TorchInfo | None, PorterError | None]:
+def _torch_step(plan: BuildPlan, request: WheelRequest, python: str, py_ex: Any, runner: Runner,
+                log: Logger) -> tuple[TorchInfo | None, PorterError | None]:
     """The build python's torch and, when it is not what the plan needs, the refusal (raised in a real run)."""
     if not request.torch_check:
         if plan.needs_torch:
             log.warn(f"torch check skipped: this build needs a {plan.needs_torch} torch; "
                      "upstream's setup.py fails late if the build python has another")
-        return known, None
-    return build_torch(python, py_ex, runner, need=plan.needs_torch, known=known,
+        return None, None
+    return build_torch(python, py_ex, runner, need=plan.needs_torch,
                        what=f"{plan.project} {plan.version} ({plan.backend or plan.regime} build for +{plan.label}"
                             + (f"; {plan.needs_torch_why}" if plan.needs_torch_why else "") + ")")
 
@@ -372,20 +369,15 @@ def python_side(tree: Path, package: str, version: str, out: Path) -> Path:
 
 
 def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, tag: str | None, entries: list[ExtensionEntry],
-              torch: TorchInfo | None, info: SourceInfo, patches: list[dict[str, Any]] | None = None,
-              linked: CompileOnlyResult | None = None) -> dict[str, Any]:
+              torch: TorchInfo | None, info: SourceInfo, patches: list[dict[str, Any]],
+              linked: CompileOnlyResult | None) -> dict[str, Any]:
     """The manifest's fields for the labelled wheel (its version and wheel section are set by :func:`relabel`;
     ``tag``: the one it gets instead of ``wheel``'s);
-    ``patches``: those applied to the work copy (None: not known); ``linked``: the engine's part (each op's
-    result)."""
-    tc = request.toolchain
+    ``patches``: those applied to the work copy; ``linked``: the engine's part (each op's result)."""
     tags = parse_tag(tag) if tag else parse_wheel_filename(wheel.name)[3]
     python_tag = ".".join(sorted({t.interpreter for t in tags}))
-    setup_py = info.tree / "setup.py"
-    sources: dict[str, Any] = {"upstream_version": info.version, "setup.py_sha256": sha256_file(setup_py),
-                               **request.sources}
-    if patches is not None:
-        sources["patches"] = patches
+    sources: dict[str, Any] = {"upstream_version": info.version, "setup.py_sha256": sha256_file(info.tree / "setup.py"),
+                               **request.sources, "patches": patches}
     for entry in entries:
         op = next((o.name for o in plan.ops if o.module == entry["module"]), None)
         if op:
@@ -400,6 +392,6 @@ def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, tag: str | No
         why = "optional: upstream built it only under further conditions"
         ops = [{"name": o.name, "status": "built"} if o.module in have else
                {"name": o.name, "status": "skipped", "reason": why} for o in plan.ops]
-    return {"component": plan.project, "version": "", "tc": tc, "torch": torch, "python_tag": python_tag,
-            "sources": sources, "extensions": entries, "ops": ops,
+    return {"component": plan.project, "version": "", "tc": request.toolchain, "torch": torch,
+            "python_tag": python_tag, "sources": sources, "extensions": entries, "ops": ops,
             "target": {"regime": plan.regime, "backend": plan.backend}}

@@ -30,15 +30,13 @@ def detect(driver: WheelDriver, root: Path, others: Mapping[str, WheelDriver]) -
     if info is not None:
         return info
     for name, other in others.items():
-        if name == driver.name:
-            continue
-        try:
-            if other.detect(root) is not None:
-                raise ConfigError(f"{root} is a {other.title} tree, not {driver.title}",
-                                  hint=f"run 'porter wheel {name} --source {root}'")
-        except ConfigError as exc:
-            if "tree, not" in exc.message:
-                raise
+        try:  # (a tree another driver recognises but finds unusable is not named as its)
+            theirs = name != driver.name and other.detect(root) is not None
+        except ConfigError:
+            theirs = False
+        if theirs:
+            raise ConfigError(f"{root} is a {other.title} tree, not {driver.title}",
+                              hint=f"run 'porter wheel {name} --source {root}'")
     raise ConfigError(f"{root} is not a {driver.title} source tree (nor "
                       + " or ".join(o.title for n, o in sorted(others.items()) if n != driver.name) + ")",
                       hint=f"point --source at the top of a {driver.title} checkout or sdist")

@@ -81,8 +81,7 @@ def relabel(wheel: Path, label: str, dest_dir: Path, fields: Mapping[str, Any],
     """Write ``wheel`` with the local version ``+label`` into ``dest_dir``, carrying the manifest of ``fields``
     (:func:`porter.artifacts.manifest.publish`: the manifest beside it first, then the wheel by an atomic rename).
     ``add``: files added to it (extension modules: then it is no longer pure, and takes ``tag``)."""
-    _name, version, _build, _tags = parse_wheel_filename(wheel.name)
-    new_version = with_label(str(version), label)
+    new_version = with_label(str(parse_wheel_filename(wheel.name)[1]), label)
     if tag is None:  # the file name's last three fields (python, abi, platform), after any build tag
         tag = "-".join(wheel.name[:-len(".whl")].split("-")[-3:])
     final, mpath, _ = publish(dest_dir, lambda tmp, data: rewrite_wheel(
