@@ -5,7 +5,6 @@ AOT engine, and put, marked prebuilt, into the wheel DeepSpeed's own setup.py wr
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -112,7 +111,7 @@ def download_dependencies(wheel: Path, wheelhouse: Path, *, python: str, runner:
     reqs = [Requirement(r) for r in msg.get_all("Requires-Dist") or []]
     wanted = [str(r) for r in reqs if r.name.lower() != "torch" and "extra" not in str(r.marker or "")]
     if wanted:
-        runner.run([python or sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",
+        runner.run([python, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",
                     str(wheelhouse), *wanted], env=make_env(), timeout=1800,
                    hint="the package index must be reachable from the build host; or fill the wheelhouse yourself")
     return wanted
