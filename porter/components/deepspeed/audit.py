@@ -63,7 +63,12 @@ def resolve(raw: Raw, at: At, audit: Audit) -> Site | None:
     """Its op loads (those of no other component's builder) and its feature probes."""
     ds: Installed | None = audit.target.facts.get(NAME) if audit.target else None
     if raw.kind == "probe":
-        return _probe(raw, at, ds)
+        if ds is not None and ds.probes_recorded and (ds.probe_patch or "_porter_recorded_probe" in at.text):
+            return at.site(raw, "covered", "answered from the answers porter recorded at build time "
+                                           "(porter_feature_probes), with no compiler")
+        return at.site(raw, "probe", "install the DeepSpeed wheel 'porter ops build' writes: it records the build "
+                                     "host's answer and its copy of the op builder (patched with deepspeed/no-jit) "
+                                     "answers from it, so the node compiles no test program")
     if raw.kind != "op":
         return None
     kind, cls = raw.key.split(":", 1)
@@ -86,15 +91,6 @@ def resolve(raw: Raw, at: At, audit: Audit) -> Site | None:
     return at.site(raw, "compiles", f"DeepSpeed in {audit.python} does not mark {op} prebuilt{refuse}: build it "
                                     f"with 'porter ops build --source <deepspeed> --toolchain <profile> --ops {op}' "
                                     "and install the wheel", kind=NAME, what=what)
-
-
-def _probe(raw: Raw, at: At, ds: Installed | None) -> Site:
-    if ds is not None and ds.probes_recorded and (ds.probe_patch or "_porter_recorded_probe" in at.text):
-        return at.site(raw, "covered", "answered from the answers porter recorded at build time "
-                                       "(porter_feature_probes), with no compiler")
-    return at.site(raw, "probe", "install the DeepSpeed wheel 'porter ops build' writes: it records the build host's "
-                                 "answer and its copy of the op builder (patched with deepspeed/no-jit) answers from "
-                                 "it, so the node compiles no test program")
 
 
 def installed_sites(audit: Audit, imports: set[str]) -> list[Site]:

@@ -5,7 +5,6 @@ AOT engine, and put, marked prebuilt, into the wheel DeepSpeed's own setup.py wr
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,12 +14,11 @@ from porter.components.deepspeed.audit import VERSION_INFO
 from porter.components.deepspeed.catalogue import read_catalogue
 from porter.components.deepspeed.wheel import guarded
 from porter.components.op_builder import set_installed_ops
-from porter.log import Logger
 from porter.run import Runner, make_env
 from porter.torch_facts import need_for
 from porter.wheels.base import (BuildPlan, Expectation, KernelContext, KernelSet, Machine, SourceInfo,
                                 WheelRequest)
-from ops_prebuild.catalogue import Catalogue, OpSpec, source_tops
+from ops_prebuild.catalogue import source_tops
 from ops_prebuild.source import Source
 
 
@@ -52,10 +50,15 @@ class DeepSpeedDriver:
                          expect=Expectation(prebuilt=True, archs=tc.arch_names if tc.kind == "rocm" else ()))
 
     def kernel_ops(self, info: SourceInfo, request: WheelRequest, ctx: KernelContext) -> KernelSet:
-        """The ops asked for (with those they load at run time), as the tree's own builders declare them."""
+        """The ops asked for, as the tree's own builders declare them, with the ops they load at run time (said: a node
+        would compile those otherwise)."""
         cat = read_catalogue(Source(self.name, info.version, ctx.source, info.origin), ctx.toolchain,
                              python=ctx.python, runner=ctx.runner, executor=ctx.py_ex)
-        selected = _selected(cat, list(request.ops) or None, request.all_compatible, ctx.log)
+        selected = cat.select(list(request.ops) or None, request.all_compatible)
+        for dep in (o for o in selected if not request.all_compatible and o.name not in request.ops):
+            users = [o.name for o in selected if dep.name in o.loads]
+            ctx.log.info(f"also building {dep.name}: {', '.join(users)} load{'s' if len(users) == 1 else ''} it at "
+                         "run time (a node would compile it otherwise)")
         for top in source_tops(selected):
             ctx.copy(top)
         return KernelSet(ops=tuple(selected), hipify=tuple(o.name for o in selected if o.device), declared=cat.ops,
@@ -86,16 +89,6 @@ def is_tree(tree: Path) -> bool:
     return (tree / "op_builder" / "builder.py").is_file() and (tree / "deepspeed").is_dir()
 
 
-def _selected(cat: Catalogue, ops: list[str] | None, all_compatible: bool, log: Logger) -> list[OpSpec]:
-    """The ops asked for, with the ops they load at run time (said: a node would compile those otherwise)."""
-    selected = cat.select(ops, all_compatible)
-    for dep in (o for o in selected if not all_compatible and o.name not in (ops or ())):
-        users = [o.name for o in selected if dep.name in o.loads]
-        log.info(f"also building {dep.name}: {', '.join(users)} load{'s' if len(users) == 1 else ''} it at run "
-                 "time (a node would compile it otherwise)")
-    return selected
-
-
 def download_dependencies(wheel: Path, wheelhouse: Path, *, python: str, runner: Runner) -> list[str]:
     """Binary wheels of the wheel's runtime requirements, so compute nodes can install offline.
 
@@ -112,7 +105,7 @@ def download_dependencies(wheel: Path, wheelhouse: Path, *, python: str, runner:
     reqs = [Requirement(r) for r in msg.get_all("Requires-Dist") or []]
     wanted = [str(r) for r in reqs if r.name.lower() != "torch" and "extra" not in str(r.marker or "")]
     if wanted:
-        runner.run([python or sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",
+        runner.run([python, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d",
                     str(wheelhouse), *wanted], env=make_env(), timeout=1800,
                    hint="the package index must be reachable from the build host; or fill the wheelhouse yourself")
     return wanted

@@ -7,7 +7,7 @@ from typing import Any
 
 from porter.errors import ConfigError, ToolError
 from porter.components.op_builder import bf16, profile_simd
-from porter.executor import HOST, Executor
+from porter.executor import Executor
 from porter.probe import run_probe
 from porter.run import Runner, make_env
 from porter.toolchain.profile import Toolchain
@@ -17,11 +17,6 @@ from ops_prebuild.source import Source
 
 # Catalogue entries that are not ops one can build (DeepSpeed's placeholder for unsupported names).
 _PLACEHOLDERS = {"NotImplementedBuilder"}
-
-
-def accelerator_for(tc: Toolchain) -> str:
-    """DeepSpeed's accelerator for a profile (DS_ACCELERATOR): ROCm builds go through the cuda one."""
-    return "cpu" if tc.kind == "cpu" else "cuda"
 
 
 def _reason(entry: dict[str, Any], tc: Toolchain) -> str:
@@ -40,10 +35,11 @@ def _reason(entry: dict[str, Any], tc: Toolchain) -> str:
 
 
 def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner,
-                   executor: Executor = HOST) -> Catalogue:
+                   executor: Executor) -> Catalogue:
     """Run the tree's own builders (in ``python``, which must have torch, through ``executor``) and
     turn them into OpSpecs."""
-    env_update: dict[str, str | None] = {"DS_ACCELERATOR": accelerator_for(tc), "PYTHONDONTWRITEBYTECODE": "1"}
+    accelerator = "cpu" if tc.kind == "cpu" else "cuda"  # DeepSpeed's (DS_ACCELERATOR): ROCm builds go through cuda
+    env_update: dict[str, str | None] = {"DS_ACCELERATOR": accelerator, "PYTHONDONTWRITEBYTECODE": "1"}
     # the emulated HIP target builds what a ROCm build builds: DeepSpeed's builders answer as for ROCm
     args = [executor.inside(source.tree), "rocm" if tc.hip else tc.kind]
     if tc.hip:
@@ -77,4 +73,4 @@ def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner
                           libraries=tuple(e["libraries"]), bf16=bf16(bool(e["device"]), tc, bool(e.get("bf16"))),
                           loads=tuple(e.get("loads") or ())))
     probes = tuple(sorted((str(k), bool(v)) for k, v in (doc.get("feature_probes") or {}).items()))
-    return Catalogue(source, torch, doc.get("accelerator", accelerator_for(tc)), needing_unbuildable(ops), probes)
+    return Catalogue(source, torch, doc.get("accelerator", accelerator), needing_unbuildable(ops), probes)

@@ -296,7 +296,6 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
     (``megatron_fused_kernels.helpers``, host-only), and its porter manifest beside it. ``patches``: those the port
     applied (:meth:`porter.patching.engine.Plan.records`; None: not known, and the manifest says so)."""
     full_version = with_label(version or "0", labels.make(tc))
-    tag = torch_info.wheel_tag
     entries: list[ExtensionEntry] = []
     files: dict[str, Payload] = {}
     for o in ops:
@@ -317,7 +316,7 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
     if patches is not None:
         sources["patches"] = list(patches)
     dest, mpath, _ = publish(
-        wheelhouse, lambda tmp, data: write_wheel(tmp, WheelSpec(DIST, full_version, tag),
+        wheelhouse, lambda tmp, data: write_wheel(tmp, WheelSpec(DIST, full_version, torch_info.wheel_tag),
                                                   {**files, "{dist_info}/porter.json": data},
                                                   summary="Megatron-DeepSpeed fused softmax kernels, prebuilt by porter"),
         extra={"wave64": wave64} if wave64 else None,
