@@ -9,7 +9,7 @@ import json
 import os
 import re
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -307,11 +307,9 @@ def record_outputs(build_dir: Path, outputs: list[str], *, merge: bool = False) 
     """Record ``outputs`` (those there are); ``merge`` keeps the record's other entries (a shard's objects)."""
     rec: dict[str, dict[str, Any]] = {}
     if merge:
-        try:
+        with suppress(OSError, ValueError):  # none yet, or unreadable: this shard's alone
             old = json.loads((build_dir / OUTPUTS_RECORD).read_text())
             rec = old if isinstance(old, dict) else {}
-        except (OSError, ValueError):
-            rec = {}
     for out in outputs:
         path = Path(out)
         if path.is_file():
@@ -380,10 +378,10 @@ def _read_times(path: Path) -> dict[str, float]:
         return {}  # none yet, or unreadable: the ETA falls back to estimates
 
 
-def expected_times(plan: Plan, steps: list[Step], path: Path | None) -> tuple[dict[str, float], list[str], list[str]]:
+def expected_times(plan: Plan, steps: list[Step], path: Path) -> tuple[dict[str, float], list[str], list[str]]:
     """Per ninja description of each step: its measured time, else a guess from its source's size (listed), and
     which of the guessed ones are compiles (a link's guess is a nominal second: it has no source to size)."""
-    known = _read_times(path) if path is not None else {}
+    known = _read_times(path)
     expected: dict[str, float] = {}
     guessed: list[str] = []
     compiles: list[str] = []
@@ -424,8 +422,8 @@ def record_times(plan: Plan, entries: list[list[str]], path: Path, cached: Colle
                           + "\n")
 
 
-def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, targets: list[str] | None = None,
-              tag: str = "", times: Path | None = None, stats: Path | None = None) -> list[OpResult]:
+def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, times: Path, targets: list[str] | None = None,
+              tag: str = "", stats: Path | None = None) -> list[OpResult]:
     """One ninja run over the plan (or only ``targets``: a shard's objects) in the plan's environment; per-op results.
 
     With ``targets`` an op's status says whether its part of the shard compiled: "compiled" (or
@@ -452,9 +450,8 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, targets: li
                          timeout=4 * 3600, check=False, on_line=step.ninja_line)
     after = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
     new = [l.split("\t") for l in after[len(before) if len(after) >= len(before) else 0:] if not l.startswith("#")]
-    if times is not None:
-        where = plan.toolchain.executor.inside(plan.build_dir)  # ninja's folder, where each compile runs
-        record_times(plan, new, times, hit_sources(stats, where) if stats is not None else set())
+    where = plan.toolchain.executor.inside(plan.build_dir)  # ninja's folder, where each compile runs
+    record_times(plan, new, times, hit_sources(stats, where) if stats is not None else set())
     blocks = _failure_blocks(res.output)
     shared = str(plan.build_dir / "pch") + os.sep  # a failed precompiled header fails the ops that read it
     inputs = {s.output: s.inputs for s in plan.steps}
