@@ -163,16 +163,17 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             enabled=compiler_cache.enabled and not compile_only, cache_dir=compiler_cache.dir,
             remote="" if compile_only else compiler_cache.remote)
         plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not runner.dry,
-                         compile_only=compile_only, extra_includes=view, cache=ccache,
-                         pch=how.pch, debug=how.debug)
+                         compile_only=compile_only, extra_includes=view, cache=ccache, pch=how.pch, debug=how.debug)
         plan.notes[:] = [*notes, *plan.notes, *_notes(cat, view, source_patches, emulated, not runner.dry)]
         # the memory one compile job may take: nvcc/hipcc device units ~3 GiB, host C++ units ~1 GiB
         per_job = 3 << 30 if any(o.device for o in selected) and tc.kind != "cpu" else 1 << 30
         n_jobs = how.jobs or default_jobs(per_job, spare=1)  # one spare: no core idles while the last units compile
         result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, ccache=ccache, source_patches=source_patches,
                              hip_view=str(view[0]) if view else "")
-        if runner.dry:
-            return _dry(result, tc, runner, log, start)
+        if runner.dry:  # the plan, and what a real run here would refuse (the toolchain's root not ready, ...)
+            result.refusal = result.refusal or ready(tc, runner, log, compiler=False)[1]
+            result.seconds = time.monotonic() - start
+            return result
         _write_build_dir(plan, build_dir, log)
         stats, part, tag = build_dir / CCACHE_STATS, None, ""
         if shard is not None:
@@ -210,13 +211,6 @@ def _notes(cat: Catalogue, view: tuple[Path, ...], source_patches: Sequence[str]
         notes.append(f"{'built' if built else 'a real run builds'} from porter's patched copy of the source: "
                      f"{'; '.join(source_patches)}")
     return notes
-
-
-def _dry(result: BuildResult, tc: Toolchain, runner: Runner, log: Logger, start: float) -> BuildResult:
-    """A dry run's result: the plan, and what a real run here would refuse (the toolchain's root not ready, ...)."""
-    result.refusal = result.refusal or ready(tc, runner, log, compiler=False)[1]
-    result.seconds = time.monotonic() - start
-    return result
 
 
 def _shard_files(plan: Plan, part: list[Step], tag: str, build_dir: Path, log: Logger, *,
