@@ -9,7 +9,7 @@ import json
 import os
 import re
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -163,16 +163,17 @@ def compile_catalogue(cat: Catalogue, tc: Toolchain, selected: list[OpSpec], bui
             enabled=compiler_cache.enabled and not compile_only, cache_dir=compiler_cache.dir,
             remote="" if compile_only else compiler_cache.remote)
         plan = make_plan(cat, tc, selected, build_dir, sources=hip_map, stage=not runner.dry,
-                         compile_only=compile_only, extra_includes=view, cache=ccache,
-                         pch=how.pch, debug=how.debug)
+                         compile_only=compile_only, extra_includes=view, cache=ccache, pch=how.pch, debug=how.debug)
         plan.notes[:] = [*notes, *plan.notes, *_notes(cat, view, source_patches, emulated, not runner.dry)]
         # the memory one compile job may take: nvcc/hipcc device units ~3 GiB, host C++ units ~1 GiB
         per_job = 3 << 30 if any(o.device for o in selected) and tc.kind != "cpu" else 1 << 30
         n_jobs = how.jobs or default_jobs(per_job, spare=1)  # one spare: no core idles while the last units compile
         result = BuildResult(plan, cat, jobs=n_jobs, refusal=refused, ccache=ccache, source_patches=source_patches,
                              hip_view=str(view[0]) if view else "")
-        if runner.dry:
-            return _dry(result, tc, runner, log, start)
+        if runner.dry:  # the plan, and what a real run here would refuse (the toolchain's root not ready, ...)
+            result.refusal = result.refusal or ready(tc, runner, log, compiler=False)[1]
+            result.seconds = time.monotonic() - start
+            return result
         _write_build_dir(plan, build_dir, log)
         stats, part, tag = build_dir / CCACHE_STATS, None, ""
         if shard is not None:
@@ -210,13 +211,6 @@ def _notes(cat: Catalogue, view: tuple[Path, ...], source_patches: Sequence[str]
         notes.append(f"{'built' if built else 'a real run builds'} from porter's patched copy of the source: "
                      f"{'; '.join(source_patches)}")
     return notes
-
-
-def _dry(result: BuildResult, tc: Toolchain, runner: Runner, log: Logger, start: float) -> BuildResult:
-    """A dry run's result: the plan, and what a real run here would refuse (the toolchain's root not ready, ...)."""
-    result.refusal = result.refusal or ready(tc, runner, log, compiler=False)[1]
-    result.seconds = time.monotonic() - start
-    return result
 
 
 def _shard_files(plan: Plan, part: list[Step], tag: str, build_dir: Path, log: Logger, *,
@@ -307,11 +301,9 @@ def record_outputs(build_dir: Path, outputs: list[str], *, merge: bool = False) 
     """Record ``outputs`` (those there are); ``merge`` keeps the record's other entries (a shard's objects)."""
     rec: dict[str, dict[str, Any]] = {}
     if merge:
-        try:
+        with suppress(OSError, ValueError):  # none yet, or unreadable: this shard's alone
             old = json.loads((build_dir / OUTPUTS_RECORD).read_text())
             rec = old if isinstance(old, dict) else {}
-        except (OSError, ValueError):
-            rec = {}
     for out in outputs:
         path = Path(out)
         if path.is_file():
@@ -380,10 +372,10 @@ def _read_times(path: Path) -> dict[str, float]:
         return {}  # none yet, or unreadable: the ETA falls back to estimates
 
 
-def expected_times(plan: Plan, steps: list[Step], path: Path | None) -> tuple[dict[str, float], list[str], list[str]]:
+def expected_times(plan: Plan, steps: list[Step], path: Path) -> tuple[dict[str, float], list[str], list[str]]:
     """Per ninja description of each step: its measured time, else a guess from its source's size (listed), and
     which of the guessed ones are compiles (a link's guess is a nominal second: it has no source to size)."""
-    known = _read_times(path) if path is not None else {}
+    known = _read_times(path)
     expected: dict[str, float] = {}
     guessed: list[str] = []
     compiles: list[str] = []
@@ -424,8 +416,8 @@ def record_times(plan: Plan, entries: list[list[str]], path: Path, cached: Colle
                           + "\n")
 
 
-def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, targets: list[str] | None = None,
-              tag: str = "", times: Path | None = None, stats: Path | None = None) -> list[OpResult]:
+def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, times: Path, targets: list[str] | None = None,
+              tag: str = "", stats: Path | None = None) -> list[OpResult]:
     """One ninja run over the plan (or only ``targets``: a shard's objects) in the plan's environment; per-op results.
 
     With ``targets`` an op's status says whether its part of the shard compiled: "compiled" (or
@@ -452,9 +444,8 @@ def run_ninja(plan: Plan, jobs: int, *, runner: Runner, log: Logger, targets: li
                          timeout=4 * 3600, check=False, on_line=step.ninja_line)
     after = ninja_log.read_text().splitlines() if ninja_log.is_file() else []
     new = [l.split("\t") for l in after[len(before) if len(after) >= len(before) else 0:] if not l.startswith("#")]
-    if times is not None:
-        where = plan.toolchain.executor.inside(plan.build_dir)  # ninja's folder, where each compile runs
-        record_times(plan, new, times, hit_sources(stats, where) if stats is not None else set())
+    where = plan.toolchain.executor.inside(plan.build_dir)  # ninja's folder, where each compile runs
+    record_times(plan, new, times, hit_sources(stats, where) if stats is not None else set())
     blocks = _failure_blocks(res.output)
     shared = str(plan.build_dir / "pch") + os.sep  # a failed precompiled header fails the ops that read it
     inputs = {s.output: s.inputs for s in plan.steps}

@@ -352,8 +352,7 @@ def _compile_argv(op: OpSpec, cat: Catalogue, tc: Toolchain, src: str, obj: str,
     # a unit of a GPU op for porter's emulated HIP target: the host compiler, ROCm's defines as a device compile has
     # them (the wavefront the profile's), porter's HIP-on-CPU headers and prelude
     emulated = tc.kind == "emulated" and op.device
-    wave = (tc.wavefront or 64) if emulated else tc.wavefront
-    rocm = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={wave}", *half]
+    rocm = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", f"-DROCM_WAVEFRONT_SIZE={tc.wavefront}", *half]
     if device and tc.kind == "cuda":
         march = [a for a in host_args(op.cxx_args, tc) if a.startswith("-march=")]
         # torch's own CUDA extension flags first, so the builder's -U flags can undo them, as in torch

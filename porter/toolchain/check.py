@@ -19,7 +19,7 @@ from packaging.version import InvalidVersion, Version
 from porter import emulate
 from porter.codeobjects import CodeObject, read_code_objects
 from porter.errors import PorterError, ToolError, first_error
-from porter.log import Logger, quiet_logger
+from porter.log import Logger
 from porter.run import Result, Runner
 from porter.toolchain.archs import Target
 from porter.toolchain.discover import Program, probe
@@ -121,9 +121,8 @@ def _flags(tc: Toolchain, targets: Sequence[Target]) -> list[str]:
     return ["-fPIC", march, *common]
 
 
-def check_toolchain(tc: Toolchain, *, runner: Runner | None = None, log: Logger | None = None,
+def check_toolchain(tc: Toolchain, *, log: Logger, runner: Runner | None = None,
                     keep: Path | None = None) -> CheckReport:
-    log = log or quiet_logger()
     runner = runner or Runner(log)
     env = toolchain_env(tc)
     ex = tc.executor

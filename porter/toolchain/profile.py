@@ -195,9 +195,8 @@ _VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 def _expand(value: str, environ: Mapping[str, str]) -> str:
     """``${VAR}`` and ``${VAR:-default}`` and a leading ``~``: lets presets name relocatable paths."""
     value = _VAR.sub(lambda m: environ.get(m.group(1)) or (m.group(2) or ""), value)
-    if "\0" in value:  # refused by the caller (_coerce); expanduser would raise ValueError on it
-        return value
-    return os.path.expanduser(value)
+    # one with a NUL is refused by the caller (_coerce); expanduser would raise ValueError on it
+    return value if "\0" in value else os.path.expanduser(value)
 
 
 def _coerce(data: Mapping[str, Any], where: str, environ: Mapping[str, str]) -> dict[str, Any]:
@@ -268,9 +267,8 @@ def load_toolchain(ref: str | os.PathLike[str] | None = None, *, overrides: Mapp
     return Toolchain(**merged)
 
 
-def toolchain_env(tc: Toolchain, extra: Mapping[str, str | None] | None = None,
-                  base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for the toolchain's programs: a copy of ``base`` plus the profile's env."""
+def toolchain_env(tc: Toolchain, extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    """The environment for the toolchain's programs: a copy of porter's environment plus the profile's env."""
     from porter.run import make_env
 
     update: dict[str, str | None] = dict(tc.env)
@@ -279,4 +277,4 @@ def toolchain_env(tc: Toolchain, extra: Mapping[str, str | None] | None = None,
     if tc.kind == "cuda" and tc.root:
         update.setdefault("CUDA_HOME", tc.root)
     update.update(extra or {})
-    return make_env(update, base)
+    return make_env(update)
