@@ -29,11 +29,8 @@ def bf16(device: bool, tc: Toolchain, own: bool = False) -> bool:
     return own
 
 
-def simd_define(isa: str) -> str | None:
-    """The SIMD define for a -march value (``isa.toml`` beside this module); None for ``native`` (the builders
-    detect it)."""
-    if isa == "native":
-        return None
+def simd_define(isa: str) -> str:
+    """The SIMD define for a -march value (``isa.toml`` beside this module)."""
     table = tomllib.loads(Path(__file__).with_name("isa.toml").read_text())["simd"]
     if isa not in table:
         raise ConfigError(f"no SIMD level known for cpu_isa {isa!r}",
@@ -46,8 +43,7 @@ def profile_simd(args: tuple[str, ...], isa: str) -> tuple[str, ...]:
     they are). A wheel built on an AVX-512 login node must not crash with SIGILL on a Zen 3 compute node."""
     if isa == "native":
         return args
-    define = simd_define(isa)
-    return (*(a for a in args if a not in SIMD_DEFINES), *([define] if define else []))
+    return (*(a for a in args if a not in SIMD_DEFINES), simd_define(isa))
 
 
 def read_installed_ops(text: str) -> dict[str, bool] | None:

@@ -215,12 +215,12 @@ def _needs_torch(info: SourceInfo, kind: str) -> tuple[str | None, str]:
                     "ops fail there without a ROCm torch")
 
 
-def _specs(info: SourceInfo, rocm: str | None) -> dict[str, BuildSpec]:
+def _specs(info: SourceInfo, rocm: str) -> dict[str, BuildSpec]:
     """Each op's translation units as the tree declares them (op_builder classes, or an old setup.py's extensions)."""
     if info.regime == "env":
-        return builder_specs(info.tree / "op_builder", rocm or "6.0")
-    return read_flag_extensions((info.tree / "setup.py").read_text(errors="replace"), str(info.tree / "setup.py"),
-                                rocm or "6.0")[1]
+        return builder_specs(info.tree / "op_builder", rocm)
+    setup_py = info.tree / "setup.py"
+    return read_flag_extensions(setup_py.read_text(errors="replace"), str(setup_py), rocm)[1]
 
 
 def _env_switches(info: SourceInfo, selected: tuple[OpSpec, ...]) -> dict[str, str | None]:
@@ -285,13 +285,10 @@ def select_ops(info: SourceInfo, wanted: Iterable[str], kind: str) -> tuple[OpSp
 
 def read_op_builder(folder: Path) -> tuple[OpSpec, ...]:
     """Ops from ``op_builder/*.py``: classes with string attributes BUILD_VAR, NAME (and INCLUDE_FLAG)."""
-    ops: list[OpSpec] = []
-    for _path, _text, _node, assigned in _classes(folder):
-        attrs = {k: v.value for k, v in assigned.items() if isinstance(v, ast.Constant) and isinstance(v.value, str)}
-        if "BUILD_VAR" in attrs and "NAME" in attrs:
-            device = attrs.get("INCLUDE_FLAG") != CPP_GROUP_VAR
-            ops.append(OpSpec(attrs["NAME"], f"apex.{attrs['NAME']}", device, attrs["BUILD_VAR"]))
-    return tuple(ops)
+    classes = ({k: v.value for k, v in assigned.items() if isinstance(v, ast.Constant) and isinstance(v.value, str)}
+               for *_, assigned in _classes(folder))
+    return tuple(OpSpec(a["NAME"], f"apex.{a['NAME']}", a.get("INCLUDE_FLAG") != CPP_GROUP_VAR, a["BUILD_VAR"])
+                 for a in classes if "BUILD_VAR" in a and "NAME" in a)
 
 
 def _classes(folder: Path) -> Iterator[tuple[Path, str, ast.ClassDef, dict[str, ast.expr]]]:
@@ -330,8 +327,8 @@ class BuildSpec(OpSpec):
 
 def _scope(rocm: str, text: str, fixed: frozenset[str] = frozenset()) -> static.Scope:
     """An evaluator scope for an apex script, seeded with the names it computes from its torch, as they are for any
-    torch 2 and the profile's ROCm."""
-    major, _, minor = (rocm or "6.0").partition(".")
+    torch 2 and the profile's ROCm (6.0 when it names none)."""
+    major, _, minor = rocm.partition(".")
     seed = {"this_dir": static.ROOT, "cwd": static.ROOT, "TORCH_MAJOR": 2, "TORCH_MINOR": 0,
             "ROCM_MAJOR": int(major) if major.isdigit() else 6,
             "ROCM_MINOR": int(minor.split(".")[0]) if minor.split(".")[0].isdigit() else 0,

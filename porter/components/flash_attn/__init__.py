@@ -269,8 +269,7 @@ class FlashAttnDriver:
         instances = [g for g in generated if not g.stem.endswith("_api")]
         pats = [u for spec in request.units for u in re.split(r"[,\s]+", spec) if u]
         chosen = _chosen_instances(instances, pats, request)
-        narrowed = bool(pats) or request.instances is not None
-        frontend = not narrowed or any(fnmatch.fnmatch(FRONTEND, pt) for pt in pats)
+        frontend = (not pats and request.instances is None) or any(fnmatch.fnmatch(FRONTEND, pt) for pt in pats)
         if not chosen and not frontend:
             example = f", e.g. {instances[0].stem}" if instances else ""
             raise ConfigError(f"no CK instance of flash-attn {info.version} matches {', '.join(pats) or '--instances 0'}"
@@ -289,7 +288,6 @@ class FlashAttnDriver:
             ctx.put(rel, g.read_bytes())
             ops.append(OpSpec(name=g.stem, builder="csrc/composable_kernel generate.py", module=EXTENSION,
                               sources=(rel,), include_paths=includes, device=True, cxx_args=ck.cxx, nvcc_args=flags))
-        hipify: tuple[str, ...] = ()
         if frontend:
             for folder in sorted({str(Path(s).parent) for s in ck.sources}):
                 ctx.copy(folder)  # its headers (flash_common.hpp), which the sources include by a quoted name
@@ -301,13 +299,12 @@ class FlashAttnDriver:
             ops.append(OpSpec(name=FRONTEND, builder="setup.py", module=EXTENSION, sources=tuple(srcs),
                               include_paths=(*ck_abs, "csrc/flash_attn_ck"), device=True, cxx_args=ck.cxx,
                               nvcc_args=flags))
-            hipify = (FRONTEND,)
         notes = [f"CK fmha instances: {len(chosen)} of {len(instances)} generated (receipt {ck.receipt or 'none'}, "
                  f"optdim {ck.optdim or 'none'}, directions {', '.join(ck.directions)})"
                  + (f", plus {FRONTEND} ({len(ck.sources)} sources + {len(api)} API dispatchers)" if frontend else ""),
                  *_flag_notes(ck, dropped, flags, chosen)]
-        return KernelSet(ops=tuple(ops), hipify=hipify, total_units=len(instances) + len(api) + len(ck.sources),
-                         notes=tuple(notes))
+        return KernelSet(ops=tuple(ops), hipify=(FRONTEND,) if frontend else (),
+                         total_units=len(instances) + len(api) + len(ck.sources), notes=tuple(notes))
 
 
 def _flag_notes(ck: CkBuild, dropped: Sequence[str], flags: Sequence[str], chosen: list[Path]) -> list[str]:
