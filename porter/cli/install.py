@@ -15,6 +15,7 @@ from porter.log import Logger
 from porter.optspec import dry_run_option, target_python_option
 from porter.run import Runner
 
+
 @dataclass(frozen=True, kw_only=True)
 class InstallCommandOptions(InstallOptions):
     """``porter install``'s options: the library's request (each field declares its option) and the command's own

@@ -232,7 +232,8 @@ def test_what_the_command_line_requires_a_direct_caller_must_give() -> None:
 
     from porter.image.build import ImageRequest
 
-    assert {c.__name__: required_with_default(c) for c in option_classes() if required_with_default(c)} == {}
+    found = {c.__name__: required_with_default(c) for c in option_classes()}
+    assert {k: v for k, v in found.items() if v} == {}
     assert {"base", "output", "toolchain"} <= {f.name for f in dataclasses.fields(ImageRequest)
                                                if f.default is dataclasses.MISSING}
 
