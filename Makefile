@@ -47,12 +47,13 @@ demo: venv
 	$(VENV)/bin/porter install wheelhouse --python $(NODE_VENV)/bin/python
 	$(VENV)/bin/porter verify --python $(NODE_VENV)/bin/python
 
-# Two or more pytest workers (at most 4): many integration tests wait on one compiler, pip or a child process at a
-# time, so a second worker fills the idle core. Each worker has its own session fixtures (a one-node Slurm on free
+# One pytest worker more than cores (3 at least, 5 at most): many integration tests wait on one compiler, pip, a
+# Slurm job or a child process at a time, so the extra worker fills the idle core ("most CPU" at the end of the run
+# says how busy the cores were). Each worker has its own session fixtures (a one-node Slurm on free
 # ports included). --dist loadfile --no-loadscope-reorder: a worker is handed one whole test file at a time, in the
 # collection's order (tests/conftest.py: the integration files with slow tests first, the unit tier's last), so a
 # file's module fixtures are made once and the last file to start is a short one.
-TEST_JOBS   ?= $(shell n=$$(nproc); [ $$n -lt 2 ] && n=2; [ $$n -gt 4 ] && n=4; echo $$n)
+TEST_JOBS   ?= $(shell n=$$(( $$(nproc) + 1 )); [ $$n -lt 3 ] && n=3; [ $$n -gt 5 ] && n=5; echo $$n)
 
 test: venv test-unit-no-torch
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=60 tests/unit tests/integration

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import resource
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,29 @@ def _hermetic_porter_env(monkeypatch: pytest.MonkeyPatch, _session_porter_cache:
 
 
 _CALL_PASSED = pytest.StashKey[bool]()
+_CPU = pytest.StashKey[dict[str, float]]()
+_CPU_ROWS: list[tuple[float, str, str]] = []
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of every program it (or they) waited for: a compile inside a chroot
+    counts, a Slurm job (the cluster's daemons start it) does not."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _timed(phase: str) -> Callable[[pytest.Item], Iterator[None]]:
+    def hook(item: pytest.Item) -> Iterator[None]:
+        start = _cpu_seconds()
+        try:
+            yield
+        finally:
+            item.stash.setdefault(_CPU, {})[phase] = _cpu_seconds() - start
+    hook.__name__ = f"pytest_runtest_{phase}"
+    return pytest.hookimpl(wrapper=True, tryfirst=True)(hook)
+
+
+pytest_runtest_setup, pytest_runtest_call, pytest_runtest_teardown = map(_timed, ("setup", "call", "teardown"))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -97,7 +122,39 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if report.when == "call":
         item.stash[_CALL_PASSED] = report.passed
+    if report.when in item.stash.get(_CPU, {}):
+        report.user_properties.append(("cpu_seconds", item.stash[_CPU][report.when]))
     return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """(On pytest-xdist's controller too: a worker's report carries its user_properties.)"""
+    cpu = dict(report.user_properties).get("cpu_seconds")
+    if isinstance(cpu, float) and cpu >= 0.5:
+        _CPU_ROWS.append((cpu, report.when, report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """With --durations: the phases that used the most CPU, beside the wall-clock durations. On a machine whose
+    cores every worker keeps busy, CPU seconds are what a test costs the whole run; a test waiting on Slurm, pip's
+    downloads or a sleep has a long duration and costs little."""
+    if not config.option.durations or not _CPU_ROWS:
+        return
+    terminalreporter.write_sep("=", f"most CPU, {config.option.durations} phases")
+    for cpu, when, nodeid in sorted(_CPU_ROWS, reverse=True)[:config.option.durations]:
+        terminalreporter.write_line(f"{cpu:7.1f}s cpu {when:<8} {nodeid}")
+    wall = time.monotonic() - _SESSION_START[0]
+    used = sum(r[0] for r in _CPU_ROWS)
+    cores = os.cpu_count() or 1
+    terminalreporter.write_line(f"{used:7.0f}s cpu in all (phases of 0.5 s or more): {used / (wall * cores):.0%} of "
+                                f"{cores} cores over {wall:.0f}s")
+
+
+_SESSION_START = [time.monotonic()]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SESSION_START[0] = time.monotonic()
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import FIXTURES
 from tests.integration.conftest import run_porter
 from tests.slurm_cluster import SlurmCluster
 
@@ -75,15 +76,16 @@ def test_two_shards_on_slurm_then_the_link_job_equal_a_local_build(slurm: SlurmC
 
 
 @pytest.mark.rocm7
-def test_flash_attn_compile_only_in_two_shards_on_slurm(slurm: SlurmCluster, rocm7: Path, flash_attn_sdist: Path,
-                                                        tmp_path: Path) -> None:
-    """FlashAttention's CK compile-only as a job array: two real CK instances, one per shard, compiled for gfx942
-    in the ROCm 7.2 chroot into one shared build folder; the job after them reports both units compiled."""
+def test_flash_attn_compile_only_in_two_shards_on_slurm(slurm: SlurmCluster, rocm7: Path, tmp_path: Path) -> None:
+    """FlashAttention's CK compile-only as a job array: two CK instances, one per shard, compiled for gfx942 in the
+    ROCm 7.2 chroot into one shared build folder; the job after them reports both units compiled. The instances
+    are the CK-shaped fixture's (made by its stand-in of the tree's generator): what is tested is the array, the
+    shared folder and the report; that real CK instances compile is test_wheels_compile's (two of the sdist)."""
     env = {**slurm.env, "PORTER_CACHE_DIR": str(tmp_path / "cache"), "PORTER_ROCM7_ROOT": str(rocm7)}
     d = tmp_path / "shared"
-    res = run_porter("wheel", "flash-attn", "--source", str(flash_attn_sdist), "-t", "debian-rocm7",
-                     "--arch", "gfx942", "--compile-only", "--units", "fmha_bwd_convert_dq_*", "--instances", "2",
-                     "--shards", "2", "--slurm", "--dir", str(d), "-o", str(tmp_path / "w"), "--cpus-per-task", "1",
+    res = run_porter("wheel", "flash-attn", "--source", str(FIXTURES / "flash-attn-ck-frontend"), "-t", "debian-rocm7",
+                     "--arch", "gfx942", "--compile-only", "--units", "fmha_*_fixture", "--instances", "2",
+                     "--drop-flag=-amdgpu-early-inline-all", "--shards", "2", "--slurm", "--dir", str(d), "-o", str(tmp_path / "w"), "--cpus-per-task", "1",
                      "--time", "30:00", "--wait", "--json", env=env, timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:] + "".join(p.read_text()[-2000:]
                                                              for p in sorted((d / "logs").glob("*.log")))
