@@ -48,8 +48,9 @@ demo: venv
 	$(VENV)/bin/porter verify --python $(NODE_VENV)/bin/python
 
 # One pytest worker more than cores (3 at least, 5 at most): many integration tests wait on one compiler, pip, a
-# Slurm job or a child process at a time, so the extra worker fills the idle core ("most CPU" at the end of the run
-# says how busy the cores were). Each worker has its own session fixtures (a one-node Slurm on free
+# Slurm job or a child process at a time, and the extra worker fills a core they leave idle. On 2 cores the run is
+# CPU-bound (the compiles): "most CPU" at the end of the run says how busy the cores were, and which tests cost
+# the most. Each worker has its own session fixtures (a one-node Slurm on free
 # ports included). --dist loadfile --no-loadscope-reorder: a worker is handed one whole test file at a time, in the
 # collection's order (tests/conftest.py: the integration files with slow tests first, the unit tier's last), so a
 # file's module fixtures are made once and the last file to start is a short one.
