@@ -47,14 +47,14 @@ demo: venv
 	$(VENV)/bin/porter install wheelhouse --python $(NODE_VENV)/bin/python
 	$(VENV)/bin/porter verify --python $(NODE_VENV)/bin/python
 
-# One pytest worker more than cores (3 at least, 5 at most): many integration tests wait on one compiler, pip, a
-# Slurm job or a child process at a time, and the extra worker fills a core they leave idle. On 2 cores the run is
-# CPU-bound (the compiles): "most CPU" at the end of the run says how busy the cores were, and which tests cost
-# the most. Each worker has its own session fixtures (a one-node Slurm on free
+# Two or more pytest workers (at most 4): many integration tests wait on one compiler, pip or a child process at a
+# time, so a second worker fills the idle core. A third on 2 cores was measured: no faster (the run is CPU-bound:
+# the compiles; "most CPU" at the end of the run says how busy the cores were, and which tests cost the most), a
+# worker costs CPU of its own: its session fixtures (a one-node Slurm on free
 # ports included). --dist loadfile --no-loadscope-reorder: a worker is handed one whole test file at a time, in the
 # collection's order (tests/conftest.py: the integration files with slow tests first, the unit tier's last), so a
 # file's module fixtures are made once and the last file to start is a short one.
-TEST_JOBS   ?= $(shell n=$$(( $$(nproc) + 1 )); [ $$n -lt 3 ] && n=3; [ $$n -gt 5 ] && n=5; echo $$n)
+TEST_JOBS   ?= $(shell n=$$(nproc); [ $$n -lt 2 ] && n=2; [ $$n -gt 4 ] && n=4; echo $$n)
 
 test: venv test-unit-no-torch
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=60 tests/unit tests/integration
