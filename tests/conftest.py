@@ -94,6 +94,11 @@ def _hermetic_porter_env(monkeypatch: pytest.MonkeyPatch, _session_porter_cache:
 _CALL_PASSED = pytest.StashKey[bool]()
 _CPU = pytest.StashKey[dict[str, float]]()
 _CPU_ROWS: list[tuple[float, str, str]] = []
+_SESSION_START = [time.monotonic()]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SESSION_START[0] = time.monotonic()
 
 
 def _cpu_seconds() -> float:
@@ -148,13 +153,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     cores = os.cpu_count() or 1
     terminalreporter.write_line(f"{used:7.0f}s cpu in all (phases of 0.5 s or more): {used / (wall * cores):.0%} of "
                                 f"{cores} cores over {wall:.0f}s")
-
-
-_SESSION_START = [time.monotonic()]
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _SESSION_START[0] = time.monotonic()
 
 
 @pytest.fixture(autouse=True)

@@ -83,10 +83,11 @@ def test_flash_attn_compile_only_in_two_shards_on_slurm(slurm: SlurmCluster, roc
     shared folder and the report; that real CK instances compile is test_wheels_compile's (two of the sdist)."""
     env = {**slurm.env, "PORTER_CACHE_DIR": str(tmp_path / "cache"), "PORTER_ROCM7_ROOT": str(rocm7)}
     d = tmp_path / "shared"
-    res = run_porter("wheel", "flash-attn", "--source", str(FIXTURES / "flash-attn-ck-frontend"), "-t", "debian-rocm7",
-                     "--arch", "gfx942", "--compile-only", "--units", "fmha_*_fixture", "--instances", "2",
-                     "--drop-flag=-amdgpu-early-inline-all", "--shards", "2", "--slurm", "--dir", str(d), "-o", str(tmp_path / "w"), "--cpus-per-task", "1",
-                     "--time", "30:00", "--wait", "--json", env=env, timeout=1800)
+    res = run_porter("wheel", "flash-attn", "--source", str(FIXTURES / "flash-attn-ck-frontend"), "-t",
+                     "debian-rocm7", "--arch", "gfx942", "--compile-only", "--units", "fmha_*_fixture", "--instances",
+                     "2", "--drop-flag=-amdgpu-early-inline-all", "--shards", "2", "--slurm", "--dir", str(d), "-o",
+                     str(tmp_path / "w"), "--cpus-per-task", "1", "--time", "30:00", "--wait", "--json", env=env,
+                     timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:] + "".join(p.read_text()[-2000:]
                                                              for p in sorted((d / "logs").glob("*.log")))
     doc = json.loads(res.stdout)
