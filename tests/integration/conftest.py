@@ -3,6 +3,7 @@ the one-node Slurm cluster (started once per session, stopped after)."""
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import subprocess
@@ -15,12 +16,56 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.conftest import require
+from tests.conftest import FIXTURES, require
 from tests.slurm_cluster import ClusterUnavailable, SlurmCluster, one_node_slurm
 
 T = TypeVar("T")
 
 CPU_OPS = ("cpu_adam", "cpu_adagrad", "cpu_lion")
+SMALL_OPS = FIXTURES / "ds-small-ops"
+SLOW_CXX = """#!/bin/sh
+# g++, but while {marks}/compile (or {marks}/link) holds a number, a compile (or a link) first leaves a mark
+# ({marks}/compile.PID) and sleeps that many seconds: a window to kill porter in, or to watch its progress in,
+# that costs no CPU
+case " $* " in *" -shared "*) step=link ;; *" -c "*) step=compile ;; *) step=other ;; esac
+if [ -s "{marks}/$step" ]; then : > "{marks}/$step.$$"; sleep "$(cat "{marks}/$step")"; fi
+exec g++ "$@"
+"""
+
+
+def small_ops_sdist(sdist: Path, dest: Path) -> Path:
+    """A copy of the real DeepSpeed ``sdist`` (same name, in ``dest``) whose cpu_adam and cpu_lion sources are
+    tests/fixtures/ds-small-ops: every builder, flag and file of the release, with units that compile in a second.
+    For the tests of porter's own mechanics (progress, kills, locks, shards); see that folder's README."""
+    import re
+    import tarfile
+
+    small = re.compile(r"^[^/]+/(?:deepspeed/ops/)?csrc/(?:adam|lion)/cpu_(?:adam|lion)(_impl)?\.cpp$")
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / sdist.name
+    with tarfile.open(sdist) as src, tarfile.open(out, "w:gz") as dst:
+        for member in src.getmembers():
+            m = small.match(member.name)
+            if not m:
+                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+                continue
+            data = (SMALL_OPS / ("impl.cpp" if m.group(1) else "binding.cpp")).read_bytes()
+            member.size = len(data)
+            dst.addfile(member, io.BytesIO(data))
+    return out
+
+
+def slow_cpu_profile(where: Path) -> tuple[Path, Path]:
+    """A cpu toolchain profile (in ``where``) whose compiler is g++ behind SLOW_CXX, and its marks folder: write
+    a number of seconds to ``marks/"compile"`` (or ``"link"``) to make each compile (or link) wait that long."""
+    marks = where / "marks"
+    marks.mkdir(parents=True)
+    cxx = where / "slow-g++"
+    cxx.write_text(SLOW_CXX.format(marks=marks))
+    cxx.chmod(0o755)
+    profile = where / "slow-cpu.toml"
+    profile.write_text(f'kind = "cpu"\ncompiler = "{cxx}"\ncxx = "{cxx}"\ncpu_isa = "x86-64-v2"\n')
+    return profile, marks
 
 
 def wait_for(predicate: Callable[[], T], seconds: float, every: float = 0.2) -> T:
@@ -84,6 +129,12 @@ def xdist_shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return None
     return tmp_path_factory.getbasetemp().parent
+
+
+@pytest.fixture(scope="session")
+def deepspeed_small_sdist(tmp_path_factory: pytest.TempPathFactory, deepspeed_sdist: Path) -> Path:
+    """The real DeepSpeed 0.19.8 sdist with small cpu_adam and cpu_lion sources (:func:`small_ops_sdist`)."""
+    return small_ops_sdist(deepspeed_sdist, tmp_path_factory.mktemp("small-ops"))
 
 
 @pytest.fixture(scope="session")

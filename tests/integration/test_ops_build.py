@@ -16,7 +16,7 @@ from porter.artifacts.manifest import read_manifest
 
 from porter.fs import sha256_file
 from tests.conftest import fetch_sdist, require
-from tests.integration.conftest import CPU_OPS, run_porter, sigkill, wait_for
+from tests.integration.conftest import CPU_OPS, run_porter, sigkill, slow_cpu_profile, wait_for
 
 ADAM_CHECK = r"""
 import os, shutil, sys, torch
@@ -169,20 +169,25 @@ def test_ctrl_c_stops_ninja_and_leaves_no_wheel(deepspeed_sdist: Path, tmp_path:
 
 
 @pytest.mark.slow
-def test_kill_9_of_porter_leaves_no_compiler_and_the_rerun_builds(deepspeed_sdist: Path, tmp_path: Path) -> None:
+def test_kill_9_of_porter_leaves_no_compiler_and_the_rerun_builds(deepspeed_small_sdist: Path, tmp_path: Path) -> None:
     """Issue 22: a SIGKILL of porter (an OOM kill, 'kill -9' on a login node) once left ninja and its compilers
     running as orphans, writing into the cache while the next run started. Now the guardian of each command stops
-    the group when porter dies, and the next run builds from what was published."""
+    the group when porter dies, and the next run builds from what was published. (DeepSpeed with small op sources
+    and a compiler that waits: what is tested is porter's, not DeepSpeed's.)"""
     wh, cache = tmp_path / "wh", tmp_path / "cache"
-    argv = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops",
-            "cpu_adam", "-o", str(wh)]
+    profile, marks = slow_cpu_profile(tmp_path / "bin")
+    (marks / "compile").write_text("600")
+    argv = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_small_sdist), "-t", str(profile),
+            "--ops", "cpu_adam", "-o", str(wh)]
     env = {**os.environ, "PORTER_CACHE_DIR": str(cache)}
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         assert wait_for(lambda: list(cache.glob("wheels/*/build/build.ninja")), 120), "ninja never started"
-        assert wait_for(lambda: _compilers(cache), 60), "no compiler started"
+        assert wait_for(lambda: list(marks.glob("compile.*")), 60), "no compiler started"
+        assert _compilers(cache)
     finally:
         sigkill(proc)
+        (marks / "compile").unlink()
     assert wait_for(lambda: not _compilers(cache), 20), f"processes outlived porter: {_compilers(cache)}"
     assert not list(wh.glob("*.whl"))
     res = subprocess.run(argv + ["--json"], capture_output=True, text=True, env=env, timeout=1200)

@@ -47,15 +47,15 @@ def test_two_shards_then_link_equal_one_local_build(deepspeed_sdist: Path, tmp_p
     assert wa.name == wb.name and _digest(wa) == _digest(wb)
 
 
-def test_shards_over_an_earlier_build_record_their_objects_for_the_link(deepspeed_sdist: Path, tmp_path: Path,
-                                                                       ccache_remote: dict[str, str]) -> None:
+def test_shards_over_an_earlier_build_record_their_objects_for_the_link(deepspeed_small_sdist: Path,
+                                                                       tmp_path: Path) -> None:
     """Session 7's CI failure: a whole build had recorded its objects; shards then compiled them again (their
     ninja state is their own) to other bytes (ROCm objects carry temp names), recorded nothing, and the link job
     took its own objects for damaged ones, discarded them and failed. Each shard now checks its own objects against
     the record and adds what it compiled; the link links them. (What the record says is what is tested, not what
-    the compiler does: the builds take their objects from the session's compiler cache where they can.)"""
-    env = {"PORTER_CACHE_DIR": str(tmp_path / "cache"), **ccache_remote}
-    base = ("ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops", "cpu_lion", "--json")
+    the compiler does: DeepSpeed with small op sources.)"""
+    env = {"PORTER_CACHE_DIR": str(tmp_path / "cache")}
+    base = ("ops", "build", "--source", str(deepspeed_small_sdist), "-t", "cpu", "--ops", "cpu_lion", "--json")
     whole = run_porter(*base, "-o", str(tmp_path / "a"), env=env)
     assert whole.returncode == 0, whole.stderr[-3000:]
     build_dir = Path(json.loads(whole.stdout)["plan"]["build_dir"])
@@ -81,27 +81,32 @@ def test_shards_over_an_earlier_build_record_their_objects_for_the_link(deepspee
     assert "no longer match" not in linked.stderr and len(list((tmp_path / "b").glob("*.whl"))) == 1
 
 
-def test_link_only_names_a_missing_shard(deepspeed_sdist: Path, tmp_path: Path) -> None:
+def test_link_only_names_a_missing_shard(deepspeed_small_sdist: Path, tmp_path: Path) -> None:
     env = {"PORTER_CACHE_DIR": str(tmp_path / "cache")}
-    res = run_porter("ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops", "cpu_lion", "--no-cache",
-                     "--link-only", "-o", str(tmp_path / "wh"), env=env)
+    res = run_porter("ops", "build", "--source", str(deepspeed_small_sdist), "-t", "cpu", "--ops", "cpu_lion",
+                     "--no-cache", "--link-only", "-o", str(tmp_path / "wh"), env=env)
     assert res.returncode == 1 and "object(s) are missing" in res.stderr and "--shard" in res.stderr
-    bad = run_porter("ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops", "cpu_lion",
+    bad = run_porter("ops", "build", "--source", str(deepspeed_small_sdist), "-t", "cpu", "--ops", "cpu_lion",
                      "--shard", "2/2", env=env)
     assert bad.returncode == 2 and "does not exist" in bad.stderr
 
 
-def test_the_same_shard_of_two_arrays_at_once_compiles_once(deepspeed_sdist: Path, tmp_path: Path) -> None:
+def test_the_same_shard_of_two_arrays_at_once_compiles_once(deepspeed_small_sdist: Path, tmp_path: Path) -> None:
     """Issue 22: two arrays of one build on one shared build folder (a resubmission while the first still runs,
     two users' jobs): shard 0 of each starts at once. They do not mix one ninja state: one compiles, the other
-    waits for it (and says so) and then finds its objects built."""
+    waits for it (and says so) and then finds its objects built. (Small op sources; each compile waits 10 s, so
+    that the second array surely arrives while the first compiles.)"""
     import os
     import subprocess
     import sys
 
+    from tests.integration.conftest import slow_cpu_profile
+
+    profile, marks = slow_cpu_profile(tmp_path / "bin")
+    (marks / "compile").write_text("10")
     env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache")}
-    argv = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops",
-            "cpu_lion", "--no-cache", "--json", "--shard", "0/2"]
+    argv = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_small_sdist), "-t", str(profile),
+            "--ops", "cpu_lion", "--no-cache", "--json", "--shard", "0/2"]
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(2)]
     outs = [p.communicate(timeout=1200) for p in procs]
@@ -113,18 +118,21 @@ def test_the_same_shard_of_two_arrays_at_once_compiles_once(deepspeed_sdist: Pat
 
 
 @pytest.mark.slow
-def test_a_shard_killed_mid_compile_resumes_where_it_stopped(deepspeed_sdist: Path, tmp_path: Path) -> None:
+def test_a_shard_killed_mid_compile_resumes_where_it_stopped(deepspeed_small_sdist: Path, tmp_path: Path) -> None:
     """Issue 22: a shard task killed (a time limit, preemption) and run again (Slurm's requeue runs the same
-    script): the object it had finished is kept, only the rest is compiled, and the link after it succeeds."""
+    script): the object it had finished is kept, only the rest is compiled, and the link after it succeeds. (Small
+    op sources; each compile of the killed run waits 5 s, the window the kill lands in.)"""
     import os
     import subprocess
     import sys
 
-    from tests.integration.conftest import sigkill, wait_for
+    from tests.integration.conftest import sigkill, slow_cpu_profile, wait_for
 
+    profile, marks = slow_cpu_profile(tmp_path / "bin")
+    (marks / "compile").write_text("5")
     env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache")}
-    base = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops",
-            "cpu_lion", "--no-cache", "--json", "-j", "1"]
+    base = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_small_sdist), "-t", str(profile),
+            "--ops", "cpu_lion", "--no-cache", "--json", "-j", "1"]
     proc = subprocess.Popen([*base, "--shard", "0/1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         def finished() -> list[Path]:  # ninja logs an object once its compile has ended (an .o appears earlier)
@@ -137,6 +145,7 @@ def test_a_shard_killed_mid_compile_resumes_where_it_stopped(deepspeed_sdist: Pa
         assert len(first) == 1, f"expected one finished object before the kill, found {first}"
     finally:
         sigkill(proc)
+        (marks / "compile").unlink()
     kept = first[0].stat().st_mtime_ns
     again = subprocess.run([*base, "--shard", "0/1"], capture_output=True, text=True, env=env, timeout=1200)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -178,7 +187,7 @@ with open(out, "wb") as f:
 
 
 @pytest.mark.slow
-def test_two_arrays_with_other_shard_counts_never_show_a_half_written_object(deepspeed_sdist: Path,
+def test_two_arrays_with_other_shard_counts_never_show_a_half_written_object(deepspeed_small_sdist: Path,
                                                                               tmp_path: Path) -> None:
     """Issue 22: two arrays of one build with other shard counts (0/2 and 0/3) on one build folder compile the
     same object at once. Each compile writes a private file and renames it whole into place: while both are
@@ -201,7 +210,7 @@ def test_two_arrays_with_other_shard_counts_never_show_a_half_written_object(dee
     marks = tmp_path / "marks"
     marks.mkdir()
     env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache"), "MARKS": str(marks)}
-    base = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_sdist), "-t", str(profile),
+    base = [sys.executable, "-m", "porter", "ops", "build", "--source", str(deepspeed_small_sdist), "-t", str(profile),
             "--ops", "cpu_lion", "--no-cache", "--json", "-j", "1"]
     a = subprocess.Popen([*base, "--shard", "0/2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                          env=env)
