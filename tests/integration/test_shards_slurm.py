@@ -1,6 +1,8 @@
 """porter ops build --shards 2 --slurm through a real one-node Slurm (the session's cluster): two array tasks
 compile cpu_lion's two TUs into the shared build folder, the link job waits on afterok, and its wheel is the
-wheel a local build of the same op writes, byte for byte."""
+wheel a local build of the same op writes, byte for byte. The DeepSpeed builds here have small op sources
+(``small_ops_sdist``): what is tested is the array, the shared folder and the link job; that shards of the real
+sources link to a local build's bytes is tests/integration/test_shards.py's first test."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES
-from tests.integration.conftest import run_porter
+from tests.integration.conftest import run_porter, slow_cpu_profile
 from tests.slurm_cluster import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -30,10 +32,10 @@ def _scontrol(cluster: SlurmCluster, job: str) -> str:
                           env={**cluster.env}, check=False).stdout
 
 
-def test_two_shards_on_slurm_then_the_link_job_equal_a_local_build(slurm: SlurmCluster, deepspeed_sdist: Path,
+def test_two_shards_on_slurm_then_the_link_job_equal_a_local_build(slurm: SlurmCluster, deepspeed_small_sdist: Path,
                                                                    tmp_path: Path) -> None:
     env = {**slurm.env, "PORTER_CACHE_DIR": str(tmp_path / "cache")}
-    base = ("ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops", "cpu_lion")
+    base = ("ops", "build", "--source", str(deepspeed_small_sdist), "-t", "cpu", "--ops", "cpu_lion")
     d = tmp_path / "shared"
     res = run_porter(*base, "--shards", "2", "--slurm", "--dir", str(d), "-o", str(tmp_path / "a"),
                      "--cpus-per-task", "1", "--time", "20:00", "--json", env=env)
@@ -108,13 +110,18 @@ def test_flash_attn_compile_only_in_two_shards_on_slurm(slurm: SlurmCluster, roc
     assert [op["status"] for op in report["ops"]] == ["cached"] * len(report["ops"])
 
 
-def test_a_shard_task_requeued_mid_compile_resumes_and_the_link_follows(slurm: SlurmCluster, deepspeed_sdist: Path,
+def test_a_shard_task_requeued_mid_compile_resumes_and_the_link_follows(slurm: SlurmCluster,
+                                                                        deepspeed_small_sdist: Path,
                                                                         tmp_path: Path) -> None:
     """Issue 22: Slurm requeues an array task (preemption, a node failure, 'scontrol requeue'): the task is
     killed mid-compile and started again. Its rerun takes the shard's lock again, compiles what is missing and
-    records its objects; the link job, held by afterok until then, links them into the wheel."""
+    records its objects; the link job, held by afterok until then, links them into the wheel. (Each compile waits
+    30 s until the requeue: the window it lands in.)"""
     env = {**slurm.env, "PORTER_CACHE_DIR": str(tmp_path / "cache")}
-    base = ("ops", "build", "--source", str(deepspeed_sdist), "-t", "cpu", "--ops", "cpu_lion", "--no-cache")
+    profile, marks = slow_cpu_profile(tmp_path / "bin")
+    (marks / "compile").write_text("30")
+    base = ("ops", "build", "--source", str(deepspeed_small_sdist), "-t", str(profile), "--ops", "cpu_lion",
+            "--no-cache")
     d = tmp_path / "shared"
     res = run_porter(*base, "--shards", "2", "--slurm", "--dir", str(d), "-o", str(tmp_path / "a"),
                      "--cpus-per-task", "1", "--time", "20:00", "--json", env=env)
@@ -129,6 +136,7 @@ def test_a_shard_task_requeued_mid_compile_resumes_and_the_link_follows(slurm: S
         time.sleep(0.5)
     requeue = subprocess.run(["scontrol", "requeue", task], capture_output=True, text=True, env={**os.environ,
                                                                                                **slurm.env})
+    (marks / "compile").unlink()
     assert requeue.returncode == 0, requeue.stderr
     deadline = time.monotonic() + 900
     while not (d / "results" / "link.exit").exists():
