@@ -375,14 +375,11 @@ def _process_file(s: _State, rel: str, path: Path) -> None:
             st = dest.stat()
         except OSError:
             return
-        cached_status, cached_reason, src_digest = status, reason, digest
         if s.in_place and status == CHANGED:
             # The tree now holds the output: a re-run reads it back as an already hipified file.
-            cached_status, cached_reason = SKIPPED, ALREADY_HIPIFIED
-            src_digest = sha256_bytes(out_data)
-            counts = Counter()
-        s.new_cache[rel] = {"src": src_digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                            "status": cached_status, "reason": cached_reason, "replacements": dict(counts),
+            status, reason, digest, counts = SKIPPED, ALREADY_HIPIFIED, sha256_bytes(out_data), Counter()
+        s.new_cache[rel] = {"src": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                            "status": status, "reason": reason, "replacements": dict(counts),
                             "unsupported": [f.to_dict() for f in found.unsupported],
                             "warp32": [f.to_dict() for f in found.warp32], "defines": sorted(found.defines),
                             "pending_masks": [[n, f.to_dict()] for n, f in found.pending_masks]}
