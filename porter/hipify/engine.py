@@ -209,10 +209,7 @@ class HipifyReport:
 
     @property
     def replacements(self) -> Counter[str]:
-        total: Counter[str] = Counter()
-        for f in self.files:
-            total.update(dict(f.replacements))
-        return total
+        return sum((Counter(dict(f.replacements)) for f in self.files), Counter())
 
     def groups(self) -> list[FindingGroup]:
         """The findings per op folder or file, each group with its verdict (see :func:`group_findings`)."""
@@ -315,8 +312,8 @@ class _State:
     cache: dict[str, dict[str, Any]]
     new_cache: dict[str, dict[str, Any]] = field(default_factory=dict)
     results: list[FileResult] = field(default_factory=list)
-    found: ScanResult = field(default_factory=ScanResult)
-    """The findings of the files so far, each file's :func:`scan` added."""
+    found: list[ScanResult] = field(default_factory=list)
+    """The findings of the files so far: each file's :func:`scan` (or its cache record's)."""
 
 
 def _write(dest: Path, data: bytes, mode: int, atomic: bool) -> None:
@@ -351,19 +348,15 @@ def _process_file(s: _State, rel: str, path: Path) -> None:
         s.new_cache[rel] = rec
         s.results.append(FileResult(rel, rec["status"], rec.get("reason", ""), False, True,
                                     tuple((k, int(v)) for k, v in rec.get("replacements", {}).items())))
-        s.found.unsupported.extend(Finding(**d) for d in rec.get("unsupported", []))
-        s.found.warp32.extend(Finding(**d) for d in rec.get("warp32", []))
-        s.found.defines.update(rec.get("defines", []))
-        s.found.pending_masks.extend((str(n), Finding(**d)) for n, d in rec.get("pending_masks", []))
+        s.found.append(ScanResult([Finding(**d) for d in rec.get("unsupported", [])],
+                                  [Finding(**d) for d in rec.get("warp32", [])], set(rec.get("defines", [])),
+                                  [(str(n), Finding(**d)) for n, d in rec.get("pending_masks", [])]))
         return
 
     counts: Counter[str] = Counter()
     status, reason, out_data, scan_text = _translated(s, rel, data, counts)
     found = scan(scan_text, rel, s.cmap) if scan_text is not None else ScanResult()
-    s.found.unsupported.extend(found.unsupported)
-    s.found.warp32.extend(found.warp32)
-    s.found.defines.update(found.defines)
-    s.found.pending_masks.extend(found.pending_masks)
+    s.found.append(found)
 
     if s.in_place:
         write = out_data is not data
@@ -382,14 +375,11 @@ def _process_file(s: _State, rel: str, path: Path) -> None:
             st = dest.stat()
         except OSError:
             return
-        cached_status, cached_reason, src_digest = status, reason, digest
         if s.in_place and status == CHANGED:
             # The tree now holds the output: a re-run reads it back as an already hipified file.
-            cached_status, cached_reason = SKIPPED, ALREADY_HIPIFIED
-            src_digest = sha256_bytes(out_data)
-            counts = Counter()
-        s.new_cache[rel] = {"src": src_digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                            "status": cached_status, "reason": cached_reason, "replacements": dict(counts),
+            status, reason, digest, counts = SKIPPED, ALREADY_HIPIFIED, sha256_bytes(out_data), Counter()
+        s.new_cache[rel] = {"src": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                            "status": status, "reason": reason, "replacements": dict(counts),
                             "unsupported": [f.to_dict() for f in found.unsupported],
                             "warp32": [f.to_dict() for f in found.warp32], "defines": sorted(found.defines),
                             "pending_masks": [[n, f.to_dict()] for n, f in found.pending_masks]}
@@ -420,9 +410,10 @@ def _settle_pending_masks(s: _State, entries: list[tuple[str, Path, str]]) -> li
     """The full masks bound to a name their own file no longer uses (``#define FULL_MASK``) that
     another file still uses after hipify. Rare: only files whose source names one are translated
     again."""
-    if not s.found.pending_masks:
+    pending = [m for r in s.found for m in r.pending_masks]
+    if not pending:
         return []
-    names = {n for n, _ in s.found.pending_masks}
+    names = {n for n, _ in pending}
     used: set[str] = set()
     for rel, path, kind in entries:
         if kind != "file" or not rel.endswith(torch_engine.SOURCE_EXTENSIONS):
@@ -437,7 +428,7 @@ def _settle_pending_masks(s: _State, entries: list[tuple[str, Path, str]]) -> li
         text = _translated(s, rel, data, Counter())[3]  # what hipify makes of it (None: not UTF-8)
         if text is not None:
             used.update(n for n in present if uses_name(text, n))
-    return [f for n, f in s.found.pending_masks if n in used]
+    return [f for n, f in pending if n in used]
 
 
 def _process_link(s: _State, rel: str, path: Path) -> FileResult:
@@ -482,10 +473,9 @@ def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None 
         in_place = True
     src_path, out_path = _validate(Path(src), Path(out) if out is not None else None, in_place, check)
     emap = combined_map([m if isinstance(m, ExtraMap) else Path(m) for m in extra_maps])
-    cmap = emap.compiled
     version = torch_engine.torch_hipify_version()  # fails early (ToolError) when torch is missing
     key = sha256_bytes(json.dumps([__version__, SCAN_VERSION, version, emap.digest(), in_place]).encode())
-    state = _State(src=src_path, out=out_path, in_place=in_place, check=check, cmap=cmap,
+    state = _State(src=src_path, out=out_path, in_place=in_place, check=check, cmap=emap.compiled,
                    breadcrumb=torch_engine.breadcrumb(),
                    cache=_load_cache(out_path, key) if use_cache and out_path.is_dir() else {})
 
@@ -521,13 +511,14 @@ def hipify_tree(src: str | os.PathLike[str], out: str | os.PathLike[str] | None 
                    "files": state.new_cache}
             atomic_write_text(out_path / CACHE_NAME, json.dumps(doc, separators=(",", ":")))
 
-    unsupported = tuple(f for f in state.found.unsupported if f.identifier not in state.found.defines)
+    defines = {d for r in state.found for d in r.defines}
+    unsupported = tuple(f for r in state.found for f in r.unsupported if f.identifier not in defines)
     # A mask macro (or file-scope constant) its own file no longer uses counts if another file does.
     order = {f.path: i for i, f in enumerate(state.results)}
-    warp32 = sorted(state.found.warp32 + _settle_pending_masks(state, entries),
+    warp32 = sorted([f for r in state.found for f in r.warp32] + _settle_pending_masks(state, entries),
                     key=lambda f: (order.get(f.path, len(order)), f.line, f.column))
     return HipifyReport(src=src_path, out=out_path, in_place=in_place, check=check, files=tuple(state.results),
                         unsupported=unsupported, warp32=tuple(warp32),
                         seconds=time.perf_counter() - start,
                         torch_hipify_version=version,
-                        maps=emap.sources, removed=tuple(removed), verdicts=cmap.verdicts)
+                        maps=emap.sources, removed=tuple(removed), verdicts=emap.compiled.verdicts)

@@ -175,16 +175,11 @@ def not_on_hip(masked: str) -> list[tuple[int, int]]:
     return spans
 
 
-class _Lines:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.starts = [0] + [m.end() for m in re.finditer("\n", text)]
-
-    def locate(self, pos: int) -> tuple[int, int, str]:
-        i = bisect.bisect_right(self.starts, pos) - 1
-        start = self.starts[i]
-        end = self.text.find("\n", start)
-        return i + 1, pos - start + 1, self.text[start:end if end >= 0 else len(self.text)].strip()
+def _locate(text: str, starts: list[int], pos: int) -> tuple[int, int, str]:
+    """Line and column (1-based) of ``pos`` and its line, stripped; ``starts``: where each line of ``text`` starts."""
+    i = bisect.bisect_right(starts, pos) - 1
+    end = text.find("\n", starts[i])
+    return i + 1, pos - starts[i] + 1, text[starts[i]:end if end >= 0 else len(text)].strip()
 
 
 def _skip_ws(text: str, i: int) -> int:
@@ -329,7 +324,7 @@ def _mask_binding(masked: str, code: str, pos: int) -> tuple[str, str] | None:
 def scan(text: str, path: str, cmap: CompiledMap) -> ScanResult:
     """Unsupported-API and warp32 findings of one hipified file (see the module docstring)."""
     masked = mask(text)
-    lines = _Lines(text)
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
     result = ScanResult()
     hits: dict[int, tuple[str, str]] = {}
     if cmap.names_re is not None:
@@ -346,7 +341,7 @@ def scan(text: str, path: str, cmap: CompiledMap) -> ScanResult:
         if _defined_here(masked, pos, pos + len(ident)):
             result.defines.add(ident)
             continue
-        line, col, src = lines.locate(pos)
+        line, col, src = _locate(text, starts, pos)
         result.unsupported.append(Finding("unsupported", path, line, col, ident, hint, src))
 
     if not cmap.warp_rules or not cmap.is_warp_code(masked):
@@ -370,7 +365,7 @@ def scan(text: str, path: str, cmap: CompiledMap) -> ScanResult:
     for pos, r in sorted(candidates, key=lambda c: c[0]):
         if any(a <= pos < b for a, b in skipped):
             continue
-        line, col, src = lines.locate(pos)
+        line, col, src = _locate(text, starts, pos)
         finding = Finding("warp32", path, line, col, r.rule.id, r.rule.message, src)
         if r.rule.id == FULL_MASK_RULE:
             binding = _mask_binding(masked, code, pos)

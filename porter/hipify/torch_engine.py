@@ -25,6 +25,7 @@ import re
 import sys
 from collections import Counter
 from functools import lru_cache
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -47,8 +48,6 @@ def _load_standalone() -> ModuleType:
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("torch is not installed")
-    from pathlib import Path
-
     pkg_dir = Path(next(iter(spec.submodule_search_locations))) / "utils" / "hipify"
     pkg_spec = importlib.util.spec_from_file_location(_ALIAS, pkg_dir / "__init__.py",
                                                       submodule_search_locations=[str(pkg_dir)])

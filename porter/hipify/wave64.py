@@ -205,9 +205,8 @@ def assess(findings: Sequence[Finding], op_files: Mapping[str, set[str]], ledger
 def scan_tree(tree: Path) -> list[Finding]:
     """porter's hipify scan of ``tree`` (nothing written): its warp-size-32 findings, paths relative to it."""
     from porter.hipify.engine import hipify_tree
-    from porter.log import quiet_logger
 
-    return list(hipify_tree(tree, check=True, log=quiet_logger(), use_cache=False).warp32)
+    return list(hipify_tree(tree, check=True, use_cache=False).warp32)
 
 
 def lost_lines(found: Sequence[Finding], tree: Path, after: Callable[[str], str | None],

@@ -32,7 +32,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from porter import __version__
-from porter.errors import CheckFailed, ConfigError, NothingToDo, PorterError
+from porter.errors import CheckFailed, ConfigError, NothingToDo
 from porter.fs import atomic_path, atomic_write_json, sha256_bytes
 from porter.patching import udiff
 from porter.patching.model import Patch, PatchSet, VersionSource, check_relpath, resolve_sets
@@ -457,15 +457,14 @@ def _changed(work: _Work, before: dict[str, bytes | None]) -> list[tuple[str, by
 def _check_target(work: _Work, pset: PatchSet) -> None:
     """Refuse a tree that holds none of the files a set edits: it is not the project's tree."""
     names = [f for p in pset.patches if p.kind == "edits" for f in p.files]
-    if not names:
-        return
     for name in names:
         rel, real = safe_path(work.root, name, pset.ref)
         if (work.state[rel] is not None) if rel in work.state else real.is_file():
             return
-    shown = ", ".join(dict.fromkeys(names))
-    raise ConfigError(f"none of the files {pset.ref} patches exists in {work.root} ({shown})",
-                      hint=f"is this a {pset.project} tree? Pass its top folder")
+    if names:
+        shown = ", ".join(dict.fromkeys(names))
+        raise ConfigError(f"none of the files {pset.ref} patches exists in {work.root} ({shown})",
+                          hint=f"is this a {pset.project} tree? Pass its top folder")
 
 
 def plan(tree: str | os.PathLike[str], sets: Sequence[PatchSet], *, target_version: str | None = None) -> Plan:
@@ -652,7 +651,6 @@ def _write(path: Path, data: bytes | None, mode: int | None) -> None:
     if data is None:
         path.unlink(missing_ok=True)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
         os.chmod(tmp, mode if mode is not None else 0o644)
@@ -890,7 +888,3 @@ def _reapply(root: Path, rel: str, entry: dict[str, Any], data: bytes | None, mo
 def _short(sha: str | None) -> str:
     return sha[:12] if sha else "(no file)"
 
-
-__all__ = ["Applied", "FileChange", "FileState", "Plan", "PatchFailed", "PatchRecord", "PatchResult", "PorterError",
-           "Reverted", "SetPlan", "SetState", "apply", "detect_version", "failure_message", "journal_status",
-           "load_recorded", "plan", "read_journal", "revert", "safe_path", "set_version"]

@@ -425,8 +425,7 @@ def resolve_sets(ref: str) -> list[PatchSet]:
     if as_path.suffix in (".toml", ".patch", ".diff") or as_path.is_file():
         return [load_file(as_path)]
     if "/" in ref:
-        project, name = ref.split("/", 1)
-        return [load_shipped(project, name)]
+        return [load_shipped(*ref.split("/", 1))]
     proj = load_project(ref)
     if not proj.sets:
         raise ConfigError(f"project {ref!r} ships no patch sets")

@@ -65,10 +65,8 @@ class Lines:
 
 def closest(lines: list[str], needle: str) -> tuple[str, int]:
     """The line most like ``needle`` (difflib ratio), and its 1-based number; ("", 0) if none."""
-    target = needle.strip()
     best, best_i, best_r = "", 0, 0.0
-    matcher = difflib.SequenceMatcher(autojunk=False)
-    matcher.set_seq2(target)
+    matcher = difflib.SequenceMatcher(b=needle.strip(), autojunk=False)
     for i, line in enumerate(lines):
         s = line.strip()
         if not s:

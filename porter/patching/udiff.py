@@ -74,11 +74,9 @@ def parse(text: str, strip: int | None = None) -> list[FileDiff]:
             while i < len(lines) and (len(hunk.old) < old_n or len(hunk.new) < new_n or lines[i].startswith("\\")):
                 body = lines[i]
                 i += 1
-                if body.startswith("\\"):
-                    if last in (" ", "-"):
-                        hunk.old_no_newline = True
-                    if last in (" ", "+"):
-                        hunk.new_no_newline = True
+                if body.startswith("\\"):  # "\ No newline at end of file": of the line before it
+                    hunk.old_no_newline |= last in (" ", "-")
+                    hunk.new_no_newline |= last in (" ", "+")
                     continue
                 tag, content = (body[:1] or " "), body[1:]
                 if tag not in " -+":
