@@ -171,10 +171,8 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
     else:
         raise ConfigError(f"{where}: no matrix folder", hint="pass --dir with a folder on the shared filesystem, "
                                                               "or set dir = \"...\" in the matrix file")
-    if wheelhouse is not None:
-        house = Path(wheelhouse).resolve()
-    else:
-        house = here(data["wheelhouse"]) if isinstance(data.get("wheelhouse"), str) else folder / "wheelhouse"
+    house = Path(wheelhouse).resolve() if wheelhouse is not None else \
+        here(data["wheelhouse"]) if isinstance(data.get("wheelhouse"), str) else folder / "wheelhouse"
     default_tcs = _strings(data.get("toolchains"), where, "toolchains")
     build_python = data.get("python")
     if build_python is not None and (not isinstance(build_python, str) or "\0" in build_python):

@@ -218,9 +218,8 @@ def _cell_entry(plan: Matrix, cell: Cell) -> dict[str, Any]:
 
 def collect(plan: Matrix) -> dict[str, Any]:
     cells = [_cell_entry(plan, c) for c in plan.cells]
-    counts = dict(Counter(c["status"] for c in cells))
-    return {"name": plan.name, "dir": str(plan.dir), "wheelhouse": str(plan.wheelhouse), "counts": counts,
-            "cells": cells}
+    return {"name": plan.name, "dir": str(plan.dir), "wheelhouse": str(plan.wheelhouse),
+            "counts": dict(Counter(c["status"] for c in cells)), "cells": cells}
 
 
 def finish(directory: str | os.PathLike[str]) -> dict[str, Any]:
