@@ -213,8 +213,7 @@ def mount_point(path: Path) -> bool:
     except OSError:
         return os.path.ismount(target)
     # field 5 is the mount point, with spaces and the like written as octal escapes
-    points = {ln.split()[4].encode().decode("unicode_escape") for ln in lines if len(ln.split()) > 4}
-    return target in points
+    return target in {ln.split()[4].encode().decode("unicode_escape") for ln in lines if len(ln.split()) > 4}
 
 
 def find_apptainer(root: Path | None, definition: Path) -> Apptainer:

@@ -52,8 +52,7 @@ def probe(program: str, runner: Runner, *, launcher: tuple[str, ...] = (),
                         hint="install it in that environment, or fix the profile's launcher")
     if not result.ok:
         raise CommandFailed(result.argv, result.returncode, result.output)
-    path = program if launcher else (shutil.which(program) or program)
-    return Program(base, path, version_of(kind, result.output))
+    return Program(base, program if launcher else (shutil.which(program) or program), version_of(kind, result.output))
 
 
 def find(name: str, dirs: list[Path], environ: Mapping[str, str]) -> str | None:

@@ -34,8 +34,7 @@ ROUND = 256 * MiB
 
 def budget(peak_bytes: int) -> int:
     """Memory to budget for one job whose peak was measured: :data:`MARGIN` headroom, rounded up."""
-    want = int(peak_bytes * MARGIN)
-    return max(ROUND, -(-want // ROUND) * ROUND)
+    return max(ROUND, -(-int(peak_bytes * MARGIN) // ROUND) * ROUND)
 
 
 class UnitCost(TypedDict):
@@ -131,8 +130,7 @@ def _read(path: Path) -> tuple[dict[str, Any], dict[str, UnitCost]]:
             out[str(k)] = {"seconds": float(v.get("seconds") or 0.0), "peak_rss_kib": int(v["peak_rss_kib"]),
                            "archs": [str(a) for a in v.get("archs") or []], "toolchain": str(v.get("toolchain", "")),
                            "measured_at": str(v.get("measured_at", ""))}
-    head = {k: str(doc.get(k, "")) for k in ("project", "version", "line")}
-    return head, out
+    return {k: str(doc.get(k, "")) for k in ("project", "version", "line")}, out
 
 
 def summarise(project: str, version: str, line: str, units: Mapping[str, UnitCost], path: str = "",

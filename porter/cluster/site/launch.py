@@ -321,9 +321,8 @@ def sbatch_script(p: Plan, site: Site, opts: JobOptions, *, config: Path, site_r
     per_node = f"srun --nodes={p.nodes} --ntasks={p.nodes} --ntasks-per-node=1"
     python = opts.python or sys.executable
     if opts.broadcast_env:
-        where = n.nvme or n.local_dir
         lines += ["# the Python environment on node-local storage: one read of the shared filesystem per node",
-                  f"export PORTER_ENV_DIR={_q(where + '/porter-env-${SLURM_JOB_ID}')}",
+                  f"export PORTER_ENV_DIR={_q((n.nvme or n.local_dir) + '/porter-env-${SLURM_JOB_ID}')}",
                   f'{per_node} mkdir -p "$PORTER_ENV_DIR"',
                   f'sbcast --force {shlex.quote(opts.broadcast_env)} "$PORTER_ENV_DIR/env.tar.gz"',
                   f'{per_node} tar -xzf "$PORTER_ENV_DIR/env.tar.gz" -C "$PORTER_ENV_DIR"', ""]
