@@ -76,9 +76,7 @@ def parse(local: str) -> Label | None:
     if not version or not rest or not all(_ARCH.match(a) for a in rest):
         return None
     archs = tuple(("sm_" + a[2:]) if a.startswith("sm") else a for a in rest)
-    if head == "rocm":
-        return Label("rocm", ".".join(version), archs)
-    return Label("cuda", "".join(version), archs)
+    return Label("rocm", ".".join(version), archs) if head == "rocm" else Label("cuda", "".join(version), archs)
 
 
 def with_label(version: str, label: str) -> str:
