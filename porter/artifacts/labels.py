@@ -60,8 +60,7 @@ def make(tc: Toolchain) -> str:
 def parse(local: str) -> Label | None:
     """A porter label back into its parts; None for a label porter does not write."""
     segs = normalize(local).split(".")
-    m = _HEAD.match(segs[0])
-    if not m:
+    if not (m := _HEAD.match(segs[0])):
         return None
     head, digits = m.groups()
     rest = segs[1:]

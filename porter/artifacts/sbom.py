@@ -167,8 +167,7 @@ def _file(entry: Mapping[str, Any]) -> Component:
 
 def _torch(torch: Mapping[str, Any]) -> list[Component]:
     """The torch the extension modules were built against (none for a build without torch)."""
-    version = str(torch.get("version") or "")
-    if not version:
+    if not (version := str(torch.get("version") or "")):
         return []
     return [Component(type=ComponentType.LIBRARY, name="torch", version=version, bom_ref="torch",
                       purl=PackageURL(type="pypi", name="torch", version=version),

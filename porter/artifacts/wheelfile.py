@@ -75,8 +75,7 @@ def write_wheel(dest_dir: str | os.PathLike[str], spec: WheelSpec, files: Mappin
     under ``{dist_info}/`` go into the wheel's .dist-info folder.
     """
     version = str(Version(spec.version))
-    tags = list(parse_tag(spec.tag))
-    if not tags:
+    if not (tags := list(parse_tag(spec.tag))):
         raise ConfigError(f"wheel tag {spec.tag!r} names no tag")
     dist_info = f"{dist_filename_part(spec.name)}-{version}.dist-info"
     entries: dict[str, Payload] = {}

@@ -71,8 +71,7 @@ def detect(runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str
     programs: dict[str, dict[str, str]] = {}
     for name, where in (("hipcc", dirs["rocm"]), ("amdclang++", dirs["rocm"]),
                         ("nvcc", dirs["cuda"]), ("g++", [])):
-        path = find(name, where, environ)
-        if path:
+        if path := find(name, where, environ):
             try:
                 prog = probe(path, runner, env=env)
                 programs[name] = {"path": prog.path, "version": prog.version}
@@ -104,14 +103,12 @@ def detect(runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str
 
 def _visible_gpus(runner: Runner, environ: Mapping[str, str], dirs: dict[str, list[Path]]) -> list[dict[str, str]]:
     gpus: list[dict[str, str]] = []
-    rocminfo = find("rocminfo", dirs["rocm"], environ)
-    if rocminfo:
+    if rocminfo := find("rocminfo", dirs["rocm"], environ):
         res = runner.run([rocminfo], env=dict(environ), timeout=30, check=False)
         if res.ok:
             gpus += [{"arch": m, "source": "rocminfo"}
                      for m in re.findall(r"^\s*Name:\s*(gfx[0-9a-f]+)\s*$", res.output, re.M)]
-    smi = find("nvidia-smi", dirs["cuda"], environ)
-    if smi:
+    if smi := find("nvidia-smi", dirs["cuda"], environ):
         res = runner.run([smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
                          env=dict(environ), timeout=30, check=False)
         if res.ok:

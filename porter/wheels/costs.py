@@ -169,8 +169,7 @@ def record(project: str, version: str, tc: Toolchain, measured: Iterable[tuple[s
            root: Path | None = None) -> Path | None:
     """Merge ``(unit, seconds, peak_rss_kib)`` into the costs file (a unit measured again replaces its
     entry); returns the file, or None when nothing was measured. Written atomically under a lock."""
-    rows = [(name, s, kib) for name, s, kib in measured if kib > 0]
-    if not rows:
+    if not (rows := [(name, s, kib) for name, s, kib in measured if kib > 0]):
         return None
     path = costs_path(project, version, tc, root)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -379,8 +379,7 @@ def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, tag: str | No
     sources: dict[str, Any] = {"upstream_version": info.version, "setup.py_sha256": sha256_file(info.tree / "setup.py"),
                                **request.sources, "patches": patches}
     for entry in entries:
-        op = next((o.name for o in plan.ops if o.module == entry["module"]), None)
-        if op:
+        if op := next((o.name for o in plan.ops if o.module == entry["module"]), None):
             entry["op"] = op
         if entry["module"] in plan.expect.host_only:
             entry["host_only"] = True

@@ -95,8 +95,7 @@ def model_of(preset: str | None, *, layers: int | None = None, hidden: int | Non
                               hint=f"presets: {', '.join(MODELS)}; or give --layers --hidden --heads")
         base = MODELS[preset]
         return dataclasses.replace(base, name=base.name if not given else f"{base.name}-custom", **given)
-    missing = [k for k in ("layers", "hidden", "heads") if k not in given]
-    if missing:
+    if missing := [k for k in ("layers", "hidden", "heads") if k not in given]:
         raise ConfigError(f"no model: give --model PRESET or --{' --'.join(missing)}",
                           hint=f"presets: {', '.join(MODELS)}")
     return Model(name=f"gpt-l{given['layers']}-h{given['hidden']}", **given)

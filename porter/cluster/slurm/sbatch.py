@@ -140,8 +140,7 @@ def programs_or_refusal(env: Mapping[str, str], runner: Runner, *, what: str = "
     alternative (``local``: what to do instead on this machine), and in a dry run (a recording ``runner``) the
     refusal to end with instead."""
     found = {name: which(name, path=env.get("PATH")) for name in ("sbatch", "scontrol", "squeue", "scancel")}
-    missing = [n for n in ("sbatch", "scontrol") if found[n] is None]
-    if missing:
+    if missing := [n for n in ("sbatch", "scontrol") if found[n] is None]:
         message = f"{' and '.join(missing)} not found on PATH: --slurm submits {what} with Slurm's own commands"
         if not runner.dry:
             raise ToolError(message, hint=f"{local}, or run porter on a Slurm login node (module load slurm)")
