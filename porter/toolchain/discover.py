@@ -81,9 +81,8 @@ def detect(runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str
     proposal: dict[str, Any]
     if "hipcc" in programs:
         ver = programs["hipcc"]["version"]
-        mm = ".".join(ver.split(".")[:2])
         archs = sorted({g["arch"] for g in gpus if g["arch"].startswith("gfx")})
-        proposal = {"name": "detected", "kind": "rocm", "toolkit_version": mm,
+        proposal = {"name": "detected", "kind": "rocm", "toolkit_version": ".".join(ver.split(".")[:2]),
                     "root": str(Path(programs["hipcc"]["path"]).parent.parent),
                     "compiler": programs["hipcc"]["path"], "compiler_version": f"=={ver}" if ver != "unknown" else "",
                     "archs": archs or ["gfx90a"], "cpu_isa": "x86-64-v2", "env": {"HIP_PLATFORM": "amd"}}
@@ -95,10 +94,9 @@ def detect(runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str
     else:
         proposal = {"name": "detected", "kind": "cpu", "compiler": programs.get("g++", {}).get("path", "g++"),
                     "cpu_isa": "x86-64-v2"}
-    notes = []
-    if proposal["kind"] != "cpu" and not gpus:
-        notes.append("no GPU visible: the proposed archs are a placeholder; edit them for your nodes")
-    return {"programs": programs, "gpus": gpus, "proposal": proposal, "notes": notes}
+    return {"programs": programs, "gpus": gpus, "proposal": proposal,
+            "notes": ["no GPU visible: the proposed archs are a placeholder; edit them for your nodes"]
+            if proposal["kind"] != "cpu" and not gpus else []}
 
 
 def _visible_gpus(runner: Runner, environ: Mapping[str, str], dirs: dict[str, list[Path]]) -> list[dict[str, str]]:
@@ -123,13 +121,8 @@ def _visible_gpus(runner: Runner, environ: Mapping[str, str], dirs: dict[str, li
 def to_toml(profile: Mapping[str, Any]) -> str:
     """Render a proposed profile as TOML (flat keys plus an [env] table)."""
     lines = ["# proposed by 'porter toolchain detect': check every value, archs above all"]
-    for key, value in profile.items():
-        if key == "env":
-            continue
-        if isinstance(value, list):
-            lines.append(f"{key} = [{', '.join(_q(v) for v in value)}]")
-        else:
-            lines.append(f"{key} = {_q(str(value))}")
+    lines += [f"{key} = [{', '.join(_q(v) for v in value)}]" if isinstance(value, list) else f"{key} = {_q(str(value))}"
+              for key, value in profile.items() if key != "env"]
     if profile.get("env"):
         lines += ["", "[env]", *(f"{k} = {_q(v)}" for k, v in profile["env"].items())]
     return "\n".join(lines) + "\n"
