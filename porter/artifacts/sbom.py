@@ -108,10 +108,7 @@ def _serialized(make: Callable[[uuid.UUID], Bom]) -> bytes:
 
 
 def _walk(components: Iterable[Component]) -> list[Component]:
-    out: list[Component] = []
-    for c in components:
-        out += [c, *_walk(c.components)]
-    return out
+    return [x for c in components for x in (c, *_walk(c.components))]
 
 
 # -- the document ---------------------------------------------------------------------------------
