@@ -62,11 +62,8 @@ class Executor:
         return [*self.prefix, program, *args]
 
     def describe(self) -> str:
-        if self.kind == "host":
-            return "the host"
-        if self.kind == "chroot":
-            return f"the chroot {self.root}"
-        return " ".join(self.prefix)
+        return "the host" if self.kind == "host" else f"the chroot {self.root}" if self.kind == "chroot" else \
+            " ".join(self.prefix)
 
     # -- paths -----------------------------------------------------------------------------------
     def sees(self, host_path: str | os.PathLike[str]) -> bool:

@@ -235,9 +235,7 @@ def exists(path: Path | Traversable, *, file: bool = False) -> bool:
     folder), False for a name no file can have (too long, a NUL byte) instead of an OSError or a ValueError: a
     user's reference may be a name rather than a path."""
     try:
-        if file:
-            return path.is_file()
-        return path.exists() if isinstance(path, Path) else path.is_file() or path.is_dir()
+        return path.is_file() if file else path.exists() if isinstance(path, Path) else path.is_file() or path.is_dir()
     except (OSError, ValueError):
         return False
 

@@ -133,8 +133,7 @@ class Status:
         paced = [u for u in left if u in self._paced] if pace is not None else []
         seconds = sum(pace if u in paced and pace is not None else self._expected[u] for u in left) / \
             max(1, min(self._jobs, len(left)))
-        guessed = [u for u in left if u in self._guessed]
-        if not guessed:
+        if not (guessed := [u for u in left if u in self._guessed]):
             return f", ETA {_clock(seconds)} from measured unit times"
         if pace is None or not paced:
             return (f", ETA ~{_clock(seconds)}: {len(guessed)} of {len(left)} unit(s){word} estimated from source "
@@ -147,8 +146,7 @@ class Status:
         share, over the paced units finished. A size guess knows nothing of headers (a generated CK unit is a
         few KiB that compiles for ten minutes; a small host file of DeepSpeed's takes as long as a large one), so
         once one estimated unit has finished, the rest are each expected to take as long. None before that."""
-        finished = [u for u in self._finished if u in self._paced]
-        if not finished:
+        if not (finished := [u for u in self._finished if u in self._paced]):
             return None
         others = sum(self._expected[u] for u in self._finished if u not in self._paced)
         return max(elapsed * self._jobs - others, 0.0) / len(finished)
@@ -171,8 +169,7 @@ class Status:
 
     def ninja_line(self, line: str) -> None:
         """Read one line of ninja's output (with ``NINJA_STATUS`` set to ``[%f/%t] ``) into :meth:`progress`."""
-        m = _NINJA_STATUS.match(line)
-        if m:
+        if m := _NINJA_STATUS.match(line):
             self.progress(int(m.group(1)), int(m.group(2)), m.group(3))
 
 

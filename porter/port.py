@@ -142,20 +142,17 @@ def patch_sets(refs: Sequence[str] = (), skip: Sequence[str] = (), *, project: s
     so the journal never mistakes it for the whole set."""
     sets = [ps for ref in (refs or [project]) for ps in resolve_sets(ref)]
     known = {p.id for ps in sets for p in ps.patches}
-    unknown = [pid for pid in skip if pid not in known]
-    if unknown:
+    if unknown := [pid for pid in skip if pid not in known]:
         raise ConfigError(f"--skip {unknown[0]}: no such patch in {', '.join(ps.ref for ps in sets)}",
                           hint=f"patches: {', '.join(sorted(known))}")
     out: list[PatchSet] = []
     skipped: dict[str, list[str]] = {}
     for ps in sets:
-        left = [p.id for p in ps.patches if p.id in skip]
-        if not left:
+        if not (left := [p.id for p in ps.patches if p.id in skip]):
             out.append(ps)
             continue
         skipped[ps.ref] = left
-        kept = tuple(p for p in ps.patches if p.id not in skip)
-        if kept:
+        if kept := tuple(p for p in ps.patches if p.id not in skip):
             digest = hashlib.sha256(f"{ps.digest} without {','.join(sorted(left))}".encode()).hexdigest()
             out.append(replace(ps, patches=kept, digest=digest))
     if not out:

@@ -223,9 +223,7 @@ command waits for it before it ends) or asks it to."""
 
 def guard_prefix() -> list[str]:
     """The argv that runs a command under :data:`GUARD` (Linux; elsewhere none: the command runs as it is)."""
-    if not sys.platform.startswith("linux"):
-        return []
-    return [sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid())]
+    return [sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid())] if sys.platform.startswith("linux") else []
 
 
 def _stop_group(proc: subprocess.Popen[str], reader: _LineReader | None) -> str:

@@ -60,8 +60,7 @@ def make(tc: Toolchain) -> str:
 def parse(local: str) -> Label | None:
     """A porter label back into its parts; None for a label porter does not write."""
     segs = normalize(local).split(".")
-    m = _HEAD.match(segs[0])
-    if not m:
+    if not (m := _HEAD.match(segs[0])):
         return None
     head, digits = m.groups()
     rest = segs[1:]
@@ -76,9 +75,7 @@ def parse(local: str) -> Label | None:
     if not version or not rest or not all(_ARCH.match(a) for a in rest):
         return None
     archs = tuple(("sm_" + a[2:]) if a.startswith("sm") else a for a in rest)
-    if head == "rocm":
-        return Label("rocm", ".".join(version), archs)
-    return Label("cuda", "".join(version), archs)
+    return Label("rocm", ".".join(version), archs) if head == "rocm" else Label("cuda", "".join(version), archs)
 
 
 def with_label(version: str, label: str) -> str:

@@ -108,10 +108,7 @@ def _serialized(make: Callable[[uuid.UUID], Bom]) -> bytes:
 
 
 def _walk(components: Iterable[Component]) -> list[Component]:
-    out: list[Component] = []
-    for c in components:
-        out += [c, *_walk(c.components)]
-    return out
+    return [x for c in components for x in (c, *_walk(c.components))]
 
 
 # -- the document ---------------------------------------------------------------------------------
@@ -167,8 +164,7 @@ def _file(entry: Mapping[str, Any]) -> Component:
 
 def _torch(torch: Mapping[str, Any]) -> list[Component]:
     """The torch the extension modules were built against (none for a build without torch)."""
-    version = str(torch.get("version") or "")
-    if not version:
+    if not (version := str(torch.get("version") or "")):
         return []
     return [Component(type=ComponentType.LIBRARY, name="torch", version=version, bom_ref="torch",
                       purl=PackageURL(type="pypi", name="torch", version=version),

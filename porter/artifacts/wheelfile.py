@@ -20,7 +20,7 @@ import os
 import re
 import time
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,8 +75,7 @@ def write_wheel(dest_dir: str | os.PathLike[str], spec: WheelSpec, files: Mappin
     under ``{dist_info}/`` go into the wheel's .dist-info folder.
     """
     version = str(Version(spec.version))
-    tags = list(parse_tag(spec.tag))
-    if not tags:
+    if not (tags := list(parse_tag(spec.tag))):
         raise ConfigError(f"wheel tag {spec.tag!r} names no tag")
     dist_info = f"{dist_filename_part(spec.name)}-{version}.dist-info"
     entries: dict[str, Payload] = {}
@@ -177,20 +176,16 @@ def read_wheel(path: str | os.PathLike[str]) -> WheelIn:
 
 
 def rewrite_wheel(src: str | os.PathLike[str], dest_dir: str | os.PathLike[str], *, version: str, tag: str,
-                  purelib: bool = False, add: Mapping[str, Payload] | None = None,
-                  edit: Callable[[str, bytes], bytes] | None = None) -> Path:
+                  purelib: bool = False, add: Mapping[str, Payload] | None = None) -> Path:
     """``src`` written anew into ``dest_dir`` with another version (its .dist-info renamed), tag and
-    purelib flag, ``edit(name, data)`` applied to each upstream entry, and ``add`` entries added."""
+    purelib flag, and ``add`` entries added."""
     from porter.artifacts.sbom import WHEEL_PATH
 
     w = read_wheel(src)
-    files: dict[str, Payload] = {}
-    for name, data in w.files.items():
-        # write_wheel writes these anew (porter's SBOM of the old wheel included)
-        if name in (f"{w.dist_info}/WHEEL", f"{w.dist_info}/METADATA", f"{w.dist_info}/{WHEEL_PATH}"):
-            continue
-        new = "{dist_info}" + name[len(w.dist_info):] if name.startswith(w.dist_info + "/") else name
-        files[new] = edit(name, data) if edit else data
+    # write_wheel writes these anew (porter's SBOM of the old wheel included)
+    anew = {f"{w.dist_info}/{n}" for n in ("WHEEL", "METADATA", WHEEL_PATH)}
+    files: dict[str, Payload] = {"{dist_info}" + n[len(w.dist_info):] if n.startswith(w.dist_info + "/") else n: data
+                                 for n, data in w.files.items() if n not in anew}
     files.update(add or {})
     return write_wheel(dest_dir, WheelSpec(w.name, version, tag, purelib), files,
                        metadata=w.files[f"{w.dist_info}/METADATA"])

@@ -47,8 +47,7 @@ class BuildRequest:
     last: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        owned = sorted(k for k in (*self.options, *self.last) if k in RUNNER_OWNS)
-        if owned:
+        if owned := sorted(k for k in (*self.options, *self.last) if k in RUNNER_OWNS):
             raise ConfigError(f"a build request may not set {', '.join(owned)}: who runs it says that",
                               hint="porter build --request FILE takes --shard, --dry-run and --json itself")
 

@@ -166,8 +166,7 @@ def make_tools(dest: Path, runner: Runner, log: Logger) -> None:
     """``dest``: porter's wheel and its dependencies' wheels, for the image's pip (``--no-index``)."""
     if any(dest.glob("porter-*.whl")):
         return
-    source = _porter_source()
-    if source is None:
+    if (source := _porter_source()) is None:
         raise ConfigError("porter does not run from its source tree here, so it cannot build its own wheel "
                           "for the image", hint="pass --tools DIR holding porter's wheel and its dependencies "
                                                 "(pip download porter -d DIR)")
@@ -213,8 +212,7 @@ def mount_point(path: Path) -> bool:
     except OSError:
         return os.path.ismount(target)
     # field 5 is the mount point, with spaces and the like written as octal escapes
-    points = {ln.split()[4].encode().decode("unicode_escape") for ln in lines if len(ln.split()) > 4}
-    return target in points
+    return target in {ln.split()[4].encode().decode("unicode_escape") for ln in lines if len(ln.split()) > 4}
 
 
 def find_apptainer(root: Path | None, definition: Path) -> Apptainer:

@@ -27,13 +27,8 @@ BASE_KINDS = ("sif", "oci-archive", "root")
 
 def base_kind(base: Path) -> str:
     """``sif`` (an Apptainer image), ``oci-archive`` (a Docker/OCI ``.tar``) or ``root`` (a root folder)."""
-    if base.is_dir():
-        return "root"
-    if base.suffix == ".sif":
-        return "sif"
-    if base.name.endswith((".tar", ".tar.gz", ".tgz", ".oci")):
-        return "oci-archive"
-    return ""
+    return "root" if base.is_dir() else "sif" if base.suffix == ".sif" else \
+        "oci-archive" if base.name.endswith((".tar", ".tar.gz", ".tgz", ".oci")) else ""
 
 
 @dataclass(frozen=True)

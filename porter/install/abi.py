@@ -163,19 +163,16 @@ def check_shared_object(arc: str, needs: ElfNeeds, node: Userspace, in_wheel: se
     for soname in needs.needed:
         if soname in brought:
             continue  # the wheel brings it
-        lib = node.find(soname, runpath)
-        if lib is None:
+        if (lib := node.find(soname, runpath)) is None:
             out.append(f"{arc} needs {soname}, which {node.describe()} does not have "
                        f"(looked in {', '.join(str(d) for d in node.dirs[:6])}{' ...' if len(node.dirs) > 6 else ''})")
         else:
             found[soname] = lib
     for soname, wanted in sorted(needs.versions.items()):
-        lib = found.get(soname)
-        if lib is None:
+        if (lib := found.get(soname)) is None:
             continue
         have = node.defined(lib).defines
-        missing = [v for v in wanted if v not in have]
-        if missing:
+        if missing := [v for v in wanted if v not in have]:
             prefix = re.match(r"[A-Z_]+", missing[0])
             newest = _max_version(have, prefix.group(0) if prefix else missing[0])
             out.append(f"{arc} needs {', '.join(missing)} from {soname}; {node.describe()}'s ({lib}) has up to "
@@ -183,8 +180,7 @@ def check_shared_object(arc: str, needs: ElfNeeds, node: Userspace, in_wheel: se
     torch_libs = [p for p in found.values() if node.torch_lib is not None and p.parent == node.torch_lib]
     if needs.torch_symbols and torch_libs:
         defined: set[str] = set().union(*(node.defined(lib).symbols for lib in torch_libs))
-        absent = [s for s in needs.torch_symbols if s not in defined]
-        if absent:
+        if absent := [s for s in needs.torch_symbols if s not in defined]:
             abi = " (a std::string in it: the other _GLIBCXX_USE_CXX11_ABI)" if any(
                 "__cxx11" in s or "basic_string" in s for s in absent[:3]) else ""
             out.append(f"{arc} needs {len(absent)} symbol(s) torch's libraries here ({node.torch_lib}) do not "

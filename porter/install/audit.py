@@ -81,8 +81,7 @@ class AuditReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": "porter.audit/1", "tree": str(self.tree), "python": self.python, "ok": self.ok,
-                "files": self.files,
-                "installed": self.installed, "counts": self.counts(),
+                "files": self.files, "installed": self.installed, "counts": self.counts(),
                 "fail_without_compiler": sum(1 for s in self.compiles if self.kinds[s.kind].fails),
                 "sites": [s.to_dict(self.kinds) for s in self.sites]}
 

@@ -174,8 +174,7 @@ def _install_locked(opts: InstallOptions, env: TargetEnv, selection: Selection, 
 
 def check_loadable(wheels: Sequence[Wheel], node: Userspace) -> None:
     """Refuse, before anything is written, wheels whose shared objects would not load on ``node``."""
-    problems = [(w, why) for w in wheels for why in check_wheel_abi(w.path, node)]
-    if not problems:
+    if not (problems := [(w, why) for w in wheels for why in check_wheel_abi(w.path, node)]):
         return
     built = sorted({str((w.manifest["toolchain"] if w.manifest else {}).get("name", "?")) for w, _ in problems})
     lines = "\n".join(f"  {w.filename}: {why}" for w, why in problems)

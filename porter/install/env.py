@@ -124,8 +124,7 @@ def node_from_option(archs: Iterable[str]) -> Node | None:
 
 def detect_node(runner: Runner, archs: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> Node:
     """``--arch`` when given, else the GPUs ``rocminfo`` (then ``nvidia-smi``) can see, else none."""
-    given = node_from_option(archs)
-    if given is not None:
+    if (given := node_from_option(archs)) is not None:
         return given
     environ = dict(os.environ if environ is None else environ)
     path = environ.get("PATH", "")
@@ -135,8 +134,7 @@ def detect_node(runner: Runner, archs: Iterable[str] = (), environ: Mapping[str,
     for tool, args, parse in (("rocminfo", [], parse_rocminfo),
                               ("nvidia-smi", ["--query-gpu=name,compute_cap", "--format=csv,noheader"],
                                parse_nvidia_smi)):
-        exe = which(tool, path)
-        if exe is not None:
+        if (exe := which(tool, path)) is not None:
             res = runner.run([exe, *args], env=environ, timeout=60, check=False)
             found = [a for a in parse(res.output) if a in ARCHS] if res.ok else []
             if found:

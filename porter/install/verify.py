@@ -222,8 +222,7 @@ def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node
             rep.problem(abs_path, "file", "installed (listed in the manifest)", "missing")
             continue
         if "sha256" in e:
-            found = sha256_file(abs_path)
-            if found != e["sha256"]:
+            if (found := sha256_file(abs_path)) != e["sha256"]:
                 rep.problem(abs_path, "sha256", str(e["sha256"]), found)
         try:
             objs = read_code_objects(abs_path)
@@ -251,8 +250,7 @@ def _add_modules_from_dist(rep: ComponentReport, dist: InstalledDist, node: Node
                 rep.problem(abs_path, "GPU arch", "a node arch (a visible GPU, or --arch)",
                             f"none; the file has code for {','.join(archs) or 'none'}")
             continue
-        missing = [a for a in node.archs if a not in archs]
-        if missing:
+        if missing := [a for a in node.archs if a not in archs]:
             rep.problem(abs_path, "GPU code objects", f"code for {','.join(node.archs)}",
                         f"code for {','.join(archs) or 'no GPU arch'}")
 
@@ -311,11 +309,9 @@ def import_check(env: TargetEnv, reps: Iterable[ComponentReport], runner: Runner
                 rep.loader = data["loader"]
             calls = [c for c in log.read_text().splitlines() if c.strip()]
             rep.feature_probes = [c for c in calls if classify_call(c) == "probe"]
-            builds = [c for c in calls if classify_call(c) == "build"]
-            if builds:
+            if builds := [c for c in calls if classify_call(c) == "build"]:
                 rep.problem(env.executable, "compiler calls", "0", f"{len(builds)}: " + "; ".join(builds[:5]))
-            built = sorted(str(p.relative_to(ext_dir)) for p in ext_dir.rglob("*"))
-            if built:
+            if built := sorted(str(p.relative_to(ext_dir)) for p in ext_dir.rglob("*")):
                 rep.problem(str(ext_dir), "TORCH_EXTENSIONS_DIR", "empty (no JIT build)", ", ".join(built[:8]))
 
 

@@ -90,8 +90,7 @@ def scan(directory: str | os.PathLike[str]) -> list[Wheel]:
         if mpath.exists() or project in all_dists() or (version.local and labels.parse(version.local)):
             try:
                 manifest = read_manifest(mpath)
-                named = manifest["wheel"].get("filename")
-                if named != path.name:
+                if (named := manifest["wheel"].get("filename")) != path.name:
                     error = f"manifest {mpath.name} describes {named!r}, not {path.name}"
                     manifest = None
             except ConfigError as exc:
@@ -194,8 +193,7 @@ def select(wheels: Sequence[Wheel], env: TargetEnv, node: Node, only: Sequence[s
            wheelhouse: str = "") -> Selection:
     """One wheel per component that fits; raises when a manifest is bad or nothing fits."""
     porter = [w for w in wheels if w.is_porter and _matches_only(w, only)]
-    bad = [w for w in porter if w.manifest_error]
-    if bad:
+    if bad := [w for w in porter if w.manifest_error]:
         lines = "\n".join(f"  {w.filename}: {w.manifest_error}" for w in bad)
         raise ConfigError(f"{len(bad)} wheel(s) in {wheelhouse or 'the wheelhouse'} have no usable manifest:\n{lines}",
                           hint="rebuild them with porter (the manifest is written beside the wheel), "
@@ -203,8 +201,7 @@ def select(wheels: Sequence[Wheel], env: TargetEnv, node: Node, only: Sequence[s
     fits: dict[str, list[Wheel]] = {}
     rejected: list[tuple[Wheel, tuple[str, ...]]] = []
     for w in porter:
-        why = mismatches(w, env, node)
-        if why:
+        if why := mismatches(w, env, node):
             rejected.append((w, tuple(why)))
         else:
             fits.setdefault(w.component, []).append(w)
@@ -257,8 +254,7 @@ def check_wheel(path: Path, manifest: Manifest, *, label: str | None = None) -> 
     check_intact(path, manifest, label=label)
     try:
         with zipfile.ZipFile(path) as zf:
-            escaping = unsafe_entries(zf.namelist())
-            if escaping:
+            if escaping := unsafe_entries(zf.namelist()):
                 raise DamagedFile(f"{label}: entries escape the install target: {', '.join(escaping)}",
                                   hint="this wheel is unsafe to install; rebuild it with porter")
             links = [i.filename for i in zf.infolist() if (i.external_attr >> 16) & 0o170000 == 0o120000]
@@ -322,8 +318,7 @@ def write_index(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """
     root = Path(directory).resolve()
     wheels = scan(root)
-    bad = [w for w in wheels if w.manifest_error]
-    if bad:
+    if bad := [w for w in wheels if w.manifest_error]:
         raise ConfigError("no usable manifest for: " + "; ".join(f"{w.filename}: {w.manifest_error}" for w in bad),
                           hint="rebuild those wheels with porter or remove them; nothing was written")
     if not wheels:

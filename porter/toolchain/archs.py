@@ -96,15 +96,13 @@ def parse_target(spec: str) -> Target:
     elif re.fullmatch(r"\d{2,3}a?", text):
         text = "sm_" + text
     name, *features = text.split(":")
-    arch = ARCHS.get(name.lower())
-    if arch is None:
+    if (arch := ARCHS.get(name.lower())) is None:
         close = difflib.get_close_matches(name.lower(), ARCHS, n=3, cutoff=0.6)
         raise ConfigError(f"unknown GPU arch {spec!r}" + (f"; did you mean {', '.join(close)}?" if close else ""),
                           hint="run 'porter toolchain list --archs' for the known archs")
     seen: set[str] = set()
     for feat in features:
-        m = _FEATURE.match(feat)
-        if not m:
+        if not (m := _FEATURE.match(feat)):
             raise ConfigError(f"bad target feature {feat!r} in {spec!r}",
                               hint="features are xnack+/xnack-/sramecc+/sramecc-, e.g. gfx90a:xnack-")
         if m.group(1) not in arch.features:

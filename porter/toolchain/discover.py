@@ -52,8 +52,7 @@ def probe(program: str, runner: Runner, *, launcher: tuple[str, ...] = (),
                         hint="install it in that environment, or fix the profile's launcher")
     if not result.ok:
         raise CommandFailed(result.argv, result.returncode, result.output)
-    path = program if launcher else (shutil.which(program) or program)
-    return Program(base, path, version_of(kind, result.output))
+    return Program(base, program if launcher else (shutil.which(program) or program), version_of(kind, result.output))
 
 
 def find(name: str, dirs: list[Path], environ: Mapping[str, str]) -> str | None:
@@ -72,8 +71,7 @@ def detect(runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str
     programs: dict[str, dict[str, str]] = {}
     for name, where in (("hipcc", dirs["rocm"]), ("amdclang++", dirs["rocm"]),
                         ("nvcc", dirs["cuda"]), ("g++", [])):
-        path = find(name, where, environ)
-        if path:
+        if path := find(name, where, environ):
             try:
                 prog = probe(path, runner, env=env)
                 programs[name] = {"path": prog.path, "version": prog.version}
@@ -83,9 +81,8 @@ def detect(runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str
     proposal: dict[str, Any]
     if "hipcc" in programs:
         ver = programs["hipcc"]["version"]
-        mm = ".".join(ver.split(".")[:2])
         archs = sorted({g["arch"] for g in gpus if g["arch"].startswith("gfx")})
-        proposal = {"name": "detected", "kind": "rocm", "toolkit_version": mm,
+        proposal = {"name": "detected", "kind": "rocm", "toolkit_version": ".".join(ver.split(".")[:2]),
                     "root": str(Path(programs["hipcc"]["path"]).parent.parent),
                     "compiler": programs["hipcc"]["path"], "compiler_version": f"=={ver}" if ver != "unknown" else "",
                     "archs": archs or ["gfx90a"], "cpu_isa": "x86-64-v2", "env": {"HIP_PLATFORM": "amd"}}
@@ -97,22 +94,19 @@ def detect(runner: Runner, environ: Mapping[str, str] | None = None) -> dict[str
     else:
         proposal = {"name": "detected", "kind": "cpu", "compiler": programs.get("g++", {}).get("path", "g++"),
                     "cpu_isa": "x86-64-v2"}
-    notes = []
-    if proposal["kind"] != "cpu" and not gpus:
-        notes.append("no GPU visible: the proposed archs are a placeholder; edit them for your nodes")
-    return {"programs": programs, "gpus": gpus, "proposal": proposal, "notes": notes}
+    return {"programs": programs, "gpus": gpus, "proposal": proposal,
+            "notes": ["no GPU visible: the proposed archs are a placeholder; edit them for your nodes"]
+            if proposal["kind"] != "cpu" and not gpus else []}
 
 
 def _visible_gpus(runner: Runner, environ: Mapping[str, str], dirs: dict[str, list[Path]]) -> list[dict[str, str]]:
     gpus: list[dict[str, str]] = []
-    rocminfo = find("rocminfo", dirs["rocm"], environ)
-    if rocminfo:
+    if rocminfo := find("rocminfo", dirs["rocm"], environ):
         res = runner.run([rocminfo], env=dict(environ), timeout=30, check=False)
         if res.ok:
             gpus += [{"arch": m, "source": "rocminfo"}
                      for m in re.findall(r"^\s*Name:\s*(gfx[0-9a-f]+)\s*$", res.output, re.M)]
-    smi = find("nvidia-smi", dirs["cuda"], environ)
-    if smi:
+    if smi := find("nvidia-smi", dirs["cuda"], environ):
         res = runner.run([smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
                          env=dict(environ), timeout=30, check=False)
         if res.ok:
@@ -127,13 +121,8 @@ def _visible_gpus(runner: Runner, environ: Mapping[str, str], dirs: dict[str, li
 def to_toml(profile: Mapping[str, Any]) -> str:
     """Render a proposed profile as TOML (flat keys plus an [env] table)."""
     lines = ["# proposed by 'porter toolchain detect': check every value, archs above all"]
-    for key, value in profile.items():
-        if key == "env":
-            continue
-        if isinstance(value, list):
-            lines.append(f"{key} = [{', '.join(_q(v) for v in value)}]")
-        else:
-            lines.append(f"{key} = {_q(str(value))}")
+    lines += [f"{key} = [{', '.join(_q(v) for v in value)}]" if isinstance(value, list) else f"{key} = {_q(str(value))}"
+              for key, value in profile.items() if key != "env"]
     if profile.get("env"):
         lines += ["", "[env]", *(f"{k} = {_q(v)}" for k, v in profile["env"].items())]
     return "\n".join(lines) + "\n"

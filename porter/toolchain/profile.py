@@ -241,8 +241,7 @@ def load_toolchain(ref: str | os.PathLike[str] | None = None, *, overrides: Mapp
         text = read_user_text(path, str(path), kind="a toolchain profile (TOML)",
                               unreadable_hint="pass a readable TOML file or a preset name")
         data = _parse_toml(text, str(path))
-        base = data.pop("extends", None)
-        if base is not None:
+        if (base := data.pop("extends", None)) is not None:
             if not isinstance(base, str):
                 raise ConfigError(f"{path}: extends must be a preset name (a string), not {type(base).__name__}",
                                   hint="e.g. extends = \"mi300x\"; 'porter toolchain list' shows the presets")
@@ -260,8 +259,7 @@ def load_toolchain(ref: str | os.PathLike[str] | None = None, *, overrides: Mapp
         layers.append(("command line", {k: v for k, v in overrides.items() if v not in (None, (), [])}))
     merged: dict[str, Any] = {}
     for where, layer in layers:
-        layer = {k: v for k, v in layer.items() if k != "extends"}
-        merged.update(_coerce(layer, where, environ))
+        merged.update(_coerce({k: v for k, v in layer.items() if k != "extends"}, where, environ))
     if "kind" not in merged:  # (the name is the preset's or the file's unless a layer gives one)
         raise ConfigError(f"toolchain {ref!r}: missing required key 'kind'")
     return Toolchain(**merged)

@@ -125,8 +125,7 @@ def drop_flags(flags: Sequence[str], drops: Sequence[str], *, what: str) -> tupl
         if keep and keep[-1] in ("-mllvm", "-Xclang"):
             gone.append(keep.pop())
         gone.append(f)
-    unused = [d for d in drops if d not in used]
-    if unused:
+    if unused := [d for d in drops if d not in used]:
         raise ConfigError(f"--drop-flag {', '.join(unused)}: not among {what}'s flags ({shlex.join(flags)})",
                           hint="give the flag as upstream spells it, e.g. --drop-flag=-amdgpu-early-inline-all "
                                "(its -mllvm goes with it)")
@@ -270,8 +269,7 @@ def per_job(guess: int, request: WheelRequest, families: Sequence[str] | None = 
     With ``families`` (the kinds of units the build has) and ``family_of`` (unit name -> family), a
     family nothing was measured of keeps the guess (:meth:`MeasuredCosts.for_families`).
     Returns (bytes, ``guess`` | ``measured`` | ``partly measured``, a plan note)."""
-    m = request.measured
-    if m is None:
+    if (m := request.measured) is None:
         return guess, "guess", ""
     if families is not None and family_of is not None:
         return m.for_families(families, family_of, guess)

@@ -34,8 +34,7 @@ ROUND = 256 * MiB
 
 def budget(peak_bytes: int) -> int:
     """Memory to budget for one job whose peak was measured: :data:`MARGIN` headroom, rounded up."""
-    want = int(peak_bytes * MARGIN)
-    return max(ROUND, -(-want // ROUND) * ROUND)
+    return max(ROUND, -(-int(peak_bytes * MARGIN) // ROUND) * ROUND)
 
 
 class UnitCost(TypedDict):
@@ -131,8 +130,7 @@ def _read(path: Path) -> tuple[dict[str, Any], dict[str, UnitCost]]:
             out[str(k)] = {"seconds": float(v.get("seconds") or 0.0), "peak_rss_kib": int(v["peak_rss_kib"]),
                            "archs": [str(a) for a in v.get("archs") or []], "toolchain": str(v.get("toolchain", "")),
                            "measured_at": str(v.get("measured_at", ""))}
-    head = {k: str(doc.get(k, "")) for k in ("project", "version", "line")}
-    return head, out
+    return {k: str(doc.get(k, "")) for k in ("project", "version", "line")}, out
 
 
 def summarise(project: str, version: str, line: str, units: Mapping[str, UnitCost], path: str = "",
@@ -171,8 +169,7 @@ def record(project: str, version: str, tc: Toolchain, measured: Iterable[tuple[s
            root: Path | None = None) -> Path | None:
     """Merge ``(unit, seconds, peak_rss_kib)`` into the costs file (a unit measured again replaces its
     entry); returns the file, or None when nothing was measured. Written atomically under a lock."""
-    rows = [(name, s, kib) for name, s, kib in measured if kib > 0]
-    if not rows:
+    if not (rows := [(name, s, kib) for name, s, kib in measured if kib > 0]):
         return None
     path = costs_path(project, version, tc, root)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -260,8 +260,7 @@ def _engine_plan(plan: BuildPlan, linked: CompileOnlyResult) -> BuildPlan:
     if linked.engine is None:
         return plan
     cat = linked.engine.catalogue
-    chosen = set(linked.engine.plan.objects)
-    ops = tuple(o for o in cat.ops if o.name in chosen)
+    ops = tuple(o for o in cat.ops if o.name in linked.engine.plan.objects)
     failed = {o.name for o in linked.failed}
     return replace(plan, ops=ops, notes=(*plan.notes, *(n for n in linked.notes if n not in plan.notes)),
                    expect=replace(plan.expect, modules=tuple(o.module for o in ops if o.name not in failed),
@@ -379,8 +378,7 @@ def _manifest(plan: BuildPlan, request: WheelRequest, wheel: Path, tag: str | No
     sources: dict[str, Any] = {"upstream_version": info.version, "setup.py_sha256": sha256_file(info.tree / "setup.py"),
                                **request.sources, "patches": patches}
     for entry in entries:
-        op = next((o.name for o in plan.ops if o.module == entry["module"]), None)
-        if op:
+        if op := next((o.name for o in plan.ops if o.module == entry["module"]), None):
             entry["op"] = op
         if entry["module"] in plan.expect.host_only:
             entry["host_only"] = True

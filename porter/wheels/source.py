@@ -26,8 +26,7 @@ def resolve_source(source: str, driver: WheelDriver, cache: Path, runner: Runner
 
 
 def detect(driver: WheelDriver, root: Path, others: Mapping[str, WheelDriver]) -> SourceInfo:
-    info = driver.detect(root)
-    if info is not None:
+    if (info := driver.detect(root)) is not None:
         return info
     for name, other in others.items():
         try:  # (a tree another driver recognises but finds unusable is not named as its)

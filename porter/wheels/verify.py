@@ -60,8 +60,7 @@ def verify_wheel(wheel: Path, expect: Expectation, add: Mapping[str, Payload] | 
                     problems.append(f"{path}: {exc.message}")
                     continue
                 entry["archs"] = found
-                lacking = [a for a in expect.archs if a not in found]
-                if lacking:
+                if lacking := [a for a in expect.archs if a not in found]:
                     problems.append(f"{path} has no code objects for {', '.join(lacking)} "
                                     f"(it holds: {', '.join(found) or 'none'})")
                     hint = hint or "the build did not compile for the profile's archs; check PYTORCH_ROCM_ARCH / " \

@@ -95,8 +95,7 @@ def model_of(preset: str | None, *, layers: int | None = None, hidden: int | Non
                               hint=f"presets: {', '.join(MODELS)}; or give --layers --hidden --heads")
         base = MODELS[preset]
         return dataclasses.replace(base, name=base.name if not given else f"{base.name}-custom", **given)
-    missing = [k for k in ("layers", "hidden", "heads") if k not in given]
-    if missing:
+    if missing := [k for k in ("layers", "hidden", "heads") if k not in given]:
         raise ConfigError(f"no model: give --model PRESET or --{' --'.join(missing)}",
                           hint=f"presets: {', '.join(MODELS)}")
     return Model(name=f"gpt-l{given['layers']}-h{given['hidden']}", **given)
@@ -321,9 +320,8 @@ def sbatch_script(p: Plan, site: Site, opts: JobOptions, *, config: Path, site_r
     per_node = f"srun --nodes={p.nodes} --ntasks={p.nodes} --ntasks-per-node=1"
     python = opts.python or sys.executable
     if opts.broadcast_env:
-        where = n.nvme or n.local_dir
         lines += ["# the Python environment on node-local storage: one read of the shared filesystem per node",
-                  f"export PORTER_ENV_DIR={_q(where + '/porter-env-${SLURM_JOB_ID}')}",
+                  f"export PORTER_ENV_DIR={_q((n.nvme or n.local_dir) + '/porter-env-${SLURM_JOB_ID}')}",
                   f'{per_node} mkdir -p "$PORTER_ENV_DIR"',
                   f'sbcast --force {shlex.quote(opts.broadcast_env)} "$PORTER_ENV_DIR/env.tar.gz"',
                   f'{per_node} tar -xzf "$PORTER_ENV_DIR/env.tar.gz" -C "$PORTER_ENV_DIR"', ""]

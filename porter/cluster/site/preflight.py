@@ -91,8 +91,7 @@ def check_miopen(environ: Mapping[str, str], mounts_text: str) -> Check:
     problems: list[str] = []
     seen: list[str] = []
     for key in ("MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR"):
-        value = environ.get(key)
-        if not value:
+        if not (value := environ.get(key)):
             problems.append(f"{key} is not set: MIOpen would put its DB in ~/.config/miopen on the shared home")
             continue
         path = Path(value)
@@ -121,8 +120,7 @@ def check_plugin(site: Site, environ: Mapping[str, str], nodes: int) -> Check:
 
     if site.plugin is None:
         return Check("plugin", "skipped", f"site {site.name} names no network plugin")
-    path = environ.get(site.plugin.env_var) or os.path.expandvars(site.plugin.library)
-    if not path:
+    if not (path := environ.get(site.plugin.env_var) or os.path.expandvars(site.plugin.library)):
         status = "note" if nodes == 1 else "failed"
         return Check("plugin", status, f"no {site.plugin.name} library: {site.plugin.env_var} is not set"
                      + (f" (load module {site.plugin.module})" if site.plugin.module else "")
@@ -169,8 +167,7 @@ def check_ops(python: str, node: Node, runner: Runner) -> Check:
 
 def preflight(site: Site, *, python: str, nodes: int, skip: set[str], environ: Mapping[str, str],
               runner: Runner) -> Report:
-    unknown = skip - set(CHECKS)
-    if unknown:
+    if unknown := skip - set(CHECKS):
         raise ConfigError(f"unknown preflight check(s): {', '.join(sorted(unknown))}", hint=f"checks: {', '.join(CHECKS)}")
     try:
         mounts_text = Path("/proc/mounts").read_text()

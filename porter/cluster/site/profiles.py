@@ -166,8 +166,7 @@ _TABLES: dict[str, type[Any]] = {"node": NodeLayout, "runtime": Runtime, "schedu
 def _parse(text: str, *, name: str, where: str, file: str) -> Site:
     data = parse_toml(text, where)
     data.setdefault("name", name)
-    top = {f.name for f in dataclasses.fields(Site)} - {"file"}
-    check_keys(data, top, where)
+    check_keys(data, {f.name for f in dataclasses.fields(Site)} - {"file"}, where)
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key in _TABLES:

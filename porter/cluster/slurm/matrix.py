@@ -135,8 +135,7 @@ def _strings(value: Any, where: str, key: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(f"{where}: {key!r} must be a list of non-empty strings, not {shown(value)}",
                           hint=f"e.g. {key} = [\"...\", \"...\"]")
-    nul = next((v for v in value if "\0" in v), None)
-    if nul is not None:
+    if (nul := next((v for v in value if "\0" in v), None)) is not None:
         raise ConfigError(f"{where}: {key!r} holds {nul!r}, with a NUL byte",
                           hint="no path, name, version or argument can contain NUL; remove it")
     return list(value)
@@ -171,10 +170,8 @@ def load_matrix(path: str | os.PathLike[str], *, directory: str | os.PathLike[st
     else:
         raise ConfigError(f"{where}: no matrix folder", hint="pass --dir with a folder on the shared filesystem, "
                                                               "or set dir = \"...\" in the matrix file")
-    if wheelhouse is not None:
-        house = Path(wheelhouse).resolve()
-    else:
-        house = here(data["wheelhouse"]) if isinstance(data.get("wheelhouse"), str) else folder / "wheelhouse"
+    house = Path(wheelhouse).resolve() if wheelhouse is not None else \
+        here(data["wheelhouse"]) if isinstance(data.get("wheelhouse"), str) else folder / "wheelhouse"
     default_tcs = _strings(data.get("toolchains"), where, "toolchains")
     build_python = data.get("python")
     if build_python is not None and (not isinstance(build_python, str) or "\0" in build_python):
@@ -231,8 +228,7 @@ def _entry_cells(entry: dict[str, Any], ewhere: str, default_tcs: list[str], her
                           hint="set toolchains = [...] at the top of the file or in this entry")
     ops = _strings(entry.get("ops"), ewhere, "ops")
     args = _strings(entry.get("args"), ewhere, "args")
-    owned = [a for a in args if a.split("=", 1)[0] in OWNED_OPTIONS]
-    if owned:
+    if owned := [a for a in args if a.split("=", 1)[0] in OWNED_OPTIONS]:
         raise ConfigError(f"{ewhere} ({comp}): 'args' may not set {', '.join(owned)}",
                           hint="each cell sets its source, toolchain, output and python itself")
     for v in versions:
@@ -279,8 +275,7 @@ def _check_cells(planned: list[dict[str, Any]], environ: Mapping[str, str] | Non
             problems.append(f"cell {c['id']}: source {c['given']!r} not found ({c['source']})")
     wheels: dict[tuple[str, str, str], str] = {}
     for c in planned:
-        tc = toolchains.get(c["toolchain"])
-        if tc is None:
+        if (tc := toolchains.get(c["toolchain"])) is None:
             continue
         c["label"] = labels.make(tc)
         first = wheels.setdefault((c["component"], c["source"], c["label"]), c["id"])

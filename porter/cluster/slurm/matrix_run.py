@@ -218,9 +218,8 @@ def _cell_entry(plan: Matrix, cell: Cell) -> dict[str, Any]:
 
 def collect(plan: Matrix) -> dict[str, Any]:
     cells = [_cell_entry(plan, c) for c in plan.cells]
-    counts = dict(Counter(c["status"] for c in cells))
-    return {"name": plan.name, "dir": str(plan.dir), "wheelhouse": str(plan.wheelhouse), "counts": counts,
-            "cells": cells}
+    return {"name": plan.name, "dir": str(plan.dir), "wheelhouse": str(plan.wheelhouse),
+            "counts": dict(Counter(c["status"] for c in cells)), "cells": cells}
 
 
 def finish(directory: str | os.PathLike[str]) -> dict[str, Any]:
@@ -328,8 +327,7 @@ def run_local(plan: Matrix, *, runner: Runner, env: Mapping[str, str], log: Logg
                              "indexes what was built")
     res = runner.run(["bash", str(plan.folder.final_script)], env=env, check=False)
     atomic_write_text(plan.folder.final_log, res.output)
-    report = read_json(plan.dir / REPORT)
-    if report is None:
+    if (report := read_json(plan.dir / REPORT)) is None:
         raise ToolError(f"the index step wrote no report (exit code {res.returncode})",
                         hint=f"read {plan.folder.final_log}")
     return report

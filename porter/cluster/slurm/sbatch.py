@@ -140,8 +140,7 @@ def programs_or_refusal(env: Mapping[str, str], runner: Runner, *, what: str = "
     alternative (``local``: what to do instead on this machine), and in a dry run (a recording ``runner``) the
     refusal to end with instead."""
     found = {name: which(name, path=env.get("PATH")) for name in ("sbatch", "scontrol", "squeue", "scancel")}
-    missing = [n for n in ("sbatch", "scontrol") if found[n] is None]
-    if missing:
+    if missing := [n for n in ("sbatch", "scontrol") if found[n] is None]:
         message = f"{' and '.join(missing)} not found on PATH: --slurm submits {what} with Slurm's own commands"
         if not runner.dry:
             raise ToolError(message, hint=f"{local}, or run porter on a Slurm login node (module load slurm)")
@@ -290,18 +289,17 @@ class JobFolder:
         return record
 
     def wait(self, report: Path, submission: Mapping[str, Any], *, programs: Programs, runner: Runner,
-             env: Mapping[str, str], log: Logger | None = None, poll: float = 0.5, check_every: float = 10.0,
-             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-             lost_hint: str | None = None) -> None:
-        """Wait until the final job of ``submission`` wrote ``report``. Slurm is asked (squeue) only every
-        ``check_every`` seconds, and only whether that job is still queued or running: when it ended, or Slurm
-        forgot it, without a report, waiting stops with an error (``lost_hint``: what to do then)."""
+             env: Mapping[str, str], log: Logger | None = None, poll: float = 0.5, lost_hint: str | None = None,
+             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
+        """Wait until the final job of ``submission`` wrote ``report``. Slurm is asked (squeue) only every 10
+        seconds, and only whether that job is still queued or running: when it ended, or Slurm forgot it, without
+        a report, waiting stops with an error (``lost_hint``: what to do then)."""
         log = log or quiet_logger()
         job = submission[f"{self.final}_job"]
         last_check = clock()
         while not report.exists():
             sleep(poll)
-            if clock() - last_check < check_every:
+            if clock() - last_check < 10.0:
                 continue
             last_check = clock()
             # its state while slurmctld still knows it (PENDING, COMPLETED...); None once forgotten, or with no squeue

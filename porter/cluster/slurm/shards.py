@@ -226,8 +226,7 @@ def outcome(doc: Mapping[str, Any]) -> PorterError | None:
     """None while the build runs or once it shipped a wheel; CheckFailed when a shard or the link failed."""
     if doc["state"] != "failed":
         return None
-    failed = [t for t in doc["tasks"] if t["status"] == "failed"]
-    if failed:
+    if failed := [t for t in doc["tasks"] if t["status"] == "failed"]:
         return CheckFailed(f"{len(failed)} shard(s) failed: " + ", ".join(str(t["index"]) for t in failed)
                            + "; the link job was cancelled (afterok)",
                            hint=f"read {failed[0]['log']}; fix the cause and submit again (objects already "
