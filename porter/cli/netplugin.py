@@ -11,12 +11,10 @@ import click
 from porter.cli import emit
 from porter.cli.options import ToolchainChoice, json_option, options
 from porter.errors import CheckFailed, refusal_line
+from porter.components.netplugin.projects import PROBE_PYTHON, BuildSettings
 from porter.log import Logger
-from porter.optspec import arg, dry_run_option, jobs_option, opt, out_option, python_option, site_option, source_option
+from porter.optspec import arg, dry_run_option, out_option, site_option, source_option
 
-PROBE_PYTHON = python_option.but(envvar=None, show_envvar=False, callback=None, help=(
-    "The python that runs porter's probe where the toolchain runs (inside its chroot or container). Default: python3 "
-    "there; porter's own python on the host."))
 SITE = site_option.but(help="The site the plugin must serve: built with ROCm for an AMD site, the site's RCCL major (a "
                             "build that cannot is refused before building).")
 
@@ -32,26 +30,16 @@ def net_plugin() -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class NetPluginBuildOptions(ToolchainChoice):
-    """``porter net-plugin build``'s options: each field declares its own (``--help`` says what each is)."""
+class NetPluginBuildOptions(BuildSettings, ToolchainChoice):
+    """``porter net-plugin build``'s options: each field declares its own (``--help`` says what each is); how the
+    plugin is built: :class:`~porter.components.netplugin.build.BuildSettings`."""
 
     source: Path = source_option.field(type=click.Path(exists=True, file_okay=False, path_type=Path), metavar=None,
                                        help="An aws-ofi-nccl or aws-ofi-rccl tree: a clone (autogen.sh) or a release "
                                             "tarball (configure).")
     out_dir: Path = out_option.field(default=Path("net-plugin"), show_default=True,
                                      help="Folder for the package (.tar.gz) and its .porter.json manifest.")
-    libfabric: str = opt("--libfabric", default="", metavar="PREFIX",
-                         help="libfabric's install prefix as the toolchain sees it (default: where the compiler finds "
-                              "it).")
-    configure_args: tuple[str, ...] = opt("--configure-arg", multiple=True, metavar="ARG",
-                                          help="More configure options, passed last (repeat): --with-hwloc=/opt/hwloc.")
     site_ref: str | None = SITE.field()
-    jobs: int = jobs_option.field(default=2, show_default=True, help="make -j.")
-    python: str = PROBE_PYTHON.field(default="python3", show_default=True)
-    release_version: str = opt("--release-version", default="", metavar="VERSION",
-                               help="The plugin's version, for a clone whose autogen reads it from git "
-                                    "(m4/get_version.sh; git does not run in the toolchain's root): written into the "
-                                    "work copy as .release_version.")
     dry_run: bool = dry_run_option.field()
 
 
@@ -67,9 +55,8 @@ def build_cmd(log: Logger, /, req: NetPluginBuildOptions, as_json: bool) -> None
 
     tc = req.toolchain()
     site = load_site(req.site_ref) if req.site_ref else None
-    plan = plan_build(BuildRequest(source=req.source.resolve(), tc=tc, out_dir=req.out_dir.resolve(),
-                                   libfabric=req.libfabric, configure_args=req.configure_args, jobs=req.jobs,
-                                   site=site, python=req.python, release_version=req.release_version))
+    plan = plan_build(BuildRequest(source=req.source.resolve(), tc=tc, out_dir=req.out_dir.resolve(), site=site,
+                                   settings=req))  # (the options are the settings, and more)
     if req.dry_run:
         result = plan_only(plan, Logger(quiet=as_json) if as_json else log)
         emit(as_json, result.to_dict() | {"dry_run": True},

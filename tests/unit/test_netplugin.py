@@ -17,6 +17,7 @@ from porter.cli import cli
 from porter.cluster.site.profiles import Site, load_site
 from porter.errors import ConfigError, ToolError
 from porter.components.netplugin.build import BuildRequest, _installed, dry_run, plan_build, run_build
+from porter.components.netplugin.projects import BuildSettings
 from porter.components.netplugin.checks import is_rocm_site, site_refusals
 from porter.components.netplugin.projects import AWS_OFI_NCCL, AWS_OFI_RCCL, recognise
 from porter.components.netplugin.verify import plugin_facts, rccl_picks, read_package
@@ -338,6 +339,7 @@ def test_a_clone_whose_version_comes_from_git_needs_release_version(tmp_path: Pa
     with pytest.raises(ConfigError, match="m4/get_version.sh") as exc:
         plan_build(BuildRequest(source=tree, tc=rocm7(), out_dir=tmp_path / "o"))
     assert "--release-version" in (exc.value.hint or "")
-    plan = plan_build(BuildRequest(source=tree, tc=rocm7(), out_dir=tmp_path / "o", release_version="v1.19.2"))
+    plan = plan_build(BuildRequest(source=tree, tc=rocm7(), out_dir=tmp_path / "o",
+                                   settings=BuildSettings(release_version="v1.19.2")))
     assert plan.tree.version == "1.19.2" and plan.package.startswith("aws-ofi-nccl-1.19.2-")
     assert not recognise(clone(tmp_path / "r", "aws-ofi-nccl", "m4_normalize(x)", release="1.19.2")).version_script

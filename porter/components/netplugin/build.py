@@ -38,7 +38,7 @@ from porter.fs import atomic_write_text, cache_dir, ensure_writable_dir, files_d
 from porter.log import Logger
 from porter.components.netplugin.checks import is_rocm_site, site_refusals
 from porter.components.netplugin.node import links_hip
-from porter.components.netplugin.projects import Tree, device_of, recognise
+from porter.components.netplugin.projects import BuildSettings, Tree, device_of, recognise
 from porter.probe import run_probe
 from porter.run import RecordingRunner, Runner, env_changes
 from porter.toolchain.profile import Toolchain, toolchain_env
@@ -51,18 +51,9 @@ class BuildRequest:
     source: Path
     tc: Toolchain
     out_dir: Path
-    libfabric: str = ""
-    """libfabric's install prefix as the executor sees it ('' = where the compiler finds it)."""
-    configure_args: tuple[str, ...] = ()
-    """More configure options, passed last (``--with-hwloc=/opt/hwloc``)."""
-    jobs: int = 2
     site: Site | None = None
     """Refuse, before building, what cannot serve this site."""
-    python: str = "python3"
-    """The python that runs porter's probe where the toolchain runs (the chroot's own)."""
-    release_version: str = ""
-    """The plugin's version for a clone whose autogen reads it from git (``m4/get_version.sh``): written into the
-    work copy as ``.release_version``, as a release tarball carries it."""
+    settings: BuildSettings = BuildSettings()
 
 
 @dataclass(frozen=True)
@@ -127,8 +118,8 @@ def plan_build(req: BuildRequest) -> BuildPlan:
     """The commands a build runs, and what it would refuse; no writes, no subprocess."""
     tc = req.tc
     tree = recognise(req.source)
-    if req.release_version:
-        tree = replace(tree, version=req.release_version.removeprefix("v"))
+    if req.settings.release_version:
+        tree = replace(tree, version=req.settings.release_version.removeprefix("v"))
     elif tree.version_script:
         how = (f"the tag of {tree.root}'s HEAD (git -C {tree.root} describe --tags)" if (tree.root / ".git").exists()
                else "the release it is (the tag it was checked out from, e.g. 1.19.2)")
@@ -144,23 +135,24 @@ def plan_build(req: BuildRequest) -> BuildPlan:
         why = site_refusals(req.site, what=f"{tree.project.name} built with toolchain {tc.name} ({tc.kind})",
                             built_with_rocm=False, rccl_version=None)
         refusal = ConfigError(why[0], hint=f"build with the site's ROCm toolchain ({req.site.toolchain or 'a rocm preset'})")
-    if req.jobs < 1:
-        raise ConfigError(f"-j {req.jobs}: jobs must be >= 1")
+    if req.settings.jobs < 1:
+        raise ConfigError(f"-j {req.settings.jobs}: jobs must be >= 1")
     ex = tc.executor
     # named by the tree's content: another tree of the same version (a fork, a patched clone) never shares it
     work = ex.work_dir(cache_dir()) / "netplugin" / \
         f"{tree.project.name}-{tree.version}-{tree_digest(tree.root)[:12]}-{labels.make(tc)}"
     src_in = ex.visible(work / "src", stage=False)
     stage_in = ex.visible(work / "stage", stage=False)
-    args = tree.project.configure_args(tc, prefix=stage_in, libfabric=req.libfabric, extra=req.configure_args)
+    args = tree.project.configure_args(tc, prefix=stage_in, libfabric=req.settings.libfabric,
+                                       extra=req.settings.configure_args)
     make_dir = f"{src_in}/{tree.project.make_dir}" if tree.project.make_dir else src_in
     steps = [Step("autogen", in_dir(ex, src_in, "sh", "./autogen.sh"))] if not tree.has_configure else []
     steps += [Step("configure", in_dir(ex, src_in, "sh", "./configure", *args)),
-              Step("make", ex.argv("make", "-C", make_dir, f"-j{req.jobs}")),
+              Step("make", ex.argv("make", "-C", make_dir, f"-j{req.settings.jobs}")),
               Step("install", ex.argv("make", "-C", make_dir, "install"))]
     package = f"{tree.project.name}-{tree.version}-{labels.make(tc)}.tar.gz"
     return BuildPlan(req, tree, device, work, tuple(steps), toolchain_env(tc), package,
-                     header_dirs(tc, req.libfabric), refusal)
+                     header_dirs(tc, req.settings.libfabric), refusal)
 
 
 def dry_run(plan: BuildPlan, log: Logger) -> BuildResult:
@@ -196,7 +188,7 @@ def run_build(plan: BuildPlan, runner: Runner, log: Logger) -> BuildResult:
     ex.preflight()
     ensure_writable_dir(req.out_dir, create=True)
     with log.step(f"reading RCCL, libfabric and HIP versions in {ex.describe()}"):
-        facts = probe_env(ex, req.python, runner, plan.env, headers=plan.header_dirs)["headers"]
+        facts = probe_env(ex, req.settings.python, runner, plan.env, headers=plan.header_dirs)["headers"]
     rccl = facts.get("rccl")
     rocm_version = tc.toolkit_version if plan.device == "rocm" else None
     if req.site is not None:
@@ -217,7 +209,7 @@ def run_build(plan: BuildPlan, runner: Runner, log: Logger) -> BuildResult:
         with log.step(f"copying {tree.root} to a work tree"):
             shutil.copytree(tree.root, plan.src, symlinks=True)
             plan.stage.mkdir()
-            if plan.request.release_version:  # what m4/get_version.sh reads first, as in a release tarball
+            if plan.request.settings.release_version:  # what m4/get_version.sh reads first, as in a release tarball
                 atomic_write_text(plan.src / ".release_version", tree.version + "\n")
         if not tree.has_configure:
             found = runner.run(ex.argv("sh", "-c", "command -v autoreconf"), env=plan.env, check=False)
@@ -237,8 +229,8 @@ def run_build(plan: BuildPlan, runner: Runner, log: Logger) -> BuildResult:
                               hint=f"{tree.project.name} should install "
                                    f"{', '.join(tree.project.library_names(plan.device))}")
         with log.step(f"loading {', '.join(p.name for p in libs)} in {ex.describe()}"):
-            loaded = [probe_env(ex, req.python, runner, plan.env, library=ex.visible(lib, stage=False))["libraries"][0]
-                      for lib in libs]
+            loaded = [probe_env(ex, req.settings.python, runner, plan.env,
+                                library=ex.visible(lib, stage=False))["libraries"][0] for lib in libs]
         bad = [f"{os.path.basename(d['path'])}: {d['error']}" for d in loaded if not d["loads"]] + \
               [f"{os.path.basename(d['path'])} exports no ncclNetPlugin_vN symbol" for d in loaded
                if d["loads"] and not d["net_api"]]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from porter.errors import ConfigError
+from porter.optspec import jobs_option, opt, python_option
 
 if TYPE_CHECKING:
     from porter.toolchain.profile import Toolchain
@@ -135,3 +136,25 @@ def recognise(root: Path) -> Tree:
         "with-rocm" in t or "CHECK_PKG_ROCM" in t for t in texts.values())
     script = not has_configure and not version and (root / "m4" / "get_version.sh").is_file()
     return Tree(project, version or "unknown", root, has_configure, has_autogen, supports_rocm, script)
+
+
+PROBE_PYTHON = python_option.but(envvar=None, show_envvar=False, callback=None, help=(
+    "The python that runs porter's probe where the toolchain runs (inside its chroot or container). Default: python3 "
+    "there; porter's own python on the host."))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildSettings:
+    """How a plugin is built, as ``porter net-plugin build`` takes it: each field declares its option."""
+
+    libfabric: str = opt("--libfabric", default="", metavar="PREFIX",
+                         help="libfabric's install prefix as the toolchain sees it (default: where the compiler finds "
+                              "it).")
+    configure_args: tuple[str, ...] = opt("--configure-arg", multiple=True, metavar="ARG",
+                                          help="More configure options, passed last (repeat): --with-hwloc=/opt/hwloc.")
+    jobs: int = jobs_option.field(default=2, show_default=True, help="make -j.")
+    python: str = PROBE_PYTHON.field(default="python3", show_default=True)
+    release_version: str = opt("--release-version", default="", metavar="VERSION",
+                               help="The plugin's version, for a clone whose autogen reads it from git "
+                                    "(m4/get_version.sh; git does not run in the toolchain's root): written into the "
+                                    "work copy as .release_version.")
