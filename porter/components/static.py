@@ -114,17 +114,12 @@ def value(node: ast.expr | None, scope: Scope) -> Any:
             if left is UNKNOWN and isinstance(right, list):
                 scope.skip(node.left)
                 return right
-            if isinstance(left, str) and isinstance(right, str) and ROOT not in (left, right):
-                return left + right
-            return UNKNOWN
-        if isinstance(node.op, ast.Div):  # pathlib: Path(this_dir) / "csrc"
-            return _join([left, right])
-        return UNKNOWN
+            return (left + right if isinstance(left, str) and isinstance(right, str) and ROOT not in (left, right)
+                    else UNKNOWN)
+        return _join([left, right]) if isinstance(node.op, ast.Div) else UNKNOWN  # pathlib: Path(this_dir) / "csrc"
     if isinstance(node, ast.IfExp):
         t = truth_of(node.test, scope)
-        if t is None:
-            return UNKNOWN
-        return value(node.body if t else node.orelse, scope)
+        return UNKNOWN if t is None else value(node.body if t else node.orelse, scope)
     if isinstance(node, ast.Call):
         name = dotted(node.func)
         if name in ("os.path.join", "path.join"):
@@ -183,22 +178,16 @@ def truth_of(node: ast.expr, scope: Scope) -> bool | None:
 
 def terminates(block: Sequence[ast.stmt]) -> bool:
     """A block that always ends the script or function: ``raise``, ``sys.exit(...)``, ``exit(...)``."""
-    if not block:
-        return False
-    last = block[-1]
-    if isinstance(last, ast.Raise):
-        return True
-    return (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
-            and dotted(last.value.func) in ("sys.exit", "exit", "quit"))
+    last = block[-1] if block else None
+    return isinstance(last, ast.Raise) or (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
+                                           and dotted(last.value.func) in ("sys.exit", "exit", "quit"))
 
 
 def branch(st: ast.If, scope: Scope) -> bool | None:
     """Whether an ``if`` takes its body (False: its ``else``; None: not known). A guard (one branch always ends the
     script) leaves the other branch unconditional."""
     t = truth_of(st.test, scope)
-    if t is None and terminates(st.body) != terminates(st.orelse):
-        return terminates(st.orelse)
-    return t
+    return terminates(st.orelse) if t is None and terminates(st.body) != terminates(st.orelse) else t
 
 
 def run(body: Sequence[ast.stmt], scope: Scope) -> Any:
@@ -208,9 +197,8 @@ def run(body: Sequence[ast.stmt], scope: Scope) -> Any:
             targets = st.targets if isinstance(st, ast.Assign) else [st.target]
             if len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id not in scope.fixed:
                 scope.names[targets[0].id] = value(st.value, scope)
-        elif isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name) and isinstance(st.op, ast.Add):
-            if st.target.id in scope.fixed:
-                continue
+        elif (isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name) and isinstance(st.op, ast.Add)
+              and st.target.id not in scope.fixed):
             old = scope.names.get(st.target.id, UNKNOWN)
             new = value(st.value, scope)
             if isinstance(old, list) and isinstance(new, list):
