@@ -114,17 +114,13 @@ class ApexDriver:
                              "build with device ops needs it")
             selected = tuple(sorted({*(o for o in selected if o.name != CORE_OP), replace(core, required=True)},
                                     key=lambda o: o.name))
-        if regime == "env":
-            env: dict[str, str | None] = _env_switches(info, selected)
-            pip_args: tuple[str, ...] = ()
-            modules = tuple(op.module for op in selected)
-            optional: tuple[str, ...] = ()
-        else:
-            pip_args = tuple(f"--config-settings=--build-option=--{g}_ext" for g in sorted({o.group for o in selected}))
-            # a stray APEX_BUILD_* from the caller's shell would change what an env-regime tree builds
-            env = {CPP_GROUP_VAR: None, CUDA_GROUP_VAR: None}
-            modules = tuple(op.module for op in selected if op.required)
-            optional = tuple(op.module for op in selected if not op.required)
+        # the flags regime: a stray APEX_BUILD_* from the caller's shell would change what an env-regime tree builds
+        env: dict[str, str | None] = (_env_switches(info, selected) if regime == "env"
+                                      else {CPP_GROUP_VAR: None, CUDA_GROUP_VAR: None})
+        pip_args = () if regime == "env" else tuple(f"--config-settings=--build-option=--{g}_ext"
+                                                    for g in sorted({o.group for o in selected}))
+        modules = tuple(op.module for op in selected if op.required or regime == "env")
+        optional = tuple(op.module for op in selected if not (op.required or regime == "env"))
         per_job_bytes, source, cost_note = per_job(PER_JOB_ROCM if tc.kind == "rocm" else PER_JOB_CPU, request)
         jobs = choose_jobs(per_job_bytes, machine, request.jobs)
         # DESIRED_CUDA and APEX_COMMIT unset: apex's own version suffixes (+DESIRED_CUDA) would fight porter's label
@@ -351,9 +347,7 @@ def _rocm_truth(node: ast.expr, scope: static.Scope) -> bool | None:
         fname = static.dotted(node.func)
         if fname.endswith(("is_rocm_pytorch", "is_hip_extension")):
             return True
-        if fname == "torch.cuda.is_available":
-            return False
-        return None
+        return False if fname == "torch.cuda.is_available" else None
     if isinstance(node, ast.Compare) and len(node.ops) == 1:
         left, right = node.left, node.comparators[0]
         if static.dotted(left) == "torch.version.hip" and isinstance(right, ast.Constant) and right.value is None:
@@ -561,14 +555,13 @@ class ApexComponent(FromDriver, jit.NoSites):
     def installed_sites(self, audit: jit.Audit, imports: set[str]) -> list[jit.Site]:
         """What runs at import of the installed modules the tree imports (and the packages on their way)."""
         target = audit.target
-        dist = target.dists.get(self.name) if target else None
-        root = target.package_root(self.name, self.name) if target else None
-        if dist is None or root is None:
+        root = target.package_root(self.name, self.name) if target else None  # None without the distribution
+        if target is None or root is None:
             return []
         out: list[jit.Site] = []
         for path in sorted(jit.imported_files(root, imports)):
             at = jit.At(path.relative_to(root.parent).as_posix(), path.read_text(errors="replace"),
-                        f"{self.name} {dist.version}")
+                        f"{self.name} {target.dists[self.name].version}")
             out += [audit.resolve(raw, at) for raw in jit.find_sites(at.text, audit.loads) if raw.when == "import"
                     and raw.kind in ("op", "torch-jit") and jit.relevant(raw, path, audit.loads)]
         return out
