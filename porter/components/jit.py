@@ -186,9 +186,7 @@ def _dotted(node: ast.AST) -> str:
     if isinstance(node, ast.Attribute):
         inner = _dotted(node.value)
         return f"{inner}.{node.attr}" if inner else node.attr
-    if isinstance(node, ast.Call):
-        return _dotted(node.func) + "()"
-    return ""
+    return _dotted(node.func) + "()" if isinstance(node, ast.Call) else ""
 
 
 def _literal(node: ast.AST | None) -> str:
@@ -346,8 +344,5 @@ def builder_names(roots: Iterable[Path]) -> dict[str, str]:
 def relevant(raw: Raw, path: Path, loads: Loads) -> bool:
     """Leave out what is machinery, not a site: an op builder's own ``cpp_extension.load`` (each op load is the
     site), and a package importing its own op-loading classes (its op loads are the sites)."""
-    if raw.kind == "torch-jit" and "op_builder" in path.parts:
-        return False
-    if raw.kind == "op" and raw.key.startswith("op:") and "ops" in path.parts and any(p in path.parts for p in loads):
-        return False
-    return True
+    return not ((raw.kind == "torch-jit" and "op_builder" in path.parts) or (
+        raw.kind == "op" and raw.key.startswith("op:") and "ops" in path.parts and any(p in path.parts for p in loads)))

@@ -24,9 +24,7 @@ def bf16(device: bool, tc: Toolchain, own: bool = False) -> bool:
     profile has bf16 in hardware; on porter's emulated target (its hip_bf16.h, as CDNA2 and later have), always."""
     if tc.kind == "rocm":
         return device and all(t.name in BF16_AMD for t in tc.targets)
-    if tc.kind == "emulated":
-        return device
-    return own
+    return device if tc.kind == "emulated" else own
 
 
 def simd_define(isa: str) -> str:
@@ -41,9 +39,7 @@ def simd_define(isa: str) -> str:
 def profile_simd(args: tuple[str, ...], isa: str) -> tuple[str, ...]:
     """A builder's host flags with its build-host SIMD guess replaced by the profile ISA's define (``native``: as
     they are). A wheel built on an AVX-512 login node must not crash with SIGILL on a Zen 3 compute node."""
-    if isa == "native":
-        return args
-    return (*(a for a in args if a not in SIMD_DEFINES), simd_define(isa))
+    return args if isa == "native" else (*(a for a in args if a not in SIMD_DEFINES), simd_define(isa))
 
 
 def read_installed_ops(text: str) -> dict[str, bool] | None:

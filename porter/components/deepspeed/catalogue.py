@@ -29,9 +29,7 @@ def _reason(entry: dict[str, Any], tc: Toolchain) -> str:
         return "its builder raised when porter asked it (" + "; ".join(entry["probe_errors"])[:300] + ")"
     if not entry.get("module") or not entry.get("sources"):
         return "the builder names no module or no sources"
-    if entry["device"] and tc.kind == "cpu":
-        return "a GPU op; the cpu profile has no device compiler"
-    return ""
+    return "a GPU op; the cpu profile has no device compiler" if entry["device"] and tc.kind == "cpu" else ""
 
 
 def read_catalogue(source: Source, tc: Toolchain, *, python: str, runner: Runner,

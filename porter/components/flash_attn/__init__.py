@@ -95,9 +95,8 @@ def ck_cover(units: Sequence[str], mode: str) -> list[str]:
         if not m:
             return {("family", ck_family(unit))}
         fam, hdim, dtype = m.group(1), m.group(2), m.group(3)
-        if mode == "cover":
-            return {("family", fam), ("hdim", hdim), ("dtype", dtype)}
-        return {("family", fam), ("family-hdim", fam, hdim), ("family-dtype", fam, dtype)}
+        return ({("family", fam), ("hdim", hdim), ("dtype", dtype)} if mode == "cover" else
+                {("family", fam), ("family-hdim", fam, hdim), ("family-dtype", fam, dtype)})
 
     if mode not in SAMPLE_MODES:
         raise ConfigError(f"unknown sample mode {mode!r}", hint=f"a count, or one of {', '.join(SAMPLE_MODES)}")

@@ -47,9 +47,8 @@ class Project:
         """The libraries a build for ``device`` (rocm | cuda | none) installs, the one RCCL finds first."""
         if self.name == "aws-ofi-rccl":
             return ("librccl-net.so",)
-        if device == "rocm":
-            return ("librccl-net.so", "librccl-net-ofi.so")
-        return ("libnccl-net.so", "libnccl-net-ofi.so")
+        return (("librccl-net.so", "librccl-net-ofi.so") if device == "rocm" else
+                ("libnccl-net.so", "libnccl-net-ofi.so"))
 
     def configure_args(self, tc: Toolchain, *, prefix: str, libfabric: str = "",
                        extra: tuple[str, ...] = ()) -> list[str]:
