@@ -232,9 +232,8 @@ def _torch_view(cat: Catalogue, cache: Path, python: str, runner: Runner, py_ex:
         return ()
     with log.step(f"a HIP view of torch {cat.torch.version}'s headers" + (" (compile checks only)" if not emulated
                                                                             else "")):
-        if runner.dry:  # named, not made
-            return (hip_view.view_dir(cat.torch, cache),)
-        return (hip_view.make_view(cat.torch, cache, python=python, runner=runner, executor=py_ex),)
+        return (hip_view.view_dir(cat.torch, cache) if runner.dry else  # a dry run: named, not made
+                hip_view.make_view(cat.torch, cache, python=python, runner=runner, executor=py_ex),)
 
 
 def _write_build_dir(plan: Plan, build_dir: Path, log: Logger) -> None:

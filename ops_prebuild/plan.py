@@ -129,9 +129,8 @@ def _esc(path: str) -> str:
 def cxx_standard(args: tuple[str, ...] | list[str], cat: Catalogue) -> list[str]:
     """torch's rule for extensions: when the flags name no -std, use the one its headers need
     (C++20 from torch 2.12 on, C++17 before)."""
-    if any(a.startswith("-std=") for a in args):
-        return []
-    return ["-std=c++20" if tuple(map(int, cat.torch.major_minor.split("."))) >= (2, 12) else "-std=c++17"]
+    return [] if any(a.startswith("-std=") for a in args) else [
+        "-std=c++20" if tuple(map(int, cat.torch.major_minor.split("."))) >= (2, 12) else "-std=c++17"]
 
 
 Visible = Callable[[str | Path], str]

@@ -105,9 +105,8 @@ def _unpacked(dest: Path, digest: str, say: Callable[[str], None] | None = None)
 def _requirement(name: str | None, spec: str) -> tuple[str, str] | None:
     """``NAME==VERSION`` (any project's name when ``name`` is None; else that project's, however spelt)."""
     m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!_-]*)", spec.strip())
-    if not m or (name is not None and canonicalize_name(m.group(1)) != canonicalize_name(name)):
-        return None
-    return m.group(1), m.group(2)
+    return None if not m or (name is not None and canonicalize_name(m.group(1)) != canonicalize_name(name)) else (
+        m.group(1), m.group(2))
 
 
 def git_commit(root: Path) -> str | None:
