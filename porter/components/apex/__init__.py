@@ -155,7 +155,6 @@ class ApexDriver:
         specs = _specs(info, request.toolchain.toolkit_version)
         ops: list[OpSpec] = []
         notes: list[str] = []
-        dirs: set[str] = set()
         unplanned: list[tuple[str, str]] = []
         for op in selected:
             spec = specs.get(op.name)
@@ -173,10 +172,9 @@ class ApexDriver:
                                                      ctx.toolchain.cpu_isa),
                                nvcc_args=(*_resolve_markers(spec.nvcc_args, heads), *macros) if op.device else (),
                                bf16=bf16(op.device, ctx.toolchain)))
-            dirs |= {s.split("/")[0] for s in (*spec.sources, *spec.include_paths)}
             if spec.skipped:
                 notes.append(f"{op.name}: not read from {spec.builder} (left out): {'; '.join(spec.skipped[:3])}")
-        for top in sorted(d for d in dirs if d not in (".", "")):
+        for top in sorted({s.split("/")[0] for o in ops for s in (*o.sources, *o.include_paths)} - {".", ""}):
             if (info.tree / top).exists():
                 ctx.copy(top)
         return KernelSet(ops=tuple(ops), hipify=tuple(o.name for o in ops if o.device), notes=tuple(notes),
@@ -380,10 +378,8 @@ def torch_header_flags(method: str, include_dirs: Iterable[str | Path]) -> list[
     context = find("ATen/Context.h")
     line = next((ln for ln in context.read_text(errors="replace").splitlines() if "BackwardPassGuard" in ln),
                 "") if context else ""
-    if not line:
-        return []
     return ["-DBACKWARD_PASS_GUARD", "-DBACKWARD_PASS_GUARD_CLASS="
-            + ("ROCmBackwardPassGuard" if "ROCmBackwardPassGuard" in line else "BackwardPassGuard")]
+            + ("ROCmBackwardPassGuard" if "ROCmBackwardPassGuard" in line else "BackwardPassGuard")] if line else []
 
 
 def _resolve_markers(args: Iterable[str], include_dirs: Sequence[str | Path]) -> tuple[str, ...]:
@@ -451,7 +447,6 @@ def read_flag_extensions(text: str, where: str, rocm: str = "") -> tuple[tuple[O
     script is no condition); those behind a further condition porter cannot decide are optional; those only on the
     CUDA branch are left out.
     """
-    tree = static.parse(text, where)
     scope = _scope(rocm, text, frozenset({"this_dir", "cwd", "IS_ROCM_PYTORCH"}))
     ops: dict[str, OpSpec] = {}
     specs: dict[str, BuildSpec] = {}
@@ -498,7 +493,7 @@ def read_flag_extensions(text: str, where: str, rocm: str = "") -> tuple[tuple[O
                 if group is not None:
                     record(st, group, state)
 
-    visit(tree.body, None, "required")
+    visit(static.parse(text, where).body, None, "required")
     return tuple(sorted(ops.values(), key=lambda o: o.name)), specs
 
 
