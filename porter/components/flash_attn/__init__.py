@@ -108,8 +108,7 @@ def ck_cover(units: Sequence[str], mode: str) -> list[str]:
         best = min(units, key=lambda u: (-len(covers[u] & left), cost[u]))  # min keeps the first of equals
         chosen.append(best)
         left -= covers[best]
-    order = {u: i for i, u in enumerate(units)}
-    return sorted(chosen, key=order.__getitem__)
+    return sorted(chosen, key={u: i for i, u in enumerate(units)}.__getitem__)
 
 
 def ck_family(unit: str) -> str:
@@ -121,8 +120,7 @@ def ck_family(unit: str) -> str:
 
 def ck_families(directions: tuple[str, ...]) -> tuple[str, ...]:
     """The unit families a CK build with these generator directions compiles (the frontend included)."""
-    fams = [f for d in directions for f in _FAMILIES.get(d, (f"fmha_{d}",))]
-    return (*dict.fromkeys(fams), FRONTEND)
+    return (*dict.fromkeys(f for d in directions for f in _FAMILIES.get(d, (f"fmha_{d}",))), FRONTEND)
 
 
 # Peak resident memory of one hipcc job on a generated CK fmha unit (several GiB; upstream budgets 9 GiB
@@ -156,9 +154,8 @@ class FlashAttnDriver:
         if "BUILD_TARGET" not in text:
             raise ConfigError(f"flash-attn {version} at {root} has no ROCm build (its setup.py has no BUILD_TARGET)",
                               hint="use flash-attn 2.6 or newer (the PyPI sdist), or ROCm's fork")
-        backends = ("ck", "triton") if "FLASH_ATTENTION_TRITON_AMD_ENABLE" in text else ("ck",)
         return SourceInfo("flash-attn", version, root, regime="env", allowed_archs=allowed_archs(text, version),
-                          backends=backends)
+                          backends=("ck", "triton") if "FLASH_ATTENTION_TRITON_AMD_ENABLE" in text else ("ck",))
 
     def plan(self, info: SourceInfo, request: WheelRequest, machine: Machine) -> BuildPlan:
         tc = request.toolchain
@@ -234,8 +231,7 @@ class FlashAttnDriver:
         get_warp_size()), not CUDA code ported; the Triton backend compiles nothing."""
         if plan.backend != "ck":
             return {}
-        ck = _ck_build(info, request.toolchain.toolkit_version)
-        return {EXTENSION: (ck.sources, ("csrc/flash_attn_ck",))}
+        return {EXTENSION: (_ck_build(info, request.toolchain.toolkit_version).sources, ("csrc/flash_attn_ck",))}
 
     # -- compile only ----------------------------------------------------------------------------
     def kernel_ops(self, info: SourceInfo, request: WheelRequest, ctx: KernelContext) -> KernelSet:
@@ -383,7 +379,6 @@ def read_ck_build(text: str, where: str, toolkit_version: str) -> CkBuild:
     the CK build on, ``hip_version`` the profile's ROCm version, upstream defaults for its environment
     knobs (``OPT_DIM``, ``CK_TILE_FLOAT_TO_BFLOAT16_DEFAULT``). Reads the generator runs, ``cc_flag``,
     ``include_dirs`` and the extension's own sources; whatever it cannot read falls back to 2.8.3's."""
-    tree = static.parse(text, where)
     runs: list[list[str]] = []
     fixed = {"IS_ROCM": True, "SKIP_CUDA_BUILD": False, "SKIP_CK_BUILD": False, "USE_TRITON_ROCM": False,
              "FORCE_BUILD": True, "BUILD_TARGET": "rocm", "this_dir": static.ROOT,
@@ -414,7 +409,7 @@ def read_ck_build(text: str, where: str, toolkit_version: str) -> CkBuild:
         return None
 
     scope = static.Scope(names=dict(fixed), truth=truth, call=call, source=text, fixed=frozenset(fixed))
-    static.run(tree.body, scope)
+    static.run(static.parse(text, where).body, scope)
 
     def arg_after(argv: list[str], opt: str) -> str | None:
         return argv[argv.index(opt) + 1] if opt in argv and argv.index(opt) + 1 < len(argv) else None
