@@ -30,10 +30,9 @@ def site_refusals(site: Site, *, what: str, built_with_rocm: bool | None, rccl_v
     if want and rccl_version:  # a plugin from a site module carries no manifest: unknown is not refused
         major = int(rccl_version.split(".")[0])
         if major != want:
-            note = ""
-            if rocm_version and rocm_version.split(".")[0] == str(want):
-                note = (f" ([plugin] rccl_major is RCCL's own major version, {major} for the RCCL of "
-                        f"ROCm {rocm_version}, not the ROCm release)")
+            note = (f" ([plugin] rccl_major is RCCL's own major version, {major} for the RCCL of "
+                    f"ROCm {rocm_version}, not the ROCm release)" if rocm_version
+                    and rocm_version.split(".")[0] == str(want) else "")
             out.append(f"{what}: built against RCCL {rccl_version} (major {major}), but site {site.name} runs "
                        f"RCCL major {want}{note}: build it with the toolchain of the site's RCCL")
     return out
