@@ -97,7 +97,25 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     and planned, nothing is written."""
     log = log or quiet_logger()
     runner = runner or Runner(log)
-    src = _check_request(Path(tree), tc, kernels=kernels, compile_only=compile_only)
+    # the tree (resolved), what the profile can build of it, and options that contradict each other: ConfigErrors
+    src = Path(tree)
+    if not src.is_dir():
+        raise ConfigError(f"tree not found: {src}", hint="pass the top folder of a Megatron-DeepSpeed checkout")
+    src = src.resolve()
+    if not is_tree(src):
+        raise ConfigError(f"{src} is not a Megatron-DeepSpeed tree: no {KERNEL_DIR}/__init__.py beside the masked "
+                          "and upper-triangular scaled softmax kernels (what both generations of Megatron-DeepSpeed "
+                          "have)", hint="pass the top folder of a Megatron-DeepSpeed checkout")
+    if not tc.gpu and kernels and not (src / HELPERS_SOURCE).is_file():
+        raise ConfigError(f"toolchain {tc.name} is a {tc.kind} profile; the fused kernels are GPU code and {src} "
+                          f"has no {HELPERS_SOURCE} (the host-only part a {tc.kind} profile builds)",
+                          hint="pass a rocm profile (frontier, lumi-g, mi300x, debian-rocm, ...) or a cuda one, "
+                               "or --no-kernels to port the tree only")
+    if compile_only and tc.kind not in ("rocm", "cuda"):
+        raise ConfigError(f"--compile-only compiles GPU code for every arch; {tc.name} is a {tc.kind} profile",
+                          hint="pass a rocm or cuda profile, or drop --compile-only")
+    if compile_only and not kernels:
+        raise ConfigError("--compile-only compiles the kernels; --no-kernels skips them", hint="drop one of them")
     dest = destination(src, Path(out) if out is not None else None, in_place, tc.name)  # TREE-<profile> by default
     patches = patch_sets(sets, skip, project=PATCH_PROJECT, target_version=target_version)
     py_ex, build_py = build_python(tc.executor, tc.python, python)
@@ -126,28 +144,6 @@ def port_megatron(tree: str | os.PathLike[str], tc: Toolchain, *, out: str | os.
     with staged(src, dest, in_place, log) as work:
         return _port_into(work, result, tc, patches, torch_info, wheelhouse, jobs, log, runner, python=python,
                           allow=allow_wave32)
-
-
-def _check_request(tree: Path, tc: Toolchain, *, kernels: bool, compile_only: bool) -> Path:
-    """The tree (resolved), what the profile can build of it, and options that contradict each other: ConfigErrors."""
-    if not tree.is_dir():
-        raise ConfigError(f"tree not found: {tree}", hint="pass the top folder of a Megatron-DeepSpeed checkout")
-    src = tree.resolve()
-    if not is_tree(src):
-        raise ConfigError(f"{src} is not a Megatron-DeepSpeed tree: no {KERNEL_DIR}/__init__.py beside the masked "
-                          "and upper-triangular scaled softmax kernels (what both generations of Megatron-DeepSpeed "
-                          "have)", hint="pass the top folder of a Megatron-DeepSpeed checkout")
-    if not tc.gpu and kernels and not (src / HELPERS_SOURCE).is_file():
-        raise ConfigError(f"toolchain {tc.name} is a {tc.kind} profile; the fused kernels are GPU code and {src} "
-                          f"has no {HELPERS_SOURCE} (the host-only part a {tc.kind} profile builds)",
-                          hint="pass a rocm profile (frontier, lumi-g, mi300x, debian-rocm, ...) or a cuda one, "
-                               "or --no-kernels to port the tree only")
-    if compile_only and tc.kind not in ("rocm", "cuda"):
-        raise ConfigError(f"--compile-only compiles GPU code for every arch; {tc.name} is a {tc.kind} profile",
-                          hint="pass a rocm or cuda profile, or drop --compile-only")
-    if compile_only and not kernels:
-        raise ConfigError("--compile-only compiles the kernels; --no-kernels skips them", hint="drop one of them")
-    return src
 
 
 def _port_into(work: Path, result: PortResult, tc: Toolchain, patches: Patches, torch_info: TorchInfo | None,
