@@ -297,23 +297,16 @@ class FlashAttnDriver:
         notes = [f"CK fmha instances: {len(chosen)} of {len(instances)} generated (receipt {ck.receipt or 'none'}, "
                  f"optdim {ck.optdim or 'none'}, directions {', '.join(ck.directions)})"
                  + (f", plus {FRONTEND} ({len(ck.sources)} sources + {len(api)} API dispatchers)" if frontend else ""),
-                 *_flag_notes(ck, dropped, flags, chosen)]
+                 *(["not read from setup.py (left out): " + "; ".join(ck.skipped[:4])] if ck.skipped else [])]
+        if dropped:
+            notes.append(f"upstream's flags left out (--drop-flag): {shlex.join(dropped)}; the objects are not "
+                         "what upstream's build makes")
+        if EARLY_INLINE in flags and any(ck_family(g.stem) == "fmha_bwd" for g in chosen):  # an hour per instance
+            notes.append(f"{EARLY_INLINE} (upstream's, for HIP > 6.2): with Debian's clang 22 one CK backward "
+                         "instance ran over 70 min per arch with it and 35 s without (docs/wheels.md); "
+                         f"--drop-flag={EARLY_INLINE.split('=')[0]} leaves it out")
         return KernelSet(ops=tuple(ops), hipify=(FRONTEND,) if frontend else (),
                          total_units=len(instances) + len(api) + len(ck.sources), notes=tuple(notes))
-
-
-def _flag_notes(ck: CkBuild, dropped: Sequence[str], flags: Sequence[str], chosen: list[Path]) -> list[str]:
-    """What the plan says of the flags: what setup.py gave porter nothing to read from, what --drop-flag left out,
-    and the flag that makes one backward instance take over an hour."""
-    notes = ["not read from setup.py (left out): " + "; ".join(ck.skipped[:4])] if ck.skipped else []
-    if dropped:
-        notes.append(f"upstream's flags left out (--drop-flag): {shlex.join(dropped)}; the objects are not "
-                     "what upstream's build makes")
-    if EARLY_INLINE in flags and any(ck_family(g.stem) == "fmha_bwd" for g in chosen):
-        notes.append(f"{EARLY_INLINE} (upstream's, for HIP > 6.2): with Debian's clang 22 one CK backward "
-                     "instance ran over 70 min per arch with it and 35 s without (docs/wheels.md); "
-                     f"--drop-flag={EARLY_INLINE.split('=')[0]} leaves it out")
-    return notes
 
 
 def _chosen_instances(instances: list[Path], pats: list[str], request: WheelRequest) -> list[Path]:
