@@ -328,9 +328,7 @@ def builder_names(roots: Iterable[Path]) -> dict[str, str]:
     """Op builder class -> its op NAME, read from every ``op_builder`` folder under ``roots``."""
     out: dict[str, str] = {}
     for root in roots:
-        for path in python_files(root):  # none under a root that is not a folder
-            if "op_builder" not in path.parts:
-                continue
+        for path in (p for p in python_files(root) if "op_builder" in p.parts):  # none under a root that is no folder
             try:
                 tree = ast.parse(path.read_text(errors="replace"))
             except (SyntaxError, ValueError):

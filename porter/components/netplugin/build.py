@@ -212,8 +212,7 @@ def run_build(plan: BuildPlan, runner: Runner, log: Logger) -> BuildResult:
             if plan.request.settings.release_version:  # what m4/get_version.sh reads first, as in a release tarball
                 atomic_write_text(plan.src / ".release_version", tree.version + "\n")
         if not tree.has_configure:
-            found = runner.run(ex.argv("sh", "-c", "command -v autoreconf"), env=plan.env, check=False)
-            if not found.ok:
+            if not runner.run(ex.argv("sh", "-c", "command -v autoreconf"), env=plan.env, check=False).ok:
                 raise ToolError(f"{tree.root} has no configure script, only autogen.sh, and autoreconf is not "
                                 f"installed in {ex.describe()}",
                                 hint="install autoconf, automake and libtool there ('make chroot-rocm7' does), or "
