@@ -80,7 +80,12 @@ class ApexDriver:
         m = re.search(r"""version\s*=\s*['"]([^'"]+)['"]""", text)
         version = (vfile.read_text().strip() if vfile.is_file() else "") or (m.group(1) if m else "0.0")
         if (root / "op_builder").is_dir() and (CPP_GROUP_VAR in text or CUDA_GROUP_VAR in text):
-            ops = read_op_builder(root / "op_builder")
+            # classes of op_builder/*.py with string attributes BUILD_VAR, NAME (and INCLUDE_FLAG)
+            classes = ({k: v.value for k, v in assigned.items()
+                        if isinstance(v, ast.Constant) and isinstance(v.value, str)}
+                       for *_, assigned in _classes(root / "op_builder"))
+            ops = tuple(OpSpec(a["NAME"], f"apex.{a['NAME']}", a.get("INCLUDE_FLAG") != CPP_GROUP_VAR, a["BUILD_VAR"])
+                        for a in classes if "BUILD_VAR" in a and "NAME" in a)
             if not ops:
                 raise ConfigError(f"{root}/op_builder declares no ops (no class with BUILD_VAR and NAME)",
                                   hint="is this a complete ROCm/apex checkout?")
@@ -277,14 +282,6 @@ def select_ops(info: SourceInfo, wanted: Iterable[str], kind: str) -> tuple[OpSp
 
 # -- reading the tree ----------------------------------------------------------------------------
 
-def read_op_builder(folder: Path) -> tuple[OpSpec, ...]:
-    """Ops from ``op_builder/*.py``: classes with string attributes BUILD_VAR, NAME (and INCLUDE_FLAG)."""
-    classes = ({k: v.value for k, v in assigned.items() if isinstance(v, ast.Constant) and isinstance(v.value, str)}
-               for *_, assigned in _classes(folder))
-    return tuple(OpSpec(a["NAME"], f"apex.{a['NAME']}", a.get("INCLUDE_FLAG") != CPP_GROUP_VAR, a["BUILD_VAR"])
-                 for a in classes if "BUILD_VAR" in a and "NAME" in a)
-
-
 def _classes(folder: Path) -> Iterator[tuple[Path, str, ast.ClassDef, dict[str, ast.expr]]]:
     """Each top-level class of ``folder/*.py``, with its file, that file's text and the class's attribute
     assignments (a file that does not parse: an error)."""
@@ -293,18 +290,6 @@ def _classes(folder: Path) -> Iterator[tuple[Path, str, ast.ClassDef, dict[str, 
         for node in static.parse(text, str(path)).body:
             if isinstance(node, ast.ClassDef):
                 yield path, text, node, static.assigns(node.body)
-
-
-def _extension_calls(node: ast.AST) -> Iterator[tuple[str, ast.Call]]:
-    """Each ``...Extension(NAME, ...)`` or ``...Extension(name=NAME, ...)`` call under ``node``, with its name."""
-    for call in ast.walk(node):
-        if not isinstance(call, ast.Call):
-            continue
-        func = call.func
-        fname = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-        value = next((k.value for k in call.keywords if k.arg == "name"), call.args[0] if call.args else None)
-        if fname.endswith("Extension") and isinstance(value, ast.Constant) and isinstance(value.value, str):
-            yield value.value, call
 
 
 # -- what an apex tree compiles, read without running it -------------------------------------------
@@ -455,7 +440,14 @@ def read_flag_extensions(text: str, where: str, rocm: str = "") -> tuple[tuple[O
         return max(a, b, key=("required", "optional", "excluded").index)
 
     def record(stmt: ast.stmt, group: str, state: str) -> None:
-        for name, call in _extension_calls(stmt):
+        # each ``...Extension(NAME, ...)`` or ``...Extension(name=NAME, ...)`` call under ``stmt``, with its name
+        for call in (c for c in ast.walk(stmt) if isinstance(c, ast.Call)):
+            func = call.func
+            fname = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            value = next((k.value for k in call.keywords if k.arg == "name"), call.args[0] if call.args else None)
+            if not (fname.endswith("Extension") and isinstance(value, ast.Constant) and isinstance(value.value, str)):
+                continue
+            name = value.value
             kw = {k.arg: k.value for k in call.keywords if k.arg}
             sources = static.value(kw.get("sources") or (call.args[1] if len(call.args) > 1 else None), scope)
             includes = static.value(kw.get("include_dirs"), scope) if "include_dirs" in kw else []
