@@ -138,14 +138,18 @@ class ApexDriver:
                          "for the build host (upstream's builder asks for -march=native)" if regime == "env" else
                          "apex's host-only ops are compiled with upstream's own -march choice (native on most "
                          "hosts); a patch set can pin it to the profile's cpu_isa")
-        needs_torch, why = _needs_torch(info, tc.kind)
+        # the torch setup.py needs: a ROCm one to link device ops, or whenever setup.py asks torch for its HIP version
+        # at import (none on the emulated target, where setup.py is not run); and why, when it is not the obvious
+        line = reads_hip_at_import(info.tree / "setup.py") if tc.kind not in ("rocm", "emulated") else None
         if tc.kind == "emulated":  # setup.py is not run: the engine builds the ops, the tree's package is the rest
             notes.append("the emulated target's Python side is the tree's apex package as it is (apex's setup.py "
                          "needs a ROCm torch at import)")
         return BuildPlan(
             project="apex", version=info.version, regime=regime, backend=None, label=labels.make(tc),
             pip_args=pip_args, env=env, jobs=jobs, per_job_bytes=per_job_bytes, per_job_source=source,
-            needs_torch=needs_torch, needs_torch_why=why,
+            needs_torch="rocm" if tc.kind == "rocm" or line else None,
+            needs_torch_why=f"its setup.py reads torch.version.hip at import (setup.py line {line}), so even the "
+                            "host-only ops fail there without a ROCm torch" if line else "",
             expect=Expectation(modules=modules, optional=optional, prebuilt=True,
                                host_only=tuple(op.module for op in selected if op.group == "cpp"),
                                archs=tc.arch_names if tc.kind == "rocm" else (),
@@ -200,18 +204,6 @@ def _empty_hint(info: SourceInfo, regime: str) -> str:
                if info.regime == "env" else "predates APEX_BUILD_* and only builds with --cpp_ext/--cuda_ext")
         return f"apex {info.version} {why}; drop --regime and let porter use the tree's own regime"
     return "upstream skipped every requested op; look for 'Skip pre-compile' in the build output"
-
-
-def _needs_torch(info: SourceInfo, kind: str) -> tuple[str | None, str]:
-    """The torch setup.py needs (a ROCm one to link device ops, or whenever setup.py asks torch for its HIP version at
-    import; none on the emulated target, where setup.py is not run), and why when it is not the obvious."""
-    if kind == "rocm":
-        return "rocm", ""
-    line = reads_hip_at_import(info.tree / "setup.py")
-    if kind == "emulated" or not line:
-        return None, ""
-    return "rocm", (f"its setup.py reads torch.version.hip at import (setup.py line {line}), so even the host-only "
-                    "ops fail there without a ROCm torch")
 
 
 def _specs(info: SourceInfo, rocm: str) -> dict[str, BuildSpec]:
