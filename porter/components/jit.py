@@ -119,10 +119,8 @@ class Target:
 
     def package_root(self, dist: str, package: str) -> Path | None:
         d = self.dists.get(dist)
-        if d is None:
-            return None
-        root = Path(d.location) / package
-        return root if root.is_dir() else None
+        root = Path(d.location) / package if d is not None else None
+        return root if root is not None and root.is_dir() else None
 
 
 @dataclass(frozen=True)

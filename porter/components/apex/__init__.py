@@ -279,9 +279,8 @@ def _classes(folder: Path) -> Iterator[tuple[Path, str, ast.ClassDef, dict[str, 
     assignments (a file that does not parse: an error)."""
     for path in sorted(folder.glob("*.py")):
         text = path.read_text(errors="replace")
-        for node in static.parse(text, str(path)).body:
-            if isinstance(node, ast.ClassDef):
-                yield path, text, node, static.assigns(node.body)
+        for node in (n for n in static.parse(text, str(path)).body if isinstance(n, ast.ClassDef)):
+            yield path, text, node, static.assigns(node.body)
 
 
 # -- what an apex tree compiles, read without running it -------------------------------------------

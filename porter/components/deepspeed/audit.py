@@ -107,9 +107,7 @@ def installed_sites(audit: Audit, imports: set[str]) -> list[Site]:
     out: list[Site] = []
     for path in python_files(ds.root):
         at = At(path.relative_to(ds.root.parent).as_posix(), path.read_text(errors="replace"), f"{NAME} {ds.version}")
-        for raw in find_sites(at.text, audit.loads):
-            if not relevant(raw, path, audit.loads):
-                continue
+        for raw in (r for r in find_sites(at.text, audit.loads) if relevant(r, path, audit.loads)):
             if raw.kind == "probe":  # only the builders of the accelerator the installation was built for
                 sub = path.parent.name if path.parent.name != "op_builder" else "cuda"
                 if "op_builder" not in path.parts or sub != (accel if accel != "rocm" else "cuda"):
