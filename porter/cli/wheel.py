@@ -14,10 +14,11 @@ from porter.cli.options import (BUILDERS, ShardChoice, ToolchainChoice, allowed,
                                 left_out, options, parse_shard, runner_for, sharded, show_compiled, show_plan,
                                 slurm_options, submit_shards)
 from porter.log import Logger
-from porter.optspec import (allow_wave32_option, compile_only_option, dry_run_option, jobs_option, ops_option, opt,
-                            python_option, source_option, wheelhouse_option)
+from porter.optspec import (allow_wave32_option, compile_only_option, dry_run_option, opt, source_option,
+                            wheelhouse_option)
 from porter.toolchain.profile import Toolchain
 from porter.wheels import WheelRequest, build_wheel
+from porter.wheels.base import ApexChoices, CkChoices, WheelChoices
 
 if TYPE_CHECKING:
     from porter.wheels.compile import CompileOnlyResult
@@ -61,41 +62,21 @@ def wheel() -> None:
     """
 
 
-class SampleType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2; >=8.1 is allowed
-    """``--sample``: a count of at least 1, or the name of a covering sample."""
-
-    name = "sample"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
-        from porter.components.flash_attn import SAMPLE_MODES
-
-        text = str(value).strip()
-        if text in SAMPLE_MODES:
-            return text
-        try:
-            n = int(text)
-        except ValueError:
-            n = 0
-        if n < 1:
-            self.fail(f"{value!r} is neither a count of 1 or more nor one of {', '.join(SAMPLE_MODES)}", param, ctx)
-        return n
+@dataclass(frozen=True, kw_only=True)
+class _Where(ToolchainChoice):
+    source: str = source_option.field(help="The project's tree or sdist.")
+    wheelhouse: Path = wheelhouse_option.field()
 
 
 @dataclass(frozen=True, kw_only=True)
-class WheelOptions(ToolchainChoice):
-    """``porter wheel PROJECT``'s options every project shares: each field declares its own (see ``--help``)."""
+class WheelOptions(WheelChoices, _Where):
+    """``porter wheel PROJECT``'s options every project shares: each field declares its own (see ``--help``); those
+    the build request has too are :class:`~porter.wheels.base.WheelChoices`' (after the source and wheelhouse)."""
 
-    source: str = source_option.field(help="The project's tree or sdist.")
-    wheelhouse: Path = wheelhouse_option.field()
-    python: str | None = python_option.field()
-    jobs: int | None = jobs_option.field()
     compile_only: bool = compile_only_option.field(
                              help="Compile every translation unit for every arch of the (rocm) profile with porter's "
                                   "planner and report per op and arch; no setup.py, nothing linked or packaged. Each "
                                   "TU's time and peak memory are recorded for later MAX_JOBS choices.")
-    patch_set: str | None = opt("--patch-set", default=None, metavar="PROJECT[/NAME]|FILE",
-                                help="Patch set to apply to the work copy before building (the source is never "
-                                     "changed).")
     no_torch_check: bool = opt("--no-torch-check", is_flag=True,
                                help="Do not refuse a build python whose torch is not a ROCm build (upstream then "
                                     "fails late if it needs one).")
@@ -103,8 +84,9 @@ class WheelOptions(ToolchainChoice):
     allow_wave32: str | None = allow_wave32_option.field()
 
     def request(self, tc: Toolchain) -> WheelRequest:
-        """Each field of :class:`WheelRequest` this options class has by its name (python, jobs, patch_set; apex's
-        ops, regime; flash-attn's backend, units...), the others from the options that say them."""
+        """Each field of :class:`WheelRequest` this options class has by its name (those of the choices classes they
+        share: python, jobs, patch_set; apex's ops, regime; flash-attn's backend, units...), the others from the
+        options that say them."""
         takes = {f.name for f in dataclasses.fields(WheelRequest)} - {"source", "allow_wave32"}  # (typed otherwise)
         same = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in takes}
         return WheelRequest(source=Path(self.source), toolchain=tc, output=self.wheelhouse.resolve(),
@@ -112,15 +94,8 @@ class WheelOptions(ToolchainChoice):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ApexOptions(WheelOptions):
+class ApexOptions(ApexChoices, WheelOptions):
     source: str = source_option.field(metavar="DIR|SDIST", help="ROCm apex tree (a checkout) or sdist.")
-    ops: tuple[str, ...] = ops_option.field(
-        help="Ops to prebuild: names (amp_C, fused_adam_cuda), groups (cpp, cuda) or all; repeat or comma-separate; "
-             "-NAME leaves an op out (all,-fast_multihead_attn). Default: all the profile can build (cpp only for a "
-             "cpu profile).")
-    regime: str | None = opt("--regime", type=click.Choice(["env", "flags"]), default=None,
-                             help="Force the build regime instead of reading it from the tree (APEX_BUILD_* env or "
-                                  "--cpp_ext/--cuda_ext flags).")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,31 +108,9 @@ class ShardedWheelOptions(ShardChoice, WheelOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
-class FlashAttnOptions(ShardedWheelOptions):
+class FlashAttnOptions(CkChoices, ShardedWheelOptions):
     source: str = source_option.field(metavar="DIR|SDIST|flash-attn==X", help="flash-attention tree, sdist .tar.gz, "
                                       "or a version to download from the package index.")
-    backend: str = opt("--backend", type=click.Choice(["ck", "triton"]), default="ck", show_default=True,
-                       help="ck: compile the composable_kernel extension; triton: pure-Python wheel, JIT at run time.")
-    units: tuple[str, ...] = opt("--units", multiple=True, metavar="GLOB",
-                                 help="--compile-only: compile the CK instances whose generated file names match "
-                                      "(fnmatch, e.g. 'fmha_fwd_d128_*'); 'flash_attn_2_cuda' selects the extension's "
-                                      "own sources. Repeat or comma-separate. Default: everything.")
-    sample: int | str | None = opt("--sample", type=SampleType(), default=None, metavar="N|cover|pairs",
-                                   help="--compile-only: a stratified sample, with the extension's own sources. N: the "
-                                        "first N CK instances of each family (fwd, fwd_splitkv, appendkv, bwd, ...) x "
-                                        "head-dim bucket x dtype (every kind of kernel the build generates, compiled "
-                                        "and measured; 70 units for 2.8.3); 'cover': the fewest instances in which "
-                                        "every family, head-dim bucket and dtype appear (7); 'pairs': every family at "
-                                        "every head-dim bucket and in every dtype (about 30).")
-    instances: int | None = opt("--instances", type=click.IntRange(min=0), default=None, metavar="N",
-                                help="--compile-only: the first N CK instances (name order) of those --units / "
-                                     "--sample select.")
-    drop_flags: tuple[str, ...] = opt("--drop-flag", multiple=True, metavar="FLAG",
-                                      help="--compile-only: leave one of upstream's compiler flags out (repeat for "
-                                           "more), e.g. --drop-flag=-amdgpu-early-inline-all: the -mllvm before it "
-                                           "goes too, and FLAG=VALUE matches. With Debian's clang 22 that flag makes "
-                                           "each CK backward instance compile for over an hour per arch. The objects "
-                                           "are then not what upstream's build makes; the plan says so.")
 
 
 def _run(log: Logger, name: str, req: WheelOptions, as_json: bool, *, shard: tuple[int, int] | None = None,

@@ -17,9 +17,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import click
+
 from porter.errors import ConfigError
 from porter.executor import Executor
 from porter.log import Logger
+from porter.optspec import jobs_option, ops_option, opt, python_option
 from porter.resources import available_memory, cpu_count, default_jobs
 from porter.run import Result, Runner, make_env
 from porter.toolchain.profile import Toolchain
@@ -61,45 +64,101 @@ class SourceInfo(Source):
     """Backends the tree can build (flash-attn: ck, triton)."""
 
 
+SAMPLE_MODES = ("cover", "pairs")
+"""``--sample`` by coverage rather than count: ``cover``, the fewest instances in which every family, every
+head-dim bucket and every dtype appear at least once; ``pairs``, every family at every head-dim bucket and in
+every dtype the build generates for it (:func:`porter.components.flash_attn.ck_cover`)."""
+
+
+class SampleType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2; >=8.1 is allowed
+    """``--sample``: a count of at least 1, or the name of a covering sample."""
+
+    name = "sample"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        text = str(value).strip()
+        if text in SAMPLE_MODES:
+            return text
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if n < 1:
+            self.fail(f"{value!r} is neither a count of 1 or more nor one of {', '.join(SAMPLE_MODES)}", param, ctx)
+        return n
+
+
 @dataclass(frozen=True, kw_only=True)
-class WheelRequest:
-    """What the user asked for. Every field is explicit; nothing is read from the build host's GPU."""
+class WheelChoices:
+    """What every ``porter wheel PROJECT`` takes beside its source, toolchain and wheelhouse. Each field declares
+    its option, here once: the commands' options classes and :class:`WheelRequest` take these classes."""
+
+    python: str | None = python_option.field()
+    jobs: int | None = jobs_option.field()
+    patch_set: str | None = opt("--patch-set", default=None, metavar="PROJECT[/NAME]|FILE",
+                                help="Patch set to apply to the work copy before building (the source is never "
+                                     "changed).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApexChoices:
+    """What ``porter wheel apex`` takes (:class:`WheelChoices`)."""
+
+    ops: tuple[str, ...] = ops_option.field(
+        help="Ops to prebuild: names (amp_C, fused_adam_cuda), groups (cpp, cuda) or all; repeat or comma-separate; "
+             "-NAME leaves an op out (all,-fast_multihead_attn). Default: all the profile can build (cpp only for a "
+             "cpu profile).")
+    regime: str | None = opt("--regime", type=click.Choice(["env", "flags"]), default=None,
+                             help="Force the build regime instead of reading it from the tree (APEX_BUILD_* env or "
+                                  "--cpp_ext/--cuda_ext flags).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CkChoices:
+    """What ``porter wheel flash-attn`` takes (:class:`WheelChoices`): the backend, and what ``--compile-only``
+    compiles of the CK instances."""
+
+    backend: str = opt("--backend", type=click.Choice(BACKENDS), default="ck", show_default=True,
+                       help="ck: compile the composable_kernel extension; triton: pure-Python wheel, JIT at run time.")
+    units: tuple[str, ...] = opt("--units", multiple=True, metavar="GLOB",
+                                 help="--compile-only: compile the CK instances whose generated file names match "
+                                      "(fnmatch, e.g. 'fmha_fwd_d128_*'); 'flash_attn_2_cuda' selects the extension's "
+                                      "own sources. Repeat or comma-separate. Default: everything.")
+    sample: int | str | None = opt("--sample", type=SampleType(), default=None, metavar="N|cover|pairs",
+                                   help="--compile-only: a stratified sample, with the extension's own sources. N: the "
+                                        "first N CK instances of each family (fwd, fwd_splitkv, appendkv, bwd, ...) x "
+                                        "head-dim bucket x dtype (every kind of kernel the build generates, compiled "
+                                        "and measured; 70 units for 2.8.3); 'cover': the fewest instances in which "
+                                        "every family, head-dim bucket and dtype appear (7); 'pairs': every family at "
+                                        "every head-dim bucket and in every dtype (about 30).")
+    instances: int | None = opt("--instances", type=click.IntRange(min=0), default=None, metavar="N",
+                                help="--compile-only: the first N CK instances (name order) of those --units / "
+                                     "--sample select.")
+    drop_flags: tuple[str, ...] = opt("--drop-flag", multiple=True, metavar="FLAG",
+                                      help="--compile-only: leave one of upstream's compiler flags out (repeat for "
+                                           "more), e.g. --drop-flag=-amdgpu-early-inline-all: the -mllvm before it "
+                                           "goes too, and FLAG=VALUE matches. With Debian's clang 22 that flag makes "
+                                           "each CK backward instance compile for over an hour per arch. The objects "
+                                           "are then not what upstream's build makes; the plan says so.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelRequest(CkChoices, ApexChoices, WheelChoices):
+    """What the user asked for. Every field is explicit; nothing is read from the build host's GPU. What the
+    command line says of it is declared by the classes it takes (their fields' options say what each is)."""
 
     source: Path
     """Upstream tree (a directory)."""
     toolchain: Toolchain
     output: Path
     """Wheelhouse: the labelled wheel and its manifest go here."""
-    ops: tuple[str, ...] = ()
-    """apex: op names, or the groups ``cpp`` / ``cuda`` / ``all``; empty = the toolchain's default."""
-    backend: str = "ck"
-    """flash-attn: ``ck`` (composable_kernel C++ extension) or ``triton`` (pure Python, JIT at run time)."""
-    regime: str | None = None
-    """Force a build regime instead of the detected one (apex: ``env`` or ``flags``)."""
-    python: str | None = None
-    """The build interpreter (the one with torch) as the toolchain's executor sees it; None: the
-    profile's ``python``, else porter's own on the host (:func:`porter.executor.build_python`)."""
-    jobs: int | None = None
-    """Parallel compile jobs (MAX_JOBS); None = chosen from free memory and cores."""
     torch_check: bool = True
     """Refuse early when the build needs a ROCm torch and the build python has another kind."""
-    patch_set: str | None = None
-    """Patch set applied to the work copy before building: ``PROJECT/NAME``, ``PROJECT`` or a file
-    (:mod:`porter.patching`)."""
     sources: Mapping[str, str] = field(default_factory=dict)
     """Provenance gathered before planning (sdist sha256, git commit), copied into the manifest."""
     measured: MeasuredCosts | None = None
     """Compile costs ``--compile-only`` runs measured for this project (its version and ROCm line, else the
     nearest: :mod:`porter.wheels.costs`); when set, MAX_JOBS is sized from them instead of the driver's guess."""
-    instances: int | None = None
-    """``--compile-only`` of flash-attn: compile only the first N generated CK instances (after ``units``)."""
-    sample: int | str | None = None
-    """``--compile-only`` of flash-attn: the first N instances of each kind (fwd, fwd_splitkv, bwd, ...) x head
-    dim x dtype, to measure what every kind costs; or a covering sample by name (``cover``, ``pairs``)."""
-    units: tuple[str, ...] = ()
-    """``--compile-only``: fnmatch patterns on unit names (CK instance file stems, op names); empty = all."""
-    drop_flags: tuple[str, ...] = ()
-    """``--compile-only`` of flash-attn: compiler flags of upstream's to leave out (:func:`drop_flags`)."""
     allow_wave32: tuple[str, ...] = ()
     """Ops built for a 64-lane target despite unproven warp-size-32 code (``all``: every op; :mod:`porter.hipify.wave64`)."""
     all_compatible: bool = False

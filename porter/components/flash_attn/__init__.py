@@ -32,8 +32,8 @@ from porter.components import jit, static
 from porter.components.base import FromDriver
 from ops_prebuild.catalogue import OpSpec
 from porter.errors import ConfigError
-from porter.wheels.base import (BACKENDS, GiB, BuildPlan, Expectation, KernelSet, Machine, SourceInfo, WheelRequest,
-                                choose_jobs, drop_flags, per_job)
+from porter.wheels.base import (BACKENDS, SAMPLE_MODES, GiB, BuildPlan, Expectation, KernelSet, Machine, SourceInfo,
+                                WheelRequest, choose_jobs, drop_flags, per_job)
 
 if TYPE_CHECKING:
     from porter.wheels.base import KernelContext
@@ -66,11 +66,6 @@ def ck_stratum(unit: str) -> str:
     m = _STRATUM.match(unit)
     return f"{m.group(1)}_d{m.group(2)}_{m.group(3)}" if m else ck_family(unit)
 
-
-SAMPLE_MODES = ("cover", "pairs")
-"""``--sample`` by coverage rather than count: ``cover``, the fewest instances in which every family, every
-head-dim bucket and every dtype appear at least once; ``pairs``, every family at every head-dim bucket and in
-every dtype the build generates for it."""
 
 # Families from the cheapest to compile to the dearest, as measured with Debian's clang 22 (per arch): a bwd
 # dot_do_o or convert_dq unit under a minute and a half, an appendkv unit about two, a bwd unit over an hour.
