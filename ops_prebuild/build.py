@@ -23,6 +23,7 @@ from porter.executor import Executor
 from porter.fs import atomic_write_text, cache_dir, remove_stale_outputs, sha256_file
 from porter.locks import hold
 from porter.log import NINJA_STATUS, Logger
+from porter.optspec import opt
 from porter.resources import default_jobs
 from porter.run import Runner
 from porter.toolchain.archs import HOST_ONLY
@@ -95,8 +96,22 @@ def key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
-class EngineRun:
+@dataclass(frozen=True, kw_only=True)
+class EngineChoices:
+    """How the engine runs a build, as ``porter ops build`` takes it: each field declares its option. (With
+    ``compile_only``, ``link_only`` is the run after the shards that links nothing either and reports every unit
+    the shards compiled: the wheel commands' --report-only.)"""
+
+    link_only: bool = opt("--link-only", is_flag=True,
+                          help="After the shards: compile nothing, refuse if an object is missing, link and package.")
+    pch: bool = opt("--pch/--no-pch", default=False, show_default=True,
+                    help="Host units (GCC) that differ only in their op's name share one precompiled torch header, "
+                         "made once per build. It pays with many units per job (about 4 or more); for the three CPU "
+                         "ops on 2 cores it costs more than it saves (docs/ops.md).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineRun(EngineChoices):
     """How the engine runs a build (the same for every catalogue)."""
 
     jobs: int | None = None
@@ -105,11 +120,6 @@ class EngineRun:
     compiler_cache: CacheRequest = CacheRequest()
     shard: tuple[int, int] | None = None
     """(i, n): compile only shard i of n of the compile steps into the shared build folder, and stop."""
-    link_only: bool = False
-    """The run after the shards: compile nothing, refuse when an object is missing, link (with ``compile_only``:
-    link nothing either, and report every unit the shards compiled)."""
-    pch: bool = False
-    """Host units that differ only in their op's name share one precompiled torch header."""
     debug: str = "full"
     """Debug info of the compiles: ``full`` (the builders' own ``-g``), ``lines``, ``none``."""
 

@@ -15,6 +15,8 @@ from porter.cli.options import (CacheChoice, ShardChoice, ToolchainChoice, allow
                                 show_plan, slurm_options, submit_shards)
 from porter.cluster.slurm.shards import BuildFacts
 from porter.log import Logger
+from porter.wheels.base import CatalogueChoices
+from ops_prebuild.build import EngineChoices
 from porter.optspec import (allow_wave32_option, compile_only_option, dry_run_option, jobs_option, ops_option, opt,
                             python_option, source_option, wheelhouse_option)
 from porter.run import Runner
@@ -81,12 +83,11 @@ def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class BuildOptions(ShardChoice, CacheChoice, ToolchainChoice):
+class BuildOptions(CatalogueChoices, EngineChoices, ShardChoice, CacheChoice, ToolchainChoice):
     """``porter ops build``'s options: each field declares its own (``--help`` says what each is)."""
 
     source: str = SOURCE.field()
     ops: tuple[str, ...] = ops_option.field()
-    all_compatible: bool = opt("--all-compatible", is_flag=True, help="Build every op this toolchain can build.")
     wheelhouse: Path = wheelhouse_option.field()
     jobs: int | None = jobs_option.field()
     dry_run: bool = dry_run_option.field()
@@ -99,12 +100,6 @@ class BuildOptions(ShardChoice, CacheChoice, ToolchainChoice):
     with_deps: bool = opt("--with-deps", is_flag=True,
                           help="Also download the wheel's runtime dependencies (all but torch) into the wheelhouse, "
                                "for offline installs on compute nodes.")
-    link_only: bool = opt("--link-only", is_flag=True,
-                          help="After the shards: compile nothing, refuse if an object is missing, link and package.")
-    pch: bool = opt("--pch/--no-pch", default=False, show_default=True,
-                    help="Host units (GCC) that differ only in their op's name share one precompiled torch header, "
-                         "made once per build. It pays with many units per job (about 4 or more); for the three CPU "
-                         "ops on 2 cores it costs more than it saves (docs/ops.md).")
     debug_info: str = opt("--debug-info", type=click.Choice(["full", "lines", "none"]), default="lines",
                           show_default=True,
                           help="What the builders' -g becomes: lines (-g1: line tables and function names, so "

@@ -143,7 +143,14 @@ class CkChoices:
 
 
 @dataclass(frozen=True, kw_only=True)
-class WheelRequest(CkChoices, ApexChoices, WheelChoices):
+class CatalogueChoices:
+    """What ``porter ops build`` takes of a tree whose builders declare their ops (DeepSpeed's catalogue)."""
+
+    all_compatible: bool = opt("--all-compatible", is_flag=True, help="Build every op this toolchain can build.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelRequest(CatalogueChoices, CkChoices, ApexChoices, WheelChoices):
     """What the user asked for. Every field is explicit; nothing is read from the build host's GPU. What the
     command line says of it is declared by the classes it takes (their fields' options say what each is)."""
 
@@ -161,8 +168,6 @@ class WheelRequest(CkChoices, ApexChoices, WheelChoices):
     nearest: :mod:`porter.wheels.costs`); when set, MAX_JOBS is sized from them instead of the driver's guess."""
     allow_wave32: tuple[str, ...] = ()
     """Ops built for a 64-lane target despite unproven warp-size-32 code (``all``: every op; :mod:`porter.hipify.wave64`)."""
-    all_compatible: bool = False
-    """Every op the tree's own builders declare compatible with the toolchain (instead of ``ops``)."""
     engine: EngineRun = EngineRun()
     """How porter's engine compiles a driver's ops (compiler cache, precompiled header, debug info, one shard of the
     compiles or the link after them); the flow sets its jobs and whether it links."""
