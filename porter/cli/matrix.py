@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from porter.cli import emit, emit_json
-from porter.cli.options import json_option, options, runner_for, slurm_options
+from porter.cli import emit
+from porter.cli.options import json_option, options, raise_failure, runner_for, show_submitted, slurm_options
 from porter.log import Logger
 from porter.optspec import (Spec, arg, dir_option, dry_run_option, flags, force_option, slurm_option, wait_option,
                             wheelhouse_option)
@@ -26,14 +26,6 @@ def matrix() -> None:
     Results live in the matrix folder on the shared filesystem: one result file per cell, the wheels
     in the wheelhouse, then an index and report.json. Format and policies: docs/cluster.md.
     """
-
-
-def _exit_for(doc: dict[str, Any]) -> None:
-    from porter.cluster.slurm.matrix_run import outcome
-
-    err = outcome(doc)
-    if err is not None:
-        raise err
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +63,7 @@ def run_cmd(log: Logger, /, req: MatrixRunOptions, as_json: bool) -> None:
     Exit codes: 0 all cells built and indexed (or, --slurm without --wait, submitted); 3 some cells
     failed, the other wheels shipped; 1 nothing built; 2 a bad matrix (nothing is written or submitted).
     """
-    from porter.cluster.slurm.matrix_run import describe, run_matrix
+    from porter.cluster.slurm.matrix_run import describe, outcome, run_matrix
     from porter.cluster.slurm.matrix import load_matrix
 
     if req.mode is None:
@@ -83,18 +75,10 @@ def run_cmd(log: Logger, /, req: MatrixRunOptions, as_json: bool) -> None:
     settings = m.slurm.merged({**req.slurm, "time": req.time_limit})
     result = run_matrix(m, mode=req.mode, force=req.force, runner=runner_for(log, req.dry_run, not req.dry_run),
                         env=env, settings=settings, wait=req.wait, log=log)
-    if as_json:
-        emit_json(result.to_dict())
-    elif result.dry_run is not None:
-        click.echo("\n".join(result.dry_run))
-    elif result.report is not None:
-        click.echo("\n".join(describe(result.report)))
-    else:
-        sub = result.submission or {}
-        click.echo(f"array job {sub.get('array_job')} ({len(m.cells)} cells), index job {sub.get('index_job')}")
-        log.tip(f"porter matrix status {m.dir}")
-    if result.report is not None:
-        _exit_for(result.report)
+    sub = result.submission or {}
+    show_submitted(log, result, result.report, as_json=as_json, describe=describe, outcome=outcome,
+                   jobs=f"array job {sub.get('array_job')} ({len(m.cells)} cells), index job {sub.get('index_job')}",
+                   tip=f"porter matrix status {m.dir}")
 
 
 @matrix.command("status")
@@ -105,14 +89,14 @@ def status_cmd(directory: Path, as_json: bool) -> None:
 
     Once the index step ran, exits as 'run' does (0, 3 or 1); before that, 0.
     """
-    from porter.cluster.slurm.matrix_run import describe, status
+    from porter.cluster.slurm.matrix_run import describe, outcome, status
 
     doc = status(directory)
     sub = doc["submission"]
     jobs = f" array job {sub['array_job']}, index job {sub['index_job']}" if sub else ""
     emit(as_json, doc, lambda: [f"[{doc['state']}]{jobs}", *describe(doc)])
     if doc["state"] == "finished":
-        _exit_for(doc)
+        raise_failure(outcome(doc))
 
 
 @matrix.command("cell")
@@ -139,8 +123,8 @@ def cell_cmd(log: Logger, directory: Path, index: int, as_json: bool) -> None:
 def finish_cmd(directory: Path, as_json: bool) -> None:
     """Index the wheelhouse and write report.json from the cells' results (what the index job runs;
     by hand, it indexes what was built after a cell was lost)."""
-    from porter.cluster.slurm.matrix_run import describe, finish
+    from porter.cluster.slurm.matrix_run import describe, finish, outcome
 
     doc = finish(directory)
     emit(as_json, doc, lambda: describe(doc))
-    _exit_for(doc)
+    raise_failure(outcome(doc))

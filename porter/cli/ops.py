@@ -11,8 +11,8 @@ import click
 
 from porter.cli import emit, emit_json
 from porter.cli.options import (CacheChoice, ShardChoice, ToolchainChoice, allowed, builds, compile_failures,
-                                json_option, left_out, options, parse_shard, runner_for, sharded, show_compiled,
-                                show_plan, slurm_options, submit_shards)
+                                json_option, left_out, options, parse_shard, raise_failure, runner_for, sharded,
+                                show_compiled, show_plan, slurm_options, submit_shards)
 from porter.cluster.slurm.shards import BuildFacts
 from porter.log import Logger
 from porter.wheels.base import CatalogueChoices
@@ -225,6 +225,4 @@ def status_cmd(directory: Path, as_json: bool) -> None:
 
     doc = sh.status(directory)
     emit(as_json, doc, lambda: sh.describe(doc))
-    err = sh.outcome(doc)
-    if err is not None:
-        raise err
+    raise_failure(sh.outcome(doc))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,12 @@ import click
 from click.core import ParameterSource
 
 from porter.ccache import CacheRequest
+from porter.cli import emit_json
+from porter.errors import CheckFailed, PartialSuccess, PorterError
 from porter.log import Logger
 from porter.optspec import (OPTION, F, Spec, account_option, arch_option, dir_option, no_cache_option, opt,
                             partition_option, shard_option, slurm_option, time_option, toolchain_option, wait_option)
-from porter.run import RecordingRunner, Runner
+from porter.run import RecordingRunner, Runner, make_env
 from porter.toolchain.profile import Toolchain, load_toolchain
 
 BUILDERS: dict[str, tuple[click.Command, str]] = {}
@@ -211,14 +214,10 @@ def submit_shards(log: Logger, component: str, req: Any, planner: Callable[[Runn
     :mod:`porter.cluster.slurm.shards`. ``planner``: the build's facts from a dry run of it (given the submission's
     runner: a real one may unpack the source into the shared cache first); ``says``: the last job, in words, ``{}``
     standing for its id."""
-    import sys
-
-    from porter.cli import emit_json
     from porter.cluster.request import RUNNER_OWNS, BuildRequest
     from porter.cluster.slurm import shards as sh
     from porter.cluster.slurm.sbatch import SlurmSettings
     from porter.fs import cache_dir
-    from porter.run import make_env
 
     env = make_env()
     settings = SlurmSettings(max_parallel=req.shards).merged({**req.slurm, "time": req.time_limit})
@@ -242,22 +241,34 @@ def submit_shards(log: Logger, component: str, req: Any, planner: Callable[[Runn
     runner = runner_for(log, req.dry_run, echo=not req.dry_run)
     run = sh.submit_build(shard_req, lambda: planner(runner), settings=settings, runner=runner, env=env,
                           dir_given=req.shards_dir is not None, wait=req.wait, log=log)
-    # what it says: the JSON, the dry run's plan, the status after --wait, or the job ids; then a failed build's error
+    sub = run.submission or {}
+    show_submitted(log, run, run.status, as_json=as_json, describe=sh.describe, outcome=sh.outcome,
+                   jobs=f"array job {sub.get('array_job')} ({run.request.shards} shard(s)), "
+                        + says.format(sub.get("link_job")), tip=f"porter ops status {run.request.dir}")
+
+
+def show_submitted(log: Logger, run: Any, done: dict[str, Any] | None, *, as_json: bool,
+                   describe: Callable[[dict[str, Any]], list[str]],
+                   outcome: Callable[[dict[str, Any]], PorterError | None], jobs: str, tip: str) -> None:
+    """What a Slurm submission (a sharded build, a matrix) says: the JSON, the dry run's plan, ``done`` (its status
+    or report after --wait) in words, or the ``jobs`` submitted and a ``tip``; then the failure ``done`` records."""
     if as_json:
         emit_json(run.to_dict())
     elif run.dry_run is not None:
         click.echo("\n".join(run.dry_run))
-    elif run.status is not None:
-        click.echo("\n".join(sh.describe(run.status)))
+    elif done is not None:
+        click.echo("\n".join(describe(done)))
     else:
-        sub = run.submission or {}
-        click.echo(f"array job {sub.get('array_job')} ({run.request.shards} shard(s)), "
-                   + says.format(sub.get("link_job")))
-        log.tip(f"porter ops status {run.request.dir}")
-    if run.status is not None:
-        err = sh.outcome(run.status)
-        if err is not None:
-            raise err
+        click.echo(jobs)
+        log.tip(tip)
+    if done is not None:
+        raise_failure(outcome(done))
+
+
+def raise_failure(err: PorterError | None) -> None:
+    """A finished run's failure (a sharded build's, a matrix's), as the command's error and exit code."""
+    if err is not None:
+        raise err
 
 
 def show_compiled(what: str, compiled: list[dict[str, Any]], archs: list[str], costs: Any = None) -> None:
@@ -279,7 +290,6 @@ def compile_failures(compiled: list[dict[str, Any]], where: str, tc: Toolchain, 
                      leave: str = "") -> None:
     """A compile-only build's failures: nothing compiled (exit 1), or some ops (kernels) did not (exit 3: the
     others did), each named with its archs and the compiler's first error; ``leave``: how to leave one out."""
-    from porter.errors import CheckFailed, PartialSuccess
     from ops_prebuild.build import OpResult, failures
 
     failed = [OpResult(r["name"], "failed", log=r.get("log", ""), error=r["error"]) for r in compiled
@@ -298,8 +308,6 @@ def compile_failures(compiled: list[dict[str, Any]], where: str, tc: Toolchain, 
 
 def left_out(failed: list[Any]) -> None:
     """A wheel that shipped without the ops that failed (exit 3), each named."""
-    from porter.errors import PartialSuccess
-
     if failed:
         raise PartialSuccess(f"{len(failed)} op(s) failed and were left out of the wheel: "
                              + ", ".join(o.name for o in failed),
