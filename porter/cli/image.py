@@ -8,7 +8,7 @@ import click
 
 from porter.cli import emit
 from porter.cli.options import json_option, options
-from porter.image.build import ImageRequest, apptainer_root_option
+from porter.image.build import ImageRequest, apptainer_root_option, build_image, inspect_image
 from porter.log import Logger
 from porter.run import Runner
 
@@ -34,8 +34,6 @@ def build_cmd(log: Logger, /, req: ImageRequest, as_json: bool) -> None:
     that runs the same 'porter verify'. Nothing runs on a GPU here; verify checks code objects and
     imports with compilers trapped. The image appears only when whole.
     """
-    from porter.image.build import build_image
-
     result = build_image(req, Runner(log, echo=log.verbose), log)
     emit(as_json, result.to_json(), lambda: [f"definition: {result.definition}", *(
         [f"image: {result.image} ({result.seconds:.0f} s)"] if result.image is not None else [])])
@@ -48,8 +46,6 @@ def build_cmd(log: Logger, /, req: ImageRequest, as_json: bool) -> None:
 @click.pass_obj
 def inspect_cmd(log: Logger, image_path: Path, apptainer_root: Path | None, as_json: bool) -> None:
     """What an image porter built says about itself: its labels (toolchain, archs, wheels) and its %test."""
-    from porter.image.build import inspect_image
-
     doc = inspect_image(image_path, apptainer_root, Runner(log, echo=log.verbose))
     emit(as_json, doc, lambda: [*(f"{key.removeprefix('org.porter.'):<24} {value}"
                                   for key, value in sorted(doc["labels"].items()) if key.startswith("org.porter.")),

@@ -10,7 +10,7 @@ import click
 from porter.cli import emit, emit_json
 from porter.cli.options import json_option, options, runner_for
 from porter.errors import CheckFailed, NothingToDo
-from porter.install.engine import InstallOptions, node_arch_option
+from porter.install.engine import InstallOptions, install, node_arch_option, parse_only
 from porter.log import Logger
 from porter.optspec import dry_run_option, target_python_option
 from porter.run import Runner
@@ -44,8 +44,6 @@ def install_cmd(log: Logger, /, req: InstallCommandOptions, as_json: bool) -> No
     folders, LD_LIBRARY_PATH), with the glibc / libstdc++ symbol versions they need, and torch's
     libraries here define the torch symbols they use (same torch, same C++ ABI).
     """
-    from porter.install.engine import install, parse_only
-
     result = install(replace(req, only=parse_only(req.only)), runner_for(log, req.dry_run, echo=not log.quiet), log)
     emit(as_json, result.to_json(), lambda: [
         *(f"installed {w.component} {w.version_text} ({w.filename})" for w in result.installed),

@@ -10,7 +10,7 @@ import click
 
 from porter.cli import emit
 from porter.cli.options import json_option, options
-from porter.cluster.site.launch import JobOptions
+from porter.cluster.site.launch import JobOptions, model_of, plan, write_job
 from porter.optspec import nodes_option, opt, out_option, site_option
 
 
@@ -46,7 +46,6 @@ class PlanOptions:
 
     def make_plan(self) -> Any:
         """The site and the planned layout (:func:`porter.cluster.site.launch.plan`)."""
-        from porter.cluster.site.launch import model_of, plan
         from porter.cluster.site.profiles import load_site
 
         site = load_site(self.site_ref)
@@ -82,7 +81,6 @@ def write_cmd(req: LaunchWriteOptions, as_json: bool) -> None:
     """Plan, then write the sbatch job (site env, MIOpen DB on node-local storage, a preflight on every node,
     one rank per device bound to its cores) and the DeepSpeed config. ENTRY_ARGS (after --) go to the
     training script after the layout's own Megatron arguments."""
-    from porter.cluster.site.launch import write_job
     from porter.cluster.site.preflight import CHECKS
     from porter.errors import ConfigError
 

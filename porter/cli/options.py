@@ -20,7 +20,7 @@ from porter.errors import CheckFailed, PartialSuccess, PorterError
 from porter.log import Logger
 from porter.optspec import (OPTION, F, Spec, account_option, arch_option, dir_option, no_cache_option, opt,
                             partition_option, shard_option, slurm_option, time_option, toolchain_option, wait_option)
-from porter.run import RecordingRunner, Runner, make_env
+from porter.run import RecordingRunner, Runner, make_env, plan_lines
 from porter.toolchain.profile import Toolchain, load_toolchain
 
 BUILDERS: dict[str, tuple[click.Command, str]] = {}
@@ -316,7 +316,5 @@ def left_out(failed: list[Any]) -> None:
 
 def show_plan(header: str, plan: Any, refusal: Any) -> None:
     """A dry run's plan as every build command prints it (:func:`porter.run.plan_lines`), with its build folder."""
-    from porter.run import plan_lines
-
     click.echo("\n".join(plan_lines(f"{header}, build dir {plan.build_dir}", plan.notes, plan.env,
                                     [step.argv for step in plan.steps], refusal.message if refusal else None)))
