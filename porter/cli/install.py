@@ -9,8 +9,10 @@ import click
 
 from porter.cli import emit, emit_json
 from porter.cli.options import json_option, options, runner_for
+from porter.components import all_dists
 from porter.errors import CheckFailed, NothingToDo
 from porter.install.engine import InstallOptions, install, node_arch_option, parse_only
+from porter.install.env import detect_node, inspect_env
 from porter.log import Logger
 from porter.optspec import dry_run_option, target_python_option
 from porter.run import Runner
@@ -67,8 +69,6 @@ def verify_cmd(log: Logger, python: str | None, archs: tuple[str, ...], no_impor
     for the node's arch; wavefront, torch and ROCm/CUDA versions match the build. Exit 0 when all
     hold, 1 otherwise, each problem naming the file, what was expected and what was found.
     """
-    from porter.components import all_dists
-    from porter.install.env import detect_node, inspect_env
     from porter.install.verify import verify
 
     runner = Runner(log, echo=log.verbose)
@@ -111,8 +111,6 @@ def report_cmd(log: Logger, python: str | None, archs: tuple[str, ...], as_json:
 
     Reads only (no import of the prebuilt modules: 'porter verify' does that). Always exits 0.
     """
-    from porter.components import all_dists
-    from porter.install.env import detect_node, inspect_env
     from porter.install.verify import collect, compilers_on_path
 
     runner = Runner(log, echo=log.verbose)

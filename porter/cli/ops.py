@@ -13,7 +13,8 @@ from porter.cli import emit, emit_json
 from porter.cli.options import (CacheChoice, ShardChoice, ToolchainChoice, allowed, builds, compile_failures,
                                 json_option, left_out, options, parse_shard, raise_failure, runner_for, sharded,
                                 show_compiled, show_plan, slurm_options, submit_shards)
-from porter.cluster.slurm.shards import BuildFacts
+from porter.cluster.slurm import shards as sh
+from porter.fs import cache_dir
 from porter.log import Logger
 from porter.wheels.base import CatalogueChoices
 from ops_prebuild.build import EngineChoices
@@ -49,7 +50,6 @@ def list_cmd(log: Logger, /, req: ListOptions, as_json: bool) -> None:
     from porter.components.deepspeed.build import DRIVER
     from porter.components.deepspeed.catalogue import read_catalogue
     from porter.executor import build_python
-    from porter.fs import cache_dir
     from porter.wheels.source import detect, resolve_source
 
     tc = req.toolchain()
@@ -199,17 +199,16 @@ def _submit_shards(log: Logger, req: BuildOptions, as_json: bool) -> None:
     """--shards N --slurm: this build as a request every job runs; the link job packages the wheel. A real
     submission first unpacks (or downloads) the source into the shared cache, so the shards all find it there and
     none races another to it."""
-    def planner(runner: Runner) -> BuildFacts:
+    def planner(runner: Runner) -> sh.BuildFacts:
         if not runner.dry:
             from porter.components.deepspeed.build import DRIVER
-            from porter.fs import cache_dir
             from porter.wheels.source import resolve_source
 
             with log.step("unpacking the source into the shared cache"):
                 resolve_source(req.source, DRIVER, req.toolchain().executor.work_dir(cache_dir()),
                                runner.real(echo=log.verbose))
         planned = _build(req, log, runner_for(log, True, echo=log.verbose))
-        return replace(BuildFacts.of(planned.engine), refusal=planned.refusal.message if planned.refusal else None)
+        return replace(sh.BuildFacts.of(planned.engine), refusal=planned.refusal.message if planned.refusal else None)
 
     submit_shards(log, "deepspeed", req, planner, last={"link_only": True, "with_deps": req.with_deps},
                   as_json=as_json, says=f"link job {{}}; the wheel will land in {req.wheelhouse.resolve()}")
@@ -221,8 +220,6 @@ def _submit_shards(log: Logger, req: BuildOptions, as_json: bool) -> None:
 def status_cmd(directory: Path, as_json: bool) -> None:
     """A sharded build submitted with --shards N --slurm: each shard and the link job, read from the files
     its jobs wrote in DIRECTORY. Exit 1 once a shard or the link failed, else 0."""
-    from porter.cluster.slurm import shards as sh
-
     doc = sh.status(directory)
     emit(as_json, doc, lambda: sh.describe(doc))
     raise_failure(sh.outcome(doc))
