@@ -11,6 +11,7 @@ import click
 from porter.cli import emit
 from porter.cli.options import json_option, options
 from porter.cluster.site.launch import JobOptions, model_of, plan, write_job
+from porter.cluster.site.profiles import load_site
 from porter.optspec import nodes_option, opt, out_option, site_option
 
 
@@ -46,8 +47,6 @@ class PlanOptions:
 
     def make_plan(self) -> Any:
         """The site and the planned layout (:func:`porter.cluster.site.launch.plan`)."""
-        from porter.cluster.site.profiles import load_site
-
         site = load_site(self.site_ref)
         model = model_of(self.preset, layers=self.layers, hidden=self.hidden, heads=self.heads, seq=self.seq,
                          vocab=self.vocab)

@@ -10,6 +10,7 @@ import click
 
 from porter.cli import emit
 from porter.cli.options import json_option
+from porter.cluster.site.profiles import load_site, runtime_env, site_names
 from porter.optspec import nodes_option, skip_option, target_python_option
 
 
@@ -26,8 +27,6 @@ def site() -> None:
 @json_option
 def list_cmd(as_json: bool) -> None:
     """List the built-in site profiles."""
-    from porter.cluster.site.profiles import load_site, site_names
-
     sites = [load_site(n) for n in site_names()]
     emit(as_json, [s.to_dict() for s in sites],
          lambda: [f"{s.name:<10} {s.node.devices} x {s.node.arch} ({s.node.device_memory_gib:g} GiB) per node, "
@@ -40,8 +39,6 @@ def list_cmd(as_json: bool) -> None:
 @json_option
 def show_cmd(ref: str, as_json: bool) -> None:
     """Show one site profile, with the environment every rank gets."""
-    from porter.cluster.site.profiles import load_site, runtime_env
-
     s = load_site(ref)
     n, sch, p = s.node, s.scheduler, s.plugin
     plugin = "none" if p is None else (f"{p.name} {p.version}".strip() + (f", module {p.module}" if p.module else "")
@@ -78,7 +75,6 @@ def preflight_cmd(log: Any, ref: str, python: str | None, nodes: int | None, ski
     node-local and writable, the network plugin loads, the prebuilt ops load with no JIT, the GPUs are the
     site's arch. Exit 0 when all hold, 1 otherwise (each failure says what to change)."""
     from porter.cluster.site.preflight import describe, preflight
-    from porter.cluster.site.profiles import load_site
     from porter.errors import CheckFailed
     from porter.run import Runner
 
