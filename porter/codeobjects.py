@@ -15,7 +15,6 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 
 from porter.errors import ConfigError
 
@@ -36,22 +35,6 @@ class CodeObject:
     @property
     def arch(self) -> str:
         return self.target.split(":")[0]
-
-
-def elf_sections(data: bytes, path: str = "<bytes>") -> dict[str, tuple[int, int]]:
-    """Section name -> (offset, size) for a 64-bit little-endian ELF file."""
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        raise ConfigError(f"{path} is not a 64-bit little-endian ELF file")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    strtab_off, strtab_size = headers[shstrndx][4], headers[shstrndx][5]
-    strtab = data[strtab_off:strtab_off + strtab_size]
-    out: dict[str, tuple[int, int]] = {}
-    for name_off, sh_type, _flags, _addr, off, size in headers:
-        name = strtab[name_off:strtab.index(b"\0", name_off)].decode(errors="replace")
-        out[name] = (off, 0 if sh_type == 8 else size)  # SHT_NOBITS occupies no file bytes
-    return out
 
 
 def _amd_bundles(blob: bytes) -> list[CodeObject]:
@@ -122,17 +105,20 @@ def _nv_fatbins(blob: bytes) -> list[CodeObject]:
 def read_code_objects(path: str | os.PathLike[str]) -> list[CodeObject]:
     """All GPU code objects embedded in an ELF shared object or object (empty for CPU-only code), or held by an
     offload bundle file (what clang writes for ``--offload-device-only``)."""
-    p = Path(path)
-    data = p.read_bytes()
-    if data.startswith((BUNDLE_MAGIC, COMPRESSED_MAGIC)):
-        return _amd_bundles(data)
-    sections = elf_sections(data, str(p))
-    found: list[CodeObject] = []
-    for name, read in ((".hip_fatbin", _amd_bundles), (".nv_fatbin", _nv_fatbins)):
-        if name in sections:
-            off, size = sections[name]
-            found += read(data[off:off + size])
-    return found
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    readers = {".hip_fatbin": _amd_bundles, ".nv_fatbin": _nv_fatbins}
+    with open(path, "rb") as f:
+        if f.read(len(BUNDLE_MAGIC)).startswith((BUNDLE_MAGIC, COMPRESSED_MAGIC)):
+            f.seek(0)
+            return _amd_bundles(f.read())
+        f.seek(0)
+        try:
+            sections = [sec for sec in ELFFile(f).iter_sections() if sec.name in readers]
+            return [o for sec in sections for o in readers[sec.name](sec.data())]
+        except ELFError as exc:
+            raise ConfigError(f"{path} is not an ELF file pyelftools can read ({exc})") from None
 
 
 def archs_in(path: str | os.PathLike[str]) -> list[str]:

@@ -74,5 +74,5 @@ def test_cpu_only_elf_has_no_code_objects(tmp_path: Path) -> None:
 def test_not_an_elf(tmp_path: Path) -> None:
     bad = tmp_path / "x.so"
     bad.write_bytes(b"not elf at all" * 10)
-    with pytest.raises(ConfigError, match="not a 64-bit"):
+    with pytest.raises(ConfigError, match="is not an ELF file"):
         read_code_objects(bad)
