@@ -60,12 +60,17 @@ def slow_cpu_profile(where: Path) -> tuple[Path, Path]:
     a number of seconds to ``marks/"compile"`` (or ``"link"``) to make each compile (or link) wait that long."""
     marks = where / "marks"
     marks.mkdir(parents=True)
-    cxx = where / "slow-g++"
-    cxx.write_text(SLOW_CXX.format(marks=marks))
+    return cpu_profile(where, "slow-g++", SLOW_CXX.format(marks=marks)), marks
+
+
+def cpu_profile(where: Path, name: str, script: str) -> Path:
+    """A cpu toolchain profile (in ``where``) whose compiler is ``script``, written as ``where/name``."""
+    cxx = where / name
+    cxx.write_text(script)
     cxx.chmod(0o755)
-    profile = where / "slow-cpu.toml"
+    profile = where / f"{name}.toml"
     profile.write_text(f'kind = "cpu"\ncompiler = "{cxx}"\ncxx = "{cxx}"\ncpu_isa = "x86-64-v2"\n')
-    return profile, marks
+    return profile
 
 
 def wait_for(predicate: Callable[[], T], seconds: float, every: float = 0.2) -> T:

@@ -199,14 +199,10 @@ def test_two_arrays_with_other_shard_counts_never_show_a_half_written_object(dee
 
     from elftools.elf.elffile import ELFFile
 
-    from tests.integration.conftest import sigkill, wait_for
+    from tests.integration.conftest import cpu_profile, sigkill, wait_for
 
-    cxx = tmp_path / "bin" / "half-g++"
-    cxx.parent.mkdir()
-    cxx.write_text(HALF_WRITING_CXX.format(python=sys.executable))
-    cxx.chmod(0o755)
-    profile = tmp_path / "half-cpu.toml"
-    profile.write_text(f'kind = "cpu"\ncompiler = "{cxx}"\ncxx = "{cxx}"\ncpu_isa = "x86-64-v2"\n')
+    (tmp_path / "bin").mkdir()
+    profile = cpu_profile(tmp_path / "bin", "half-g++", HALF_WRITING_CXX.format(python=sys.executable))
     marks = tmp_path / "marks"
     marks.mkdir()
     env = {**os.environ, "PORTER_CACHE_DIR": str(tmp_path / "cache"), "MARKS": str(marks)}
