@@ -232,7 +232,8 @@ def test_two_trees_ported_at_once_into_same_named_folders_keep_their_own_kernels
     cache by that name alone, with no lock: one removed the other's sources mid-compile, or compiled them into the
     other's build. Now the staging is named by what it holds and made under a lock: both ports succeed, and each
     one's objects carry its own tree's marker, never the other's. Each tree leaves out its scaled_softmax kernel
-    (the two kernels every generation has are what makes it a Megatron tree): a third less to compile, the same race.
+    and its upper-triangular kernel is a small one without torch's headers (the two kernels every generation has
+    are what makes it a Megatron tree, so both stay): one kernel's compile of torch's headers per tree, the same race.
 
     Issue 18, on the same compiles: every real kernel failed with 'redefinition of OrderedDict' (torch's include
     folders staged as two copies). The fixture's kernels include <torch/extension.h> as the real ones do (a ROCm
@@ -246,7 +247,11 @@ def test_two_trees_ported_at_once_into_same_named_folders_keep_their_own_kernels
         shutil.copytree(FIXTURES / "megatron-kernels", tree)
         for name in ("scaled_softmax.cpp", "scaled_softmax_cuda.cu"):
             (tree / "megatron/fused_kernels" / name).unlink()
-        cpp = tree / "megatron/fused_kernels/scaled_masked_softmax.cpp"
+        kernels = tree / "megatron/fused_kernels"
+        (kernels / "scaled_upper_triang_masked_softmax.cpp").write_text("int porter_small_binding() { return 1; }\n")
+        (kernels / "scaled_upper_triang_masked_softmax_cuda.cu").write_text(
+            "__global__ void porter_small_kernel(float* x) { x[threadIdx.x] *= 2.0f; }\n")
+        cpp = kernels / "scaled_masked_softmax.cpp"
         cpp.write_text(cpp.read_text() + f'\n__attribute__((used)) static const char porter_tree[] = "porter-tree-{side}";\n')
         procs[side] = subprocess.Popen(
             [sys.executable, "-m", "porter", "port", "megatron-deepspeed", str(tree), "-t", "debian-rocm7", "--arch",
