@@ -4,9 +4,7 @@ Library entry point: :func:`hipify_tree` (the ``porter hipify`` command and the 
 call it) returns a :class:`HipifyReport`.
 """
 
-from porter.hipify.engine import CACHE_NAME, FileResult, HipifyReport, hipify_tree
-from porter.hipify.maps import ExtraMap, builtin_map, combined_map, load_map
+from porter.hipify.engine import CACHE_NAME, HipifyReport, hipify_tree
 from porter.hipify.scan import Finding
 
-__all__ = ["CACHE_NAME", "ExtraMap", "FileResult", "Finding", "HipifyReport", "builtin_map", "combined_map",
-           "hipify_tree", "load_map"]
+__all__ = ["CACHE_NAME", "Finding", "HipifyReport", "hipify_tree"]

@@ -300,31 +300,26 @@ class CompiledMap:
         """Call rewrites, then identifier swaps. Counts replacements by CUDA name."""
         counts = Counter() if counts is None else counts
         if self.call_re is not None and any(n in text for n in self.calls):
-            text = self._rewrite_calls(text, counts)
+            # Right to left: a call nested in another's arguments is rewritten first, and positions
+            # before the current match stay valid.
+            for mt in reversed(list(self.call_re.finditer(text))):
+                name = mt.group(1)
+                split = split_call(text, mt.end() - 1)
+                if split is None:
+                    continue
+                spans, close = split
+                if len(spans) == 1 and not text[spans[0][0]:spans[0][1]].strip():
+                    spans = []
+                new = _render(self.calls[name], text, spans)
+                if new is None:
+                    continue
+                text = text[:mt.start()] + new + text[close + 1:]
+                counts[name] += 1
         if self.ident_re is not None and any(n in text for n in self.identifiers):
             def repl(mt: re.Match[str]) -> str:
                 counts[mt.group(0)] += 1
                 return self.identifiers[mt.group(0)]
             text = self.ident_re.sub(repl, text)
-        return text
-
-    def _rewrite_calls(self, text: str, counts: Counter[str]) -> str:
-        assert self.call_re is not None
-        # Right to left: a call nested in another's arguments is rewritten first, and positions
-        # before the current match stay valid.
-        for mt in reversed(list(self.call_re.finditer(text))):
-            name = mt.group(1)
-            split = split_call(text, mt.end() - 1)
-            if split is None:
-                continue
-            spans, close = split
-            if len(spans) == 1 and not text[spans[0][0]:spans[0][1]].strip():
-                spans = []
-            new = _render(self.calls[name], text, spans)
-            if new is None:
-                continue
-            text = text[:mt.start()] + new + text[close + 1:]
-            counts[name] += 1
         return text
 
 

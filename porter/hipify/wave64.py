@@ -42,7 +42,6 @@ class Proof:
     rule: str
     ops: tuple[str, ...]
     checks: tuple[str, ...]
-    why: str
     text: str = ""
 
     def covers(self, op: str, f: Finding) -> bool:
@@ -70,7 +69,7 @@ def parse_ledger(text: str, where: str) -> tuple[Proof, ...]:
                 raise ConfigError(f"{at}: {key} must be a non-empty array of names",
                                   hint="a finding is safe only with the emulated checks that prove it")
         out.append(Proof(file=e["file"], rule=e["rule"], ops=tuple(e["ops"]), checks=tuple(e["checks"]),
-                         why=e["why"], text=e.get("text", "")))
+                         text=e.get("text", "")))
     return tuple(out)
 
 

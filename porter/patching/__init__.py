@@ -5,11 +5,9 @@
 Each patch names its problem (``needed_if``); where the problem is absent it is "not needed", not a failure.
 """
 
-from porter.patching.engine import (Applied, Plan, PatchFailed, PatchResult, Reverted, SetState, apply, checked,
-                                    failure_message, journal_status, plan, plan_revert, read_journal, revert)
-from porter.patching.model import (Edit, Need, Patch, PatchSet, load_project, load_shipped, project_names,
-                                   resolve_sets)
+from porter.patching.engine import (Applied, PatchFailed, apply, checked, failure_message, plan, plan_revert,
+                                    read_journal, revert)
+from porter.patching.model import PatchSet, load_project, load_shipped, resolve_sets
 
-__all__ = ["Applied", "Edit", "Need", "Patch", "PatchFailed", "PatchResult", "PatchSet", "Plan", "Reverted",
-           "SetState", "apply", "checked", "failure_message", "journal_status", "load_project", "load_shipped",
-           "plan", "plan_revert", "project_names", "read_journal", "resolve_sets", "revert"]
+__all__ = ["Applied", "PatchFailed", "PatchSet", "apply", "checked", "failure_message", "load_project", "load_shipped",
+           "plan", "plan_revert", "read_journal", "resolve_sets", "revert"]

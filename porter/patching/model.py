@@ -343,8 +343,6 @@ def _version_sources(raw: Any, where: str) -> tuple[VersionSource, ...]:
 @dataclass(frozen=True, kw_only=True)
 class Project:
     name: str
-    description: str
-    upstream: str
     version_from: tuple[VersionSource, ...]
     sets: tuple[str, ...]
     build: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -390,9 +388,7 @@ def load_project(name: str) -> Project:
     if not isinstance(build, dict) or not all(isinstance(v, list) and all(isinstance(n, str) for n in v)
                                               for v in build.values()):
         raise ConfigError(f"{where}: build must map a toolchain kind to a list of set names")
-    return Project(name=name, description=_str(head, "description", where, ""),
-                   upstream=_str(head, "upstream", where, ""),
-                   version_from=_version_sources(head.get("version_from", []), where), sets=tuple(sets),
+    return Project(name=name, version_from=_version_sources(head.get("version_from", []), where), sets=tuple(sets),
                    build={str(k): tuple(v) for k, v in build.items()})
 
 

@@ -28,15 +28,8 @@ class FileDiff:
     hunks: list[Hunk] = field(default_factory=list)
 
 
-_DIFF_HINT = ("a unified diff: '--- a/FILE' and '+++ b/FILE' headers, then '@@ -L,N +L,N @@' hunks of ' ', '-' "
-              "and '+' lines (diff -u, git diff)")
-
-
 class DiffError(ConfigError):
     """Text that is not a unified diff: porter's own refusal (a ConfigError, so a bad diff is bad input)."""
-
-    def __init__(self, message: str, *, hint: str | None = _DIFF_HINT) -> None:
-        super().__init__(message, hint=hint)
 
 
 def _name(raw: str, strip: int | None) -> str | None:

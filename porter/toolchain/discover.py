@@ -22,7 +22,6 @@ _VERSION_PATTERNS = {
 
 @dataclass(frozen=True)
 class Program:
-    name: str
     path: str
     version: str
 
@@ -52,7 +51,7 @@ def probe(program: str, runner: Runner, *, launcher: tuple[str, ...] = (),
                         hint="install it in that environment, or fix the profile's launcher")
     if not result.ok:
         raise CommandFailed(result.argv, result.returncode, result.output)
-    return Program(base, program if launcher else (shutil.which(program) or program), version_of(kind, result.output))
+    return Program(program if launcher else (shutil.which(program) or program), version_of(kind, result.output))
 
 
 def find(name: str, dirs: list[Path], environ: Mapping[str, str]) -> str | None:
