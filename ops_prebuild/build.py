@@ -249,7 +249,6 @@ def _torch_view(cat: Catalogue, cache: Path, python: str, runner: Runner, py_ex:
 def _write_build_dir(plan: Plan, build_dir: Path, log: Logger) -> None:
     """The build folder as the plan needs it: killed compiles' leftovers gone, the plan's files (an unchanged one
     keeps its time) and build.ninja."""
-    build_dir.mkdir(parents=True, exist_ok=True)
     left = remove_stale_outputs(build_dir)  # the private files of compiles killed mid-write
     if left:
         log.info(f"removed {len(left)} half-written output(s) of killed compiles, e.g. {left[0].name}")

@@ -21,8 +21,6 @@ def hipify_sources(tree: Path, ops: list[OpSpec], dest: Path, *, python: str, ru
     A dry run (a recording ``runner``) hipifies into a temp folder (so the mapping is torch's own, not a guess), removes it, and
     returns the paths a real run writes under ``dest``: nothing is written into caches or trees.
     """
-    if not ops:
-        return {}
     if runner.dry:
         with executor.scratch("porter-hipify-") as tmp:
             found = hipify_sources(tree, ops, tmp / "hip", python=python, runner=runner.real(), executor=executor)

@@ -54,7 +54,6 @@ def _unpack(sdist: Path, dest: Path, digest: str, say: Callable[[str], None] | N
     if _unpacked(dest, digest, say):
         return
     archive.members(sdist)  # a damaged or hostile archive is refused before any folder or lock is made
-    dest.parent.mkdir(parents=True, exist_ok=True)
     with hold(dest, f"unpacking {sdist.name}"):  # one process unpacks; the others wait and reuse its tree
         if _unpacked(dest, digest):
             return
@@ -187,7 +186,6 @@ def cached_tree(spec: str, cache: Path, name: str | None = None, runner: Runner 
         return None
     dl = cache / "sdists" / "-".join(req)
     if runner is not None and not any(dl.glob("*.tar.gz")):
-        dl.parent.mkdir(parents=True, exist_ok=True)
         with hold(dl, f"downloading {spec}", say=runner.log.info):
             if not any(dl.glob("*.tar.gz")):  # pip writes to a temp folder; the whole sdist is renamed in
                 with owned_temp(dl.parent, ".download-") as tmp:
@@ -286,7 +284,6 @@ def patched_source(source: Source, sets: list[PatchSet], cache: Path, *, write: 
     done = Patched(replace(source, tree=dest), applied, changed=changed, records=records)
     if not write or (dest / ".porter-patched").is_file():
         return done
-    dest.parent.mkdir(parents=True, exist_ok=True)
     with hold(dest, f"patching {source.tree.name}"):
         if (dest / ".porter-patched").is_file():  # another build published it while this one waited
             return done

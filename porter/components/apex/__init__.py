@@ -110,8 +110,15 @@ class ApexDriver:
                               hint="the emulated target builds apex trees with op_builder/ (APEX_BUILD_*) on "
                                    "porter's engine")
         selected = select_ops(info, request.ops, tc.kind)
-        notes = [f"regime forced to {regime!r}; the tree at {info.tree} is a {info.regime!r} tree (apex {info.version})"
-                 if regime != info.regime else f"regime {regime!r} detected from the tree (apex {info.version})"]
+        if regime != info.regime:  # one forced on a tree of the other: said, and the hint for a wheel with no extension
+            notes = [f"regime forced to {regime!r}; the tree at {info.tree} is a {info.regime!r} tree "
+                     f"(apex {info.version})"]
+            why = ("reads APEX_BUILD_* environment variables and silently drops --cpp_ext/--cuda_ext"
+                   if info.regime == "env" else "predates APEX_BUILD_* and only builds with --cpp_ext/--cuda_ext")
+            empty = f"apex {info.version} {why}; drop --regime and let porter use the tree's own regime"
+        else:
+            notes = [f"regime {regime!r} detected from the tree (apex {info.version})"]
+            empty = "upstream skipped every requested op; look for 'Skip pre-compile' in the build output"
         core = next((op for op in info.ops if op.name == CORE_OP), None)
         if core is not None and any(op.group == "cuda" for op in selected):
             if core not in selected:
@@ -153,7 +160,7 @@ class ApexDriver:
             expect=Expectation(modules=modules, optional=optional, prebuilt=True,
                                host_only=tuple(op.module for op in selected if op.group == "cpp"),
                                archs=tc.arch_names if tc.kind == "rocm" else (),
-                               empty_hint=_empty_hint(info, regime)),
+                               empty_hint=empty),
             ops=selected, notes=tuple(notes), setup_py=tc.kind != "emulated")
 
     # -- compile only ----------------------------------------------------------------------------
@@ -195,15 +202,6 @@ class ApexDriver:
         specs = _specs(info, request.toolchain.toolkit_version)
         return {op.name: (tuple(spec.sources), tuple(spec.include_paths)) for op in plan.ops
                 if op.group == "cuda" and (spec := specs.get(op.name)) is not None}
-
-
-def _empty_hint(info: SourceInfo, regime: str) -> str:
-    """What to say when the wheel holds no extension at all."""
-    if regime != info.regime:  # the two regimes, one forced on a tree of the other
-        why = ("reads APEX_BUILD_* environment variables and silently drops --cpp_ext/--cuda_ext"
-               if info.regime == "env" else "predates APEX_BUILD_* and only builds with --cpp_ext/--cuda_ext")
-        return f"apex {info.version} {why}; drop --regime and let porter use the tree's own regime"
-    return "upstream skipped every requested op; look for 'Skip pre-compile' in the build output"
 
 
 def _specs(info: SourceInfo, rocm: str) -> dict[str, BuildSpec]:

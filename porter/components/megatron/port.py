@@ -320,6 +320,3 @@ def package_kernels(ops: list[OpResult], tc: Toolchain, torch_info: TorchInfo, v
         python_tag=torch_info.python_tag, sources=sources, extensions=entries,
         ops=[{"name": o.name, "status": o.status, "seconds": round(o.seconds, 2), "log": o.log} for o in ops])
     return dest, mpath
-
-
-__all__ = ["HELPERS_OP", "package_kernels", "port_megatron", "prebuilt_ops"]
