@@ -410,7 +410,7 @@ def write_image_sbom(root: Path, python: str, name: str, *, wheels: bool, net_pl
     plugin = read_package(net_plugin)[0] if net_plugin is not None else None
     if plugin is not None:
         parts.append((str(plugin.get("component")), str(plugin.get("version") or ""), plugin, "generic"))
-    atomic_write_bytes(root / SBOM.lstrip("/"), image_document(parts, name=name, version="", epoch=source_date_epoch()))
+    atomic_write_bytes(root / SBOM.lstrip("/"), image_document(parts, name=name, epoch=source_date_epoch()))
     return [str(r["wheel"]) for r in records]
 
 
