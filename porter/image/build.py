@@ -30,6 +30,7 @@ from typing import Any
 
 import click
 
+import porter
 from porter import __version__
 from porter.errors import CommandFailed, ConfigError, ToolError
 from porter.fs import atomic_path, atomic_write_bytes, atomic_write_text, owned_temp, owned_temp_dir, sha256_file
@@ -155,8 +156,6 @@ def _plugin_library(package: Path) -> str:
 
 def _porter_source() -> Path | None:
     """porter's source tree when it runs from one (an editable install): its wheel is built from it."""
-    import porter
-
     root = Path(porter.__file__).resolve().parents[1]
     project = root / "pyproject.toml"
     return root if project.is_file() and 'name = "porter"' in project.read_text() else None
