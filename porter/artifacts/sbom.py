@@ -59,8 +59,7 @@ def document(manifest: Mapping[str, Any], *, name: str = "", version: str = "", 
                                            version or str(manifest.get("version") or ""), epoch, serial, purl_type))
 
 
-def image_document(parts: Iterable[tuple[str, str, Mapping[str, Any], str]], *, name: str, version: str,
-                   epoch: int) -> bytes:
+def image_document(parts: Iterable[tuple[str, str, Mapping[str, Any], str]], *, name: str, epoch: int) -> bytes:
     """The combined CycloneDX JSON of an image: the image as the subject, and each part (distribution, version, its
     manifest, its purl type: ``pypi`` for an installed wheel, ``generic`` for what is no Python distribution, a
     network plugin) as a component with what its own SBOM holds, its references prefixed with its name so they
@@ -68,7 +67,7 @@ def image_document(parts: Iterable[tuple[str, str, Mapping[str, Any], str]], *, 
     items = sorted(parts, key=lambda p: (p[3] != "pypi", p[0], p[1]))
 
     def make(serial: uuid.UUID) -> Bom:
-        image = Component(type=ComponentType.CONTAINER, name=name, version=version or None, bom_ref="image",
+        image = Component(type=ComponentType.CONTAINER, name=name, bom_ref="image",
                           description="a node-ready image porter built: what is below installed and verified in it")
         tools: dict[tuple[str, str], Component] = {}
         bom = Bom(serial_number=serial, metadata=BomMetaData(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import email.parser
-import email.policy
 import hashlib
 import json
 import os
@@ -171,7 +170,7 @@ def read_wheel(path: str | os.PathLike[str]) -> WheelIn:
         dist_info = infos[0]
         files = {n: zf.read(n) for n in names
                  if n not in (f"{dist_info}/RECORD", f"{dist_info}/RECORD.jws", f"{dist_info}/RECORD.p7s")}
-    msg = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(files[f"{dist_info}/METADATA"])
+    msg = email.parser.BytesParser().parsebytes(files[f"{dist_info}/METADATA"])
     return WheelIn(str(msg["Name"]), str(msg["Version"]), dist_info, files)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import click
 
+import porter
 from porter import __version__
 from porter.errors import CommandFailed, ConfigError, ToolError
 from porter.fs import atomic_path, atomic_write_bytes, atomic_write_text, owned_temp, owned_temp_dir, sha256_file
@@ -155,8 +156,6 @@ def _plugin_library(package: Path) -> str:
 
 def _porter_source() -> Path | None:
     """porter's source tree when it runs from one (an editable install): its wheel is built from it."""
-    import porter
-
     root = Path(porter.__file__).resolve().parents[1]
     project = root / "pyproject.toml"
     return root if project.is_file() and 'name = "porter"' in project.read_text() else None
@@ -410,7 +409,7 @@ def write_image_sbom(root: Path, python: str, name: str, *, wheels: bool, net_pl
     plugin = read_package(net_plugin)[0] if net_plugin is not None else None
     if plugin is not None:
         parts.append((str(plugin.get("component")), str(plugin.get("version") or ""), plugin, "generic"))
-    atomic_write_bytes(root / SBOM.lstrip("/"), image_document(parts, name=name, version="", epoch=source_date_epoch()))
+    atomic_write_bytes(root / SBOM.lstrip("/"), image_document(parts, name=name, epoch=source_date_epoch()))
     return [str(r["wheel"]) for r in records]
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from porter.components import all_dists, registry
 from porter.components.jit import (KINDS, At, Audit, JitSites, Kind, Raw, Site, Target, builder_names,
                                    python_files, relevant, scan)
 from porter.install.env import TargetEnv
@@ -43,8 +44,6 @@ from porter.install.env import TargetEnv
 
 def components() -> list[JitSites]:
     """The components the audit asks, in the registry's order (the first to claim a site answers for it)."""
-    from porter.components import registry
-
     return [c for c in registry().values() if isinstance(c, JitSites)]
 
 
@@ -97,8 +96,6 @@ def _porter_answer(raw: Raw, at: At) -> Site:
 
 def audit(tree: str | os.PathLike[str], target: Target | None) -> AuditReport:
     """Every compile site of ``tree`` and of what ``target`` (None: no python given) has installed."""
-    from porter.components import all_dists
-
     root = Path(tree).resolve()
     comps = components()
     report = AuditReport(root, target.python if target else "",

@@ -20,6 +20,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from porter.errors import ConfigError, ToolError
+from porter.probe import run_probe
 from porter.run import Runner, make_env, which
 from porter.toolchain.archs import ARCHS, parse_target
 from porter.torch_facts import TorchInfo
@@ -78,8 +79,6 @@ class TargetEnv:
 def inspect_env(python: str | os.PathLike[str], runner: Runner, *, dists: Iterable[str]) -> TargetEnv:
     """Run the target interpreter and read back what it reports (tags, paths, torch, ``dists``: the distributions
     the caller cares about, usually every component's: :func:`porter.components.all_dists`)."""
-    from porter.probe import run_probe
-
     want = sorted({canonicalize_name(n) for n in dists})
     try:
         doc = run_probe("env", [json.dumps(want)], python=os.fspath(python), runner=runner,

@@ -18,7 +18,6 @@ from typing import Any, TypedDict, cast
 from packaging.utils import canonicalize_name
 
 from porter import __version__
-from porter.errors import ConfigError
 from porter.install.env import TargetEnv
 from porter.artifacts.manifest import Manifest
 from porter.fs import atomic_write_json
@@ -78,12 +77,12 @@ def read_records(env: TargetEnv) -> dict[str, RecordFile]:
     return out
 
 
-def carried_manifest(text: str, where: str) -> Manifest:
-    """A manifest copy shipped inside a wheel's dist-info as ``porter.json`` (optional fallback)."""
+def carried_manifest(text: str) -> Manifest | None:
+    """A manifest copy shipped inside a wheel's dist-info as ``porter.json`` (optional fallback); None if corrupt."""
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{where}: porter.json is corrupt: {exc}") from None
+    except json.JSONDecodeError:
+        return None
     if not isinstance(data, dict) or "extensions" not in data:
-        raise ConfigError(f"{where}: porter.json is not a porter manifest")
+        return None
     return data  # type: ignore[return-value]

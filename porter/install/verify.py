@@ -25,7 +25,6 @@ default.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -168,8 +167,7 @@ def collect(env: TargetEnv, node: Node) -> list[ComponentReport]:
         dist = env.dists.get(project)
         manifest: Manifest | None = rf.record["manifest"] if rf and rf.record else None
         if manifest is None and dist is not None and dist.carried_manifest:
-            with contextlib.suppress(ConfigError):  # a corrupt copy counts as none
-                manifest = carried_manifest(dist.carried_manifest, f"{dist.name} {dist.version}")
+            manifest = carried_manifest(dist.carried_manifest)  # a corrupt copy counts as none
         known = components.for_dist(project)
         comp = str(manifest.get("component") or project) if manifest is not None else known.name if known else project
         rep = ComponentReport(comp, project, dist.version if dist else None, str(rf.path) if rf else None)

@@ -269,17 +269,14 @@ class WheelDriver(Protocol):
 
     def detect(self, root: Path) -> SourceInfo | None:
         """Recognise the tree (None: not this project); raise ConfigError when it is but is unusable."""
-        ...
 
     def plan(self, info: SourceInfo, request: WheelRequest, machine: Machine) -> BuildPlan:
         """Args and env from the profile; raise ConfigError for anything the tree cannot build."""
-        ...
 
     def kernel_ops(self, info: SourceInfo, request: WheelRequest, ctx: KernelContext) -> KernelSet:
         """``--compile-only``: the translation units of what :meth:`plan` would build, as the ops of
         porter's own planner, with sources relative to ``ctx.tree`` (a work copy the driver may add
         generated files to, through ``ctx``). No setup.py runs."""
-        ...
 
 
 LEAVE = "leave {ops} out with --ops (ROCm apex: --ops all,{minus})"
@@ -294,7 +291,6 @@ class DeviceSources(Protocol):
                        request: WheelRequest) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
         """Each device op of ``plan``: its sources and include paths, relative to the tree (generated sources left
         out: the headers the tree's own sources include stand for them)."""
-        ...
 
 
 @runtime_checkable

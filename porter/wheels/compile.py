@@ -74,8 +74,6 @@ class CompileOnlyResult:
     """The engine's own result (its catalogue, plan, compiler cache)."""
     patched: Patched | None = None
     """The copy of the source the ops were compiled from, and the patches applied to it."""
-    sources: dict[str, str] = field(default_factory=dict)
-    """Where the source came from (sdist sha256, git commit), as the manifest lists it."""
 
     @property
     def failed(self) -> list[OpResult]:
@@ -166,7 +164,7 @@ def compile_only(driver: WheelDriver, source: str, request: WheelRequest, *, run
                                   hipify=tuple(kset.hipify), torch_view=kset.torch_view, hipify_from=ctx.tree,
                                   notes=notes, on_shard_setup=base_lock.release if base_lock is not None else None)
         result = _result(info, tc, built, wplan, kset, stop=stop, lanes=lanes)
-        result.dry_run, result.engine, result.patched, result.sources = runner.dry, built, patched, dict(request.sources)
+        result.dry_run, result.engine, result.patched = runner.dry, built, patched
         if runner.dry or request.engine.shard is not None:  # a shard's units are reported by the run after all
             result.seconds = time.monotonic() - start
             return result

@@ -321,11 +321,9 @@ class EngineDriver(Protocol):
 
     def mark_prebuilt(self, text: str, installed: Mapping[str, bool]) -> str:
         """:attr:`version_info`'s text ('' when the wheel has none) recording ``installed`` (op -> prebuilt)."""
-        ...
 
     def python_only_env(self, info: SourceInfo) -> dict[str, str | None]:
         """setup.py's environment for a wheel with no compiled op (the Python side only)."""
-        ...
 
 
 @runtime_checkable
@@ -336,7 +334,6 @@ class WheelEdits(Protocol):
                     probes: Mapping[str, bool]) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
         """The files of the wheel (archive name -> bytes, the record already marked) to write anew, and the patches
         that made them as the manifest lists them; ``probes``: the tree's feature probes answered at build time."""
-        ...
 
 
 def prebuilt_files(base: Path, cat: Catalogue, results: Sequence[OpResult], engine: EngineDriver,

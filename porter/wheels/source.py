@@ -10,6 +10,7 @@ from pathlib import Path
 from porter.errors import ConfigError
 from porter.run import Runner
 from porter.wheels.base import SourceInfo, WheelDriver
+from ops_prebuild.source import Download, cached_tree, fetch_tree
 
 
 def resolve_source(source: str, driver: WheelDriver, cache: Path, runner: Runner,
@@ -17,8 +18,6 @@ def resolve_source(source: str, driver: WheelDriver, cache: Path, runner: Runner
     """A directory as is; an sdist (.tar.gz) unpacked once into ``cache``; ``name==version`` downloaded first
     (its setup.py's metadata prepared with the build python's torch, and ``driver.sdist_env``). With ``scratch`` (a
     dry run's), what the cache holds is read, and what it lacks is unpacked or downloaded into ``scratch``."""
-    from ops_prebuild.source import Download, cached_tree, fetch_tree
-
     found = cached_tree(source, cache, driver.name) if scratch is not None else None
     return found or fetch_tree(source, cache=scratch or cache, runner=runner.real(), name=driver.name,
                                download=Download(False, tuple(driver.sdist_env.items())),

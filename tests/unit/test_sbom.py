@@ -261,8 +261,8 @@ def test_an_images_combined_sbom_keeps_each_wheel_apart() -> None:
     from porter.artifacts.sbom import image_document
 
     a, b = ("deepspeed", "0.19.8+cpu", _manifest(), "pypi"), ("megatron-fused-kernels", "0.2.0", _manifest(), "pypi")
-    doc = image_document([a, b], name="node", version="", epoch=315532800)
-    assert doc == image_document([b, a], name="node", version="", epoch=315532800)
+    doc = image_document([a, b], name="node", epoch=315532800)
+    assert doc == image_document([b, a], name="node", epoch=315532800)
     assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(doc.decode()) is None
     bom = json.loads(doc)
     assert bom["metadata"]["component"]["bom-ref"] == "image"
@@ -276,8 +276,7 @@ def test_an_images_network_plugin_is_a_generic_package_beside_its_wheels() -> No
     from porter.artifacts.sbom import image_document
 
     doc = image_document([("deepspeed", "0.19.8+cpu", _manifest(), "pypi"), ("aws-ofi-nccl", "1.19.2", _manifest(),
-                                                                            "generic")], name="node", version="",
-                         epoch=315532800)
+                                                                            "generic")], name="node", epoch=315532800)
     _validate(doc)
     bom = json.loads(doc)
     wheel, plugin = (next(c for c in bom["components"] if c["bom-ref"] == f"{n}/wheel")

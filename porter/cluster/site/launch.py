@@ -30,6 +30,7 @@ with h hidden, a heads, s sequence, V vocabulary, b micro batch, m microbatches 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import shlex
 import sys
 from dataclasses import dataclass
@@ -88,8 +89,6 @@ def model_of(preset: str | None, *, layers: int | None = None, hidden: int | Non
     given = {k: v for k, v in zip(SHAPE, (layers, hidden, heads, seq, vocab)) if v is not None}
     if preset is not None:
         if preset not in MODELS:
-            import difflib
-
             close = difflib.get_close_matches(preset, MODELS, n=2)
             raise ConfigError(f"unknown model preset {preset!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
                               hint=f"presets: {', '.join(MODELS)}; or give --layers --hidden --heads")

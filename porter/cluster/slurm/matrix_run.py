@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from porter import __version__
+from porter.artifacts.manifest import SUFFIX, manifest_path, read_manifest
 from porter.cluster.request import jsonable
 from porter.cluster.slurm import sbatch as sl
 from porter.cluster.slurm.sbatch import now, read_json
@@ -114,8 +115,6 @@ def _move(src: Path, dest: Path) -> None:
 def _ship(out: Path, wheelhouse: Path) -> Path:
     """Move what a build left in ``out`` into the wheelhouse (each manifest before its wheel, so a
     reader never sees a porter wheel without one); returns the porter wheel's new path."""
-    from porter.artifacts.manifest import SUFFIX
-
     manifests = sorted(out.glob(f"*.whl{SUFFIX}"))
     if len(manifests) != 1:
         raise ConfigError(f"the build left {len(manifests)} porter wheel(s) with a manifest in {out}, not one")
@@ -185,8 +184,6 @@ def run_cell(directory: str | os.PathLike[str], index: int, *, runner: Runner, e
 
 def _cell_entry(plan: Matrix, cell: Cell) -> dict[str, Any]:
     """One cell as the report shows it, read from its result file and its wheel's manifest."""
-    from porter.artifacts.manifest import manifest_path, read_manifest
-
     entry: dict[str, Any] = {"index": cell.index, "id": cell.id, "component": cell.component, "source": cell.source,
                              "toolchain": cell.toolchain_name, "label": cell.label, "status": "not run",
                              "wheel": None, "log": None, "job_log": str(plan.job_log(cell))}
