@@ -13,6 +13,7 @@ Per-build hits and misses come from ccache's stats log, one file per build.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -82,28 +83,12 @@ def find_ccache(tc: Toolchain) -> str | None:
     return "ccache"  # a container or wrapper: ccache is expected on its PATH
 
 
-def setup_cache(tc: Toolchain, *, work: Path, compiler_version_text: str, enabled: bool = True,
-                cache_dir: Path | None = None, remote: str = "", log: Logger | None = None) -> CompilerCache | None:
-    """The cache for a build, or None (disabled, ccache missing, or its folder unusable: then the build
-    goes on uncached, with a warning that says why). Its folder is made (see :func:`planned_cache`)."""
-    cache = planned_cache(tc, work=work, compiler_version_text=compiler_version_text, enabled=enabled,
-                          cache_dir=cache_dir, remote=remote, log=log, make=True)
-    if cache is None:
-        return None
-    try:
-        cache.dir.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=cache.dir).close()
-    except OSError as exc:
-        if log is not None:
-            log.warn(f"compiler cache {cache.dir} is not usable ({exc.strerror}): building uncached")
-        return None
-    return cache
-
-
 def planned_cache(tc: Toolchain, *, work: Path, compiler_version_text: str, enabled: bool = True,
                   cache_dir: Path | None = None, remote: str = "", log: Logger | None = None,
                   make: bool = False) -> CompilerCache | None:
-    """The cache a build would use, named without writing anything (a dry run's); None: disabled or no ccache."""
+    """The cache a build would use, named without writing anything (a dry run's); None: disabled or no ccache.
+    ``make`` (:func:`setup_cache`, a real build's): its folder is made, and None where it is unusable (the build then
+    goes on uncached, with a warning that says why)."""
     if remote and not remote.startswith(REMOTE_SCHEMES):
         raise ConfigError(f"--cache-remote {remote!r} is not a ccache remote storage URL",
                           hint="use file:///shared/dir or redis://host[:port]")
@@ -122,7 +107,18 @@ def planned_cache(tc: Toolchain, *, work: Path, compiler_version_text: str, enab
     if not tc.executor.sees(folder):
         raise ConfigError(f"cache folder {folder} is not visible in {tc.executor.describe()}",
                           hint="leave --cache-dir out (porter puts it under the root), or pick a folder inside it")
+    if make:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=folder).close()
+        except OSError as exc:
+            if log is not None:
+                log.warn(f"compiler cache {folder} is not usable ({exc.strerror}): building uncached")
+            return None
     return CompilerCache(program, folder, identity(tc, compiler_version_text), remote)
+
+
+setup_cache = functools.partial(planned_cache, make=True)
 
 
 _HIT = frozenset({"direct_cache_hit", "preprocessed_cache_hit", "remote_storage_hit"})

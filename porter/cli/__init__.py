@@ -84,8 +84,6 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, terminated)
     try:
         cli.main(args=argv, prog_name="porter", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -27,24 +26,6 @@ def builder(ctx: click.Context, component: str) -> tuple[click.Command, str]:
                           hint=f"components a request can build: {', '.join(sorted(BUILDERS))}")
     cmd, group = BUILDERS[component]
     return cmd, f"{group} {cmd.name}"
-
-
-def run_request(ctx: click.Context, cmd: click.Command, name: str, options: dict[str, Any],
-                args: tuple[str, ...]) -> Any:
-    """Run ``cmd`` with ``options`` (parameter names to values, each converted and checked by its click option as
-    typed ones are) and the user's own ``args``; the request wins over the job's environment."""
-    params = {p.name: p for p in cmd.params}
-    unknown = sorted(set(options) - set(params))
-    if unknown:
-        raise ConfigError(f"the request sets {', '.join(unknown)}, which 'porter {name}' does not take",
-                          hint=f"porter {name} --help lists its options (a request names them as the help's "
-                               "words with - as _)")
-    sub = cmd.make_context(f"porter {name}", list(args), parent=ctx, default_map=options)
-    for key, value in options.items():
-        if sub.get_parameter_source(key) is ParameterSource.ENVIRONMENT:
-            sub.params[key] = params[key].process_value(sub, value)
-    with sub:
-        return cmd.invoke(sub)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,9 +56,22 @@ def build_cmd(ctx: click.Context, /, req: RunOptions, as_json: bool) -> None:
 
     build = read_request(req.request_file)
     cmd, name = builder(ctx, build.component)
-    if req.shard is not None and "shard" not in {p.name for p in cmd.params}:
+    params = {p.name: p for p in cmd.params}
+    if req.shard is not None and "shard" not in params:
         raise click.UsageError(f"--shard: 'porter {name}' builds in one run (it has no shards)")
     own = {"shard": req.shard, "wheelhouse": req.wheelhouse, "dry_run": req.dry_run or None, "as_json": as_json or None}
     options = {**build.options, **(build.last if req.last else {}),
-               **{k: v for k, v in own.items() if v is not None and k in {p.name for p in cmd.params}}}
-    run_request(ctx, cmd, name, options, build.args)
+               **{k: v for k, v in own.items() if v is not None and k in params}}
+    unknown = sorted(set(options) - set(params))
+    if unknown:
+        raise ConfigError(f"the request sets {', '.join(unknown)}, which 'porter {name}' does not take",
+                          hint=f"porter {name} --help lists its options (a request names them as the help's "
+                               "words with - as _)")
+    # the command with the options (each converted and checked by its click option as typed ones are) and the
+    # user's own args; the request wins over the job's environment
+    sub = cmd.make_context(f"porter {name}", list(build.args), parent=ctx, default_map=options)
+    for key, value in options.items():
+        if sub.get_parameter_source(key) is ParameterSource.ENVIRONMENT:
+            sub.params[key] = params[key].process_value(sub, value)
+    with sub:
+        cmd.invoke(sub)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -19,10 +19,6 @@ from porter.optspec import (allow_wave32_option, compile_only_option, dry_run_op
 from porter.toolchain.profile import Toolchain
 from porter.wheels import WheelRequest, build_wheel
 from porter.wheels.base import ApexChoices, CkChoices, WheelChoices
-
-if TYPE_CHECKING:
-    from porter.wheels.compile import CompileOnlyResult
-
 
 class DriverGroup(click.Group):
     """``porter wheel``: its own commands, and one for every other component that brings a setup.py driver (an
@@ -135,7 +131,20 @@ def _run(log: Logger, name: str, req: WheelOptions, as_json: bool, *, shard: tup
 
         res = run_compile_only(drivers[name], req.source, request, runner=runner_for(log, req.dry_run, log.verbose),
                                log=log, others=drivers)
-        _show_compiled(res, as_json)
+        if as_json:  # the report (JSON), the plan (dry run), or a table per op and arch
+            emit_json(res.to_dict())
+        elif res.dry_run:
+            show_plan(f"{res.project} {res.version}, {len(res.plan.objects)} op(s), {res.selected_units} of "
+                      f"{res.total_units} TU(s), toolchain {res.toolchain}, {res.jobs} job(s) "
+                      f"({res.wheel_plan.per_job_bytes / (1 << 30):.2g} GiB per job, {res.wheel_plan.per_job_source})",
+                      res.plan, res.refusal)
+        else:
+            tc = res.plan.toolchain
+            show_compiled(f"{len(res.compiled)} op(s), {res.selected_units} of {res.total_units} TU(s) of "
+                          f"{res.project} {res.version} for {', '.join(tc.arch_names)} with {res.toolchain}",
+                          res.compiled, list(tc.arch_names), res.costs)
+        if not res.dry_run:
+            compile_failures(res.compiled, f"{res.project} {res.version}", res.plan.toolchain)
         return
     result = build_wheel(drivers[name], req.source, request, runner=runner_for(log, req.dry_run),
                          log=log, others=drivers)
@@ -149,24 +158,6 @@ def _run(log: Logger, name: str, req: WheelOptions, as_json: bool, *, shard: tup
     else:
         click.echo(str(result.wheel))
     left_out(result.failed)
-
-
-def _show_compiled(res: CompileOnlyResult, as_json: bool) -> None:
-    """--compile-only output: the report (JSON), the plan (dry run), or a table per op and arch."""
-    if as_json:
-        emit_json(res.to_dict())
-    elif res.dry_run:
-        show_plan(f"{res.project} {res.version}, {len(res.plan.objects)} op(s), {res.selected_units} of "
-                  f"{res.total_units} TU(s), toolchain {res.toolchain}, {res.jobs} job(s) "
-                  f"({res.wheel_plan.per_job_bytes / (1 << 30):.2g} GiB per job, {res.wheel_plan.per_job_source})",
-                  res.plan, res.refusal)
-    else:
-        tc = res.plan.toolchain
-        show_compiled(f"{len(res.compiled)} op(s), {res.selected_units} of {res.total_units} TU(s) of {res.project} "
-                      f"{res.version} for {', '.join(tc.arch_names)} with {res.toolchain}", res.compiled,
-                      list(tc.arch_names), res.costs)
-    if not res.dry_run:
-        compile_failures(res.compiled, f"{res.project} {res.version}", res.plan.toolchain)
 
 
 @builds("apex", wheel)
